@@ -1,0 +1,32 @@
+//! The bundled module's classes, one per instantiation of the spec, and the function that
+//! registers them with their dispatch entries.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use syn::Visibility;
+
+use crate::expand::pyclass::{instantiation_class, ClassNames};
+use crate::Spec;
+
+/// Every instantiation's class plus `pub fn register_classes(module)`.
+pub fn spec_classes(spec: &Spec, module: &str) -> TokenStream {
+    let vis: Visibility = syn::parse_quote!(pub);
+    let mut classes = Vec::new();
+    let mut idents = Vec::new();
+    for (dtype, ndim) in spec.instances() {
+        let name = dtype.class_name(ndim);
+        let ident = format_ident!("{}", name);
+        let names = ClassNames { ident: &ident, vis: &vis, attrs: &[], python_name: &name, module: Some(module) };
+        classes.push(instantiation_class(dtype, ndim, &names));
+        idents.push(ident);
+    }
+    quote! {
+        #(#classes)*
+
+        /// Adds every instantiation's class to `module` with its `(dtype, ndim)` dispatch entry.
+        pub fn register_classes(module: &::pyo3::Bound<'_, ::pyo3::types::PyModule>) -> ::pyo3::PyResult<()> {
+            #( ::amso_runtime::python::register::<#idents>(module)?; )*
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! One module per thing emitted from the spec or from a macro invocation.
+
+pub mod array;
+pub mod dispatch;
+pub mod pyclass;
+pub mod traits;

@@ -1,0 +1,56 @@
+//! The thin PyO3 class of one instantiation: a subclass of the runtime's type-erased base
+//! class that adds only its constructor and its `(dtype, ndim)` identity.
+
+use proc_macro2::{Ident, TokenStream};
+use quote::quote;
+use syn::{Attribute, Visibility};
+
+use crate::dtype::DType;
+
+/// What names one instantiation's class.
+pub struct ClassNames<'a> {
+    /// The Rust struct.
+    pub ident: &'a Ident,
+    /// Its visibility.
+    pub vis: &'a Visibility,
+    /// Attributes kept from the user's item (docs, cfgs).
+    pub attrs: &'a [Attribute],
+    /// The Python class name.
+    pub python_name: &'a str,
+    /// The Python module the class reports (`__module__`).
+    pub module: Option<&'a str>,
+}
+
+/// The class, its constructor and its `Instantiation` impl.
+pub fn instantiation_class(dtype: &DType, ndim: u8, names: &ClassNames<'_>) -> TokenStream {
+    let ClassNames { ident, vis, attrs, python_name, module } = names;
+    let ty = dtype.rust_type();
+    let ndim = ndim as usize;
+    let module = module.map(|m| quote!(module = #m,));
+    let doc = format!("amso `MemArray<{}, {ndim}>` ({}, {ndim}-D) as a Python class.", dtype.rust, dtype.name);
+    let doc = if attrs.iter().any(|a| a.path().is_ident("doc")) { quote!() } else { quote!(#[doc = #doc]) };
+    quote! {
+        #doc
+        #(#attrs)*
+        #[::pyo3::pyclass(extends = ::amso_runtime::python::MemArrayBase, #module name = #python_name)]
+        #vis struct #ident;
+
+        #[::pyo3::pymethods]
+        impl #ident {
+            #[new]
+            #[pyo3(signature = (shape, device_id = 0, *, readonly = false))]
+            fn __new__(
+                shape: ::amso_runtime::python::ShapeArg,
+                device_id: i32,
+                readonly: bool,
+            ) -> ::pyo3::PyResult<::pyo3::PyClassInitializer<Self>> {
+                ::amso_runtime::python::new_base::<#ty, #ndim>(shape, device_id, readonly).map(|base| base.add_subclass(#ident))
+            }
+        }
+
+        impl ::amso_runtime::python::Instantiation for #ident {
+            type Element = #ty;
+            const NDIM: usize = #ndim;
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Writes the `Element` impls for every dtype of `specs/types.yaml` into OUT_DIR. They must
+//! live in this crate (the orphan rule), and generating them here means an edit of the spec
+//! and a rebuild is all a new dtype needs.
+
+fn main() {
+    println!("cargo:rerun-if-changed={}", amso_codegen::BUNDLED_SPEC_PATH);
+    let spec = match amso_codegen::bundled_spec() {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("invalid amso spec:\n{e}");
+            std::process::exit(1);
+        }
+    };
+    let tokens = amso_codegen::expand::traits::element_impls(&spec);
+    let out = std::path::Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("element_impls.rs");
+    std::fs::write(&out, tokens.to_string()).expect("OUT_DIR is writable");
+}

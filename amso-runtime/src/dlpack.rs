@@ -1,0 +1,257 @@
+//! DLPack export: the protocol decision (which capsule kind, copy or not, which device) and
+//! the managed tensors themselves, whose deleter frees exactly what the export allocated and
+//! releases its hold on the array's memory. ABI structs come from `dlpark::ffi`.
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use dlpark::ffi::{DLDataType, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use dlpark::DlpackFlags;
+
+use crate::error::{Error, Result};
+use crate::memarray::{Device, DeviceType};
+use crate::MAX_NDIM;
+
+/// The DLPack version amso produces.
+pub const DLPACK_VERSION: (u32, u32) = (dlpark::ffi::DLPACK_MAJOR_VERSION, dlpark::ffi::DLPACK_MINOR_VERSION);
+
+/// The consumer's `__dlpack__` arguments, as the array API standard defines them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DlpackRequest {
+    /// The consumer's stream (`None`, -1, 1, 2 or a handle).
+    pub stream: Option<i64>,
+    /// The newest DLPack version the consumer reads; `None` means legacy only.
+    pub max_version: Option<(u32, u32)>,
+    /// The device the consumer wants the data on.
+    pub dl_device: Option<(i32, i32)>,
+    /// `Some(true)`: always copy; `Some(false)`: never copy; `None`: copy only if needed.
+    pub copy: Option<bool>,
+}
+
+/// Which managed-tensor struct to produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `DLManagedTensor` in a "dltensor" capsule.
+    Legacy,
+    /// `DLManagedTensorVersioned` in a "dltensor_versioned" capsule, reporting this version.
+    Versioned(DLPackVersion),
+}
+
+/// What an export will do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportPlan {
+    /// Capsule kind.
+    pub format: Format,
+    /// Whether the consumer gets a copy it owns alone.
+    pub copy: bool,
+}
+
+/// Decide an export of data living on `current` for `request`.
+pub fn plan_export(current: Device, request: &DlpackRequest) -> Result<ExportPlan> {
+    let format = match request.max_version {
+        Some((major, minor)) if major >= 1 => {
+            let minor = if major == DLPACK_VERSION.0 { minor.min(DLPACK_VERSION.1) } else { DLPACK_VERSION.1 };
+            Format::Versioned(DLPackVersion { major: DLPACK_VERSION.0, minor })
+        }
+        _ => Format::Legacy,
+    };
+    if let Some((device_type, device_id)) = request.dl_device {
+        let target = match DeviceType::from_dlpack(device_type) {
+            Ok(DeviceType::Cpu) if device_id == 0 => Device::CPU,
+            Ok(DeviceType::Cpu) => {
+                return Err(Error::ExportRefused(format!("kDLCPU has device id 0 only, got dl_device=({device_type}, {device_id})")))
+            }
+            Ok(DeviceType::Cuda) => Device { device_type: DeviceType::Cuda, id: device_id },
+            Err(_) => {
+                return Err(Error::ExportRefused(format!(
+                    "cannot export to dl_device=({device_type}, {device_id}): amso exports to kDLCPU (1) and kDLCUDA (2)"
+                )))
+            }
+        };
+        if target != current {
+            if request.copy == Some(false) {
+                return Err(Error::ExportRefused(format!(
+                    "dl_device=({device_type}, {device_id}) differs from the array's device {current:?}; that needs a copy, but copy=False"
+                )));
+            }
+            return Err(Error::ExportRefused(format!(
+                "exporting {current:?} data to dl_device=({device_type}, {device_id}) needs amso's CUDA layer, which this build does not include yet"
+            )));
+        }
+    }
+    if current.device_type == DeviceType::Cpu && !matches!(request.stream, None | Some(-1)) {
+        return Err(Error::InvalidArgument(format!(
+            "stream must be None for a host (kDLCPU) array, got {}",
+            request.stream.unwrap_or_default()
+        )));
+    }
+    Ok(ExportPlan { format, copy: request.copy == Some(true) })
+}
+
+/// Everything a managed tensor describes: the array side of an export.
+pub struct ExportSource {
+    /// First element.
+    pub data: *mut c_void,
+    /// Where `data` lives.
+    pub device: Device,
+    /// Element type.
+    pub dtype: DLDataType,
+    /// Number of dimensions.
+    pub ndim: usize,
+    /// Dimensions (first `ndim` used).
+    pub shape: [i64; MAX_NDIM],
+    /// Keeps the memory alive until the consumer calls the deleter.
+    pub owner: Arc<dyn Any + Send + Sync>,
+    /// Consumers must not write (DLPack READ_ONLY flag).
+    pub readonly: bool,
+    /// The memory is a copy made for this export (IS_COPIED flag).
+    pub copied: bool,
+}
+
+/// A managed tensor plus the storage its pointers refer to, in one allocation. The managed
+/// struct comes first, so a pointer to it is a pointer to the whole.
+#[repr(C)]
+struct Exported<M> {
+    managed: M,
+    shape: [i64; MAX_NDIM],
+    strides: [i64; MAX_NDIM],
+    owner: Arc<dyn Any + Send + Sync>,
+}
+
+/// An owned DLPack managed tensor; dropping it calls the deleter unless it was released with
+/// `into_raw` (to a capsule or a C caller, who then owns it).
+pub struct ManagedTensor {
+    raw: RawManaged,
+}
+
+/// A raw managed tensor pointer of either kind.
+#[derive(Debug, Clone, Copy)]
+pub enum RawManaged {
+    /// `DLManagedTensor*`.
+    Legacy(NonNull<DLManagedTensor>),
+    /// `DLManagedTensorVersioned*`.
+    Versioned(NonNull<DLManagedTensorVersioned>),
+}
+
+// SAFETY: the tensor's owner is `Send + Sync` and the deleter may run on any thread.
+unsafe impl Send for ManagedTensor {}
+
+impl ManagedTensor {
+    /// Build the managed tensor for `source` in `format`.
+    pub fn new(source: ExportSource, format: Format) -> ManagedTensor {
+        let tensor = dl_tensor(&source);
+        let raw = match format {
+            Format::Legacy => {
+                let managed = DLManagedTensor { dl_tensor: tensor, manager_ctx: std::ptr::null_mut(), deleter: Some(delete_exported::<DLManagedTensor>) };
+                RawManaged::Legacy(boxed(managed, &source, |m| &mut m.dl_tensor, |m, ctx| m.manager_ctx = ctx))
+            }
+            Format::Versioned(version) => {
+                let mut flags = DlpackFlags::empty();
+                flags.set(DlpackFlags::READ_ONLY, source.readonly);
+                flags.set(DlpackFlags::IS_COPIED, source.copied);
+                let managed = DLManagedTensorVersioned {
+                    version,
+                    manager_ctx: std::ptr::null_mut(),
+                    deleter: Some(delete_exported::<DLManagedTensorVersioned>),
+                    flags,
+                    dl_tensor: tensor,
+                };
+                RawManaged::Versioned(boxed(managed, &source, |m| &mut m.dl_tensor, |m, ctx| m.manager_ctx = ctx))
+            }
+        };
+        ManagedTensor { raw }
+    }
+
+    /// Give up ownership: the caller must call the deleter exactly once.
+    pub fn into_raw(self) -> RawManaged {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+}
+
+impl Drop for ManagedTensor {
+    fn drop(&mut self) {
+        // SAFETY: this value still owns the tensor (into_raw forgets it), so the deleter has
+        // not run yet.
+        unsafe { call_deleter(self.raw) }
+    }
+}
+
+/// Run a managed tensor's own deleter, if it has one.
+///
+/// # Safety
+/// `raw` points to a live managed tensor whose deleter has not run.
+pub unsafe fn call_deleter(raw: RawManaged) {
+    // SAFETY: the caller guarantees the pointer is live; the deleter is the producer's.
+    unsafe {
+        match raw {
+            RawManaged::Legacy(p) => {
+                if let Some(deleter) = (*p.as_ptr()).deleter {
+                    deleter(p.as_ptr())
+                }
+            }
+            RawManaged::Versioned(p) => {
+                if let Some(deleter) = (*p.as_ptr()).deleter {
+                    deleter(p.as_ptr())
+                }
+            }
+        }
+    }
+}
+
+fn dl_tensor(source: &ExportSource) -> DLTensor {
+    DLTensor {
+        data: source.data,
+        device: DLDevice { device_type: DLDeviceType(source.device.device_type as u32), device_id: source.device.id },
+        ndim: source.ndim as i32,
+        dtype: source.dtype,
+        shape: std::ptr::null_mut(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    }
+}
+
+fn boxed<M>(
+    managed: M,
+    source: &ExportSource,
+    tensor: fn(&mut M) -> &mut DLTensor,
+    set_ctx: fn(&mut M, *mut c_void),
+) -> NonNull<M> {
+    let mut exported = Box::new(Exported { managed, shape: source.shape, strides: [0; MAX_NDIM], owner: Arc::clone(&source.owner) });
+    // C-order strides in elements; DLPack >= 1.2 asks producers not to leave them NULL.
+    let mut stride = 1i64;
+    for axis in (0..source.ndim).rev() {
+        exported.strides[axis] = stride;
+        stride = stride.saturating_mul(exported.shape[axis].max(1));
+    }
+    let shape = exported.shape.as_mut_ptr();
+    let strides = exported.strides.as_mut_ptr();
+    let t = tensor(&mut exported.managed);
+    t.shape = shape;
+    t.strides = strides;
+    let raw = Box::into_raw(exported);
+    // SAFETY: `raw` is the live allocation just made; `managed` is its first field.
+    unsafe { set_ctx(&mut (*raw).managed, raw.cast()) };
+    NonNull::new(raw.cast::<M>()).expect("Box pointers are never null")
+}
+
+/// The deleter of every tensor amso exports: frees the allocation and drops the owner.
+unsafe extern "C" fn delete_exported<M>(managed: *mut M) {
+    if managed.is_null() {
+        return;
+    }
+    // No panic may cross into the consumer's C code; dropping an Arc does not panic, and
+    // if it ever did, leaking is the safe outcome.
+    let exported = managed.cast::<Exported<M>>();
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: amso made `managed` with `boxed`, as the first field of an `Exported<M>`,
+        // and the consumer calls the deleter once.
+        drop(unsafe { Box::from_raw(exported) });
+    }));
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,240 @@
+//! `Element`: everything an element type tells the outside world (its DLPack type, NumPy
+//! name, C type) and how one value converts to and from a plain `Scalar`. The impls are
+//! generated from the spec's dtype table by build.rs.
+
+use crate::error::Result;
+
+/// One element type's facts, as the spec states them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DType {
+    /// NumPy dtype name, e.g. `float32`.
+    pub name: &'static str,
+    /// DLPack type code (`kDLInt` = 0, ...).
+    pub code: u8,
+    /// Bits per lane.
+    pub bits: u8,
+    /// Vector lanes.
+    pub lanes: u16,
+    /// NumPy dtype name.
+    pub numpy: &'static str,
+    /// Module that defines the NumPy dtype when NumPy does not (`ml_dtypes`).
+    pub numpy_module: Option<&'static str>,
+    /// The C type in generated/amso.h.
+    pub c_type: &'static str,
+    /// Array-interface typestr, e.g. `<f4`.
+    pub typestr: &'static str,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub const fn itemsize(&self) -> usize {
+        self.bits as usize * self.lanes as usize / 8
+    }
+
+    /// As DLPack's `DLDataType`.
+    pub const fn dl_data_type(&self) -> dlpark::ffi::DLDataType {
+        dlpark::ffi::DLDataType {
+            code: dlpark::ffi::DLDataTypeCode(self.code),
+            bits: self.bits,
+            lanes: self.lanes,
+        }
+    }
+}
+
+/// A type amso arrays can hold.
+///
+/// # Safety
+/// `DTYPE` must describe `Self` exactly (size = bits x lanes / 8, same representation as the
+/// DLPack type), and the all-zero bit pattern must be a valid value equal to `Default`:
+/// arrays are allocated zeroed and shared with foreign code through DLPack.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an amso element type",
+    note = "element types come from the dtype table of specs/types.yaml; add one there and rebuild"
+)]
+pub unsafe trait Element: Copy + Default + Send + Sync + std::fmt::Debug + 'static {
+    /// This type's facts.
+    const DTYPE: DType;
+    /// The value as a plain scalar (for Python and other dynamic callers).
+    fn to_scalar(self) -> Scalar;
+    /// A value from a plain scalar, converted as NumPy's item assignment does.
+    fn from_scalar(value: Scalar) -> Result<Self>;
+}
+
+/// A dynamically typed element value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    /// A boolean.
+    Bool(bool),
+    /// A signed integer.
+    Int(i64),
+    /// An unsigned integer above `i64::MAX` (or from an unsigned element).
+    UInt(u64),
+    /// A real number.
+    Float(f64),
+    /// A complex number (real, imaginary).
+    Complex(f64, f64),
+}
+
+/// Whether `T::default()` is all-zero bits (what zeroed allocation relies on).
+pub fn default_is_zero_bits<T: Element>() -> bool {
+    let value = T::default();
+    // SAFETY: `value` is a live, initialised `T`; viewing its bytes is always valid for the
+    // padding-free scalar types Element allows.
+    let bytes = unsafe { std::slice::from_raw_parts((&value as *const T).cast::<u8>(), std::mem::size_of::<T>()) };
+    bytes.iter().all(|&b| b == 0)
+}
+
+/// Conversions between `Scalar` and each family of element types, called by the generated
+/// `Element` impls. Assignment follows NumPy: floats truncate into integers, integers out of
+/// range are errors, complex values do not go into real types.
+pub mod scalar {
+    use num_complex::Complex;
+    use num_traits::{FromPrimitive, ToPrimitive};
+
+    use super::{DType, Scalar};
+    use crate::error::{Error, Result};
+
+    /// A bool element as a scalar.
+    pub fn from_bool(value: bool) -> Scalar {
+        Scalar::Bool(value)
+    }
+
+    /// A scalar as a bool element (its truth value, as NumPy).
+    pub fn to_bool(value: Scalar, _: &DType) -> Result<bool> {
+        Ok(match value {
+            Scalar::Bool(b) => b,
+            Scalar::Int(i) => i != 0,
+            Scalar::UInt(u) => u != 0,
+            Scalar::Float(f) => f != 0.0,
+            Scalar::Complex(re, im) => re != 0.0 || im != 0.0,
+        })
+    }
+
+    /// A signed integer element as a scalar.
+    pub fn from_int<T: ToPrimitive>(value: T) -> Scalar {
+        Scalar::Int(value.to_i64().expect("signed elements fit in i64"))
+    }
+
+    /// An unsigned integer element as a scalar.
+    pub fn from_uint<T: ToPrimitive>(value: T) -> Scalar {
+        Scalar::UInt(value.to_u64().expect("unsigned elements fit in u64"))
+    }
+
+    /// A scalar as a signed integer element.
+    pub fn to_int<T: FromPrimitive>(value: Scalar, dtype: &DType) -> Result<T> {
+        integer(value, dtype)
+    }
+
+    /// A scalar as an unsigned integer element.
+    pub fn to_uint<T: FromPrimitive>(value: Scalar, dtype: &DType) -> Result<T> {
+        integer(value, dtype)
+    }
+
+    fn integer<T: FromPrimitive>(value: Scalar, dtype: &DType) -> Result<T> {
+        let out_of_bounds = |shown: String| Error::ValueOutOfRange(format!("Python integer {shown} out of bounds for {}", dtype.name));
+        match value {
+            Scalar::Bool(b) => T::from_u8(b as u8).ok_or_else(|| out_of_bounds((b as u8).to_string())),
+            Scalar::Int(i) => T::from_i64(i).ok_or_else(|| out_of_bounds(i.to_string())),
+            Scalar::UInt(u) => T::from_u64(u).ok_or_else(|| out_of_bounds(u.to_string())),
+            Scalar::Float(f) if f.is_finite() => {
+                let truncated = f.trunc();
+                T::from_f64(truncated).ok_or_else(|| out_of_bounds(format!("{truncated}")))
+            }
+            Scalar::Float(f) => Err(Error::ValueOutOfRange(format!("cannot convert float {f} to integer"))),
+            Scalar::Complex(..) => Err(Error::WrongValueType(format!("cannot assign a complex value to an {} element", dtype.name))),
+        }
+    }
+
+    /// A real floating-point element (f16, bf16, f32, f64) as a scalar.
+    pub fn from_float<T: ToPrimitive>(value: T) -> Scalar {
+        Scalar::Float(value.to_f64().unwrap_or(f64::NAN))
+    }
+
+    /// A scalar as a real floating-point element (rounded to nearest, overflow to infinity).
+    pub fn to_float<T: FromPrimitive>(value: Scalar, dtype: &DType) -> Result<T> {
+        let real = match value {
+            Scalar::Bool(b) => b as u8 as f64,
+            Scalar::Int(i) => i as f64,
+            Scalar::UInt(u) => u as f64,
+            Scalar::Float(f) => f,
+            Scalar::Complex(..) => {
+                return Err(Error::WrongValueType(format!("cannot assign a complex value to a {} element", dtype.name)))
+            }
+        };
+        // A finite value beyond the type's range rounds to infinity, as NumPy's cast does.
+        T::from_f64(real)
+            .or_else(|| T::from_f64(f64::INFINITY.copysign(real)))
+            .ok_or_else(|| Error::ValueOutOfRange(format!("{real} does not convert to {}", dtype.name)))
+    }
+
+    /// A complex element as a scalar.
+    pub fn from_complex<T: ToPrimitive>(value: Complex<T>) -> Scalar {
+        Scalar::Complex(value.re.to_f64().unwrap_or(f64::NAN), value.im.to_f64().unwrap_or(f64::NAN))
+    }
+
+    /// A scalar as a complex element.
+    pub fn to_complex<T: FromPrimitive>(value: Scalar, dtype: &DType) -> Result<Complex<T>> {
+        let (re, im) = match value {
+            Scalar::Bool(b) => (b as u8 as f64, 0.0),
+            Scalar::Int(i) => (i as f64, 0.0),
+            Scalar::UInt(u) => (u as f64, 0.0),
+            Scalar::Float(f) => (f, 0.0),
+            Scalar::Complex(re, im) => (re, im),
+        };
+        let part = |x: f64| {
+            T::from_f64(x)
+                .or_else(|| T::from_f64(f64::INFINITY.copysign(x)))
+                .ok_or_else(|| Error::ValueOutOfRange(format!("{x} does not convert to {}", dtype.name)))
+        };
+        Ok(Complex::new(part(re)?, part(im)?))
+    }
+}
+
+include!(concat!(env!("OUT_DIR"), "/element_impls.rs"));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    #[test]
+    fn every_element_defaults_to_zero_bits_and_matches_its_size() {
+        let mut count = 0;
+        for_each_element(&mut |dtype, zero_default| {
+            assert!(zero_default(), "{} default is not zero bits", dtype.name);
+            assert!(dtype.itemsize() > 0);
+            count += 1;
+        });
+        assert!(count >= 15, "expected the full dtype table, saw {count}");
+    }
+
+    #[test]
+    fn dlpack_codes_match_dlpack_1_3() {
+        assert_eq!(<i32 as Element>::DTYPE.code, 0);
+        assert_eq!(<u8 as Element>::DTYPE.code, 1);
+        assert_eq!(<f64 as Element>::DTYPE.code, 2);
+        assert_eq!(<half::bf16 as Element>::DTYPE.code, 4);
+        assert_eq!(<num_complex::Complex<f32> as Element>::DTYPE.code, 5);
+        assert_eq!(<num_complex::Complex<f32> as Element>::DTYPE.bits, 64);
+        assert_eq!(<bool as Element>::DTYPE.code, 6);
+        assert_eq!(<f32 as Element>::DTYPE.typestr, "<f4");
+        assert_eq!(<u8 as Element>::DTYPE.typestr, "|u1");
+    }
+
+    #[test]
+    fn scalar_round_trips_and_numpy_assignment_rules() {
+        assert_eq!(i8::from_scalar(Scalar::Int(-128)), Ok(-128));
+        assert!(matches!(i8::from_scalar(Scalar::Int(128)), Err(Error::ValueOutOfRange(_))));
+        assert!(matches!(u8::from_scalar(Scalar::Int(-1)), Err(Error::ValueOutOfRange(_))));
+        assert_eq!(u64::from_scalar(Scalar::UInt(u64::MAX)), Ok(u64::MAX));
+        assert_eq!(i32::from_scalar(Scalar::Float(-2.7)), Ok(-2), "floats truncate toward zero");
+        assert!(matches!(i32::from_scalar(Scalar::Float(f64::NAN)), Err(Error::ValueOutOfRange(_))));
+        assert!(matches!(f32::from_scalar(Scalar::Complex(1.0, 1.0)), Err(Error::WrongValueType(_))));
+        assert_eq!(half::f16::from_scalar(Scalar::Float(0.5)).unwrap().to_scalar(), Scalar::Float(0.5));
+        assert_eq!(half::bf16::from_scalar(Scalar::Int(3)).unwrap().to_scalar(), Scalar::Float(3.0));
+        assert_eq!(bool::from_scalar(Scalar::Float(0.1)), Ok(true));
+        let c = num_complex::Complex::<f64>::from_scalar(Scalar::Complex(1.5, -2.0)).unwrap();
+        assert_eq!(c.to_scalar(), Scalar::Complex(1.5, -2.0));
+        assert_eq!(f32::from_scalar(Scalar::Float(1e300)), Ok(f32::INFINITY), "overflow rounds to inf as NumPy");
+    }
+}

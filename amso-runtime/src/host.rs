@@ -1,0 +1,110 @@
+//! Host memory: a zeroed, aligned allocation shared (through `Arc`) by its array and every
+//! view exported from it, so a view outlives the array that made it.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use crate::element::Element;
+use crate::error::{Error, Result};
+
+/// Alignment of host allocations: a cache line, and what DLPack consumers prefer.
+pub const HOST_ALIGNMENT: usize = 64;
+
+/// An owned, zero-initialised run of `len` elements in host memory.
+///
+/// The memory is reached only through raw pointers: exported views in other libraries alias
+/// it, so no Rust reference to the contents is held across calls.
+pub struct HostBuffer<T> {
+    ptr: NonNull<T>,
+    len: usize,
+    _owns: PhantomData<T>,
+}
+
+// SAFETY: the buffer owns plain element data (`Element: Send + Sync`); all access goes
+// through raw pointers whose synchronisation the array's lock protocol governs.
+unsafe impl<T: Element> Send for HostBuffer<T> {}
+// SAFETY: as above; `&HostBuffer` hands out only raw pointers.
+unsafe impl<T: Element> Sync for HostBuffer<T> {}
+
+impl<T: Element> HostBuffer<T> {
+    /// Allocate `len` zeroed elements (zero bits are `T::default()`, see `Element`).
+    pub fn zeroed(len: usize) -> Result<Self> {
+        let layout = Self::layout(len)?;
+        if layout.size() == 0 {
+            return Ok(HostBuffer { ptr: NonNull::dangling(), len, _owns: PhantomData });
+        }
+        // SAFETY: the layout has a non-zero size (checked above).
+        let raw = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw.cast::<T>()).ok_or(Error::OutOfMemory { bytes: layout.size(), what: "host" })?;
+        Ok(HostBuffer { ptr, len, _owns: PhantomData })
+    }
+
+    /// A new buffer holding a copy of `self`'s contents.
+    pub fn try_clone(&self) -> Result<Self> {
+        let copy = Self::zeroed(self.len)?;
+        // SAFETY: both buffers hold `len` elements and are distinct allocations.
+        unsafe { std::ptr::copy_nonoverlapping(self.as_ptr(), copy.as_ptr(), self.len) };
+        Ok(copy)
+    }
+
+    fn layout(len: usize) -> Result<Layout> {
+        let too_large = || Error::TooLarge { shape: vec![len as u64], itemsize: size_of::<T>(), max: isize::MAX as usize };
+        let bytes = len.checked_mul(size_of::<T>()).ok_or_else(too_large)?;
+        Layout::from_size_align(bytes, HOST_ALIGNMENT.max(align_of::<T>())).map_err(|_| too_large())
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Pointer to the first element (dangling but aligned when empty).
+    pub fn as_ptr(&self) -> *mut T {
+        self.ptr.as_ptr()
+    }
+}
+
+impl<T> Drop for HostBuffer<T> {
+    fn drop(&mut self) {
+        let bytes = self.len * size_of::<T>();
+        if bytes == 0 {
+            return;
+        }
+        let layout = Layout::from_size_align(bytes, HOST_ALIGNMENT.max(align_of::<T>())).expect("layout was valid at allocation");
+        // SAFETY: allocated in `zeroed` with this exact layout and not freed before.
+        unsafe { dealloc(self.ptr.as_ptr().cast(), layout) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeroed_aligned_and_cloned() {
+        let buffer = HostBuffer::<f64>::zeroed(1000).unwrap();
+        assert_eq!(buffer.as_ptr() as usize % HOST_ALIGNMENT, 0);
+        // SAFETY: 1000 initialised elements.
+        let values = unsafe { std::slice::from_raw_parts(buffer.as_ptr(), 1000) };
+        assert!(values.iter().all(|&v| v == 0.0));
+        // SAFETY: index 3 is in bounds.
+        unsafe { *buffer.as_ptr().add(3) = 2.5 };
+        let copy = buffer.try_clone().unwrap();
+        // SAFETY: index 3 is in bounds of the copy.
+        assert_eq!(unsafe { *copy.as_ptr().add(3) }, 2.5);
+        assert_ne!(copy.as_ptr(), buffer.as_ptr());
+    }
+
+    #[test]
+    fn empty_and_impossible_sizes() {
+        assert!(HostBuffer::<u8>::zeroed(0).unwrap().is_empty());
+        assert!(matches!(HostBuffer::<f64>::zeroed(usize::MAX / 4), Err(Error::TooLarge { .. })));
+        assert!(matches!(HostBuffer::<u8>::zeroed(1 << 60), Err(Error::OutOfMemory { .. })));
+    }
+}

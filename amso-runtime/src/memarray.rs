@@ -1,0 +1,322 @@
+//! `MemArray<T, N>`: an N-dimensional array of `T` with host storage, a residence (where the
+//! current data lives), a device id, a lock and a read-only flag.
+
+use std::sync::Arc;
+
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::host::HostBuffer;
+use crate::indexer::ArrayIndexer;
+use crate::lock::{check_access, LockGuard, LockId};
+use crate::shape::{self, checked_shape};
+use crate::MAX_NDIM;
+
+/// DLPack device types amso handles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum DeviceType {
+    /// Host memory (`kDLCPU`).
+    Cpu = 1,
+    /// CUDA device memory (`kDLCUDA`).
+    Cuda = 2,
+}
+
+impl DeviceType {
+    /// The device type for a DLPack code; other codes are `UnsupportedDevice`.
+    pub fn from_dlpack(code: i32) -> Result<DeviceType> {
+        match code {
+            1 => Ok(DeviceType::Cpu),
+            2 => Ok(DeviceType::Cuda),
+            other => Err(Error::UnsupportedDevice(other)),
+        }
+    }
+}
+
+/// A DLPack device: type and id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Device {
+    /// Host or CUDA.
+    pub device_type: DeviceType,
+    /// Device ordinal (0 for the host).
+    pub id: i32,
+}
+
+impl Device {
+    /// The host.
+    pub const CPU: Device = Device { device_type: DeviceType::Cpu, id: 0 };
+}
+
+/// Where an array's current data lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Residence {
+    /// In the host buffer.
+    Host,
+    /// In the device buffer of the array's device id.
+    Device,
+}
+
+/// Construction options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArrayOptions {
+    /// The CUDA device the array moves to (0 by default).
+    pub device_id: i32,
+    /// Refuse writes (and export with DLPack's READ_ONLY flag).
+    pub readonly: bool,
+}
+
+/// An N-dimensional array of `T` in C (row-major) order.
+pub struct MemArray<T: Element, const N: usize> {
+    shape: [usize; N],
+    host: Arc<HostBuffer<T>>,
+    residence: Residence,
+    device_id: i32,
+    lock: Option<LockId>,
+    readonly: bool,
+}
+
+impl<T: Element, const N: usize> MemArray<T, N> {
+    const NDIM_IS_SUPPORTED: () = assert!(N >= 1 && N <= MAX_NDIM, "amso arrays have 1..=MAX_NDIM (8) dimensions");
+
+    /// A zero-filled host array of `shape` for device 0.
+    pub fn new(shape: [usize; N]) -> Result<Self> {
+        Self::with_options(shape, ArrayOptions::default())
+    }
+
+    /// A zero-filled host array of `shape` with `options`.
+    pub fn with_options(shape: [usize; N], options: ArrayOptions) -> Result<Self> {
+        let () = Self::NDIM_IS_SUPPORTED;
+        let dims: Vec<i64> = shape.iter().map(|&d| i64::try_from(d).unwrap_or(i64::MAX)).collect();
+        Self::from_dims(&dims, options)
+    }
+
+    /// A zero-filled array from dimensions as Python or C give them (checked: count, sign,
+    /// byte size).
+    pub fn from_dims(dims: &[i64], options: ArrayOptions) -> Result<Self> {
+        let () = Self::NDIM_IS_SUPPORTED;
+        if options.device_id < 0 {
+            return Err(Error::InvalidArgument(format!("device_id must be >= 0, got {}", options.device_id)));
+        }
+        let shape = checked_shape::<N>(dims, size_of::<T>())?;
+        let host = HostBuffer::zeroed(shape::element_count(&shape))?;
+        Ok(MemArray {
+            shape,
+            host: Arc::new(host),
+            residence: Residence::Host,
+            device_id: options.device_id,
+            lock: None,
+            readonly: options.readonly,
+        })
+    }
+
+    /// A host array of `shape` holding a copy of `values` (C order).
+    pub fn from_slice(shape: [usize; N], values: &[T]) -> Result<Self> {
+        let mut array = Self::new(shape)?;
+        array.copy_from_slice(values, None)?;
+        Ok(array)
+    }
+
+    /// A deep copy: new storage with the same contents, unlocked.
+    pub fn try_clone(&self) -> Result<Self> {
+        Ok(MemArray {
+            shape: self.shape,
+            host: Arc::new(self.host.try_clone()?),
+            residence: self.residence,
+            device_id: self.device_id,
+            lock: None,
+            readonly: self.readonly,
+        })
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize; N] {
+        &self.shape
+    }
+
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        self.host.len()
+    }
+
+    /// Bytes of element data.
+    pub fn nbytes(&self) -> usize {
+        self.host.len() * size_of::<T>()
+    }
+
+    /// The CUDA device this array moves to.
+    pub fn device_id(&self) -> i32 {
+        self.device_id
+    }
+
+    /// Where the current data lives.
+    pub fn residence(&self) -> Residence {
+        self.residence
+    }
+
+    /// Whether the current data is in device memory.
+    pub fn on_device(&self) -> bool {
+        self.residence == Residence::Device
+    }
+
+    /// The device of the current data.
+    pub fn device(&self) -> Device {
+        match self.residence {
+            Residence::Host => Device::CPU,
+            Residence::Device => Device { device_type: DeviceType::Cuda, id: self.device_id },
+        }
+    }
+
+    /// Whether writes are refused.
+    pub fn readonly(&self) -> bool {
+        self.readonly
+    }
+
+    /// The id of the context holding the array, if any.
+    pub fn lock_id(&self) -> Option<LockId> {
+        self.lock
+    }
+
+    /// Lock the array for the lifetime of the returned guard; the borrow checker refuses any
+    /// other use of the array meanwhile.
+    pub fn lock(&mut self) -> Result<LockGuard<'_, T, N>> {
+        LockGuard::new(self)
+    }
+
+    /// Lock with `id` (a Python context's `__enter__`); fails if already locked.
+    pub fn enter(&mut self, id: LockId) -> Result<()> {
+        match self.lock {
+            None => {
+                self.lock = Some(id);
+                Ok(())
+            }
+            Some(holder) => Err(Error::Locked { holder: holder.get() }),
+        }
+    }
+
+    /// Unlock `id` (a context's `__exit__`); fails if `id` does not hold the array.
+    pub fn exit(&mut self, id: LockId) -> Result<()> {
+        check_access(self.lock, Some(id))?;
+        self.lock = None;
+        Ok(())
+    }
+
+    /// Check that `lock` may access the data, and that the data is in host memory.
+    fn check_host_access(&self, lock: Option<LockId>) -> Result<()> {
+        check_access(self.lock, lock)?;
+        match self.residence {
+            Residence::Host => Ok(()),
+            Residence::Device => Err(Error::Unavailable(
+                "the data is in device memory; move_memory(kDLCPU) first to touch it from the host".into(),
+            )),
+        }
+    }
+
+    fn check_writable(&self, lock: Option<LockId>) -> Result<()> {
+        self.check_host_access(lock)?;
+        if self.readonly {
+            return Err(Error::ReadOnly);
+        }
+        Ok(())
+    }
+
+    /// Read the element at `index` (bounds- and lock-checked).
+    pub fn get(&self, index: [usize; N], lock: Option<LockId>) -> Result<T> {
+        self.check_host_access(lock)?;
+        let offset = shape::linear_offset(&self.shape, &index)?;
+        // SAFETY: `offset` is in bounds (checked) of the live host buffer.
+        Ok(unsafe { self.host.as_ptr().add(offset).read() })
+    }
+
+    /// Write `value` at `index` (bounds-, lock- and read-only-checked).
+    pub fn write(&mut self, index: [usize; N], value: T, lock: Option<LockId>) -> Result<()> {
+        self.check_writable(lock)?;
+        let offset = shape::linear_offset(&self.shape, &index)?;
+        // SAFETY: `offset` is in bounds (checked) of the live host buffer.
+        unsafe { self.host.as_ptr().add(offset).write(value) };
+        Ok(())
+    }
+
+    /// The contents in C order.
+    pub fn to_vec(&self, lock: Option<LockId>) -> Result<Vec<T>> {
+        self.check_host_access(lock)?;
+        // SAFETY: the buffer holds `len` initialised elements.
+        Ok(unsafe { std::slice::from_raw_parts(self.host.as_ptr(), self.host.len()) }.to_vec())
+    }
+
+    /// Overwrite the contents with `values` (C order, exactly `size()` of them).
+    pub fn copy_from_slice(&mut self, values: &[T], lock: Option<LockId>) -> Result<()> {
+        self.check_writable(lock)?;
+        if values.len() != self.size() {
+            return Err(Error::InvalidArgument(format!(
+                "expected {} values for shape {:?}, got {}",
+                self.size(),
+                self.shape,
+                values.len()
+            )));
+        }
+        // SAFETY: both runs hold `len` elements; `values` is a Rust slice, so it cannot alias
+        // the host buffer, which no Rust reference ever points into.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.host.as_ptr(), values.len()) };
+        Ok(())
+    }
+
+    /// An indexer over the host data for kernels and tight loops; it borrows the array, so
+    /// the array cannot be used or dropped while the indexer lives.
+    pub fn indexer(&mut self, lock: Option<LockId>) -> Result<ArrayIndexer<'_, T, N>> {
+        self.check_host_access(lock)?;
+        // SAFETY: pointer and shape describe this array's live buffer, which the returned
+        // indexer's lifetime keeps borrowed.
+        Ok(unsafe { ArrayIndexer::new(self.host.as_ptr(), self.shape) })
+    }
+
+    /// Raw pointer to the host data, for callers that manage aliasing themselves.
+    pub fn as_ptr(&self, lock: Option<LockId>) -> Result<*const T> {
+        self.check_host_access(lock)?;
+        Ok(self.host.as_ptr())
+    }
+
+    /// Raw mutable pointer to the host data (refused for read-only arrays).
+    pub fn as_mut_ptr(&mut self, lock: Option<LockId>) -> Result<*mut T> {
+        self.check_writable(lock)?;
+        Ok(self.host.as_ptr())
+    }
+
+    /// The shared host allocation, kept alive by exports.
+    pub(crate) fn host_buffer(&self) -> &Arc<HostBuffer<T>> {
+        &self.host
+    }
+
+    /// Move the current data to `target`. Returns at once when it is already there.
+    pub fn move_memory(&mut self, target: Device, lock: Option<LockId>) -> Result<()> {
+        check_access(self.lock, lock)?;
+        match (target.device_type, self.residence) {
+            (DeviceType::Cpu, Residence::Host) => Ok(()),
+            (DeviceType::Cpu, Residence::Device) | (DeviceType::Cuda, _) => Err(Error::Unavailable(
+                "moving to kDLCUDA needs amso's CUDA layer, which this build does not include yet".into(),
+            )),
+        }
+    }
+}
+
+impl<T: Element, const N: usize> Clone for MemArray<T, N> {
+    /// Deep copy. Panics only if the host allocation fails, as `Vec::clone` does; use
+    /// `try_clone` to handle that.
+    fn clone(&self) -> Self {
+        self.try_clone().expect("allocation of the cloned MemArray failed")
+    }
+}
+
+impl<T: Element, const N: usize> std::fmt::Debug for MemArray<T, N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemArray")
+            .field("dtype", &T::DTYPE.name)
+            .field("shape", &self.shape)
+            .field("residence", &self.residence)
+            .field("device_id", &self.device_id)
+            .field("locked", &self.lock.is_some())
+            .field("readonly", &self.readonly)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,122 @@
+use super::*;
+use crate::object::ArrayObject;
+use crate::Scalar;
+
+#[test]
+fn new_arrays_are_zeroed_with_their_shape() {
+    let a = MemArray::<f32, 3>::new([2, 3, 4]).unwrap();
+    assert_eq!(a.shape(), &[2, 3, 4]);
+    assert_eq!((a.size(), a.nbytes()), (24, 96));
+    assert_eq!(a.to_vec(None).unwrap(), vec![0.0; 24]);
+    assert_eq!((a.residence(), a.on_device(), a.device_id()), (Residence::Host, false, 0));
+}
+
+#[test]
+fn get_and_write_follow_c_order() {
+    let mut a = MemArray::<i64, 2>::new([2, 3]).unwrap();
+    a.write([1, 2], 7, None).unwrap();
+    a.write([0, 1], -3, None).unwrap();
+    assert_eq!(a.to_vec(None).unwrap(), vec![0, -3, 0, 0, 0, 7]);
+    assert_eq!(a.get([1, 2], None), Ok(7));
+    assert_eq!(a.get([2, 0], None), Err(Error::IndexOutOfBounds { index: 2, axis: 0, size: 2 }));
+    assert_eq!(a.write([0, 3], 1, None), Err(Error::IndexOutOfBounds { index: 3, axis: 1, size: 3 }));
+}
+
+#[test]
+fn clone_is_deep_and_swap_is_cheap() {
+    let mut a = MemArray::<f64, 1>::from_slice([3], &[1.0, 2.0, 3.0]).unwrap();
+    let b = a.clone();
+    a.write([0], 9.0, None).unwrap();
+    assert_eq!(b.to_vec(None).unwrap(), vec![1.0, 2.0, 3.0]);
+    let mut c = MemArray::<f64, 1>::new([1]).unwrap();
+    let before = a.as_ptr(None).unwrap();
+    std::mem::swap(&mut a, &mut c);
+    assert_eq!(c.as_ptr(None).unwrap(), before, "swap moves the buffer, it does not copy it");
+    assert_eq!(c.to_vec(None).unwrap(), vec![9.0, 2.0, 3.0]);
+}
+
+#[test]
+fn locks_refuse_other_ids_and_release() {
+    let mut a = MemArray::<i32, 1>::new([4]).unwrap();
+    let id = LockId::next();
+    a.enter(id).unwrap();
+    assert_eq!(a.get([0], None), Err(Error::Locked { holder: id.get() }));
+    assert_eq!(a.enter(LockId::next()), Err(Error::Locked { holder: id.get() }));
+    assert_eq!(a.write([0], 5, Some(id)), Ok(()));
+    let other = LockId::next();
+    assert_eq!(a.exit(other), Err(Error::Locked { holder: id.get() }));
+    a.exit(id).unwrap();
+    assert_eq!(a.get([0], None), Ok(5));
+    assert_eq!(a.get([0], Some(id)), Err(Error::StaleLock { id: id.get() }));
+}
+
+#[test]
+fn rust_guard_locks_and_unlocks_on_drop() {
+    let mut a = MemArray::<u8, 2>::new([2, 2]).unwrap();
+    {
+        let mut guard = a.lock().unwrap();
+        guard.write([1, 1], 200).unwrap();
+        assert_eq!(guard.get([1, 1]), Ok(200));
+        assert!(guard.array().lock_id().is_some());
+    }
+    assert_eq!(a.lock_id(), None);
+    assert_eq!(a.get([1, 1], None), Ok(200));
+}
+
+#[test]
+fn readonly_arrays_refuse_writes() {
+    let mut a = MemArray::<f32, 1>::with_options([2], ArrayOptions { device_id: 0, readonly: true }).unwrap();
+    assert_eq!(a.write([0], 1.0, None), Err(Error::ReadOnly));
+    assert_eq!(a.copy_from_slice(&[1.0, 2.0], None), Err(Error::ReadOnly));
+    assert!(a.as_mut_ptr(None).is_err());
+    assert_eq!(a.get([1], None), Ok(0.0));
+}
+
+#[test]
+fn bad_dimensions_and_options() {
+    let opts = ArrayOptions::default();
+    assert!(matches!(MemArray::<f32, 2>::from_dims(&[2], opts), Err(Error::InvalidShape(_))));
+    assert!(matches!(MemArray::<f32, 2>::from_dims(&[2, -1], opts), Err(Error::InvalidShape(_))));
+    assert!(matches!(MemArray::<f64, 2>::from_dims(&[1 << 62, 4], opts), Err(Error::TooLarge { .. })));
+    assert!(matches!(
+        MemArray::<f32, 1>::from_dims(&[1], ArrayOptions { device_id: -1, readonly: false }),
+        Err(Error::InvalidArgument(_))
+    ));
+    let zero = MemArray::<f32, 2>::from_dims(&[0, 5], opts).unwrap();
+    assert_eq!((zero.size(), zero.nbytes()), (0, 0));
+}
+
+#[test]
+fn indexer_matches_checked_access() {
+    let mut a = MemArray::<i32, 3>::new([2, 3, 4]).unwrap();
+    let indexer = a.indexer(None).unwrap();
+    assert_eq!(indexer.size(), 24);
+    for offset in 0..indexer.size() {
+        let index = indexer.unravel(offset);
+        assert_eq!(indexer.offset(index), Some(offset));
+        // SAFETY: offset < size and nothing else touches the array.
+        unsafe { indexer.write_unchecked(offset, index.iter().sum::<usize>() as i32) };
+    }
+    assert_eq!(indexer.get([2, 0, 0]), None);
+    assert_eq!(a.get([1, 2, 3], None), Ok(6));
+    assert_eq!(size_of::<crate::ArrayIndexer<'_, i32, 3>>(), 8 + 3 * 8, "pointer + shape, nothing else");
+}
+
+#[test]
+fn moving_to_cuda_is_a_clear_error_without_the_cuda_layer() {
+    let mut a = MemArray::<f32, 1>::new([2]).unwrap();
+    assert_eq!(a.move_memory(Device::CPU, None), Ok(()));
+    let err = a.move_memory(Device { device_type: DeviceType::Cuda, id: 0 }, None).unwrap_err();
+    assert!(matches!(err, Error::Unavailable(ref m) if m.contains("kDLCUDA")), "{err}");
+    assert_eq!(a.residence(), Residence::Host);
+}
+
+#[test]
+fn type_erased_access() {
+    let mut a = MemArray::<f32, 2>::new([2, 2]).unwrap();
+    let object: &mut dyn ArrayObject = &mut a;
+    object.set_scalar(&[-1, 0], Scalar::Int(3), None).unwrap();
+    assert_eq!(object.get_scalar(&[1, 0], None), Ok(Scalar::Float(3.0)));
+    assert_eq!(object.get_scalar(&[0], None), Err(Error::IndexArity { expected: 2, got: 1 }));
+    assert_eq!(object.dtype().name, "float32");
+}

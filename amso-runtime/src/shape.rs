@@ -1,0 +1,125 @@
+//! Shapes and indices: validation of user-given dimensions, C-order strides, and the mapping
+//! between n-dimensional indices and linear offsets.
+
+use crate::error::{Error, Result};
+
+/// Check user-given dimensions for an `N`-D array of `itemsize`-byte elements: the right
+/// count, none negative, and a byte size that fits in `isize::MAX`.
+pub fn checked_shape<const N: usize>(dims: &[i64], itemsize: usize) -> Result<[usize; N]> {
+    if dims.len() != N {
+        return Err(Error::InvalidShape(format!("expected {N} dimensions for a {N}-D array, got {} ({dims:?})", dims.len())));
+    }
+    let mut shape = [0usize; N];
+    for (axis, (&dim, slot)) in dims.iter().zip(shape.iter_mut()).enumerate() {
+        if dim < 0 {
+            return Err(Error::InvalidShape(format!("negative dimension {dim} on axis {axis}; dimensions must be >= 0")));
+        }
+        *slot = usize::try_from(dim).map_err(|_| too_large(dims, itemsize))?;
+    }
+    byte_size(&shape, itemsize).ok_or_else(|| too_large(dims, itemsize))?;
+    Ok(shape)
+}
+
+fn too_large(dims: &[i64], itemsize: usize) -> Error {
+    Error::TooLarge { shape: dims.iter().map(|&d| d as u64).collect(), itemsize, max: isize::MAX as usize }
+}
+
+/// Bytes spanned by `shape`, or `None` past `isize::MAX`.
+pub fn byte_size(shape: &[usize], itemsize: usize) -> Option<usize> {
+    let bytes = shape.iter().try_fold(itemsize, |acc, &d| acc.checked_mul(d))?;
+    (bytes <= isize::MAX as usize).then_some(bytes)
+}
+
+/// Number of elements of `shape` (the caller has checked it does not overflow).
+pub fn element_count(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// C-order (row-major) strides of `shape`, in elements.
+pub fn c_strides<const N: usize>(shape: &[usize; N]) -> [usize; N] {
+    let mut strides = [1usize; N];
+    for axis in (0..N.saturating_sub(1)).rev() {
+        strides[axis] = strides[axis + 1] * shape[axis + 1];
+    }
+    strides
+}
+
+/// Linear offset of an in-bounds `index` into a C-order array of `shape`.
+pub fn linear_offset<const N: usize>(shape: &[usize; N], index: &[usize; N]) -> Result<usize> {
+    let mut offset = 0usize;
+    for axis in 0..N {
+        if index[axis] >= shape[axis] {
+            return Err(Error::IndexOutOfBounds { index: index[axis] as i64, axis, size: shape[axis] });
+        }
+        offset = offset * shape[axis] + index[axis];
+    }
+    Ok(offset)
+}
+
+/// The index of linear `offset` in a C-order array of `shape` (the inverse of `linear_offset`).
+pub fn unravel<const N: usize>(shape: &[usize; N], mut offset: usize) -> [usize; N] {
+    let mut index = [0usize; N];
+    for axis in (0..N).rev() {
+        let dim = shape[axis].max(1);
+        index[axis] = offset % dim;
+        offset /= dim;
+    }
+    index
+}
+
+/// Turn a Python-style index (negative counts from the end) into an in-bounds one.
+pub fn normalize_index<const N: usize>(shape: &[usize; N], index: &[i64]) -> Result<[usize; N]> {
+    if index.len() != N {
+        return Err(Error::IndexArity { expected: N, got: index.len() });
+    }
+    let mut out = [0usize; N];
+    for axis in 0..N {
+        let size = shape[axis];
+        let given = index[axis];
+        let wrapped = if given < 0 { given.checked_add(size as i64) } else { Some(given) };
+        match wrapped {
+            Some(i) if i >= 0 && (i as u64) < size as u64 => out[axis] = i as usize,
+            _ => return Err(Error::IndexOutOfBounds { index: given, axis, size }),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_are_checked() {
+        assert_eq!(checked_shape::<3>(&[2, 0, 4], 4), Ok([2, 0, 4]));
+        assert!(matches!(checked_shape::<2>(&[2, 3, 4], 4), Err(Error::InvalidShape(m)) if m.contains("expected 2 dimensions")));
+        assert!(matches!(checked_shape::<2>(&[2, -3], 4), Err(Error::InvalidShape(m)) if m.contains("negative dimension -3 on axis 1")));
+        assert!(matches!(checked_shape::<2>(&[1 << 40, 1 << 40], 8), Err(Error::TooLarge { .. })));
+        assert!(matches!(checked_shape::<1>(&[i64::MAX], 2), Err(Error::TooLarge { .. })));
+        // Zero-size arrays never overflow, however large the other dimensions.
+        assert_eq!(checked_shape::<2>(&[0, i64::MAX], 8), Ok([0, i64::MAX as usize]));
+    }
+
+    #[test]
+    fn offsets_match_a_hand_computed_c_order() {
+        let shape = [2, 3, 4];
+        assert_eq!(c_strides(&shape), [12, 4, 1]);
+        assert_eq!(linear_offset(&shape, &[1, 2, 3]), Ok(23));
+        assert_eq!(linear_offset(&shape, &[0, 1, 0]), Ok(4));
+        for offset in 0..24 {
+            assert_eq!(linear_offset(&shape, &unravel(&shape, offset)), Ok(offset));
+        }
+        assert_eq!(linear_offset(&shape, &[0, 3, 0]), Err(Error::IndexOutOfBounds { index: 3, axis: 1, size: 3 }));
+    }
+
+    #[test]
+    fn negative_indices_wrap_like_numpy() {
+        let shape = [3, 5];
+        assert_eq!(normalize_index(&shape, &[-1, -5]), Ok([2, 0]));
+        assert_eq!(normalize_index(&shape, &[0, -6]), Err(Error::IndexOutOfBounds { index: -6, axis: 1, size: 5 }));
+        assert_eq!(normalize_index(&shape, &[3, 0]), Err(Error::IndexOutOfBounds { index: 3, axis: 0, size: 3 }));
+        assert_eq!(normalize_index(&shape, &[i64::MIN, 0]), Err(Error::IndexOutOfBounds { index: i64::MIN, axis: 0, size: 3 }));
+        assert_eq!(normalize_index(&shape, &[1]), Err(Error::IndexArity { expected: 2, got: 1 }));
+        assert!(normalize_index(&[0usize], &[0]).is_err(), "no index is valid on an empty axis");
+    }
+}

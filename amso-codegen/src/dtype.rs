@@ -120,6 +120,12 @@ impl DType {
         syn::parse_str(&self.rust).expect("rust type validated when the spec was parsed")
     }
 
+    /// The path other crates use for this element type: `::amso_runtime::dtypes::float16`.
+    pub fn runtime_path(&self) -> syn::Type {
+        let name = quote::format_ident!("{}", self.name);
+        syn::parse_quote!(::amso_runtime::dtypes::#name)
+    }
+
     /// Name of the bundled Python class for `ndim`: `MemArray3DFloat32`.
     pub fn class_name(&self, ndim: u8) -> String {
         format!("MemArray{ndim}D{}", self.camel())

@@ -18,7 +18,7 @@ pub mod shape;
 #[cfg(feature = "python")]
 pub mod python;
 
-pub use element::{DType, Element, Scalar};
+pub use element::{dtypes, DType, Element, Scalar};
 pub use error::{Error, Result};
 pub use indexer::ArrayIndexer;
 pub use lock::{LockGuard, LockId};

@@ -1,6 +1,7 @@
 //! `ArrayObject`: every `MemArray<T, N>` behind one object-safe trait, so the Python base
 //! class (and the C ABI) carry each method once instead of once per instantiation.
 
+use std::any::Any;
 use std::sync::Arc;
 
 use crate::dlpack::ExportSource;
@@ -49,6 +50,10 @@ pub trait ArrayObject: Send + Sync + 'static {
     unsafe fn copy_from(&mut self, src: *const u8, nbytes: usize, lock: Option<LockId>) -> Result<()>;
     /// Move the current data to `target`.
     fn move_memory(&mut self, target: Device, lock: Option<LockId>) -> Result<()>;
+    /// The concrete `MemArray<T, N>`, for typed fast paths (`downcast_ref`).
+    fn as_any(&self) -> &dyn Any;
+    /// The concrete `MemArray<T, N>`, mutable.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
 impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
@@ -122,6 +127,12 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
     }
     fn move_memory(&mut self, target: Device, lock: Option<LockId>) -> Result<()> {
         MemArray::move_memory(self, target, lock)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
     }
 }
 

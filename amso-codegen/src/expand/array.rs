@@ -82,7 +82,7 @@ pub fn amso_array(args: TokenStream, item: TokenStream, spec: &Spec, spec_path: 
     let class = instantiation_class(dtype, ndim, &names);
     let alias = format_ident!("{}Array", ident);
     let vis = &item.vis;
-    let ty = dtype.rust_type();
+    let ty = dtype.runtime_path();
     let ndim = ndim as usize;
     let alias_doc = format!("The typed Rust array behind the Python class `{python_name}`.");
     Ok(quote! {

@@ -24,7 +24,7 @@ pub struct ClassNames<'a> {
 /// The class, its constructor and its `Instantiation` impl.
 pub fn instantiation_class(dtype: &DType, ndim: u8, names: &ClassNames<'_>) -> TokenStream {
     let ClassNames { ident, vis, attrs, python_name, module } = names;
-    let ty = dtype.rust_type();
+    let ty = dtype.runtime_path();
     let ndim = ndim as usize;
     let module = module.map(|m| quote!(module = #m,));
     let doc = format!("amso `MemArray<{}, {ndim}>` ({}, {ndim}-D) as a Python class.", dtype.rust, dtype.name);

@@ -10,9 +10,29 @@ use crate::Spec;
 /// `impl Element for T` for every dtype, plus a test that each one's default is all-zero bits.
 pub fn element_impls(spec: &Spec) -> TokenStream {
     let impls = spec.dtypes.iter().map(element_impl);
-    let types = spec.dtypes.iter().map(DType::rust_type);
+    let types: Vec<_> = spec.dtypes.iter().map(DType::rust_type).collect();
+    let names: Vec<_> = spec.dtypes.iter().map(|d| quote::format_ident!("{}", d.name)).collect();
+    let hidden: Vec<_> = spec.dtypes.iter().map(|d| quote::format_ident!("__dtype_{}", d.name)).collect();
+    let docs = spec.dtypes.iter().map(|d| format!("`{}`: the element type of dtype {}.", d.rust, d.name));
     quote! {
         #(#impls)*
+
+        // Aliases are declared here, where primitive names are not shadowed (dtype `bool` is
+        // Rust's `bool`), and re-exported under the dtype's name below.
+        #(
+            #[doc(hidden)]
+            #[allow(non_camel_case_types)]
+            pub type #hidden = #types;
+        )*
+
+        /// One alias per dtype of the spec, named as the dtype, so generated code outside this
+        /// crate names element types without depending on the crates that define them.
+        pub mod dtypes {
+            #(
+                #[doc = #docs]
+                pub use super::#hidden as #names;
+            )*
+        }
 
         /// Calls `f` once per element type of the spec.
         #[cfg(test)]

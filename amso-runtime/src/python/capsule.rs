@@ -1,0 +1,73 @@
+//! DLPack capsules: an export wrapped in a PyCapsule named "dltensor" or
+//! "dltensor_versioned". A consumer renames the capsule ("used_...") and then owns the
+//! tensor; the capsule's destructor frees the tensor only if nobody consumed it.
+
+use std::ffi::CStr;
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+use crate::dlpack::{call_deleter, plan_export, DlpackRequest, ManagedTensor, RawManaged};
+use crate::lock::LockId;
+use crate::object::ArrayObject;
+
+const LEGACY: &CStr = c"dltensor";
+const VERSIONED: &CStr = c"dltensor_versioned";
+
+/// Export `array` for a `__dlpack__` call with `request`, presenting `lock`.
+pub fn dlpack_capsule<'py>(
+    py: Python<'py>,
+    array: &dyn ArrayObject,
+    lock: Option<LockId>,
+    request: &DlpackRequest,
+) -> PyResult<Bound<'py, PyAny>> {
+    let plan = plan_export(array.device(), request)?;
+    let source = array.export_source(plan.copy, lock)?;
+    into_capsule(py, ManagedTensor::new(source, plan.format))
+}
+
+/// Hand `tensor` to a new capsule.
+pub fn into_capsule(py: Python<'_>, tensor: ManagedTensor) -> PyResult<Bound<'_, PyAny>> {
+    let raw = tensor.into_raw();
+    let (pointer, name, destructor): (*mut std::ffi::c_void, &CStr, Option<ffi::PyCapsule_Destructor>) = match raw {
+        RawManaged::Legacy(p) => (p.as_ptr().cast(), LEGACY, Some(destroy_legacy)),
+        RawManaged::Versioned(p) => (p.as_ptr().cast(), VERSIONED, Some(destroy_versioned)),
+    };
+    // SAFETY: `pointer` is a live managed tensor; the name is a static C string, as the
+    // capsule keeps the pointer to it.
+    let capsule = unsafe { ffi::PyCapsule_New(pointer, name.as_ptr(), destructor) };
+    if capsule.is_null() {
+        // SAFETY: no capsule took the tensor, so it is still ours to free.
+        unsafe { call_deleter(raw) };
+    }
+    // SAFETY: `capsule` is a new reference or null with an exception set.
+    unsafe { Bound::from_owned_ptr_or_err(py, capsule) }
+}
+
+unsafe extern "C" fn destroy_legacy(capsule: *mut ffi::PyObject) {
+    // SAFETY: called by Python with a live capsule.
+    unsafe { destroy(capsule, LEGACY, |p| RawManaged::Legacy(p.cast())) }
+}
+
+unsafe extern "C" fn destroy_versioned(capsule: *mut ffi::PyObject) {
+    // SAFETY: called by Python with a live capsule.
+    unsafe { destroy(capsule, VERSIONED, |p| RawManaged::Versioned(p.cast())) }
+}
+
+/// # Safety
+/// `capsule` is a live capsule made by `into_capsule` with `name` as its original name.
+unsafe fn destroy(capsule: *mut ffi::PyObject, name: &CStr, raw: fn(std::ptr::NonNull<std::ffi::c_void>) -> RawManaged) {
+    // SAFETY: PyCapsule_IsValid never sets an exception; a renamed ("used_") capsule fails it.
+    if unsafe { ffi::PyCapsule_IsValid(capsule, name.as_ptr()) } != 1 {
+        return;
+    }
+    // SAFETY: the capsule is valid under `name`, so this returns its non-null pointer.
+    let pointer = unsafe { ffi::PyCapsule_GetPointer(capsule, name.as_ptr()) };
+    if let Some(pointer) = std::ptr::NonNull::new(pointer) {
+        let _ = std::panic::catch_unwind(|| {
+            // SAFETY: an unconsumed capsule still owns its tensor; this runs once, at the
+            // capsule's destruction.
+            unsafe { call_deleter(raw(pointer)) }
+        });
+    }
+}

@@ -1,0 +1,189 @@
+//! Conversions at the Python boundary: shapes, indices, scalars and NumPy dtype objects,
+//! each checked once with an error that says what was expected and what arrived.
+
+use pyo3::exceptions::{PyImportError, PyIndexError, PyOverflowError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyComplex, PyDict, PyTuple};
+use pyo3::{intern, Borrowed};
+
+use crate::element::{DType, Scalar};
+use crate::MAX_NDIM;
+
+/// A shape as Python gives it: an integer or a sequence of integers.
+pub struct ShapeArg(pub Vec<i64>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for ShapeArg {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if let Some(dim) = index_like(&obj)? {
+            return Ok(ShapeArg(vec![dim]));
+        }
+        let Ok(iter) = obj.try_iter() else {
+            return Err(PyTypeError::new_err(format!(
+                "shape must be an integer or a sequence of integers, got {}",
+                type_name(&obj)
+            )));
+        };
+        let mut dims = Vec::new();
+        for item in iter {
+            let item = item?;
+            match index_like(&item.as_borrowed())? {
+                Some(dim) => dims.push(dim),
+                None => {
+                    return Err(PyTypeError::new_err(format!(
+                        "shape dimensions must be integers, got {} ({})",
+                        type_name(&item.as_borrowed()),
+                        item.repr().map(|r| r.to_string()).unwrap_or_default()
+                    )))
+                }
+            }
+            if dims.len() > MAX_NDIM {
+                break;
+            }
+        }
+        Ok(ShapeArg(dims))
+    }
+}
+
+fn type_name(obj: &Borrowed<'_, '_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+/// The integer value of an object supporting `__index__` (not bool), `None` for anything else;
+/// integers beyond i64 are an OverflowError.
+fn index_like(obj: &Borrowed<'_, '_, PyAny>) -> PyResult<Option<i64>> {
+    if obj.is_instance_of::<PyBool>() || !obj.hasattr(intern!(obj.py(), "__index__"))? {
+        return Ok(None);
+    }
+    match obj.extract::<i64>() {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => Err(e),
+        Err(_) => Ok(None),
+    }
+}
+
+/// A Python index (`i` or `(i, j, ...)`) as integers; slices and other keys are a TypeError.
+pub fn parse_index(key: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    let unsupported = || {
+        PyTypeError::new_err(format!(
+            "amso arrays take integer indices only, as a[i] or a[i, j, ...], got {}; \
+             for slicing, take a NumPy view with np.from_dlpack(a)",
+            key.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    };
+    let as_index = |item: &Bound<'_, PyAny>| match index_like(&item.as_borrowed()) {
+        Ok(Some(i)) => Ok(i),
+        Ok(None) => Err(unsupported()),
+        Err(_) => Err(PyIndexError::new_err(format!(
+            "index {} does not fit in a 64-bit integer",
+            item.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))),
+    };
+    if let Ok(tuple) = key.cast::<PyTuple>() {
+        tuple.iter().map(|item| as_index(&item)).collect()
+    } else {
+        Ok(vec![as_index(key)?])
+    }
+}
+
+/// A scalar as the Python object NumPy's `.item()` would give.
+pub fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Bound<'_, PyAny>> {
+    Ok(match value {
+        Scalar::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
+        Scalar::Int(i) => i.into_pyobject(py)?.into_any(),
+        Scalar::UInt(u) => u.into_pyobject(py)?.into_any(),
+        Scalar::Float(f) => f.into_pyobject(py)?.into_any(),
+        Scalar::Complex(re, im) => PyComplex::from_doubles(py, re, im).into_any(),
+    })
+}
+
+/// A Python number as a scalar for an element of `dtype`.
+pub fn scalar_from_py(value: &Bound<'_, PyAny>, dtype: &DType) -> PyResult<Scalar> {
+    let py = value.py();
+    if value.is_instance_of::<PyBool>() {
+        return Ok(Scalar::Bool(value.extract()?));
+    }
+    if value.hasattr(intern!(py, "__index__"))? {
+        if let Ok(i) = value.extract::<i64>() {
+            return Ok(Scalar::Int(i));
+        }
+        if let Ok(u) = value.extract::<u64>() {
+            return Ok(Scalar::UInt(u));
+        }
+        return Err(PyOverflowError::new_err(format!(
+            "Python integer {} out of bounds for {}",
+            value.repr()?,
+            dtype.name
+        )));
+    }
+    if is_complex(value)? {
+        let re: f64 = value.getattr(intern!(py, "real"))?.extract()?;
+        let im: f64 = value.getattr(intern!(py, "imag"))?.extract()?;
+        return Ok(Scalar::Complex(re, im));
+    }
+    match value.extract::<f64>() {
+        Ok(f) => Ok(Scalar::Float(f)),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "cannot assign {} to a {} element; expected a number",
+            value.get_type().name()?,
+            dtype.name
+        ))),
+    }
+}
+
+/// Whether `value` is complex and not real (Python complex, numpy.complex64, ...).
+fn is_complex(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if value.is_instance_of::<PyComplex>() {
+        return Ok(true);
+    }
+    static NUMBERS: PyOnceLock<(Py<PyAny>, Py<PyAny>)> = PyOnceLock::new();
+    let py = value.py();
+    let (complex, real) = NUMBERS.get_or_try_init(py, || -> PyResult<_> {
+        let numbers = py.import("numbers")?;
+        Ok((numbers.getattr("Complex")?.unbind(), numbers.getattr("Real")?.unbind()))
+    })?;
+    Ok(value.is_instance(complex.bind(py))? && !value.is_instance(real.bind(py))?)
+}
+
+/// The NumPy module.
+pub fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    NUMPY.import_module(py, "numpy")
+}
+
+/// The NumPy dtype object of `dtype` (cached), importing the module that defines it if NumPy
+/// does not (bfloat16 from ml_dtypes).
+pub fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
+    static CACHE: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+    let cache = CACHE.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
+    if let Some(found) = cache.get_item(dtype.name)? {
+        return Ok(found);
+    }
+    let spec = match dtype.numpy_module {
+        Some(module) => py
+            .import(module)
+            .map_err(|_| {
+                PyImportError::new_err(format!(
+                    "dtype {} comes from the `{module}` package; install it (pip install {module})",
+                    dtype.name
+                ))
+            })?
+            .getattr(dtype.numpy)?,
+        None => dtype.numpy.into_pyobject(py)?.into_any(),
+    };
+    let object = numpy(py)?.getattr(intern!(py, "dtype"))?.call1((spec,))?;
+    cache.set_item(dtype.name, &object)?;
+    Ok(object)
+}
+
+trait ImportModule {
+    fn import_module<'py>(&self, py: Python<'py>, name: &str) -> PyResult<&Bound<'py, PyModule>>;
+}
+
+impl ImportModule for PyOnceLock<Py<PyModule>> {
+    fn import_module<'py>(&self, py: Python<'py>, name: &str) -> PyResult<&Bound<'py, PyModule>> {
+        self.get_or_try_init(py, || py.import(name).map(Bound::unbind)).map(|m| m.bind(py))
+    }
+}

@@ -1,0 +1,68 @@
+//! PyO3 glue the generated classes delegate to: one type-erased base class carrying every
+//! Python method, the DLPack context manager, and the helpers each thin subclass calls.
+
+mod base;
+mod capsule;
+mod context;
+mod convert;
+mod error;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyModule};
+use pyo3::{PyClass, PyClassInitializer, PyTypeInfo};
+
+pub use base::MemArrayBase;
+pub use capsule::dlpack_capsule;
+pub use context::DLPackContext;
+pub use convert::ShapeArg;
+
+use crate::element::Element;
+use crate::memarray::{ArrayOptions, MemArray};
+
+/// What a generated class says about itself: its element type and ndim.
+pub trait Instantiation: PyClass<BaseType = MemArrayBase> + PyTypeInfo {
+    /// Element type.
+    type Element: Element;
+    /// Number of dimensions.
+    const NDIM: usize;
+}
+
+/// The base-class part of a new `MemArray<T, N>` instance; generated constructors add their
+/// (empty) subclass to it.
+pub fn new_base<T: Element, const N: usize>(
+    shape: ShapeArg,
+    device_id: i32,
+    readonly: bool,
+) -> PyResult<PyClassInitializer<MemArrayBase>> {
+    let array = MemArray::<T, N>::from_dims(&shape.0, ArrayOptions { device_id, readonly })?;
+    Ok(PyClassInitializer::from(MemArrayBase::new(Box::new(array))))
+}
+
+/// Name of the module attribute holding the `(dtype name, ndim) -> class` dispatch map.
+pub const DISPATCH_ATTR: &str = "__amso_dispatch__";
+
+/// Add class `C` to `module` and its entry to the module's dispatch map.
+pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<C>()?;
+    let py = module.py();
+    let dispatch = match module.getattr(DISPATCH_ATTR) {
+        Ok(existing) => existing.cast_into::<PyDict>()?,
+        Err(_) => {
+            let created = PyDict::new(py);
+            module.add(DISPATCH_ATTR, &created)?;
+            created
+        }
+    };
+    dispatch.set_item((C::Element::DTYPE.name, C::NDIM), C::type_object(py))
+}
+
+/// Add the shared classes (the base class and the DLPack context) and constants to `module`.
+pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<MemArrayBase>()?;
+    module.add_class::<DLPackContext>()?;
+    module.add("MAX_NDIM", crate::MAX_NDIM)?;
+    if module.getattr(DISPATCH_ATTR).is_err() {
+        module.add(DISPATCH_ATTR, PyDict::new(module.py()))?;
+    }
+    Ok(())
+}

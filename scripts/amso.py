@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""amso's two commands, for a fresh machine with only Rust and Python 3.
+
+    python3 scripts/amso.py main   # build from the spec, install into .venv, run the quickstart
+    python3 scripts/amso.py test   # every check and test: format, lint, staleness, Rust, UI, Python
+
+Both make (or reuse) a virtual environment in .venv with what they need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+REQUIREMENTS = ["maturin>=1.9,<2", "numpy>=1.26", "pytest>=8", "ml_dtypes>=0.4"]
+EXTENSIONS = [ROOT / "amso-python" / "Cargo.toml", ROOT / "examples" / "rust" / "user-crate" / "Cargo.toml"]
+
+
+def venv_bin(name: str) -> Path:
+    return VENV / ("Scripts" if os.name == "nt" else "bin") / name
+
+
+def run(*command: object, env: dict[str, str] | None = None) -> None:
+    shown = " ".join(str(part) for part in command)
+    print(f"\n$ {shown}", flush=True)
+    started = time.monotonic()
+    result = subprocess.run([str(part) for part in command], cwd=ROOT, env=env)
+    if result.returncode != 0:
+        sys.exit(f"amso: `{shown}` failed with exit code {result.returncode}")
+    print(f"  ({time.monotonic() - started:.1f} s)", flush=True)
+
+
+def venv_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["VIRTUAL_ENV"] = str(VENV)
+    env["PATH"] = f"{venv_bin('python').parent}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("PYTHONHOME", None)
+    return env
+
+
+def ensure_venv() -> None:
+    """Create .venv with maturin, numpy, pytest and ml_dtypes unless it already has them."""
+    marker = VENV / ".amso-requirements"
+    wanted = "\n".join(REQUIREMENTS)
+    if venv_bin("python").exists() and marker.exists() and marker.read_text() == wanted:
+        return
+    if not venv_bin("python").exists():
+        run(sys.executable, "-m", "venv", VENV)
+    run(venv_bin("python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *REQUIREMENTS)
+    marker.write_text(wanted)
+
+
+def cargo(*args: str) -> None:
+    if shutil.which("cargo") is None:
+        sys.exit("amso: cargo not found; install Rust (https://rustup.rs) first")
+    run("cargo", *args)
+
+
+def generate(check: bool) -> None:
+    """Write generated/ from specs/types.yaml (or, with check, fail if it is stale)."""
+    cargo("run", "--quiet", "-p", "amso-codegen", "--bin", "amso-generate", "--", *(["--check"] if check else []))
+
+
+def build_extensions() -> None:
+    """Build and install the bundled module and the user-crate example into .venv."""
+    for manifest in EXTENSIONS:
+        run(venv_bin("python"), "-m", "maturin", "develop", "--release", "--quiet", "-m", manifest, env=venv_env())
+
+
+def quickstart() -> None:
+    run(venv_bin("python"), ROOT / "examples" / "python" / "quickstart.py", env=venv_env())
+
+
+def main_job() -> None:
+    ensure_venv()
+    generate(check=False)
+    build_extensions()
+    quickstart()
+
+
+def test_job() -> None:
+    ensure_venv()
+    cargo("fmt", "--all", "--", "--check")
+    generate(check=True)
+    cargo("clippy", "--workspace", "--all-targets", "--", "-D", "warnings")
+    cargo("test", "--workspace")
+    build_extensions()
+    quickstart()
+    run(venv_bin("python"), "-m", "pytest", "-q", "tests/python", env=venv_env())
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("job", choices=["main", "test", "generate"], help="what to run")
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    job = parse_args().job
+    {"main": main_job, "test": test_job, "generate": lambda: generate(check=False)}[job]()
+    print(f"\namso: {job} done")

@@ -280,6 +280,12 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         Ok(self.host.as_ptr())
     }
 
+    /// How many exports (DLPack tensors and the views made from them) still hold the host
+    /// memory; they keep it alive after the array is dropped.
+    pub fn export_count(&self) -> usize {
+        Arc::strong_count(&self.host) - 1
+    }
+
     /// The shared host allocation, kept alive by exports.
     pub(crate) fn host_buffer(&self) -> &Arc<HostBuffer<T>> {
         &self.host

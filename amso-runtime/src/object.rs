@@ -28,6 +28,8 @@ pub trait ArrayObject: Send + Sync + 'static {
     fn readonly(&self) -> bool;
     /// The holder of the lock, if any.
     fn lock_id(&self) -> Option<LockId>;
+    /// How many exports (DLPack tensors, views) still hold the array's memory.
+    fn export_count(&self) -> usize;
     /// Lock with `id`.
     fn enter(&mut self, id: LockId) -> Result<()>;
     /// Unlock `id`.
@@ -77,6 +79,9 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
     }
     fn lock_id(&self) -> Option<LockId> {
         MemArray::lock_id(self)
+    }
+    fn export_count(&self) -> usize {
+        MemArray::export_count(self)
     }
     fn enter(&mut self, id: LockId) -> Result<()> {
         MemArray::enter(self, id)

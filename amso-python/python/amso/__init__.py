@@ -38,8 +38,12 @@ def _dtype_name(dtype: Any) -> str:
 
 
 def _ndim(shape: Sequence[SupportsIndex] | SupportsIndex) -> int:
-    if hasattr(shape, "__index__") and not isinstance(shape, bool):
-        return 1
+    if not isinstance(shape, bool):
+        try:
+            operator.index(shape)
+            return 1
+        except TypeError:
+            pass
     try:
         return len(shape)  # type: ignore[arg-type]
     except TypeError:

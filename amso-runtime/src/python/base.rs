@@ -123,6 +123,12 @@ impl MemArrayBase {
         self.array.lock_id().is_some()
     }
 
+    /// How many DLPack exports (capsules and the views made from them) hold the memory.
+    #[getter]
+    fn export_count(&self) -> usize {
+        self.array.export_count()
+    }
+
     /// Whether writes are refused.
     #[getter]
     fn readonly(&self) -> bool {

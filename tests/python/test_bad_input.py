@@ -1,0 +1,118 @@
+"""Bad input gets a specific exception with a message that says what to do, and never a crash."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import amso
+
+
+@pytest.mark.parametrize(
+    "shape, error, message",
+    [
+        ((2, -3), ValueError, "negative dimension -3 on axis 1"),
+        ((2.5, 3), TypeError, "must be integers"),
+        (("3",), TypeError, "must be integers"),
+        ((True, 2), TypeError, "must be integers"),
+        (None, TypeError, "sequence of integers"),
+        ((2**62, 2**62), ValueError, "too big"),
+        ((2**70,), OverflowError, "too large|does not fit"),
+        ((2**40,), MemoryError, "cannot allocate"),
+    ],
+)
+def test_bad_shapes(shape, error, message):
+    with pytest.raises(error, match=message):
+        amso.MemArray(shape, np.float64)
+
+
+def test_unknown_and_uncompiled_dtypes():
+    with pytest.raises(TypeError, match="unknown dtype 'float17'"):
+        amso.MemArray((2,), "float17")
+    with pytest.raises(TypeError) as info:
+        amso.MemArray((2, 2, 2, 2), np.float16)
+    message = str(info.value)
+    assert "float16 with ndim 4" in message
+    assert "(float32, 3)" in message and "specs/types.yaml" in message
+    with pytest.raises(TypeError, match="dtype object with ndim 1"):
+        amso.MemArray(3, object)
+    with pytest.raises(TypeError, match="ndim 0"):
+        amso.MemArray((), np.float32)
+
+
+def test_bad_device_ids_and_types():
+    with pytest.raises(ValueError, match="device_id must be >= 0"):
+        amso.MemArray(2, np.float32, device_id=-1)
+    a = amso.MemArray(2, np.float32)
+    with pytest.raises(ValueError, match="unsupported device type 8"):
+        a.move_memory(8)
+    with pytest.raises(ValueError, match="device id 0 only"):
+        a.move_memory(amso.dlpack.kDLCPU, 3)
+    with pytest.raises(RuntimeError, match="kDLCUDA"):
+        a.move_memory(amso.dlpack.kDLCUDA)
+    with pytest.raises(RuntimeError, match="kDLCUDA"):
+        a.get_dlpack(amso.dlpack.kDLCUDA)
+    assert not a.on_device and not a.locked
+
+
+@pytest.mark.parametrize(
+    "key, error, message",
+    [
+        ((0,), IndexError, "expected 2 indices"),
+        ((0, 0, 0), IndexError, "expected 2 indices"),
+        ((2, 0), IndexError, "index 2 is out of bounds for axis 0 with size 2"),
+        ((0, -4), IndexError, "index -4 is out of bounds for axis 1 with size 3"),
+        ((slice(None), 0), TypeError, "integer indices only"),
+        ((0.0, 1), TypeError, "integer indices only"),
+        ((True, 1), TypeError, "integer indices only"),
+        ((Ellipsis,), TypeError, "integer indices only"),
+        ((2**70, 0), IndexError, "does not fit"),
+        ("0", TypeError, "integer indices only"),
+    ],
+)
+def test_bad_indices(key, error, message):
+    a = amso.MemArray((2, 3), np.float32)
+    with pytest.raises(error, match=message):
+        a[key]
+    with pytest.raises(error, match=message):
+        a[key] = 1.0
+
+
+@pytest.mark.parametrize(
+    "dtype, value, error, message",
+    [
+        (np.int32, 2**31, OverflowError, "out of bounds for int32"),
+        (np.uint8, -1, OverflowError, "out of bounds for uint8"),
+        (np.int64, 2**64, OverflowError, "out of bounds for int64"),
+        (np.int32, float("nan"), OverflowError, "cannot convert float NaN"),
+        (np.float32, 1 + 2j, TypeError, "complex value"),
+        (np.int32, 1j, TypeError, "complex value"),
+        (np.float64, "1.0", TypeError, "expected a number"),
+        (np.float64, None, TypeError, "expected a number"),
+    ],
+)
+def test_bad_values_keep_the_old_value(dtype, value, error, message):
+    a = amso.MemArray((1, 1) if dtype == np.uint8 else 1, dtype)
+    index = (0, 0) if dtype == np.uint8 else 0
+    a[index] = 1
+    with pytest.raises(error, match=message):
+        a[index] = value
+    assert a[index] == 1
+
+
+def test_capsule_from_another_library_is_not_array_data():
+    foreign = np.arange(3.0).__dlpack__()
+    a = amso.MemArray(3, np.float64)
+    with pytest.raises((TypeError, ValueError)):
+        a.read_numpy_array(foreign)
+    assert a.to_numpy().tolist() == [0.0, 0.0, 0.0]
+
+
+def test_constructor_arguments_are_checked():
+    with pytest.raises(TypeError):
+        amso.MemArray((2,), np.float32, device_id="0")
+    with pytest.raises(TypeError):
+        amso.MemArray((2,), np.float32, 0, True)  # readonly is keyword-only
+    cls = amso.class_for((2, 2), np.float32)
+    with pytest.raises(ValueError, match="expected 2 dimensions"):
+        cls((2, 2, 2))

@@ -1,0 +1,124 @@
+"""Creation, properties and item access for every compiled (dtype, ndim), against NumPy."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from conftest import COMPILED, np_dtype, sample
+
+import amso
+
+
+def test_every_compiled_pair_is_in_the_dispatch_map_and_stubs():
+    from pathlib import Path
+
+    stubs = (Path(amso.__file__).parent / "_amso.pyi").read_text()
+    assert len(COMPILED) >= 12
+    for name, ndim in COMPILED:
+        cls = amso.class_for((1,) * ndim, name)
+        assert issubclass(cls, amso.MemArrayBase)
+        assert f"class {cls.__name__}(MemArrayBase)" in stubs
+
+
+def test_amso_set_is_compiled():
+    for name in ["int32", "int64", "float32", "float64"]:
+        for ndim in (1, 2, 3):
+            assert (name, ndim) in COMPILED
+
+
+def test_create_matches_numpy_zeros(case):
+    name, shape = case
+    a = amso.MemArray(shape, np_dtype(name))
+    expected = np.zeros(shape, np_dtype(name))
+    assert isinstance(a, amso.MemArray)
+    assert a.shape == expected.shape
+    assert a.ndim == expected.ndim
+    assert a.size == expected.size
+    assert a.nbytes == expected.nbytes
+    assert a.itemsize == expected.itemsize
+    assert a.dtype == expected.dtype
+    assert (a.device_id, a.on_device, a.locked, a.readonly) == (0, False, False, False)
+    np.testing.assert_array_equal(a.to_numpy(), expected)
+
+
+def test_default_dtype_is_float64_and_int_shapes_work():
+    a = amso.MemArray(5)
+    assert (a.dtype, a.shape) == (np.dtype(np.float64), (5,))
+    assert amso.MemArray(np.array([2, 3]), "int32").shape == (2, 3)
+    assert amso.MemArray([np.int64(2)], float).dtype == np.float64
+
+
+def test_item_get_and_set_match_numpy(case):
+    name, shape = case
+    a = amso.MemArray(shape, np_dtype(name))
+    if 0 in shape:
+        with pytest.raises(IndexError, match="out of bounds"):
+            a[(0,) * len(shape)]
+        return
+    reference = sample(name, shape)
+    for index in itertools.islice(np.ndindex(*shape), 40):
+        a[index] = reference[index].item()
+    for index in itertools.islice(np.ndindex(*shape), 40):
+        expected = reference[index].item()
+        got = a[index]
+        assert got == expected and type(got) is type(expected), (index, got, expected)
+
+
+def test_negative_indices_and_one_d_integer_keys():
+    a = amso.MemArray((3, 4), np.int64)
+    a[-1, -1] = 7
+    a[0, -4] = 3
+    assert a.to_numpy()[2, 3] == 7 and a.to_numpy()[0, 0] == 3
+    b = amso.MemArray(3, np.int32)
+    b[np.int64(-1)] = 9
+    assert b[2] == 9 and len(b) == 3
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(True, 1), (2.9, 2), (-2.9, -2), (np.float32(5.5), 5), (np.uint8(200), 200)],
+)
+def test_assignment_casts_like_numpy(value, expected):
+    a = amso.MemArray(1, np.int32)
+    reference = np.zeros(1, np.int32)
+    a[0] = value
+    reference[0] = value
+    assert a[0] == reference[0] == expected
+
+
+def test_float_and_complex_assignment():
+    f = amso.MemArray(2, np.float32)
+    f[0] = 1e300
+    assert f[0] == np.inf
+    c = amso.MemArray((1, 1), np.complex64)
+    c[0, 0] = 1.5 - 2j
+    assert c[0, 0] == 1.5 - 2j
+    c[0, 0] = np.complex64(3 + 4j)
+    assert c[0, 0] == 3 + 4j
+    b = amso.MemArray(1, bool)
+    b[0] = 5
+    assert b[0] is True
+
+
+def test_repr_says_what_the_array_is():
+    a = amso.MemArray((2, 3), np.float32, readonly=True)
+    assert repr(a) == "MemArray2DFloat32(shape=(2, 3), dtype=float32, device='cpu', readonly=True)"
+
+
+def test_readonly_arrays_refuse_writes_and_keep_data():
+    a = amso.MemArray(3, np.float64, readonly=True)
+    with pytest.raises(ValueError, match="read-only"):
+        a[0] = 1.0
+    with pytest.raises(ValueError, match="read-only"):
+        a.read_numpy_array(np.ones(3))
+    np.testing.assert_array_equal(a.to_numpy(), np.zeros(3))
+
+
+def test_move_memory_to_host_is_a_no_op():
+    a = amso.MemArray(3, np.float64)
+    a[1] = 2.0
+    a.move_memory(amso.dlpack.kDLCPU)
+    assert a[1] == 2.0 and not a.on_device
+    assert a.__dlpack_device__() == (amso.dlpack.kDLCPU, 0)

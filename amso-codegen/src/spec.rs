@@ -88,16 +88,14 @@ impl Spec {
     /// The element type whose name or Rust type is `name` (`float32` or `f32`).
     pub fn dtype_by_name_or_rust(&self, name: &str) -> Option<&DType> {
         let compact: String = name.chars().filter(|c| !c.is_whitespace()).collect();
-        self.dtypes.iter().find(|d| {
-            d.name == name || d.rust.chars().filter(|c| !c.is_whitespace()).collect::<String>() == compact
-        })
+        self.dtypes
+            .iter()
+            .find(|d| d.name == name || d.rust.chars().filter(|c| !c.is_whitespace()).collect::<String>() == compact)
     }
 
     /// Each instantiation with its element type, in file order.
     pub fn instances(&self) -> impl Iterator<Item = (&DType, u8)> + '_ {
-        self.instantiations
-            .iter()
-            .map(|inst| (self.dtype(&inst.dtype).expect("validated"), inst.ndim))
+        self.instantiations.iter().map(|inst| (self.dtype(&inst.dtype).expect("validated"), inst.ndim))
     }
 
     /// The dtype names, comma-separated, for error messages.
@@ -129,9 +127,7 @@ fn known_dtype_names(text: &str) -> Vec<String> {
         .get("dtypes")
         .and_then(|d| d.as_sequence())
         .map(|seq| {
-            seq.iter()
-                .filter_map(|entry| entry.get("name").and_then(|n| n.as_str()).map(String::from))
-                .collect()
+            seq.iter().filter_map(|entry| entry.get("name").and_then(|n| n.as_str()).map(String::from)).collect()
         })
         .unwrap_or_default()
 }
@@ -238,9 +234,7 @@ impl<'de> Deserialize<'de> for DTypeName {
             if valid {
                 Ok(())
             } else {
-                Err(format!(
-                    "dtype name `{name}` must be lowercase letters, digits and `_`, starting with a letter"
-                ))
+                Err(format!("dtype name `{name}` must be lowercase letters, digits and `_`, starting with a letter"))
             }
         })?;
         check(|ctx| {

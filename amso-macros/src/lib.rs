@@ -11,9 +11,7 @@ use proc_macro::TokenStream;
 pub fn amso_array(args: TokenStream, item: TokenStream) -> TokenStream {
     let expanded = amso_codegen::bundled_spec()
         .map_err(|e| spec_error(&e))
-        .and_then(|spec| {
-            amso_codegen::expand::array::amso_array(args.into(), item.into(), &spec, amso_codegen::BUNDLED_SPEC_PATH)
-        });
+        .and_then(|spec| amso_codegen::expand::array::amso_array(args.into(), item.into(), &spec, &spec_path()));
     expanded.unwrap_or_else(syn::Error::into_compile_error).into()
 }
 
@@ -28,6 +26,12 @@ pub fn amso_spec_classes(input: TokenStream) -> TokenStream {
             .map_err(|e| spec_error(&e)),
     };
     expanded.unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
+/// The bundled spec's path as users read it (without `..`).
+fn spec_path() -> String {
+    let path = std::path::Path::new(amso_codegen::BUNDLED_SPEC_PATH);
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string()
 }
 
 fn spec_error(error: &amso_codegen::SpecError) -> syn::Error {

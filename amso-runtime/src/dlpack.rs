@@ -7,7 +7,9 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use dlpark::ffi::{DLDataType, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use dlpark::ffi::{
+    DLDataType, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
+};
 use dlpark::DlpackFlags;
 
 use crate::error::{Error, Result};
@@ -61,13 +63,15 @@ pub fn plan_export(current: Device, request: &DlpackRequest) -> Result<ExportPla
         let target = match DeviceType::from_dlpack(device_type) {
             Ok(DeviceType::Cpu) if device_id == 0 => Device::CPU,
             Ok(DeviceType::Cpu) => {
-                return Err(Error::ExportRefused(format!("kDLCPU has device id 0 only, got dl_device=({device_type}, {device_id})")))
+                return Err(Error::ExportRefused(format!(
+                    "kDLCPU has device id 0 only, got dl_device=({device_type}, {device_id})"
+                )))
             }
             Ok(DeviceType::Cuda) => Device { device_type: DeviceType::Cuda, id: device_id },
             Err(_) => {
                 return Err(Error::ExportRefused(format!(
-                    "cannot export to dl_device=({device_type}, {device_id}): amso exports to kDLCPU (1) and kDLCUDA (2)"
-                )))
+                "cannot export to dl_device=({device_type}, {device_id}): amso exports to kDLCPU (1) and kDLCUDA (2)"
+            )))
             }
         };
         if target != current {
@@ -144,7 +148,11 @@ impl ManagedTensor {
         let tensor = dl_tensor(&source);
         let raw = match format {
             Format::Legacy => {
-                let managed = DLManagedTensor { dl_tensor: tensor, manager_ctx: std::ptr::null_mut(), deleter: Some(delete_exported::<DLManagedTensor>) };
+                let managed = DLManagedTensor {
+                    dl_tensor: tensor,
+                    manager_ctx: std::ptr::null_mut(),
+                    deleter: Some(delete_exported::<DLManagedTensor>),
+                };
                 RawManaged::Legacy(boxed(managed, &source, |m| &mut m.dl_tensor, |m, ctx| m.manager_ctx = ctx))
             }
             Format::Versioned(version) => {
@@ -220,7 +228,8 @@ fn boxed<M>(
     tensor: fn(&mut M) -> &mut DLTensor,
     set_ctx: fn(&mut M, *mut c_void),
 ) -> NonNull<M> {
-    let mut exported = Box::new(Exported { managed, shape: source.shape, strides: [0; MAX_NDIM], owner: Arc::clone(&source.owner) });
+    let mut exported =
+        Box::new(Exported { managed, shape: source.shape, strides: [0; MAX_NDIM], owner: Arc::clone(&source.owner) });
     // C-order strides in elements; DLPack >= 1.2 asks producers not to leave them NULL.
     let mut stride = 1i64;
     for axis in (0..source.ndim).rev() {

@@ -33,11 +33,7 @@ impl DType {
 
     /// As DLPack's `DLDataType`.
     pub const fn dl_data_type(&self) -> dlpark::ffi::DLDataType {
-        dlpark::ffi::DLDataType {
-            code: dlpark::ffi::DLDataTypeCode(self.code),
-            bits: self.bits,
-            lanes: self.lanes,
-        }
+        dlpark::ffi::DLDataType { code: dlpark::ffi::DLDataTypeCode(self.code), bits: self.bits, lanes: self.lanes }
     }
 }
 
@@ -131,7 +127,8 @@ pub mod scalar {
     }
 
     fn integer<T: FromPrimitive>(value: Scalar, dtype: &DType) -> Result<T> {
-        let out_of_bounds = |shown: String| Error::ValueOutOfRange(format!("Python integer {shown} out of bounds for {}", dtype.name));
+        let out_of_bounds =
+            |shown: String| Error::ValueOutOfRange(format!("Python integer {shown} out of bounds for {}", dtype.name));
         match value {
             Scalar::Bool(b) => T::from_u8(b as u8).ok_or_else(|| out_of_bounds((b as u8).to_string())),
             Scalar::Int(i) => T::from_i64(i).ok_or_else(|| out_of_bounds(i.to_string())),
@@ -141,7 +138,9 @@ pub mod scalar {
                 T::from_f64(truncated).ok_or_else(|| out_of_bounds(format!("{truncated}")))
             }
             Scalar::Float(f) => Err(Error::ValueOutOfRange(format!("cannot convert float {f} to integer"))),
-            Scalar::Complex(..) => Err(Error::WrongValueType(format!("cannot assign a complex value to an {} element", dtype.name))),
+            Scalar::Complex(..) => {
+                Err(Error::WrongValueType(format!("cannot assign a complex value to an {} element", dtype.name)))
+            }
         }
     }
 
@@ -190,7 +189,18 @@ pub mod scalar {
     }
 }
 
-include!(concat!(env!("OUT_DIR"), "/element_impls.rs"));
+// SAFETY (every `unsafe impl Element` in the generated file): each impl is followed by a
+// compile-time assertion that the spec's bits x lanes equal the Rust type's size, and every
+// kind the spec accepts (bool, integers, IEEE and bfloat floats, complex) has all-zero bits as
+// its default, which `every_element_defaults_to_zero_bits_and_matches_its_size` checks.
+#[allow(clippy::undocumented_unsafe_blocks)]
+mod generated {
+    include!(concat!(env!("OUT_DIR"), "/element_impls.rs"));
+}
+
+pub use generated::dtypes;
+#[cfg(test)]
+use generated::for_each_element;
 
 #[cfg(test)]
 mod tests {

@@ -49,7 +49,8 @@ impl<T: Element> HostBuffer<T> {
     }
 
     fn layout(len: usize) -> Result<Layout> {
-        let too_large = || Error::TooLarge { shape: vec![len as u64], itemsize: size_of::<T>(), max: isize::MAX as usize };
+        let too_large =
+            || Error::TooLarge { shape: vec![len as u64], itemsize: size_of::<T>(), max: isize::MAX as usize };
         let bytes = len.checked_mul(size_of::<T>()).ok_or_else(too_large)?;
         Layout::from_size_align(bytes, HOST_ALIGNMENT.max(align_of::<T>())).map_err(|_| too_large())
     }
@@ -76,7 +77,8 @@ impl<T> Drop for HostBuffer<T> {
         if bytes == 0 {
             return;
         }
-        let layout = Layout::from_size_align(bytes, HOST_ALIGNMENT.max(align_of::<T>())).expect("layout was valid at allocation");
+        let layout = Layout::from_size_align(bytes, HOST_ALIGNMENT.max(align_of::<T>()))
+            .expect("layout was valid at allocation");
         // SAFETY: allocated in `zeroed` with this exact layout and not freed before.
         unsafe { dealloc(self.ptr.as_ptr().cast(), layout) };
     }

@@ -7,12 +7,17 @@ use crate::error::{Error, Result};
 /// count, none negative, and a byte size that fits in `isize::MAX`.
 pub fn checked_shape<const N: usize>(dims: &[i64], itemsize: usize) -> Result<[usize; N]> {
     if dims.len() != N {
-        return Err(Error::InvalidShape(format!("expected {N} dimensions for a {N}-D array, got {} ({dims:?})", dims.len())));
+        return Err(Error::InvalidShape(format!(
+            "expected {N} dimensions for a {N}-D array, got {} ({dims:?})",
+            dims.len()
+        )));
     }
     let mut shape = [0usize; N];
     for (axis, (&dim, slot)) in dims.iter().zip(shape.iter_mut()).enumerate() {
         if dim < 0 {
-            return Err(Error::InvalidShape(format!("negative dimension {dim} on axis {axis}; dimensions must be >= 0")));
+            return Err(Error::InvalidShape(format!(
+                "negative dimension {dim} on axis {axis}; dimensions must be >= 0"
+            )));
         }
         *slot = usize::try_from(dim).map_err(|_| too_large(dims, itemsize))?;
     }
@@ -92,8 +97,12 @@ mod tests {
     #[test]
     fn shapes_are_checked() {
         assert_eq!(checked_shape::<3>(&[2, 0, 4], 4), Ok([2, 0, 4]));
-        assert!(matches!(checked_shape::<2>(&[2, 3, 4], 4), Err(Error::InvalidShape(m)) if m.contains("expected 2 dimensions")));
-        assert!(matches!(checked_shape::<2>(&[2, -3], 4), Err(Error::InvalidShape(m)) if m.contains("negative dimension -3 on axis 1")));
+        assert!(
+            matches!(checked_shape::<2>(&[2, 3, 4], 4), Err(Error::InvalidShape(m)) if m.contains("expected 2 dimensions"))
+        );
+        assert!(
+            matches!(checked_shape::<2>(&[2, -3], 4), Err(Error::InvalidShape(m)) if m.contains("negative dimension -3 on axis 1"))
+        );
         assert!(matches!(checked_shape::<2>(&[1 << 40, 1 << 40], 8), Err(Error::TooLarge { .. })));
         assert!(matches!(checked_shape::<1>(&[i64::MAX], 2), Err(Error::TooLarge { .. })));
         // Zero-size arrays never overflow, however large the other dimensions.
@@ -118,7 +127,10 @@ mod tests {
         assert_eq!(normalize_index(&shape, &[-1, -5]), Ok([2, 0]));
         assert_eq!(normalize_index(&shape, &[0, -6]), Err(Error::IndexOutOfBounds { index: -6, axis: 1, size: 5 }));
         assert_eq!(normalize_index(&shape, &[3, 0]), Err(Error::IndexOutOfBounds { index: 3, axis: 0, size: 3 }));
-        assert_eq!(normalize_index(&shape, &[i64::MIN, 0]), Err(Error::IndexOutOfBounds { index: i64::MIN, axis: 0, size: 3 }));
+        assert_eq!(
+            normalize_index(&shape, &[i64::MIN, 0]),
+            Err(Error::IndexOutOfBounds { index: i64::MIN, axis: 0, size: 3 })
+        );
         assert_eq!(normalize_index(&shape, &[1]), Err(Error::IndexArity { expected: 2, got: 1 }));
         assert!(normalize_index(&[0usize], &[0]).is_err(), "no index is valid on an empty axis");
     }

@@ -45,7 +45,9 @@ fn main() -> ExitCode {
                 println!("{} {}", if check { "stale:" } else { "wrote:" }, path.display());
             }
             if check {
-                eprintln!("amso-generate: generated files are stale; run `cargo run -p amso-codegen --bin amso-generate`");
+                eprintln!(
+                    "amso-generate: generated files are stale; run `cargo run -p amso-codegen --bin amso-generate`"
+                );
                 ExitCode::FAILURE
             } else {
                 ExitCode::SUCCESS

@@ -35,9 +35,8 @@ impl Parse for ArrayArgs {
 /// Expand `#[amso_array(args)] item` against `spec` (read from `spec_path`).
 pub fn amso_array(args: TokenStream, item: TokenStream, spec: &Spec, spec_path: &str) -> syn::Result<TokenStream> {
     let args: ArrayArgs = syn::parse2(args)?;
-    let item: ItemStruct = syn::parse2(item).map_err(|e| {
-        syn::Error::new(e.span(), "#[amso_array] goes on a unit struct, e.g. `pub struct Density;`")
-    })?;
+    let item: ItemStruct = syn::parse2(item)
+        .map_err(|e| syn::Error::new(e.span(), "#[amso_array] goes on a unit struct, e.g. `pub struct Density;`"))?;
     let mut errors: Vec<syn::Error> = Vec::new();
 
     let written = args.dtype_string();

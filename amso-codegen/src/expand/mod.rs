@@ -4,3 +4,6 @@ pub mod array;
 pub mod dispatch;
 pub mod pyclass;
 pub mod traits;
+
+#[cfg(test)]
+mod tests;

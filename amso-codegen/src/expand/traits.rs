@@ -69,9 +69,6 @@ fn element_impl(dtype: &DType) -> TokenStream {
         dtype.rust
     );
     quote! {
-        // SAFETY: the assertion below checks that the spec's size matches the Rust type, and every
-        // kind the spec allows (bool, integers, IEEE and bfloat floats, complex) has zero bits
-        // as its default; `for_each_element` tests that.
         unsafe impl crate::element::Element for #ty {
             const DTYPE: crate::element::DType = crate::element::DType {
                 name: #name,

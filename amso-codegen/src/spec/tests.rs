@@ -19,8 +19,21 @@ fn bundled_spec_is_valid_and_has_the_amso_set() {
     }
     let names: Vec<_> = spec.dtypes.iter().map(|d| d.name.as_str()).collect();
     for expected in [
-        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
-        "float32", "float64", "complex64", "complex128",
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
     ] {
         assert!(names.contains(&expected), "{expected} missing from the dtype table");
     }
@@ -47,7 +60,10 @@ fn unknown_dtype_points_at_the_name() {
 fn ndim_out_of_range_is_reported_for_each_value() {
     let err = parse("  - {dtype: float32, ndim: [0, 2, 9]}\n").unwrap_err();
     assert_eq!(err.messages.len(), 2, "{err}");
-    assert!(err.messages[0].starts_with("t.yaml:5:28: instantiations[0].ndim:") && err.messages[0].contains("ndim 0"), "{err}");
+    assert!(
+        err.messages[0].starts_with("t.yaml:5:28: instantiations[0].ndim:") && err.messages[0].contains("ndim 0"),
+        "{err}"
+    );
     assert!(err.messages[1].starts_with("t.yaml:5:28:") && err.messages[1].contains("ndim 9"), "{err}");
 }
 
@@ -63,7 +79,10 @@ fn duplicate_instantiation_is_an_error() {
 fn duplicate_dtype_is_an_error() {
     let text = format!("{DTYPES}  - {{name: int64, rust: i64, code: kDLInt, bits: 64, lanes: 1, numpy: int64, c: x}}\ninstantiations: []\n");
     let err = Spec::parse(&text, "t.yaml").unwrap_err();
-    assert!(err.messages[0].starts_with("t.yaml:4:5: dtypes[2]") && err.messages[0].contains("duplicate dtype `int64`"), "{err}");
+    assert!(
+        err.messages[0].starts_with("t.yaml:4:5: dtypes[2]") && err.messages[0].contains("duplicate dtype `int64`"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -75,7 +94,9 @@ instantiations:
 ";
     let err = Spec::parse(text, "t.yaml").unwrap_err();
     let all = err.to_string();
-    for needle in ["dtype name `Bad`", "not a Rust type", "bits must be", "lanes must be", "unknown dtype `nope`", "ndim 11"] {
+    for needle in
+        ["dtype name `Bad`", "not a Rust type", "bits must be", "lanes must be", "unknown dtype `nope`", "ndim 11"]
+    {
         assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
     }
     assert_eq!(err.messages.len(), 6, "{all}");

@@ -61,7 +61,10 @@ fn managed_tensor_describes_the_array_and_holds_it() {
 #[test]
 fn export_outlives_the_array_and_copies_are_private() {
     let mut a = MemArray::<f64, 1>::from_slice([3], &[1.0, 2.0, 3.0]).unwrap();
-    let copy = ManagedTensor::new(a.export_source(true, None).unwrap(), Format::Versioned(DLPackVersion { major: 1, minor: 3 }));
+    let copy = ManagedTensor::new(
+        a.export_source(true, None).unwrap(),
+        Format::Versioned(DLPackVersion { major: 1, minor: 3 }),
+    );
     let view = ManagedTensor::new(a.export_source(false, None).unwrap(), Format::Legacy);
     a.write([0], 10.0, None).unwrap();
     drop(a);
@@ -79,7 +82,10 @@ fn export_outlives_the_array_and_copies_are_private() {
 #[test]
 fn readonly_flag_and_locked_export() {
     let a = MemArray::<u8, 1>::with_options([4], crate::ArrayOptions { device_id: 0, readonly: true }).unwrap();
-    let tensor = ManagedTensor::new(a.export_source(false, None).unwrap(), Format::Versioned(DLPackVersion { major: 1, minor: 3 }));
+    let tensor = ManagedTensor::new(
+        a.export_source(false, None).unwrap(),
+        Format::Versioned(DLPackVersion { major: 1, minor: 3 }),
+    );
     let RawManaged::Versioned(p) = tensor.raw else { panic!() };
     // SAFETY: `tensor` still owns the live pointer.
     assert_eq!(unsafe { (*p.as_ptr()).flags }, DlpackFlags::READ_ONLY);

@@ -4,9 +4,9 @@
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use pyo3::intern;
 
 use super::capsule::dlpack_capsule;
 use super::context::DLPackContext;
@@ -51,7 +51,11 @@ impl MemArrayBase {
 }
 
 /// Parse a `(device_type, device_id)` request against an array's defaults.
-pub(super) fn target_device(array: &dyn ArrayObject, device_type: Option<i32>, device_id: Option<i32>) -> PyResult<Device> {
+pub(super) fn target_device(
+    array: &dyn ArrayObject,
+    device_type: Option<i32>,
+    device_id: Option<i32>,
+) -> PyResult<Device> {
     let device_type = match device_type {
         None => array.device().device_type,
         Some(code) => DeviceType::from_dlpack(code)?,
@@ -209,7 +213,8 @@ impl MemArrayBase {
         }
         let target = self.dtype(py)?;
         let source_dtype = source.getattr(intern!(py, "dtype"))?;
-        let castable: bool = np.call_method1(intern!(py, "can_cast"), (&source_dtype, &target, "same_kind"))?.extract()?;
+        let castable: bool =
+            np.call_method1(intern!(py, "can_cast"), (&source_dtype, &target, "same_kind"))?.extract()?;
         if !castable {
             return Err(PyTypeError::new_err(format!(
                 "cannot cast {} to {} under the 'same_kind' rule; convert it first, e.g. with .astype()",

@@ -56,7 +56,11 @@ unsafe extern "C" fn destroy_versioned(capsule: *mut ffi::PyObject) {
 
 /// # Safety
 /// `capsule` is a live capsule made by `into_capsule` with `name` as its original name.
-unsafe fn destroy(capsule: *mut ffi::PyObject, name: &CStr, raw: fn(std::ptr::NonNull<std::ffi::c_void>) -> RawManaged) {
+unsafe fn destroy(
+    capsule: *mut ffi::PyObject,
+    name: &CStr,
+    raw: fn(std::ptr::NonNull<std::ffi::c_void>) -> RawManaged,
+) {
     // SAFETY: PyCapsule_IsValid never sets an exception; a renamed ("used_") capsule fails it.
     if unsafe { ffi::PyCapsule_IsValid(capsule, name.as_ptr()) } != 1 {
         return;

@@ -1,6 +1,8 @@
 //! The one mapping of amso's error onto Python exception types.
 
-use pyo3::exceptions::{PyBufferError, PyIndexError, PyMemoryError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyBufferError, PyIndexError, PyMemoryError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError,
+};
 use pyo3::PyErr;
 
 use crate::error::Error;

@@ -1,0 +1,149 @@
+use quote::quote;
+
+use super::{array, dispatch, pyclass, traits};
+use crate::{bundled_spec, Spec};
+
+fn compact(tokens: proc_macro2::TokenStream) -> String {
+    tokens.to_string().split_whitespace().collect()
+}
+
+#[test]
+fn element_impls_cover_the_dtype_table_with_size_checks() {
+    let spec = bundled_spec().unwrap();
+    let code = compact(traits::element_impls(&spec));
+    for dtype in &spec.dtypes {
+        assert!(code.contains(&format!("name:\"{}\"", dtype.name)), "{}", dtype.name);
+        assert!(code.contains(&format!("pubusesuper::__dtype_{}as{};", dtype.name, dtype.name)));
+    }
+    assert!(code.contains("unsafeimplcrate::element::Elementforhalf::bf16"));
+    assert!(code.contains("code:4u8"), "bfloat16 is kDLBfloat (4)");
+    assert_eq!(code.matches("size_of::<").count(), spec.dtypes.len(), "one size assertion per dtype");
+}
+
+#[test]
+fn instantiation_class_is_a_thin_delegation() {
+    let spec = bundled_spec().unwrap();
+    let dtype = spec.dtype("float32").unwrap();
+    let ident = quote::format_ident!("MemArray3DFloat32");
+    let vis: syn::Visibility = syn::parse_quote!(pub);
+    let names = pyclass::ClassNames {
+        ident: &ident,
+        vis: &vis,
+        attrs: &[],
+        python_name: "MemArray3DFloat32",
+        module: Some("amso._amso"),
+    };
+    let code = compact(pyclass::instantiation_class(dtype, 3, &names));
+    assert!(code.contains("extends=::amso_runtime::python::MemArrayBase"));
+    assert!(code.contains("::amso_runtime::python::new_base::<::amso_runtime::dtypes::float32,3usize>"));
+    assert_eq!(code.matches("fn").count(), 1, "one constructor, every other method lives in the base class");
+    assert!(code.len() < 1200, "per-instantiation code stays small: {} bytes", code.len());
+}
+
+#[test]
+fn spec_classes_register_every_instantiation() {
+    let spec = bundled_spec().unwrap();
+    let code = compact(dispatch::spec_classes(&spec, "amso._amso"));
+    for (dtype, ndim) in spec.instances() {
+        let class = dtype.class_name(ndim);
+        assert!(code.contains(&format!("::amso_runtime::python::register::<{class}>(module)?;")), "{class}");
+    }
+}
+
+#[test]
+fn amso_array_accepts_names_and_rust_types() {
+    let spec = bundled_spec().unwrap();
+    for (arg, path) in [(quote!(f32, 2), "float32"), (quote!(float32, 2), "float32"), (quote!(half::f16, 1), "float16")]
+    {
+        let code = compact(
+            array::amso_array(
+                arg,
+                quote!(
+                    pub struct Grid;
+                ),
+                &spec,
+                "specs/types.yaml",
+            )
+            .unwrap(),
+        );
+        assert!(
+            code.contains(&format!("pubtypeGridArray=::amso_runtime::MemArray<::amso_runtime::dtypes::{path}")),
+            "{code}"
+        );
+        assert!(code.contains("name=\"Grid\""));
+    }
+}
+
+#[test]
+fn amso_array_errors_say_what_to_do() {
+    let spec = bundled_spec().unwrap();
+    let error = |args, item| array::amso_array(args, item, &spec, "specs/types.yaml").unwrap_err();
+    let unknown = error(
+        quote!(f17, 3),
+        quote!(
+            struct A;
+        ),
+    )
+    .to_string();
+    assert!(
+        unknown.contains("unknown amso dtype `f17`")
+            && unknown.contains("float32 (f32)")
+            && unknown.contains("specs/types.yaml"),
+        "{unknown}"
+    );
+    assert!(error(
+        quote!(f32, 0),
+        quote!(
+            struct A;
+        )
+    )
+    .to_string()
+    .contains("1..=8, got `0`"));
+    assert!(error(
+        quote!(f32),
+        quote!(
+            struct A;
+        )
+    )
+    .to_string()
+    .contains("expected `,`"));
+    assert!(error(
+        quote!(f32, 2, 3),
+        quote!(
+            struct A;
+        )
+    )
+    .to_string()
+    .contains("#[amso_array(DTYPE, NDIM)]"));
+    assert!(error(
+        quote!(f32, 2),
+        quote!(
+            fn f() {}
+        )
+    )
+    .to_string()
+    .contains("unit struct"));
+    let both = error(
+        quote!(f17, 99),
+        quote!(
+            struct A;
+        ),
+    );
+    assert_eq!(both.into_iter().count(), 2, "every mistake is reported at once");
+}
+
+#[test]
+fn a_spec_edit_adds_a_class_without_rust_edits() {
+    let text = crate::BUNDLED_SPEC
+        .replace("instantiations:\n", "instantiations:\n  - {dtype: int8, ndim: [5]}\n  - {dtype: half2, ndim: [1]}\n");
+    let text = text.replace(
+        "dtypes:\n",
+        "dtypes:\n  - {name: half2, rust: \"half::f16\", code: kDLFloat, bits: 16, lanes: 1, numpy: float16, c: uint16_t}\n",
+    );
+    let spec = Spec::parse(&text, "edited.yaml").unwrap();
+    let classes = compact(dispatch::spec_classes(&spec, "amso._amso"));
+    assert!(classes.contains("pubstructMemArray5DInt8;"));
+    assert!(classes.contains("pubstructMemArray1DHalf2;"));
+    assert!(compact(traits::element_impls(&spec)).contains("name:\"half2\""));
+    assert!(crate::write::python_stubs(&spec).contains("class MemArray5DInt8(MemArrayBase):"));
+}

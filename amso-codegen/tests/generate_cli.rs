@@ -1,0 +1,58 @@
+//! `amso-generate` end to end: writes generated/ from a spec, reports staleness with --check,
+//! and turns spec mistakes into file:line:col messages and a failing exit code.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("amso-generate-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn generate(spec: &Path, root: &Path, check: bool) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_amso-generate"));
+    command.arg("--spec").arg(spec).arg("--root").arg(root);
+    if check {
+        command.arg("--check");
+    }
+    command.output().unwrap()
+}
+
+#[test]
+fn edited_spec_regenerates_with_the_new_class_and_check_detects_staleness() {
+    let root = scratch("edit");
+    let spec = root.join("types.yaml");
+    std::fs::write(&spec, amso_codegen::BUNDLED_SPEC).unwrap();
+    assert!(generate(&spec, &root, false).status.success());
+    assert!(generate(&spec, &root, true).status.success(), "fresh output is not stale");
+
+    let edited =
+        amso_codegen::BUNDLED_SPEC.replace("instantiations:\n", "instantiations:\n  - {dtype: uint16, ndim: [4]}\n");
+    std::fs::write(&spec, edited).unwrap();
+    let stale = generate(&spec, &root, true);
+    assert!(!stale.status.success());
+    assert!(String::from_utf8_lossy(&stale.stdout).contains("stale: generated/_amso.pyi"));
+    assert!(generate(&spec, &root, false).status.success());
+    let stubs = std::fs::read_to_string(root.join("generated/_amso.pyi")).unwrap();
+    assert!(stubs.contains("class MemArray4DUint16(MemArrayBase):"));
+    let table = std::fs::read_to_string(root.join("generated/instantiations.md")).unwrap();
+    assert!(table.contains("| (uint16, 4) | `amso._amso.MemArray4DUint16` | `MemArray<u16, 4>` |"));
+}
+
+#[test]
+fn spec_errors_fail_with_positions() {
+    let root = scratch("error");
+    let spec = root.join("types.yaml");
+    let broken =
+        amso_codegen::BUNDLED_SPEC.replace("{dtype: bool,      ndim: [1]}", "{dtype: boolean,   ndim: [1, 12]}");
+    std::fs::write(&spec, broken).unwrap();
+    let output = generate(&spec, &root, false);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let shown = spec.display().to_string();
+    assert!(stderr.contains(&format!("{shown}:")) && stderr.contains("unknown dtype `boolean`"), "{stderr}");
+    assert!(stderr.contains("ndim 12 is outside"), "{stderr}");
+    assert!(!root.join("generated").exists(), "nothing is written from an invalid spec");
+}

@@ -1,0 +1,11 @@
+// An indexer borrows its array: it cannot outlive it.
+use amso_runtime::MemArray;
+
+fn main() {
+    let indexer;
+    {
+        let mut array = MemArray::<f64, 2>::new([2, 2]).unwrap();
+        indexer = array.indexer(None).unwrap();
+    }
+    println!("{}", indexer.size());
+}

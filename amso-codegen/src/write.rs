@@ -152,11 +152,11 @@ pub fn instantiation_table(spec: &Spec) -> String {
 
 /// Every generated file: its path under `root` and its content.
 pub fn generated_files(spec: &Spec) -> Vec<(PathBuf, String)> {
-    let stubs = python_stubs(spec);
+    // The package's amso-python/python/amso/_amso.pyi is a symlink to generated/_amso.pyi,
+    // so the stub exists once; maturin packs the link's target.
     vec![
-        (PathBuf::from("generated/_amso.pyi"), stubs.clone()),
+        (PathBuf::from("generated/_amso.pyi"), python_stubs(spec)),
         (PathBuf::from("generated/instantiations.md"), instantiation_table(spec)),
-        (PathBuf::from("amso-python/python/amso/_amso.pyi"), stubs),
     ]
 }
 

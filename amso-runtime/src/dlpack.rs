@@ -46,12 +46,18 @@ pub enum Format {
 pub struct ExportPlan {
     /// Capsule kind.
     pub format: Format,
-    /// Whether the consumer gets a copy it owns alone.
+    /// Whether the consumer gets a copy it owns alone (asked for, or needed to reach `target`).
     pub copy: bool,
+    /// The device the consumer gets the data on.
+    pub target: Device,
+    /// The consumer's stream that must wait for the array's pending work (protocol value);
+    /// `None` when no handshake is needed.
+    pub consumer_stream: Option<i64>,
 }
 
-/// Decide an export of data living on `current` for `request`.
-pub fn plan_export(current: Device, request: &DlpackRequest) -> Result<ExportPlan> {
+/// Decide an export of data living on `current` (`pinned`: in page-locked host memory) for
+/// `request`, following the array API standard.
+pub fn plan_export(current: Device, pinned: bool, request: &DlpackRequest) -> Result<ExportPlan> {
     let format = match request.max_version {
         Some((major, minor)) if major >= 1 => {
             let minor = if major == DLPACK_VERSION.0 { minor.min(DLPACK_VERSION.1) } else { DLPACK_VERSION.1 };
@@ -59,39 +65,53 @@ pub fn plan_export(current: Device, request: &DlpackRequest) -> Result<ExportPla
         }
         _ => Format::Legacy,
     };
-    if let Some((device_type, device_id)) = request.dl_device {
-        let target = match DeviceType::from_dlpack(device_type) {
-            Ok(DeviceType::Cpu) if device_id == 0 => Device::CPU,
-            Ok(DeviceType::Cpu) => {
+    let target = match request.dl_device {
+        None => current,
+        Some((device_type, device_id)) => match DeviceType::from_dlpack(device_type) {
+            Ok(DeviceType::Cpu | DeviceType::CudaHost) if device_id != 0 => {
                 return Err(Error::ExportRefused(format!(
-                    "kDLCPU has device id 0 only, got dl_device=({device_type}, {device_id})"
+                    "host devices have id 0 only, got dl_device=({device_type}, {device_id})"
                 )))
             }
-            Ok(DeviceType::Cuda) => Device { device_type: DeviceType::Cuda, id: device_id },
+            Ok(kind) => Device { device_type: kind, id: device_id },
             Err(_) => {
                 return Err(Error::ExportRefused(format!(
-                "cannot export to dl_device=({device_type}, {device_id}): amso exports to kDLCPU (1) and kDLCUDA (2)"
-            )))
+                    "cannot export to dl_device=({device_type}, {device_id}): amso exports to kDLCPU (1), kDLCUDA (2) \
+                     and, for pinned arrays, kDLCUDAHost (3)"
+                )))
             }
-        };
-        if target != current {
-            if request.copy == Some(false) {
-                return Err(Error::ExportRefused(format!(
-                    "dl_device=({device_type}, {device_id}) differs from the array's device {current:?}; that needs a copy, but copy=False"
-                )));
-            }
-            return Err(Error::ExportRefused(format!(
-                "exporting {current:?} data to dl_device=({device_type}, {device_id}) needs amso's CUDA layer, which this build does not include yet"
-            )));
-        }
+        },
+    };
+    let host_as_pinned = target.device_type == DeviceType::CudaHost;
+    if host_as_pinned && !(current.device_type == DeviceType::Cpu && pinned) {
+        return Err(Error::ExportRefused(
+            "only arrays created with pinned=True and held on the host export as kDLCUDAHost".into(),
+        ));
     }
-    if current.device_type == DeviceType::Cpu && !matches!(request.stream, None | Some(-1)) {
-        return Err(Error::InvalidArgument(format!(
-            "stream must be None for a host (kDLCPU) array, got {}",
-            request.stream.unwrap_or_default()
+    let moves = target != current && !host_as_pinned;
+    if moves && request.copy == Some(false) {
+        return Err(Error::ExportRefused(format!(
+            "dl_device=({}, {}) differs from the array's device ({}, {}); that needs a copy, but copy=False",
+            target.device_type as i32, target.id, current.device_type as i32, current.id
         )));
     }
-    Ok(ExportPlan { format, copy: request.copy == Some(true) })
+    let consumer_stream = match (current.device_type, moves, request.stream) {
+        (_, _, Some(s)) if s < -1 => {
+            return Err(Error::InvalidArgument(format!("stream {s} is not a valid __dlpack__ stream (None, -1, 1, 2 or a handle)")))
+        }
+        // Device data for a consumer on the same device: its stream waits for ours.
+        (DeviceType::Cuda, false, None | Some(0)) => Some(1),
+        (DeviceType::Cuda, false, Some(-1)) => None,
+        (DeviceType::Cuda, false, Some(s)) => Some(s),
+        // Host data staying on the host: there is no stream to speak of.
+        (_, false, None | Some(-1)) => None,
+        (_, false, Some(s)) => {
+            return Err(Error::InvalidArgument(format!("stream must be None for a host (kDLCPU) array, got {s}")))
+        }
+        // Copies to another device complete before the capsule is returned.
+        (_, true, _) => None,
+    };
+    Ok(ExportPlan { format, copy: request.copy == Some(true) || moves, target, consumer_stream })
 }
 
 /// Everything a managed tensor describes: the array side of an export.

@@ -200,7 +200,7 @@ mod generated {
 
 pub use generated::dtypes;
 #[cfg(test)]
-use generated::for_each_element;
+pub(crate) use generated::for_each_element;
 
 #[cfg(test)]
 mod tests {

@@ -73,6 +73,9 @@ pub enum Error {
     /// An export the protocol lets the producer refuse (DLPack's BufferError cases).
     #[error("{0}")]
     ExportRefused(String),
+    /// A CUDA driver or NVRTC call failed.
+    #[error("CUDA error: {0}")]
+    Cuda(String),
     /// An argument of a valid type but an invalid value.
     #[error("{0}")]
     InvalidArgument(String),

@@ -18,6 +18,9 @@ pub const HOST_ALIGNMENT: usize = 64;
 pub struct HostBuffer<T> {
     ptr: NonNull<T>,
     len: usize,
+    /// Page-locked memory from the CUDA driver, when the array asked for it.
+    #[cfg(feature = "cuda")]
+    pinned: Option<crate::cuda::memory::PinnedMemory>,
     _owns: PhantomData<T>,
 }
 
@@ -32,17 +35,53 @@ impl<T: Element> HostBuffer<T> {
     pub fn zeroed(len: usize) -> Result<Self> {
         let layout = Self::layout(len)?;
         if layout.size() == 0 {
-            return Ok(HostBuffer { ptr: NonNull::dangling(), len, _owns: PhantomData });
+            return Ok(Self::from_raw(NonNull::dangling(), len));
         }
         // SAFETY: the layout has a non-zero size (checked above).
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw.cast::<T>()).ok_or(Error::OutOfMemory { bytes: layout.size(), what: "host" })?;
-        Ok(HostBuffer { ptr, len, _owns: PhantomData })
+        Ok(Self::from_raw(ptr, len))
+    }
+
+    fn from_raw(ptr: NonNull<T>, len: usize) -> Self {
+        HostBuffer {
+            ptr,
+            len,
+            #[cfg(feature = "cuda")]
+            pinned: None,
+            _owns: PhantomData,
+        }
+    }
+
+    /// Allocate `len` zeroed elements of page-locked (pinned) memory.
+    #[cfg(feature = "cuda")]
+    pub fn pinned_zeroed(len: usize) -> Result<Self> {
+        let bytes = Self::layout(len)?.size();
+        let memory = crate::cuda::memory::PinnedMemory::alloc_zeroed(bytes)?;
+        let ptr = if bytes == 0 { NonNull::dangling() } else { NonNull::new(memory.as_ptr().cast::<T>()).expect("allocated") };
+        Ok(HostBuffer { ptr, len, pinned: Some(memory), _owns: PhantomData })
+    }
+
+    /// Whether the memory is page-locked.
+    pub fn is_pinned(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        return self.pinned.is_some();
+        #[cfg(not(feature = "cuda"))]
+        false
+    }
+
+    /// A new buffer of the same length and kind (pinned or not), zeroed.
+    pub fn zeroed_like(&self) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        if self.is_pinned() {
+            return Self::pinned_zeroed(self.len);
+        }
+        Self::zeroed(self.len)
     }
 
     /// A new buffer holding a copy of `self`'s contents.
     pub fn try_clone(&self) -> Result<Self> {
-        let copy = Self::zeroed(self.len)?;
+        let copy = self.zeroed_like()?;
         // SAFETY: both buffers hold `len` elements and are distinct allocations.
         unsafe { std::ptr::copy_nonoverlapping(self.as_ptr(), copy.as_ptr(), self.len) };
         Ok(copy)
@@ -72,8 +111,13 @@ impl<T: Element> HostBuffer<T> {
 }
 
 impl<T> Drop for HostBuffer<T> {
+    // Pinned memory is released by its own Drop (field `pinned`).
     fn drop(&mut self) {
         let bytes = self.len * size_of::<T>();
+        #[cfg(feature = "cuda")]
+        if self.pinned.is_some() {
+            return; // PinnedMemory frees itself
+        }
         if bytes == 0 {
             return;
         }

@@ -5,9 +5,14 @@
 //! Nothing here knows the spec's instantiation list: the generated code names types and
 //! calls these generic functions.
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod device;
 pub mod dlpack;
 pub mod element;
 pub mod error;
+mod export;
 pub mod host;
 pub mod indexer;
 pub mod lock;

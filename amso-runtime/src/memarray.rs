@@ -19,6 +19,8 @@ pub enum DeviceType {
     Cpu = 1,
     /// CUDA device memory (`kDLCUDA`).
     Cuda = 2,
+    /// Pinned host memory registered with CUDA (`kDLCUDAHost`); only as an export target.
+    CudaHost = 3,
 }
 
 impl DeviceType {
@@ -27,6 +29,7 @@ impl DeviceType {
         match code {
             1 => Ok(DeviceType::Cpu),
             2 => Ok(DeviceType::Cuda),
+            3 => Ok(DeviceType::CudaHost),
             other => Err(Error::UnsupportedDevice(other)),
         }
     }
@@ -44,6 +47,11 @@ pub struct Device {
 impl Device {
     /// The host.
     pub const CPU: Device = Device { device_type: DeviceType::Cpu, id: 0 };
+
+    /// CUDA device `id`.
+    pub const fn cuda(id: i32) -> Device {
+        Device { device_type: DeviceType::Cuda, id }
+    }
 }
 
 /// Where an array's current data lives.
@@ -62,6 +70,8 @@ pub struct ArrayOptions {
     pub device_id: i32,
     /// Refuse writes (and export with DLPack's READ_ONLY flag).
     pub readonly: bool,
+    /// Allocate the host buffer in page-locked memory (fast, asynchronous transfers).
+    pub pinned: bool,
 }
 
 /// An N-dimensional array of `T` in C (row-major) order.
@@ -72,6 +82,8 @@ pub struct MemArray<T: Element, const N: usize> {
     device_id: i32,
     lock: Option<LockId>,
     readonly: bool,
+    #[cfg(feature = "cuda")]
+    device: crate::device::DeviceSide,
 }
 
 impl<T: Element, const N: usize> MemArray<T, N> {
@@ -97,7 +109,18 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             return Err(Error::InvalidArgument(format!("device_id must be >= 0, got {}", options.device_id)));
         }
         let shape = checked_shape::<N>(dims, size_of::<T>())?;
-        let host = HostBuffer::zeroed(shape::element_count(&shape))?;
+        #[cfg(feature = "cuda")]
+        if crate::cuda::is_available() {
+            crate::cuda::driver::check_device(options.device_id)?;
+        }
+        let len = shape::element_count(&shape);
+        let host = match options.pinned {
+            false => HostBuffer::zeroed(len)?,
+            #[cfg(feature = "cuda")]
+            true => HostBuffer::pinned_zeroed(len)?,
+            #[cfg(not(feature = "cuda"))]
+            true => return Err(Error::Unavailable("pinned memory needs amso's CUDA layer, which this build does not include".into())),
+        };
         Ok(MemArray {
             shape,
             host: Arc::new(host),
@@ -105,6 +128,8 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             device_id: options.device_id,
             lock: None,
             readonly: options.readonly,
+            #[cfg(feature = "cuda")]
+            device: Default::default(),
         })
     }
 
@@ -117,14 +142,24 @@ impl<T: Element, const N: usize> MemArray<T, N> {
 
     /// A deep copy: new storage with the same contents, unlocked.
     pub fn try_clone(&self) -> Result<Self> {
-        Ok(MemArray {
+        #[allow(unused_mut)] // only mutated with the CUDA layer
+        let mut copy = MemArray {
             shape: self.shape,
             host: Arc::new(self.host.try_clone()?),
-            residence: self.residence,
+            residence: Residence::Host,
             device_id: self.device_id,
             lock: None,
             readonly: self.readonly,
-        })
+            #[cfg(feature = "cuda")]
+            device: Default::default(),
+        };
+        #[cfg(feature = "cuda")]
+        if self.residence == Residence::Device {
+            let memory = self.device.duplicate(self.device_id)?;
+            copy.device = crate::device::DeviceSide::with_memory(memory);
+            copy.residence = Residence::Device;
+        }
+        Ok(copy)
     }
 
     /// The shape.
@@ -168,6 +203,11 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// Whether writes are refused.
     pub fn readonly(&self) -> bool {
         self.readonly
+    }
+
+    /// Whether the host buffer is page-locked.
+    pub fn pinned(&self) -> bool {
+        self.host.is_pinned()
     }
 
     /// The id of the context holding the array, if any.
@@ -218,18 +258,42 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         Ok(())
     }
 
-    /// Read the element at `index` (bounds- and lock-checked).
+    /// Read the element at `index` (bounds- and lock-checked). On the device this is a
+    /// synchronous single-element copy.
     pub fn get(&self, index: [usize; N], lock: Option<LockId>) -> Result<T> {
-        self.check_host_access(lock)?;
+        check_access(self.lock, lock)?;
         let offset = shape::linear_offset(&self.shape, &index)?;
+        #[cfg(feature = "cuda")]
+        if self.residence == Residence::Device {
+            let mut value = T::default();
+            // SAFETY: one element at an in-bounds offset into a local of that size.
+            unsafe {
+                self.device.access(self.device_id, offset * size_of::<T>(), (&mut value as *mut T).cast(), size_of::<T>(), false)?
+            };
+            return Ok(value);
+        }
+        self.check_host_access(lock)?;
         // SAFETY: `offset` is in bounds (checked) of the live host buffer.
         Ok(unsafe { self.host.as_ptr().add(offset).read() })
     }
 
-    /// Write `value` at `index` (bounds-, lock- and read-only-checked).
+    /// Write `value` at `index` (bounds-, lock- and read-only-checked). On the device this
+    /// is a synchronous single-element copy.
     pub fn write(&mut self, index: [usize; N], value: T, lock: Option<LockId>) -> Result<()> {
-        self.check_writable(lock)?;
+        check_access(self.lock, lock)?;
+        if self.readonly {
+            return Err(Error::ReadOnly);
+        }
         let offset = shape::linear_offset(&self.shape, &index)?;
+        #[cfg(feature = "cuda")]
+        if self.residence == Residence::Device {
+            let mut value = value;
+            // SAFETY: one element from a local at an in-bounds offset.
+            return unsafe {
+                self.device.access(self.device_id, offset * size_of::<T>(), (&mut value as *mut T).cast(), size_of::<T>(), true)
+            };
+        }
+        self.check_writable(lock)?;
         // SAFETY: `offset` is in bounds (checked) of the live host buffer.
         unsafe { self.host.as_ptr().add(offset).write(value) };
         Ok(())
@@ -291,15 +355,87 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         &self.host
     }
 
-    /// Move the current data to `target`. Returns at once when it is already there.
-    pub fn move_memory(&mut self, target: Device, lock: Option<LockId>) -> Result<()> {
+    /// Move the current data to `target`, copying on `stream` (0 or 1: legacy default
+    /// stream, 2: per-thread default stream, else a stream handle). Returns at once when the
+    /// data is already there; with `async_copy` it returns once the copy is queued (pinned
+    /// host memory) instead of done. Device memory is kept after moving back to the host, and
+    /// exports keep whatever memory they describe alive.
+    pub fn move_memory(&mut self, target: Device, stream: i64, async_copy: bool, lock: Option<LockId>) -> Result<()> {
         check_access(self.lock, lock)?;
         match (target.device_type, self.residence) {
             (DeviceType::Cpu, Residence::Host) => Ok(()),
-            (DeviceType::Cpu, Residence::Device) | (DeviceType::Cuda, _) => Err(Error::Unavailable(
-                "moving to kDLCUDA needs amso's CUDA layer, which this build does not include yet".into(),
+            (DeviceType::Cuda, Residence::Device) if target.id == self.device_id => Ok(()),
+            (DeviceType::CudaHost, _) => Err(Error::InvalidArgument(
+                "move_memory targets kDLCPU or kDLCUDA; pinned host memory is chosen at construction (pinned=True)".into(),
             )),
+            #[cfg(feature = "cuda")]
+            (DeviceType::Cuda, Residence::Host) => {
+                let (src, bytes, pinned) = (self.host.as_ptr().cast::<u8>(), self.nbytes(), self.host.is_pinned());
+                // SAFETY: the host buffer holds `bytes` and lives as long as the array (and a
+                // pinned asynchronous copy is ordered before any later use of it).
+                unsafe { self.device.upload(target.id, src, bytes, pinned, stream, !async_copy) }?;
+                self.device_id = target.id;
+                self.residence = Residence::Device;
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            (DeviceType::Cuda, Residence::Device) => {
+                self.device.change_device(self.device_id, target.id, self.nbytes(), stream, !async_copy)?;
+                self.device_id = target.id;
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            (DeviceType::Cpu, Residence::Device) => {
+                let (dst, bytes, pinned) = (self.host.as_ptr().cast::<u8>(), self.nbytes(), self.host.is_pinned());
+                // SAFETY: the host buffer holds `bytes`; see above for asynchronous copies.
+                unsafe { self.device.download(self.device_id, dst, bytes, pinned, stream, !async_copy) }?;
+                self.residence = Residence::Host;
+                Ok(())
+            }
+            #[cfg(not(feature = "cuda"))]
+            _ => {
+                let _ = (stream, async_copy);
+                Err(Error::Unavailable("moving to kDLCUDA needs amso's CUDA layer, which this build does not include".into()))
+            }
         }
+    }
+
+    /// The MemArray design's kernel: add the sum of each element's indices to it, on the
+    /// device (moving the data there first, on `stream`). Returns once the kernel is queued.
+    #[cfg(feature = "cuda")]
+    pub fn add_index_tuple(&mut self, stream: i64, lock: Option<LockId>) -> Result<()> {
+        check_access(self.lock, lock)?;
+        if self.readonly {
+            return Err(Error::ReadOnly);
+        }
+        self.move_memory(Device::cuda(self.device_id), stream, true, lock)?;
+        let device_id = self.device_id;
+        let stream = self.device.begin(device_id, stream)?;
+        let data = self.device.memory().expect("moved to the device above").ptr();
+        // SAFETY: the indexer describes this array's live device memory; it is read by the
+        // kernel launch (by value) before this function returns.
+        let indexer = unsafe { ArrayIndexer::<T, N>::new(data as usize as *mut T, self.shape) };
+        // SAFETY: see above; `size()` elements of T::DTYPE live at `data` on `device_id`.
+        unsafe {
+            crate::cuda::kernels::launch_add_index(&T::DTYPE, N, (&indexer as *const ArrayIndexer<T, N>).cast(), self.size(), device_id, stream)
+        }?;
+        self.device.end(device_id, stream, false)
+    }
+
+    /// The device side (memory and stream), for exports.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn device_side(&self) -> &crate::device::DeviceSide {
+        &self.device
+    }
+
+    /// The stream a consumer of the device data must order after (1: legacy default,
+    /// 2: per-thread default, else a stream amso keeps alive); `None` on the host.
+    pub fn stream(&self) -> Option<i64> {
+        #[cfg(feature = "cuda")]
+        if self.residence == Residence::Device {
+            return Some(self.device.stream().as_int());
+        }
+        None
     }
 }
 

@@ -2,15 +2,13 @@
 //! class (and the C ABI) carry each method once instead of once per instantiation.
 
 use std::any::Any;
-use std::sync::Arc;
 
-use crate::dlpack::ExportSource;
+use crate::dlpack::{ExportPlan, ExportSource};
 use crate::element::{DType, Element, Scalar};
-use crate::error::Result;
-use crate::lock::LockId;
+use crate::error::{Error, Result};
+use crate::lock::{check_access, LockId};
 use crate::memarray::{Device, MemArray, Residence};
 use crate::shape;
-use crate::MAX_NDIM;
 
 /// A type-erased amso array.
 pub trait ArrayObject: Send + Sync + 'static {
@@ -26,10 +24,14 @@ pub trait ArrayObject: Send + Sync + 'static {
     fn residence(&self) -> Residence;
     /// Whether writes are refused.
     fn readonly(&self) -> bool;
+    /// Whether the host buffer is page-locked.
+    fn pinned(&self) -> bool;
     /// The holder of the lock, if any.
     fn lock_id(&self) -> Option<LockId>;
     /// How many exports (DLPack tensors, views) still hold the array's memory.
     fn export_count(&self) -> usize;
+    /// The stream consumers of the device data order after (`None` on the host).
+    fn stream(&self) -> Option<i64>;
     /// Lock with `id`.
     fn enter(&mut self, id: LockId) -> Result<()>;
     /// Unlock `id`.
@@ -38,20 +40,24 @@ pub trait ArrayObject: Send + Sync + 'static {
     fn get_scalar(&self, index: &[i64], lock: Option<LockId>) -> Result<Scalar>;
     /// Write one element.
     fn set_scalar(&mut self, index: &[i64], value: Scalar, lock: Option<LockId>) -> Result<()>;
-    /// Describe the data for a DLPack export (a private copy when `copy`).
-    fn export_source(&self, copy: bool, lock: Option<LockId>) -> Result<ExportSource>;
-    /// Copy the host data into `dst`, which holds `nbytes` bytes.
+    /// Describe the data for the DLPack export `plan`.
+    fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource>;
+    /// Raw address of the current data (host or device), for the CUDA array interface.
+    fn data_address(&self, lock: Option<LockId>) -> Result<usize>;
+    /// Copy the current data into host memory `dst`, which holds `nbytes` bytes.
     ///
     /// # Safety
     /// `dst` is valid for writes of `nbytes` bytes and does not alias the array.
     unsafe fn copy_to(&self, dst: *mut u8, nbytes: usize, lock: Option<LockId>) -> Result<()>;
-    /// Overwrite the host data from `src`, which holds `nbytes` bytes of this element type.
+    /// Overwrite the current data from host memory `src` holding `nbytes` bytes.
     ///
     /// # Safety
     /// `src` is valid for reads of `nbytes` bytes and does not alias the array.
     unsafe fn copy_from(&mut self, src: *const u8, nbytes: usize, lock: Option<LockId>) -> Result<()>;
-    /// Move the current data to `target`.
-    fn move_memory(&mut self, target: Device, lock: Option<LockId>) -> Result<()>;
+    /// Move the current data to `target` on `stream` (see `MemArray::move_memory`).
+    fn move_memory(&mut self, target: Device, stream: i64, async_copy: bool, lock: Option<LockId>) -> Result<()>;
+    /// Run the add-index kernel on the device (see `MemArray::add_index_tuple`).
+    fn add_index_tuple(&mut self, stream: i64, lock: Option<LockId>) -> Result<()>;
     /// The concrete `MemArray<T, N>`, for typed fast paths (`downcast_ref`).
     fn as_any(&self) -> &dyn Any;
     /// The concrete `MemArray<T, N>`, mutable.
@@ -77,11 +83,17 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
     fn readonly(&self) -> bool {
         MemArray::readonly(self)
     }
+    fn pinned(&self) -> bool {
+        MemArray::pinned(self)
+    }
     fn lock_id(&self) -> Option<LockId> {
         MemArray::lock_id(self)
     }
     fn export_count(&self) -> usize {
         MemArray::export_count(self)
+    }
+    fn stream(&self) -> Option<i64> {
+        MemArray::stream(self)
     }
     fn enter(&mut self, id: LockId) -> Result<()> {
         MemArray::enter(self, id)
@@ -90,48 +102,64 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
         MemArray::exit(self, id)
     }
     fn get_scalar(&self, index: &[i64], lock: Option<LockId>) -> Result<Scalar> {
-        let index = shape::normalize_index(self.shape(), index)?;
+        let index = shape::normalize_index(MemArray::shape(self), index)?;
         Ok(self.get(index, lock)?.to_scalar())
     }
     fn set_scalar(&mut self, index: &[i64], value: Scalar, lock: Option<LockId>) -> Result<()> {
         let index = shape::normalize_index(MemArray::shape(self), index)?;
         self.write(index, T::from_scalar(value)?, lock)
     }
-    fn export_source(&self, copy: bool, lock: Option<LockId>) -> Result<ExportSource> {
-        let source = if copy { Arc::new(self.host_buffer().try_clone()?) } else { Arc::clone(self.host_buffer()) };
-        let data = self.as_ptr(lock)?;
-        let data = if copy { source.as_ptr() } else { data.cast_mut() };
-        let mut dims = [0i64; MAX_NDIM];
-        for (slot, &d) in dims.iter_mut().zip(MemArray::shape(self)) {
-            *slot = d as i64;
+    fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource> {
+        MemArray::export_source(self, plan, lock)
+    }
+    fn data_address(&self, lock: Option<LockId>) -> Result<usize> {
+        check_access(MemArray::lock_id(self), lock)?;
+        #[cfg(feature = "cuda")]
+        if MemArray::residence(self) == Residence::Device {
+            return Ok(self.device_side().memory().map_or(0, |m| m.ptr() as usize));
         }
-        Ok(ExportSource {
-            data: data.cast(),
-            device: MemArray::device(self),
-            dtype: T::DTYPE.dl_data_type(),
-            ndim: N,
-            shape: dims,
-            owner: source,
-            readonly: MemArray::readonly(self) && !copy,
-            copied: copy,
-        })
+        Ok(self.host_buffer().as_ptr() as usize)
     }
     unsafe fn copy_to(&self, dst: *mut u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
-        let src = self.as_ptr(lock)?;
         check_nbytes(nbytes, self.nbytes())?;
+        #[cfg(feature = "cuda")]
+        if MemArray::residence(self) == Residence::Device {
+            check_access(MemArray::lock_id(self), lock)?;
+            // SAFETY: the caller vouches for `dst`, which holds the array's nbytes (checked).
+            return unsafe { self.device_side().access(MemArray::device_id(self), 0, dst, nbytes, false) };
+        }
+        let src = self.as_ptr(lock)?;
         // SAFETY: `src` holds nbytes (checked); the caller vouches for `dst`.
         unsafe { std::ptr::copy_nonoverlapping(src.cast::<u8>(), dst, nbytes) };
         Ok(())
     }
     unsafe fn copy_from(&mut self, src: *const u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
-        let dst = self.as_mut_ptr(lock)?;
         check_nbytes(nbytes, self.nbytes())?;
+        #[cfg(feature = "cuda")]
+        if MemArray::residence(self) == Residence::Device {
+            check_access(MemArray::lock_id(self), lock)?;
+            if MemArray::readonly(self) {
+                return Err(Error::ReadOnly);
+            }
+            // SAFETY: the caller vouches for `src`, which holds the array's nbytes (checked).
+            return unsafe { self.device_side().access(MemArray::device_id(self), 0, src.cast_mut(), nbytes, true) };
+        }
+        let dst = self.as_mut_ptr(lock)?;
         // SAFETY: `dst` holds nbytes (checked); the caller vouches for `src`.
         unsafe { std::ptr::copy_nonoverlapping(src, dst.cast::<u8>(), nbytes) };
         Ok(())
     }
-    fn move_memory(&mut self, target: Device, lock: Option<LockId>) -> Result<()> {
-        MemArray::move_memory(self, target, lock)
+    fn move_memory(&mut self, target: Device, stream: i64, async_copy: bool, lock: Option<LockId>) -> Result<()> {
+        MemArray::move_memory(self, target, stream, async_copy, lock)
+    }
+    fn add_index_tuple(&mut self, stream: i64, lock: Option<LockId>) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        return MemArray::add_index_tuple(self, stream, lock);
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (stream, lock);
+            Err(Error::Unavailable("add_index_tuple runs on CUDA, which this build does not include".into()))
+        }
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -145,6 +173,6 @@ fn check_nbytes(given: usize, expected: usize) -> Result<()> {
     if given == expected {
         Ok(())
     } else {
-        Err(crate::Error::InvalidArgument(format!("expected {expected} bytes of element data, got {given}")))
+        Err(Error::InvalidArgument(format!("expected {expected} bytes of element data, got {given}")))
     }
 }

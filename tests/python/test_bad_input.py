@@ -48,11 +48,28 @@ def test_bad_device_ids_and_types():
         a.move_memory(8)
     with pytest.raises(ValueError, match="device id 0 only"):
         a.move_memory(amso.dlpack.kDLCPU, 3)
-    with pytest.raises(RuntimeError, match="kDLCUDA"):
-        a.move_memory(amso.dlpack.kDLCUDA)
-    with pytest.raises(RuntimeError, match="kDLCUDA"):
-        a.get_dlpack(amso.dlpack.kDLCUDA)
     assert not a.on_device and not a.locked
+
+
+@pytest.mark.skipif(amso.cuda.is_available(), reason="needs a machine without a CUDA driver")
+def test_cuda_requests_without_a_driver_are_clear_runtime_errors():
+    a = amso.MemArray(2, np.float32)
+    a[0] = 3.0
+    for request in [
+        lambda: a.move_memory(amso.dlpack.kDLCUDA),
+        lambda: a.get_dlpack(amso.dlpack.kDLCUDA),
+        lambda: a.add_index_tuple(),
+        lambda: amso.MemArray(2, np.float32, pinned=True),
+        lambda: amso.cuda.device_count(),
+    ]:
+        with pytest.raises(RuntimeError, match="no CUDA driver found"):
+            request()
+    with pytest.raises(BufferError, match="no CUDA driver found"):
+        a.__dlpack__(dl_device=(2, 0))
+    with pytest.raises(AttributeError, match="host memory"):
+        a.__cuda_array_interface__
+    assert amso.cuda.is_available() is False
+    assert not a.on_device and not a.locked and a[0] == 3.0
 
 
 @pytest.mark.parametrize(

@@ -38,13 +38,14 @@ pub fn instantiation_class(dtype: &DType, ndim: u8, names: &ClassNames<'_>) -> T
         #[::pyo3::pymethods]
         impl #ident {
             #[new]
-            #[pyo3(signature = (shape, device_id = 0, *, readonly = false))]
+            #[pyo3(signature = (shape, device_id = 0, *, readonly = false, pinned = false))]
             fn __new__(
                 shape: ::amso_runtime::python::ShapeArg,
                 device_id: i32,
                 readonly: bool,
+                pinned: bool,
             ) -> ::pyo3::PyResult<::pyo3::PyClassInitializer<Self>> {
-                ::amso_runtime::python::new_base::<#ty, #ndim>(shape, device_id, readonly).map(|base| base.add_subclass(#ident))
+                ::amso_runtime::python::new_base::<#ty, #ndim>(shape, device_id, readonly, pinned).map(|base| base.add_subclass(#ident))
             }
         }
 

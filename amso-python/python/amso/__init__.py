@@ -12,10 +12,10 @@ from typing import Any, SupportsIndex
 
 import numpy as np
 
-from . import dlpack
+from . import cuda, dlpack
 from ._amso import __amso_dispatch__, __version__, DLPackContext, MAX_NDIM, MemArrayBase
 
-__all__ = ["MemArray", "MemArrayBase", "DLPackContext", "dlpack", "supported", "class_for", "MAX_NDIM", "__version__"]
+__all__ = ["MemArray", "MemArrayBase", "DLPackContext", "cuda", "dlpack", "supported", "class_for", "MAX_NDIM", "__version__"]
 
 _DISPATCH: dict[tuple[str, int], type[MemArrayBase]] = dict(__amso_dispatch__)
 _DTYPE_NAMES = frozenset(name for name, _ in _DISPATCH)
@@ -74,8 +74,9 @@ class _MemArrayMeta(type):
         device_id: int = 0,
         *,
         readonly: bool = False,
+        pinned: bool = False,
     ) -> Any:
-        return class_for(shape, dtype)(shape, operator.index(device_id), readonly=readonly)
+        return class_for(shape, dtype)(shape, operator.index(device_id), readonly=readonly, pinned=pinned)
 
     def __instancecheck__(cls, instance: Any) -> bool:
         return isinstance(instance, MemArrayBase)
@@ -85,7 +86,7 @@ class _MemArrayMeta(type):
 
 
 class MemArray(metaclass=_MemArrayMeta):
-    """``MemArray(shape, dtype=None, device_id=0, *, readonly=False)``: a zero-filled array.
+    """``MemArray(shape, dtype=None, device_id=0, *, readonly=False, pinned=False)``: a zero-filled array.
 
     Dispatches to the compiled class for ``(np.dtype(dtype).name, len(shape))``; ``dtype``
     defaults to float64, as in NumPy. Every amso array is an instance of ``MemArray``.

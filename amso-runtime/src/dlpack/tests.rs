@@ -1,6 +1,13 @@
 use super::*;
-use crate::object::ArrayObject;
 use crate::MemArray;
+
+fn plan<T: crate::Element, const N: usize>(a: &MemArray<T, N>) -> ExportPlan {
+    plan_export(a.device(), a.pinned(), &DlpackRequest::default()).unwrap()
+}
+
+fn copy_plan<T: crate::Element, const N: usize>(a: &MemArray<T, N>) -> ExportPlan {
+    plan_export(a.device(), a.pinned(), &DlpackRequest { copy: Some(true), ..Default::default() }).unwrap()
+}
 
 fn request(max_version: Option<(u32, u32)>) -> DlpackRequest {
     DlpackRequest { max_version, ..Default::default() }
@@ -8,14 +15,14 @@ fn request(max_version: Option<(u32, u32)>) -> DlpackRequest {
 
 #[test]
 fn capsule_kind_follows_max_version() {
-    assert_eq!(plan_export(Device::CPU, &request(None)).unwrap().format, Format::Legacy);
-    assert_eq!(plan_export(Device::CPU, &request(Some((0, 8)))).unwrap().format, Format::Legacy);
+    assert_eq!(plan_export(Device::CPU, false, &request(None)).unwrap().format, Format::Legacy);
+    assert_eq!(plan_export(Device::CPU, false, &request(Some((0, 8)))).unwrap().format, Format::Legacy);
     assert_eq!(
-        plan_export(Device::CPU, &request(Some((1, 0)))).unwrap().format,
+        plan_export(Device::CPU, false, &request(Some((1, 0)))).unwrap().format,
         Format::Versioned(DLPackVersion { major: 1, minor: 0 })
     );
     assert_eq!(
-        plan_export(Device::CPU, &request(Some((2, 5)))).unwrap().format,
+        plan_export(Device::CPU, false, &request(Some((2, 5)))).unwrap().format,
         Format::Versioned(DLPackVersion { major: 1, minor: DLPACK_VERSION.1 })
     );
 }
@@ -24,21 +31,42 @@ fn capsule_kind_follows_max_version() {
 fn device_copy_and_stream_rules_on_the_host() {
     let cpu = Device::CPU;
     let with = |dl_device, copy, stream| DlpackRequest { stream, max_version: Some((1, 3)), dl_device, copy };
-    assert!(plan_export(cpu, &with(Some((1, 0)), Some(false), None)).is_ok());
-    assert!(plan_export(cpu, &with(None, Some(true), None)).unwrap().copy);
-    assert!(matches!(plan_export(cpu, &with(Some((1, 3)), None, None)), Err(Error::ExportRefused(_))));
-    assert!(matches!(plan_export(cpu, &with(Some((8, 0)), None, None)), Err(Error::ExportRefused(_))));
-    let refused = plan_export(cpu, &with(Some((2, 0)), Some(false), None)).unwrap_err();
+    let plan = |request| plan_export(cpu, false, &request);
+    assert!(plan(with(Some((1, 0)), Some(false), None)).is_ok());
+    assert!(plan(with(None, Some(true), None)).unwrap().copy);
+    assert!(matches!(plan(with(Some((1, 3)), None, None)), Err(Error::ExportRefused(_))));
+    assert!(matches!(plan(with(Some((8, 0)), None, None)), Err(Error::ExportRefused(_))));
+    let refused = plan(with(Some((2, 0)), Some(false), None)).unwrap_err();
     assert!(matches!(refused, Error::ExportRefused(ref m) if m.contains("copy=False")), "{refused}");
-    assert!(plan_export(cpu, &with(None, None, Some(-1))).is_ok());
-    assert!(matches!(plan_export(cpu, &with(None, None, Some(0))), Err(Error::InvalidArgument(_))));
+    let to_gpu = plan(with(Some((2, 1)), None, Some(7))).unwrap();
+    assert_eq!((to_gpu.copy, to_gpu.target, to_gpu.consumer_stream), (true, Device::cuda(1), None));
+    assert!(plan(with(None, None, Some(-1))).is_ok());
+    assert!(matches!(plan(with(None, None, Some(0))), Err(Error::InvalidArgument(_))));
+    assert!(matches!(plan(with(None, None, Some(-7))), Err(Error::InvalidArgument(_))));
+    // kDLCUDAHost: only for pinned host arrays, and without a copy.
+    assert!(matches!(plan(with(Some((3, 0)), None, None)), Err(Error::ExportRefused(_))));
+    let pinned = plan_export(cpu, true, &with(Some((3, 0)), Some(false), None)).unwrap();
+    assert_eq!((pinned.copy, pinned.target.device_type), (false, DeviceType::CudaHost));
+}
+
+#[test]
+fn device_stream_handshake_values() {
+    let gpu = Device::cuda(0);
+    let stream = |s| plan_export(gpu, false, &DlpackRequest { stream: s, ..Default::default() }).unwrap().consumer_stream;
+    assert_eq!(stream(None), Some(1), "None means the legacy default stream");
+    assert_eq!(stream(Some(0)), Some(1), "0 is treated as the legacy default stream, as CuPy does");
+    assert_eq!(stream(Some(-1)), None, "-1: no synchronisation");
+    assert_eq!(stream(Some(2)), Some(2));
+    assert_eq!(stream(Some(0x5555)), Some(0x5555));
+    let to_host = plan_export(gpu, false, &DlpackRequest { dl_device: Some((1, 0)), ..Default::default() }).unwrap();
+    assert_eq!((to_host.copy, to_host.target, to_host.consumer_stream), (true, Device::CPU, None));
 }
 
 #[test]
 fn managed_tensor_describes_the_array_and_holds_it() {
     let mut a = MemArray::<i16, 2>::new([2, 3]).unwrap();
     a.write([1, 2], 42, None).unwrap();
-    let source = a.export_source(false, None).unwrap();
+    let source = a.export_source(&plan(&a), None).unwrap();
     let owner = Arc::clone(&source.owner);
     let tensor = ManagedTensor::new(source, Format::Versioned(DLPackVersion { major: 1, minor: 3 }));
     let RawManaged::Versioned(ptr) = tensor.into_raw() else { panic!("asked for versioned") };
@@ -62,10 +90,10 @@ fn managed_tensor_describes_the_array_and_holds_it() {
 fn export_outlives_the_array_and_copies_are_private() {
     let mut a = MemArray::<f64, 1>::from_slice([3], &[1.0, 2.0, 3.0]).unwrap();
     let copy = ManagedTensor::new(
-        a.export_source(true, None).unwrap(),
+        a.export_source(&copy_plan(&a), None).unwrap(),
         Format::Versioned(DLPackVersion { major: 1, minor: 3 }),
     );
-    let view = ManagedTensor::new(a.export_source(false, None).unwrap(), Format::Legacy);
+    let view = ManagedTensor::new(a.export_source(&plan(&a), None).unwrap(), Format::Legacy);
     a.write([0], 10.0, None).unwrap();
     drop(a);
     let (RawManaged::Versioned(c), RawManaged::Legacy(v)) = (copy.into_raw(), view.into_raw()) else { panic!() };
@@ -81,9 +109,9 @@ fn export_outlives_the_array_and_copies_are_private() {
 
 #[test]
 fn readonly_flag_and_locked_export() {
-    let a = MemArray::<u8, 1>::with_options([4], crate::ArrayOptions { device_id: 0, readonly: true }).unwrap();
+    let a = MemArray::<u8, 1>::with_options([4], crate::ArrayOptions { readonly: true, ..Default::default() }).unwrap();
     let tensor = ManagedTensor::new(
-        a.export_source(false, None).unwrap(),
+        a.export_source(&plan(&a), None).unwrap(),
         Format::Versioned(DLPackVersion { major: 1, minor: 3 }),
     );
     let RawManaged::Versioned(p) = tensor.raw else { panic!() };
@@ -93,6 +121,6 @@ fn readonly_flag_and_locked_export() {
     let mut b = MemArray::<u8, 1>::new([4]).unwrap();
     let id = crate::LockId::next();
     b.enter(id).unwrap();
-    assert!(matches!(b.export_source(false, None), Err(Error::Locked { .. })));
-    assert!(b.export_source(false, Some(id)).is_ok());
+    assert!(matches!(b.export_source(&plan(&b), None), Err(Error::Locked { .. })));
+    assert!(b.export_source(&plan(&b), Some(id)).is_ok());
 }

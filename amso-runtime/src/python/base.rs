@@ -3,10 +3,10 @@
 //! constructor.
 
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 use super::capsule::dlpack_capsule;
 use super::context::DLPackContext;
@@ -68,6 +68,11 @@ pub(super) fn target_device(
             Device::CPU
         }
         DeviceType::Cuda => Device { device_type, id: device_id.unwrap_or(array.device_id()) },
+        DeviceType::CudaHost => {
+            return Err(PyValueError::new_err(
+                "arrays move to kDLCPU or kDLCUDA; for pinned host memory create the array with pinned=True",
+            ))
+        }
     })
 }
 
@@ -183,20 +188,60 @@ impl MemArrayBase {
         device_id: Option<i32>,
         stream: i64,
     ) -> PyResult<DLPackContext> {
-        let _ = stream;
         let target = target_device(&*slf.array, device_type, device_id)?;
-        slf.array.move_memory(target, None)?;
+        slf.array.move_memory(target, stream, false, None)?;
         let array: Py<MemArrayBase> = slf.into();
         Ok(DLPackContext::new(array, LockId::next()))
     }
 
-    /// Move the current data to `device_type` (kDLCPU or kDLCUDA); returns at once when it is
-    /// already there.
+    /// Move the current data to `device_type` (kDLCPU or kDLCUDA) on `stream` (0 or 1: legacy
+    /// default stream, 2: per-thread default stream, else a stream handle); returns at once
+    /// when it is already there, and without waiting for the copy when `async_copy`.
     #[pyo3(signature = (device_type, device_id = None, stream = 0, async_copy = false))]
-    fn move_memory(&mut self, device_type: i32, device_id: Option<i32>, stream: i64, async_copy: bool) -> PyResult<()> {
-        let _ = (stream, async_copy);
+    fn move_memory(
+        &mut self,
+        py: Python<'_>,
+        device_type: i32,
+        device_id: Option<i32>,
+        stream: i64,
+        async_copy: bool,
+    ) -> PyResult<()> {
         let target = target_device(&*self.array, Some(device_type), device_id)?;
-        Ok(self.array.move_memory(target, None)?)
+        let array = &mut self.array;
+        Ok(py.detach(|| array.move_memory(target, stream, async_copy, None))?)
+    }
+
+    /// The MemArray design's kernel: add the sum of each element's indices to it, on the GPU
+    /// (moving the data there first), queued on `stream`.
+    #[pyo3(signature = (stream = 0))]
+    fn add_index_tuple(&mut self, stream: i64) -> PyResult<()> {
+        Ok(self.array.add_index_tuple(stream, None)?)
+    }
+
+    /// Whether the host buffer is page-locked (pinned=True at construction).
+    #[getter]
+    fn pinned(&self) -> bool {
+        self.array.pinned()
+    }
+
+    /// The CUDA Array Interface (version 3) of device-resident data; AttributeError while the
+    /// data is on the host, so consumers fall back to other protocols.
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if self.array.residence() != Residence::Device {
+            return Err(PyAttributeError::new_err(
+                "__cuda_array_interface__: the data is in host memory; call move_memory(kDLCUDA) first",
+            ));
+        }
+        let address = self.array.data_address(None)?;
+        let interface = PyDict::new(py);
+        interface.set_item(intern!(py, "shape"), self.shape(py)?)?;
+        interface.set_item(intern!(py, "typestr"), self.array.dtype().typestr)?;
+        interface.set_item(intern!(py, "data"), (address, self.array.readonly()))?;
+        interface.set_item(intern!(py, "version"), 3)?;
+        interface.set_item(intern!(py, "strides"), py.None())?;
+        interface.set_item(intern!(py, "stream"), self.array.stream())?;
+        Ok(interface)
     }
 
     /// Copy `array` in: same shape; values cast as NumPy's `same_kind` rule allows.
@@ -247,13 +292,16 @@ impl MemArrayBase {
         let this = slf.borrow();
         let device = this.array.device();
         let place = match device.device_type {
-            DeviceType::Cpu => "cpu".to_string(),
+            DeviceType::Cpu | DeviceType::CudaHost => "cpu".to_string(),
             DeviceType::Cuda => format!("cuda:{}", device.id),
         };
         let shape = this.shape(slf.py())?.repr()?.to_string();
         let mut flags = String::new();
         if this.array.readonly() {
             flags.push_str(", readonly=True");
+        }
+        if this.array.pinned() {
+            flags.push_str(", pinned=True");
         }
         if this.array.lock_id().is_some() {
             flags.push_str(", locked=True");

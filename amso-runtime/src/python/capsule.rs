@@ -21,8 +21,22 @@ pub fn dlpack_capsule<'py>(
     lock: Option<LockId>,
     request: &DlpackRequest,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let plan = plan_export(array.device(), request)?;
-    let source = array.export_source(plan.copy, lock)?;
+    let device = array.device();
+    if request.stream == Some(0) && device.device_type == crate::memarray::DeviceType::Cuda {
+        // The array API standard forbids 0 as ambiguous; older consumers still send it.
+        PyErr::warn(
+            py,
+            &py.get_type::<pyo3::exceptions::PyUserWarning>(),
+            c"__dlpack__(stream=0) is ambiguous and not allowed by the array API standard; treating it as the legacy default stream (1)",
+            1,
+        )?;
+    }
+    let plan = plan_export(device, array.pinned(), request)?;
+    let source = array.export_source(&plan, lock).map_err(|error| match error {
+        // A device the producer cannot reach is DLPack's BufferError, whatever the cause.
+        crate::Error::Unavailable(message) if plan.target != device => crate::Error::ExportRefused(message),
+        other => other,
+    })?;
     into_capsule(py, ManagedTensor::new(source, plan.format))
 }
 

@@ -33,8 +33,9 @@ pub fn new_base<T: Element, const N: usize>(
     shape: ShapeArg,
     device_id: i32,
     readonly: bool,
+    pinned: bool,
 ) -> PyResult<PyClassInitializer<MemArrayBase>> {
-    let array = MemArray::<T, N>::from_dims(&shape.0, ArrayOptions { device_id, readonly })?;
+    let array = MemArray::<T, N>::from_dims(&shape.0, ArrayOptions { device_id, readonly, pinned })?;
     Ok(PyClassInitializer::from(MemArrayBase::new(Box::new(array))))
 }
 
@@ -61,8 +62,42 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<MemArrayBase>()?;
     module.add_class::<DLPackContext>()?;
     module.add("MAX_NDIM", crate::MAX_NDIM)?;
+    module.add_function(pyo3::wrap_pyfunction!(cuda_is_available, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(cuda_device_count, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(cuda_memory_info, module)?)?;
     if module.getattr(DISPATCH_ATTR).is_err() {
         module.add(DISPATCH_ATTR, PyDict::new(module.py()))?;
     }
     Ok(())
+}
+
+/// Whether a CUDA driver and at least one device are present (never raises).
+#[pyfunction]
+fn cuda_is_available() -> bool {
+    #[cfg(feature = "cuda")]
+    return crate::cuda::is_available();
+    #[cfg(not(feature = "cuda"))]
+    false
+}
+
+/// Number of CUDA devices; RuntimeError when no driver is present.
+#[pyfunction]
+fn cuda_device_count() -> PyResult<i32> {
+    #[cfg(feature = "cuda")]
+    return Ok(crate::cuda::device_count()?);
+    #[cfg(not(feature = "cuda"))]
+    Err(crate::Error::Unavailable("this amso build has no CUDA layer".into()).into())
+}
+
+/// `(free, total)` bytes of device memory on `device_id`.
+#[pyfunction]
+#[pyo3(signature = (device_id = 0))]
+fn cuda_memory_info(device_id: i32) -> PyResult<(usize, usize)> {
+    #[cfg(feature = "cuda")]
+    return Ok(crate::cuda::memory::memory_info(device_id)?);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = device_id;
+        Err(crate::Error::Unavailable("this amso build has no CUDA layer".into()).into())
+    }
 }

@@ -1,0 +1,76 @@
+//! The CUDA driver: loaded once, checked before any cudarc call (cudarc panics on first use
+//! when libcuda is missing), and its errors mapped onto amso's error.
+
+use std::sync::OnceLock;
+
+use cudarc::driver::{result, sys, DriverError};
+
+use crate::error::{Error, Result};
+
+struct Driver {
+    device_count: i32,
+}
+
+static DRIVER: OnceLock<std::result::Result<Driver, String>> = OnceLock::new();
+
+fn load() -> std::result::Result<Driver, String> {
+    // SAFETY: only probes whether the library can be opened; catch_unwind guards against
+    // cudarc's own panics on exotic loader failures.
+    let present = std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false);
+    if !present {
+        return Err("no CUDA driver found (libcuda.so.1 could not be loaded); amso's host features \
+                    work without one, CUDA features need an NVIDIA driver"
+            .into());
+    }
+    result::init().map_err(|e| format!("the CUDA driver failed to initialise: {}", describe(&e)))?;
+    let device_count = result::device::get_count().map_err(|e| describe(&e))?;
+    Ok(Driver { device_count })
+}
+
+fn driver() -> Result<&'static Driver> {
+    DRIVER.get_or_init(load).as_ref().map_err(|message| Error::Unavailable(message.clone()))
+}
+
+/// Whether a CUDA driver is loaded and sees at least one device.
+pub fn is_available() -> bool {
+    driver().is_ok_and(|d| d.device_count > 0)
+}
+
+/// Number of CUDA devices (an error when no driver is present).
+pub fn device_count() -> Result<i32> {
+    Ok(driver()?.device_count)
+}
+
+/// Check that `device_id` names a device of this machine.
+pub fn check_device(device_id: i32) -> Result<()> {
+    let count = device_count()?;
+    if (0..count).contains(&device_id) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "device_id {device_id} is out of range: this machine has {count} CUDA device{} (ids 0..{count})",
+            if count == 1 { "" } else { "s" }
+        )))
+    }
+}
+
+/// A driver error's name and description.
+pub fn describe(error: &DriverError) -> String {
+    let name = error.error_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let text = error.error_string().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    format!("{name}: {text}")
+}
+
+/// Map a driver error: out of memory is `OutOfMemory` (Python MemoryError), the rest `Cuda`.
+pub fn map_error(error: DriverError, bytes: usize, what: &'static str) -> Error {
+    if error.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
+        Error::OutOfMemory { bytes, what }
+    } else {
+        Error::Cuda(describe(&error))
+    }
+}
+
+/// Map a driver error of a call that allocates nothing.
+pub fn cuda_error(error: DriverError) -> Error {
+    Error::Cuda(describe(&error))
+}

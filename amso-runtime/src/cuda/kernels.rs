@@ -1,0 +1,257 @@
+//! The MemArray design's kernel, `add_index`: adds the sum of an element's indices to it. The
+//! CUDA C is written from the element's DLPack facts (so a dtype added to the spec needs no
+//! Rust edit), compiled by NVRTC to a CUBIN for the device's architecture on first use per
+//! `(dtype, ndim, index width, device)`, and cached for the life of the process.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::Mutex;
+
+use cudarc::driver::sys;
+use cudarc::nvrtc::sys as nvrtc;
+
+use super::context::Current;
+use super::driver::cuda_error;
+use super::stream::StreamHandle;
+use crate::element::DType;
+use crate::error::{Error, Result};
+
+/// The element as CUDA sees it: a storage type and the body of `add_index(x, s)`.
+fn cuda_element(dtype: &DType) -> Result<(String, &'static str)> {
+    let unsupported = || Error::Unavailable(format!("no CUDA kernel for dtype {} ({} bits x {} lanes)", dtype.name, dtype.bits, dtype.lanes));
+    if dtype.lanes != 1 {
+        return Err(unsupported());
+    }
+    let integer = |signed: bool| -> Result<String> {
+        let base = match dtype.bits {
+            8 => "char",
+            16 => "short",
+            32 => "int",
+            64 => "long long",
+            _ => return Err(unsupported()),
+        };
+        Ok(format!("{} {base}", if signed { "signed" } else { "unsigned" }))
+    };
+    // Integer sums wrap as NumPy's astype does: add in unsigned 64-bit, then truncate.
+    const WRAP: &str = "return (elem_t)((unsigned long long)x + s);";
+    Ok(match (dtype.code, dtype.bits) {
+        (0, _) => (integer(true)?, WRAP),
+        (1, _) => (integer(false)?, WRAP),
+        (2, 32) => ("float".into(), "return x + (float)s;"),
+        (2, 64) => ("double".into(), "return x + (double)s;"),
+        // float16: widen, add in float, round to nearest even (PTX cvt), as NumPy via float32.
+        (2, 16) => (
+            "unsigned short".into(),
+            "float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(x)); f += (float)s; \
+             unsigned short r; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(r) : \"f\"(f)); return r;",
+        ),
+        // bfloat16: widen by shifting, add in float, round to nearest even by hand (NaN kept).
+        (4, 16) => (
+            "unsigned short".into(),
+            "float f = __uint_as_float(((unsigned int)x) << 16) + (float)s; unsigned int u = __float_as_uint(f); \
+             if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u); \
+             u += 0x7fffu + ((u >> 16) & 1u); return (unsigned short)(u >> 16);",
+        ),
+        (5, 64) => ("struct { float re, im; }".into(), "x.re += (float)s; return x;"),
+        (5, 128) => ("struct { double re, im; }".into(), "x.re += (double)s; return x;"),
+        (6, 8) => ("unsigned char".into(), "return (x != 0 || s != 0) ? 1 : 0;"),
+        _ => return Err(unsupported()),
+    })
+}
+
+/// The kernel's source for `dtype` and `ndim`; `wide` selects 64-bit index arithmetic.
+pub fn add_index_source(dtype: &DType, ndim: usize, wide: bool) -> Result<String> {
+    let (storage, body) = cuda_element(dtype)?;
+    let index = if wide { "unsigned long long" } else { "unsigned int" };
+    Ok(format!(
+        r#"// amso add_index for {name}, {ndim}-D ({index} indices).
+typedef {storage} elem_t;
+typedef {index} index_t;
+// Mirror of amso_runtime::ArrayIndexer<T, {ndim}>: #[repr(C)] {{ *mut T, [u64; {ndim}] }}.
+struct Indexer {{ elem_t* data; unsigned long long shape[{ndim}]; }};
+
+__device__ __forceinline__ elem_t add_index(elem_t x, unsigned long long s) {{ {body} }}
+
+extern "C" __global__ void amso_add_index(const Indexer a) {{
+    index_t size = 1;
+#pragma unroll
+    for (int d = 0; d < {ndim}; ++d) size *= (index_t)a.shape[d];
+    const index_t stride = (index_t)gridDim.x * blockDim.x;
+    for (index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += stride) {{
+        index_t rest = i;
+        unsigned long long sum = 0;
+#pragma unroll
+        for (int d = {ndim} - 1; d > 0; --d) {{
+            const index_t dim = (index_t)a.shape[d];
+            const index_t q = rest / dim;
+            sum += rest - q * dim;
+            rest = q;
+        }}
+        sum += rest;
+        a.data[i] = add_index(a.data[i], sum);
+    }}
+}}
+"#,
+        name = dtype.name
+    ))
+}
+
+#[derive(Clone, Copy)]
+struct Function(sys::CUfunction);
+
+// SAFETY: a CUfunction handle is usable from any thread; its module is never unloaded.
+unsafe impl Send for Function {}
+
+type Key = (&'static str, usize, bool, i32);
+
+static CACHE: Mutex<Option<HashMap<Key, Function>>> = Mutex::new(None);
+
+fn nvrtc_available() -> Result<()> {
+    // SAFETY: only probes whether libnvrtc can be opened; catch_unwind guards cudarc panics.
+    let present = std::panic::catch_unwind(|| unsafe { nvrtc::is_culib_present() }).unwrap_or(false);
+    if present {
+        Ok(())
+    } else {
+        Err(Error::Unavailable(
+            "NVRTC was not found (libnvrtc.so, .so.13 or .so.12); amso compiles its CUDA kernels with it at run time: \
+             install the CUDA runtime compiler (e.g. pip install nvidia-cuda-nvrtc-cu12) or add it to LD_LIBRARY_PATH"
+                .into(),
+        ))
+    }
+}
+
+fn compute_capability(device_id: i32) -> Result<(i32, i32)> {
+    let device = cudarc::driver::result::device::get(device_id).map_err(cuda_error)?;
+    let attribute = |a| {
+        let mut value = 0;
+        // SAFETY: valid out-pointer and device.
+        unsafe { sys::cuDeviceGetAttribute(&mut value, a, device) }.result().map(|_| value).map_err(cuda_error)
+    };
+    Ok((
+        attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    ))
+}
+
+/// Compile `source` for the device's exact architecture and return the CUBIN.
+fn compile(source: &str, device_id: i32) -> Result<Vec<u8>> {
+    nvrtc_available()?;
+    let (major, minor) = compute_capability(device_id)?;
+    let source = CString::new(source).expect("generated source has no NUL");
+    let check = |code: nvrtc::nvrtcResult, what: &str| {
+        if code == nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            Ok(())
+        } else {
+            Err(Error::Cuda(format!("NVRTC {what} failed: {code:?}")))
+        }
+    };
+    let mut program: nvrtc::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: NUL-terminated source; null name and no headers are allowed; `program` is
+    // destroyed below on every path.
+    unsafe {
+        check(nvrtc::nvrtcCreateProgram(&mut program, source.as_ptr(), c"amso_add_index.cu".as_ptr(), 0, std::ptr::null(), std::ptr::null()), "create")?;
+        let arch = CString::new(format!("--gpu-architecture=sm_{major}{minor}")).expect("no NUL");
+        let options = [arch.as_ptr(), c"--std=c++17".as_ptr()];
+        let compiled = nvrtc::nvrtcCompileProgram(program, options.len() as i32, options.as_ptr());
+        let result = if compiled == nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            let mut size = 0usize;
+            check(nvrtc::nvrtcGetCUBINSize(program, &mut size), "cubin size").and_then(|_| {
+                let mut cubin = vec![0u8; size];
+                check(nvrtc::nvrtcGetCUBIN(program, cubin.as_mut_ptr().cast()), "cubin").map(|_| cubin)
+            })
+        } else {
+            let mut size = 0usize;
+            let _ = nvrtc::nvrtcGetProgramLogSize(program, &mut size);
+            let mut log = vec![0u8; size.max(1)];
+            let _ = nvrtc::nvrtcGetProgramLog(program, log.as_mut_ptr().cast());
+            Err(Error::Cuda(format!(
+                "NVRTC could not compile amso's kernel for sm_{major}{minor} ({compiled:?}):\n{}",
+                String::from_utf8_lossy(&log).trim_end_matches('\0')
+            )))
+        };
+        let _ = nvrtc::nvrtcDestroyProgram(&mut program);
+        result
+    }
+}
+
+fn function(dtype: &DType, ndim: usize, wide: bool, device_id: i32) -> Result<sys::CUfunction> {
+    let key: Key = (dtype.name, ndim, wide, device_id);
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(Function(f)) = cache.get_or_insert_with(HashMap::new).get(&key) {
+        return Ok(*f);
+    }
+    let cubin = compile(&add_index_source(dtype, ndim, wide)?, device_id)?;
+    let _ctx = Current::enter(device_id)?;
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    let mut f: sys::CUfunction = std::ptr::null_mut();
+    // SAFETY: `cubin` is a complete image; the module is kept loaded for the process.
+    unsafe {
+        sys::cuModuleLoadData(&mut module, cubin.as_ptr().cast()).result().map_err(cuda_error)?;
+        sys::cuModuleGetFunction(&mut f, module, c"amso_add_index".as_ptr()).result().map_err(cuda_error)?;
+    }
+    cache.get_or_insert_with(HashMap::new).insert(key, Function(f));
+    Ok(f)
+}
+
+/// Launch `add_index` over `size` elements described by `indexer` (an `ArrayIndexer` over
+/// device memory, passed by value) on `stream`.
+///
+/// # Safety
+/// `indexer` points to a `#[repr(C)]` `{ data, shape[ndim] }` describing live device memory
+/// of `dtype` on `device_id` with `size` elements.
+pub unsafe fn launch_add_index(
+    dtype: &DType,
+    ndim: usize,
+    indexer: *const c_void,
+    size: usize,
+    device_id: i32,
+    stream: StreamHandle,
+) -> Result<()> {
+    if size == 0 {
+        return Ok(());
+    }
+    let wide = size > u32::MAX as usize;
+    let f = function(dtype, ndim, wide, device_id)?;
+    let _ctx = Current::enter(device_id)?;
+    const BLOCK: usize = 256;
+    let mut sms = 0;
+    let device = cudarc::driver::result::device::get(device_id).map_err(cuda_error)?;
+    // SAFETY: valid out-pointer and device.
+    unsafe { sys::cuDeviceGetAttribute(&mut sms, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) }
+        .result()
+        .map_err(cuda_error)?;
+    let grid = size.div_ceil(BLOCK).min(sms.max(1) as usize * 32) as u32;
+    let mut params = [indexer.cast_mut()];
+    // SAFETY: one kernel parameter, the indexer struct, as the kernel declares; the caller
+    // guarantees the memory it describes.
+    unsafe {
+        sys::cuLaunchKernel(f, grid, 1, 1, BLOCK as u32, 1, 1, 0, stream.raw(), params.as_mut_ptr(), std::ptr::null_mut())
+    }
+    .result()
+    .map_err(cuda_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::element::Element;
+
+    #[test]
+    fn every_spec_dtype_has_a_kernel_source() {
+        crate::element::for_each_element(&mut |dtype, _| {
+            let source = add_index_source(dtype, 3, false).unwrap();
+            assert!(source.contains("amso_add_index") && source.contains("shape[3]"), "{}", dtype.name);
+        });
+        let wide = add_index_source(&<f32 as Element>::DTYPE, 1, true).unwrap();
+        assert!(wide.contains("typedef unsigned long long index_t"));
+    }
+
+    #[test]
+    fn no_driver_is_a_clear_error_not_a_panic() {
+        if super::super::is_available() {
+            return;
+        }
+        let error = super::super::device_count().unwrap_err();
+        assert!(error.to_string().contains("no CUDA driver found"), "{error}");
+    }
+}

@@ -1,0 +1,117 @@
+//! Device memory and pinned host memory, each freed when dropped. Exports hold them through
+//! `Arc`, so a free is deferred until the last consumer lets go.
+
+use cudarc::driver::sys;
+
+use super::context::Current;
+use super::driver::{cuda_error, map_error};
+use crate::error::Result;
+
+/// An allocation in one device's global memory.
+#[derive(Debug)]
+pub struct DeviceMemory {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+    device_id: i32,
+}
+
+impl DeviceMemory {
+    /// Allocate `bytes` on `device_id` (zero bytes allocate nothing and have address 0).
+    pub fn alloc(device_id: i32, bytes: usize) -> Result<DeviceMemory> {
+        let _ctx = Current::enter(device_id)?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        if bytes > 0 {
+            // SAFETY: valid out-pointer; the device's context is current.
+            unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }.result().map_err(|e| map_error(e, bytes, "device"))?;
+        }
+        Ok(DeviceMemory { ptr, bytes, device_id })
+    }
+
+    /// Device address of the first byte.
+    pub fn ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The device holding it.
+    pub fn device_id(&self) -> i32 {
+        self.device_id
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        if let Ok(_ctx) = Current::enter(self.device_id) {
+            // SAFETY: allocated by cuMemAlloc in this context and freed once, here. cuMemFree
+            // waits for work still using the memory.
+            let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+        }
+    }
+}
+
+/// Page-locked host memory, reachable by the GPU's copy engines at full bandwidth.
+#[derive(Debug)]
+pub struct PinnedMemory {
+    ptr: *mut u8,
+    bytes: usize,
+}
+
+// SAFETY: plain host memory; access is synchronised by its owners.
+unsafe impl Send for PinnedMemory {}
+// SAFETY: as above; `&PinnedMemory` only hands out the raw pointer.
+unsafe impl Sync for PinnedMemory {}
+
+impl PinnedMemory {
+    /// Allocate `bytes` of zeroed pinned memory, usable from every context.
+    pub fn alloc_zeroed(bytes: usize) -> Result<PinnedMemory> {
+        let _ctx = Current::enter(0)?;
+        let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
+        if bytes > 0 {
+            // SAFETY: valid out-pointer; a context is current; PORTABLE makes it pinned for all contexts.
+            unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) }
+                .result()
+                .map_err(|e| map_error(e, bytes, "pinned host"))?;
+            // SAFETY: the allocation holds `bytes` bytes.
+            unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
+        }
+        Ok(PinnedMemory { ptr: ptr.cast(), bytes })
+    }
+
+    /// First byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for PinnedMemory {
+    fn drop(&mut self) {
+        if self.ptr.is_null() {
+            return;
+        }
+        if let Ok(_ctx) = Current::enter(0) {
+            // SAFETY: allocated by cuMemHostAlloc and freed once, here.
+            let _ = unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+        }
+    }
+}
+
+/// Free and total memory of `device_id`, in bytes.
+pub fn memory_info(device_id: i32) -> Result<(usize, usize)> {
+    let _ctx = Current::enter(device_id)?;
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: valid out-pointers; context current.
+    unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) }.result().map_err(cuda_error)?;
+    Ok((free, total))
+}

@@ -1,0 +1,117 @@
+//! Streams: the integer handles the protocols use, amso's own stream per device, and
+//! ordering between streams with events (no host blocking).
+
+use std::sync::Mutex;
+
+use cudarc::driver::sys;
+
+use super::context::Current;
+use super::driver::cuda_error;
+use crate::error::{Error, Result};
+
+/// A CUDA stream as a raw handle value; `LEGACY` also stands for the null stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StreamHandle(usize);
+
+// The driver's special handles (cuda.h: CU_STREAM_LEGACY, CU_STREAM_PER_THREAD).
+const LEGACY_HANDLE: usize = 0x1;
+const PER_THREAD_HANDLE: usize = 0x2;
+
+impl StreamHandle {
+    /// The legacy default stream.
+    pub const LEGACY: StreamHandle = StreamHandle(LEGACY_HANDLE);
+    /// The per-thread default stream.
+    pub const PER_THREAD: StreamHandle = StreamHandle(PER_THREAD_HANDLE);
+
+    /// A stream from the integer callers pass (`move_memory(stream=...)`, `__dlpack__`,
+    /// `__cuda_array_interface__`): 0 and 1 the legacy default stream, 2 the per-thread
+    /// default stream, anything larger a `cudaStream_t` / `CUstream` handle.
+    pub fn from_int(value: i64) -> Result<StreamHandle> {
+        match value {
+            0 | 1 => Ok(StreamHandle::LEGACY),
+            2 => Ok(StreamHandle::PER_THREAD),
+            v if v > 2 => Ok(StreamHandle(v as usize)),
+            v => Err(Error::InvalidArgument(format!(
+                "stream {v} is not a CUDA stream; pass 0 or 1 (legacy default), 2 (per-thread default) or a stream handle"
+            ))),
+        }
+    }
+
+    /// The raw handle for driver calls.
+    pub fn raw(self) -> sys::CUstream {
+        self.0 as sys::CUstream
+    }
+
+    /// The value to publish in protocols (1 legacy, 2 per-thread, else the handle).
+    pub fn as_int(self) -> i64 {
+        self.0 as i64
+    }
+
+    /// Check that a handle names a live stream of `device_id`'s context.
+    pub fn check(self, device_id: i32) -> Result<()> {
+        if self.0 <= PER_THREAD_HANDLE {
+            return Ok(());
+        }
+        let _ctx = Current::enter(device_id)?;
+        // SAFETY: cuStreamQuery only reads the handle; a destroyed or foreign handle makes it
+        // return an error code, which is reported.
+        match unsafe { sys::cuStreamQuery(self.raw()) } {
+            sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_NOT_READY => Ok(()),
+            code => Err(Error::InvalidArgument(format!(
+                "stream 0x{:x} is not a live CUDA stream of device {device_id} ({code:?})",
+                self.0
+            ))),
+        }
+    }
+}
+
+struct Owned(Vec<Option<StreamHandle>>);
+
+static AMSO_STREAMS: Mutex<Owned> = Mutex::new(Owned(Vec::new()));
+
+/// amso's own non-blocking stream on `device_id`, created once and never destroyed, so the
+/// handle it publishes (in `__cuda_array_interface__`) stays valid.
+pub fn amso_stream(device_id: i32) -> Result<StreamHandle> {
+    let mut streams = AMSO_STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+    let slot = device_id as usize;
+    if streams.0.len() <= slot {
+        streams.0.resize(slot + 1, None);
+    }
+    if let Some(stream) = streams.0[slot] {
+        return Ok(stream);
+    }
+    let _ctx = Current::enter(device_id)?;
+    let mut raw: sys::CUstream = std::ptr::null_mut();
+    // SAFETY: `raw` is a valid out-pointer; the device's context is current.
+    unsafe { sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }
+        .result()
+        .map_err(cuda_error)?;
+    let stream = StreamHandle(raw as usize);
+    streams.0[slot] = Some(stream);
+    Ok(stream)
+}
+
+/// Make work submitted later to `later` wait for all work submitted so far to `earlier`.
+pub fn order(device_id: i32, earlier: StreamHandle, later: StreamHandle) -> Result<()> {
+    if earlier == later {
+        return Ok(());
+    }
+    let _ctx = Current::enter(device_id)?;
+    let mut event: sys::CUevent = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; context current; the event is destroyed after being waited
+    // on, which the driver allows (its resources go once the wait completes).
+    unsafe {
+        sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32).result().map_err(cuda_error)?;
+        let recorded = sys::cuEventRecord(event, earlier.raw()).result();
+        let waited = recorded.and_then(|_| sys::cuStreamWaitEvent(later.raw(), event, 0).result());
+        let _ = sys::cuEventDestroy_v2(event);
+        waited.map_err(cuda_error)
+    }
+}
+
+/// Block the host until `stream`'s work is done.
+pub fn synchronize(device_id: i32, stream: StreamHandle) -> Result<()> {
+    let _ctx = Current::enter(device_id)?;
+    // SAFETY: the handle was checked or is a special handle; context current.
+    unsafe { sys::cuStreamSynchronize(stream.raw()) }.result().map_err(cuda_error)
+}

@@ -1,0 +1,152 @@
+//! The device side of a `MemArray`: its device memory (kept across moves, shared with
+//! exports through `Arc`) and the stream of the last work on it. Work on a new stream is
+//! ordered after that stream with an event; work on a caller's stream is handed over to
+//! amso's own stream, so the stream amso publishes is one it keeps alive.
+
+use std::sync::Arc;
+
+use crate::cuda::memory::DeviceMemory;
+use crate::cuda::stream::{self, StreamHandle};
+use crate::cuda::transfer;
+use crate::cuda::{context::Current, driver::check_device};
+use crate::error::{Error, Result};
+
+/// Device memory and stream state of one array.
+#[derive(Debug)]
+pub struct DeviceSide {
+    memory: Option<Arc<DeviceMemory>>,
+    last: StreamHandle,
+}
+
+impl Default for DeviceSide {
+    fn default() -> Self {
+        DeviceSide { memory: None, last: StreamHandle::LEGACY }
+    }
+}
+
+impl DeviceSide {
+    /// A device side holding `memory`, with no pending work.
+    pub fn with_memory(memory: Arc<DeviceMemory>) -> Self {
+        DeviceSide { memory: Some(memory), last: StreamHandle::LEGACY }
+    }
+
+    /// The device memory, if any was allocated.
+    pub fn memory(&self) -> Option<&Arc<DeviceMemory>> {
+        self.memory.as_ref()
+    }
+
+    /// The stream the last work on the array was ordered on.
+    pub fn stream(&self) -> StreamHandle {
+        self.last
+    }
+
+    /// Resolve the caller's stream value for work on `device_id`, ordered after earlier work.
+    pub fn begin(&mut self, device_id: i32, stream: i64) -> Result<StreamHandle> {
+        check_device(device_id)?;
+        let stream = StreamHandle::from_int(stream)?;
+        stream.check(device_id)?;
+        stream::order(device_id, self.last, stream)?;
+        Ok(stream)
+    }
+
+    /// Record that work was queued on `stream`; a caller's own stream is handed over to
+    /// amso's stream so later consumers are given a stream that stays alive.
+    pub fn end(&mut self, device_id: i32, stream: StreamHandle, synchronize: bool) -> Result<()> {
+        let own = stream::amso_stream(device_id)?;
+        self.last = if stream == StreamHandle::LEGACY || stream == StreamHandle::PER_THREAD || stream == own {
+            stream
+        } else {
+            stream::order(device_id, stream, own)?;
+            own
+        };
+        if synchronize {
+            stream::synchronize(device_id, stream)?;
+        }
+        Ok(())
+    }
+
+    /// Device memory of `bytes` on `device_id`, allocated on first use or when the array
+    /// changes device; the old memory stays alive while exports hold it.
+    pub fn ensure(&mut self, device_id: i32, bytes: usize) -> Result<&Arc<DeviceMemory>> {
+        let fits = self.memory.as_ref().is_some_and(|m| m.device_id() == device_id && m.bytes() == bytes);
+        if !fits {
+            self.memory = Some(Arc::new(DeviceMemory::alloc(device_id, bytes)?));
+        }
+        Ok(self.memory.as_ref().expect("just ensured"))
+    }
+
+    /// Copy host bytes to the device memory on `stream` (value from the caller).
+    ///
+    /// # Safety
+    /// `src` holds `bytes` bytes, alive until the copy completes when `pinned` and asynchronous.
+    pub unsafe fn upload(&mut self, device_id: i32, src: *const u8, bytes: usize, pinned: bool, stream: i64, synchronize: bool) -> Result<()> {
+        let stream = self.begin(device_id, stream)?;
+        let dst = self.ensure(device_id, bytes)?.ptr();
+        // SAFETY: `dst` holds `bytes` (ensured); the caller vouches for `src`.
+        unsafe { transfer::host_to_device(device_id, dst, src, bytes, pinned, stream) }?;
+        self.end(device_id, stream, synchronize)
+    }
+
+    /// Copy the device memory to host bytes on `stream`.
+    ///
+    /// # Safety
+    /// `dst` holds `bytes` writable bytes, alive until the copy completes when `pinned` and
+    /// asynchronous.
+    pub unsafe fn download(&mut self, device_id: i32, dst: *mut u8, bytes: usize, pinned: bool, stream: i64, synchronize: bool) -> Result<()> {
+        let stream = self.begin(device_id, stream)?;
+        let src = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?.ptr();
+        // SAFETY: the device memory holds `bytes`; the caller vouches for `dst`.
+        unsafe { transfer::device_to_host(device_id, dst, src, bytes, pinned, stream) }?;
+        self.end(device_id, stream, synchronize)
+    }
+
+    /// Move the device data to `target` device (peer copy where possible).
+    pub fn change_device(&mut self, from: i32, target: i32, bytes: usize, stream: i64, synchronize: bool) -> Result<()> {
+        let source = self.memory.clone().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
+        stream::synchronize(from, self.last)?;
+        self.last = StreamHandle::LEGACY;
+        let stream = self.begin(target, stream)?;
+        let dst = Arc::new(DeviceMemory::alloc(target, bytes)?);
+        // SAFETY: both allocations hold `bytes`; the source's earlier work is complete.
+        unsafe { transfer::device_to_device(target, dst.ptr(), source.ptr(), bytes, stream) }?;
+        self.memory = Some(dst);
+        self.end(target, stream, synchronize)
+    }
+
+    /// A copy of the device memory (on the same device), complete when this returns.
+    pub fn duplicate(&self, device_id: i32) -> Result<Arc<DeviceMemory>> {
+        let source = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
+        let copy = Arc::new(DeviceMemory::alloc(device_id, source.bytes())?);
+        // SAFETY: both hold `bytes`; ordered after the last work and synchronised below.
+        unsafe { transfer::device_to_device(device_id, copy.ptr(), source.ptr(), source.bytes(), self.last) }?;
+        stream::synchronize(device_id, self.last)?;
+        Ok(copy)
+    }
+
+    /// Read or write `len` bytes at `offset` of the device memory from or to host memory,
+    /// synchronously (single-element access from Python).
+    ///
+    /// # Safety
+    /// `host` holds `len` bytes; `offset + len` is within the device memory.
+    pub unsafe fn access(&self, device_id: i32, offset: usize, host: *mut u8, len: usize, write: bool) -> Result<()> {
+        let memory = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory".into()))?;
+        let address = memory.ptr() + offset as u64;
+        let _ctx = Current::enter(device_id)?;
+        stream::synchronize(device_id, self.last)?;
+        // SAFETY: the caller guarantees both ranges; the copies are synchronous.
+        unsafe {
+            if write {
+                transfer::host_to_device(device_id, address, host, len, false, StreamHandle::LEGACY)?;
+            } else {
+                transfer::device_to_host(device_id, host, address, len, false, StreamHandle::LEGACY)?;
+            }
+        }
+        stream::synchronize(device_id, StreamHandle::LEGACY)
+    }
+
+    /// Make `consumer` wait for the array's pending work (DLPack's stream handshake).
+    pub fn hand_to(&self, device_id: i32, consumer: StreamHandle) -> Result<()> {
+        consumer.check(device_id)?;
+        stream::order(device_id, self.last, consumer)
+    }
+}

@@ -3,6 +3,7 @@
 
     python3 scripts/amso.py main   # build from the spec, install into .venv, run the quickstart
     python3 scripts/amso.py test   # every check and test: format, lint, staleness, Rust, UI, Python
+    python3 scripts/amso.py wheels # release wheels in wheels/, for scripts/gpu_suite.sh on the GPU machine
 
 Both make (or reuse) a virtual environment in .venv with what they need.
 """
@@ -10,6 +11,7 @@ Both make (or reuse) a virtual environment in .venv with what they need.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -74,6 +76,23 @@ def build_extensions() -> None:
         run(venv_bin("python"), "-m", "maturin", "develop", "--release", "--quiet", "-m", manifest, env=venv_env())
 
 
+def wheels() -> None:
+    """Release wheels of amso and the user-crate example into wheels/ (for the GPU machine)."""
+    ensure_venv()
+    shutil.rmtree(ROOT / "wheels", ignore_errors=True)
+    for manifest in EXTENSIONS:
+        run(venv_bin("python"), "-m", "maturin", "build", "--release", "--quiet", "-m", manifest, "-o", ROOT / "wheels", env=venv_env())
+    # The runtime's Rust GPU test, as a binary the GPU machine runs without a Rust toolchain.
+    built = subprocess.run(
+        ["cargo", "test", "--release", "-p", "amso-runtime", "--features", "cuda", "--test", "cuda_design", "--no-run", "--message-format=json"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )
+    for line in built.stdout.splitlines():
+        message = json.loads(line)
+        if message.get("reason") == "compiler-artifact" and message.get("executable") and message["target"]["name"] == "cuda_design":
+            shutil.copy(message["executable"], ROOT / "wheels" / "cuda_design")
+
+
 def quickstart() -> None:
     run(venv_bin("python"), ROOT / "examples" / "python" / "quickstart.py", env=venv_env())
 
@@ -98,11 +117,11 @@ def test_job() -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("job", choices=["main", "test", "generate"], help="what to run")
+    parser.add_argument("job", choices=["main", "test", "generate", "wheels"], help="what to run")
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     job = parse_args().job
-    {"main": main_job, "test": test_job, "generate": lambda: generate(check=False)}[job]()
+    {"main": main_job, "test": test_job, "generate": lambda: generate(check=False), "wheels": wheels}[job]()
     print(f"\namso: {job} done")

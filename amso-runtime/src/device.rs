@@ -79,7 +79,15 @@ impl DeviceSide {
     ///
     /// # Safety
     /// `src` holds `bytes` bytes, alive until the copy completes when `pinned` and asynchronous.
-    pub unsafe fn upload(&mut self, device_id: i32, src: *const u8, bytes: usize, pinned: bool, stream: i64, synchronize: bool) -> Result<()> {
+    pub unsafe fn upload(
+        &mut self,
+        device_id: i32,
+        src: *const u8,
+        bytes: usize,
+        pinned: bool,
+        stream: i64,
+        synchronize: bool,
+    ) -> Result<()> {
         let stream = self.begin(device_id, stream)?;
         let dst = self.ensure(device_id, bytes)?.ptr();
         // SAFETY: `dst` holds `bytes` (ensured); the caller vouches for `src`.
@@ -92,7 +100,15 @@ impl DeviceSide {
     /// # Safety
     /// `dst` holds `bytes` writable bytes, alive until the copy completes when `pinned` and
     /// asynchronous.
-    pub unsafe fn download(&mut self, device_id: i32, dst: *mut u8, bytes: usize, pinned: bool, stream: i64, synchronize: bool) -> Result<()> {
+    pub unsafe fn download(
+        &mut self,
+        device_id: i32,
+        dst: *mut u8,
+        bytes: usize,
+        pinned: bool,
+        stream: i64,
+        synchronize: bool,
+    ) -> Result<()> {
         let stream = self.begin(device_id, stream)?;
         let src = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?.ptr();
         // SAFETY: the device memory holds `bytes`; the caller vouches for `dst`.
@@ -101,7 +117,14 @@ impl DeviceSide {
     }
 
     /// Move the device data to `target` device (peer copy where possible).
-    pub fn change_device(&mut self, from: i32, target: i32, bytes: usize, stream: i64, synchronize: bool) -> Result<()> {
+    pub fn change_device(
+        &mut self,
+        from: i32,
+        target: i32,
+        bytes: usize,
+        stream: i64,
+        synchronize: bool,
+    ) -> Result<()> {
         let source = self.memory.clone().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
         stream::synchronize(from, self.last)?;
         self.last = StreamHandle::LEGACY;

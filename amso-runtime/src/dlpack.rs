@@ -97,7 +97,9 @@ pub fn plan_export(current: Device, pinned: bool, request: &DlpackRequest) -> Re
     }
     let consumer_stream = match (current.device_type, moves, request.stream) {
         (_, _, Some(s)) if s < -1 => {
-            return Err(Error::InvalidArgument(format!("stream {s} is not a valid __dlpack__ stream (None, -1, 1, 2 or a handle)")))
+            return Err(Error::InvalidArgument(format!(
+                "stream {s} is not a valid __dlpack__ stream (None, -1, 1, 2 or a handle)"
+            )))
         }
         // Device data for a consumer on the same device: its stream waits for ours.
         (DeviceType::Cuda, false, None | Some(0)) => Some(1),

@@ -119,7 +119,11 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             #[cfg(feature = "cuda")]
             true => HostBuffer::pinned_zeroed(len)?,
             #[cfg(not(feature = "cuda"))]
-            true => return Err(Error::Unavailable("pinned memory needs amso's CUDA layer, which this build does not include".into())),
+            true => {
+                return Err(Error::Unavailable(
+                    "pinned memory needs amso's CUDA layer, which this build does not include".into(),
+                ))
+            }
         };
         Ok(MemArray {
             shape,
@@ -268,7 +272,13 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             let mut value = T::default();
             // SAFETY: one element at an in-bounds offset into a local of that size.
             unsafe {
-                self.device.access(self.device_id, offset * size_of::<T>(), (&mut value as *mut T).cast(), size_of::<T>(), false)?
+                self.device.access(
+                    self.device_id,
+                    offset * size_of::<T>(),
+                    (&mut value as *mut T).cast(),
+                    size_of::<T>(),
+                    false,
+                )?
             };
             return Ok(value);
         }
@@ -290,7 +300,13 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             let mut value = value;
             // SAFETY: one element from a local at an in-bounds offset.
             return unsafe {
-                self.device.access(self.device_id, offset * size_of::<T>(), (&mut value as *mut T).cast(), size_of::<T>(), true)
+                self.device.access(
+                    self.device_id,
+                    offset * size_of::<T>(),
+                    (&mut value as *mut T).cast(),
+                    size_of::<T>(),
+                    true,
+                )
             };
         }
         self.check_writable(lock)?;
@@ -347,7 +363,11 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// How many exports (DLPack tensors and the views made from them) still hold the host
     /// memory; they keep it alive after the array is dropped.
     pub fn export_count(&self) -> usize {
-        Arc::strong_count(&self.host) - 1
+        let host = Arc::strong_count(&self.host) - 1;
+        #[cfg(feature = "cuda")]
+        return host + self.device.memory().map_or(0, |m| Arc::strong_count(m) - 1);
+        #[cfg(not(feature = "cuda"))]
+        host
     }
 
     /// The shared host allocation, kept alive by exports.
@@ -366,7 +386,8 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             (DeviceType::Cpu, Residence::Host) => Ok(()),
             (DeviceType::Cuda, Residence::Device) if target.id == self.device_id => Ok(()),
             (DeviceType::CudaHost, _) => Err(Error::InvalidArgument(
-                "move_memory targets kDLCPU or kDLCUDA; pinned host memory is chosen at construction (pinned=True)".into(),
+                "move_memory targets kDLCPU or kDLCUDA; pinned host memory is chosen at construction (pinned=True)"
+                    .into(),
             )),
             #[cfg(feature = "cuda")]
             (DeviceType::Cuda, Residence::Host) => {
@@ -395,7 +416,9 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             #[cfg(not(feature = "cuda"))]
             _ => {
                 let _ = (stream, async_copy);
-                Err(Error::Unavailable("moving to kDLCUDA needs amso's CUDA layer, which this build does not include".into()))
+                Err(Error::Unavailable(
+                    "moving to kDLCUDA needs amso's CUDA layer, which this build does not include".into(),
+                ))
             }
         }
     }
@@ -417,7 +440,14 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         let indexer = unsafe { ArrayIndexer::<T, N>::new(data as usize as *mut T, self.shape) };
         // SAFETY: see above; `size()` elements of T::DTYPE live at `data` on `device_id`.
         unsafe {
-            crate::cuda::kernels::launch_add_index(&T::DTYPE, N, (&indexer as *const ArrayIndexer<T, N>).cast(), self.size(), device_id, stream)
+            crate::cuda::kernels::launch_add_index(
+                &T::DTYPE,
+                N,
+                (&indexer as *const ArrayIndexer<T, N>).cast(),
+                self.size(),
+                device_id,
+                stream,
+            )
         }?;
         self.device.end(device_id, stream, false)
     }

@@ -18,7 +18,7 @@ import amso
         (None, TypeError, "sequence of integers"),
         ((2**62, 2**62), ValueError, "too big"),
         ((2**70,), OverflowError, "too large|does not fit"),
-        ((2**40,), MemoryError, "cannot allocate"),
+        ((2**44,), MemoryError, "cannot allocate"),  # 128 TiB: beyond any 47-bit address space
     ],
 )
 def test_bad_shapes(shape, error, message):

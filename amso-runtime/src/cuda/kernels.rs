@@ -18,7 +18,12 @@ use crate::error::{Error, Result};
 
 /// The element as CUDA sees it: a storage type and the body of `add_index(x, s)`.
 fn cuda_element(dtype: &DType) -> Result<(String, &'static str)> {
-    let unsupported = || Error::Unavailable(format!("no CUDA kernel for dtype {} ({} bits x {} lanes)", dtype.name, dtype.bits, dtype.lanes));
+    let unsupported = || {
+        Error::Unavailable(format!(
+            "no CUDA kernel for dtype {} ({} bits x {} lanes)",
+            dtype.name, dtype.bits, dtype.lanes
+        ))
+    };
     if dtype.lanes != 1 {
         return Err(unsupported());
     }
@@ -59,36 +64,82 @@ fn cuda_element(dtype: &DType) -> Result<(String, &'static str)> {
     })
 }
 
+/// Elements per 16-byte vector access for `dtype` (at least 1).
+pub fn vector_width(dtype: &DType) -> usize {
+    (16 / dtype.itemsize().max(1)).max(1)
+}
+
 /// The kernel's source for `dtype` and `ndim`; `wide` selects 64-bit index arithmetic.
+///
+/// Each thread takes a 16-byte vector of consecutive elements (one coalesced load and store),
+/// unravels the first element's index once, and steps the rest like an odometer, so the
+/// integer divisions are paid once per vector rather than per element.
 pub fn add_index_source(dtype: &DType, ndim: usize, wide: bool) -> Result<String> {
     let (storage, body) = cuda_element(dtype)?;
     let index = if wide { "unsigned long long" } else { "unsigned int" };
+    let vec = vector_width(dtype);
+    let align = vec * dtype.itemsize();
     Ok(format!(
-        r#"// amso add_index for {name}, {ndim}-D ({index} indices).
+        r#"// amso add_index for {name}, {ndim}-D ({index} indices, {vec} elements per vector).
 typedef {storage} elem_t;
 typedef {index} index_t;
 // Mirror of amso_runtime::ArrayIndexer<T, {ndim}>: #[repr(C)] {{ *mut T, [u64; {ndim}] }}.
 struct Indexer {{ elem_t* data; unsigned long long shape[{ndim}]; }};
+struct __align__({align}) Vec {{ elem_t v[{vec}]; }};
 
 __device__ __forceinline__ elem_t add_index(elem_t x, unsigned long long s) {{ {body} }}
+
+// Index sum of linear offset i, and its per-dimension index in idx.
+__device__ __forceinline__ unsigned long long unravel(const Indexer& a, index_t i, index_t* idx) {{
+    unsigned long long sum = 0;
+#pragma unroll
+    for (int d = {ndim} - 1; d > 0; --d) {{
+        const index_t dim = (index_t)a.shape[d];
+        const index_t q = i / dim;
+        idx[d] = i - q * dim;
+        sum += idx[d];
+        i = q;
+    }}
+    idx[0] = i;
+    return sum + i;
+}}
+
+// Step idx (and its sum) to the next element in C order.
+__device__ __forceinline__ void step(const Indexer& a, index_t* idx, unsigned long long& sum) {{
+    ++idx[{ndim} - 1];
+    ++sum;
+#pragma unroll
+    for (int d = {ndim} - 1; d > 0; --d) {{
+        if (idx[d] < (index_t)a.shape[d]) break;
+        sum -= idx[d];
+        idx[d] = 0;
+        ++idx[d - 1];
+        ++sum;
+    }}
+}}
 
 extern "C" __global__ void amso_add_index(const Indexer a) {{
     index_t size = 1;
 #pragma unroll
     for (int d = 0; d < {ndim}; ++d) size *= (index_t)a.shape[d];
+    const index_t vectors = size / {vec};
     const index_t stride = (index_t)gridDim.x * blockDim.x;
-    for (index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += stride) {{
-        index_t rest = i;
-        unsigned long long sum = 0;
+    const index_t first = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
+    Vec* data = reinterpret_cast<Vec*>(a.data);
+    index_t idx[{ndim}];
+    for (index_t v = first; v < vectors; v += stride) {{
+        Vec chunk = data[v];
+        unsigned long long sum = unravel(a, v * {vec}, idx);
 #pragma unroll
-        for (int d = {ndim} - 1; d > 0; --d) {{
-            const index_t dim = (index_t)a.shape[d];
-            const index_t q = rest / dim;
-            sum += rest - q * dim;
-            rest = q;
+        for (int j = 0; j < {vec}; ++j) {{
+            chunk.v[j] = add_index(chunk.v[j], sum);
+            step(a, idx, sum);
         }}
-        sum += rest;
-        a.data[i] = add_index(a.data[i], sum);
+        data[v] = chunk;
+    }}
+    // The tail that does not fill a vector.
+    for (index_t i = vectors * {vec} + first; i < size; i += stride) {{
+        a.data[i] = add_index(a.data[i], unravel(a, i, idx));
     }}
 }}
 "#,
@@ -149,7 +200,17 @@ fn compile(source: &str, device_id: i32) -> Result<Vec<u8>> {
     // SAFETY: NUL-terminated source; null name and no headers are allowed; `program` is
     // destroyed below on every path.
     unsafe {
-        check(nvrtc::nvrtcCreateProgram(&mut program, source.as_ptr(), c"amso_add_index.cu".as_ptr(), 0, std::ptr::null(), std::ptr::null()), "create")?;
+        check(
+            nvrtc::nvrtcCreateProgram(
+                &mut program,
+                source.as_ptr(),
+                c"amso_add_index.cu".as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            ),
+            "create",
+        )?;
         let arch = CString::new(format!("--gpu-architecture=sm_{major}{minor}")).expect("no NUL");
         let options = [arch.as_ptr(), c"--std=c++17".as_ptr()];
         let compiled = nvrtc::nvrtcCompileProgram(program, options.len() as i32, options.as_ptr());
@@ -210,22 +271,37 @@ pub unsafe fn launch_add_index(
     if size == 0 {
         return Ok(());
     }
-    let wide = size > u32::MAX as usize;
+    // 32-bit indices are cheaper; below 2^31 elements a grid-stride step cannot wrap them.
+    let wide = size >= 1 << 31;
     let f = function(dtype, ndim, wide, device_id)?;
     let _ctx = Current::enter(device_id)?;
     const BLOCK: usize = 256;
     let mut sms = 0;
     let device = cudarc::driver::result::device::get(device_id).map_err(cuda_error)?;
     // SAFETY: valid out-pointer and device.
-    unsafe { sys::cuDeviceGetAttribute(&mut sms, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) }
-        .result()
-        .map_err(cuda_error)?;
+    unsafe {
+        sys::cuDeviceGetAttribute(&mut sms, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device)
+    }
+    .result()
+    .map_err(cuda_error)?;
     let grid = size.div_ceil(BLOCK).min(sms.max(1) as usize * 32) as u32;
     let mut params = [indexer.cast_mut()];
     // SAFETY: one kernel parameter, the indexer struct, as the kernel declares; the caller
     // guarantees the memory it describes.
     unsafe {
-        sys::cuLaunchKernel(f, grid, 1, 1, BLOCK as u32, 1, 1, 0, stream.raw(), params.as_mut_ptr(), std::ptr::null_mut())
+        sys::cuLaunchKernel(
+            f,
+            grid,
+            1,
+            1,
+            BLOCK as u32,
+            1,
+            1,
+            0,
+            stream.raw(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
     }
     .result()
     .map_err(cuda_error)

@@ -101,7 +101,9 @@ pub fn order(device_id: i32, earlier: StreamHandle, later: StreamHandle) -> Resu
     // SAFETY: valid out-pointer; context current; the event is destroyed after being waited
     // on, which the driver allows (its resources go once the wait completes).
     unsafe {
-        sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32).result().map_err(cuda_error)?;
+        sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+            .result()
+            .map_err(cuda_error)?;
         let recorded = sys::cuEventRecord(event, earlier.raw()).result();
         let waited = recorded.and_then(|_| sys::cuStreamWaitEvent(later.raw(), event, 0).result());
         let _ = sys::cuEventDestroy_v2(event);

@@ -93,22 +93,41 @@ pub unsafe fn host_to_device(
         return unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, stream.raw()) }.result().map_err(cuda_error);
     }
     let staging = Staging::take()?;
-    for (index, offset) in (0..bytes).step_by(CHUNK).enumerate() {
-        let len = CHUNK.min(bytes - offset);
-        let slot = index % DEPTH;
-        if index >= DEPTH {
-            staging.wait(slot)?;
-        }
-        let chunk = staging.slots[slot].as_ptr();
-        // SAFETY: the chunk holds CHUNK >= len bytes and its previous copy is done (waited);
-        // `src + offset` holds `len` bytes.
-        unsafe {
-            parallel_copy(chunk, src.add(offset), len);
-            sys::cuMemcpyHtoDAsync_v2(dst + offset as u64, chunk.cast(), len, stream.raw()).result().map_err(cuda_error)?;
-        }
-        staging.record(slot, stream)?;
-    }
-    Ok(())
+    let chunks = chunks(bytes);
+    let slots: Vec<usize> = staging.slots.iter().map(|m| m.as_ptr() as usize).collect();
+    let source = src as usize; // addresses cross into the worker threads as integers
+                               // Workers fill chunk i's staging slot while the copy engine moves chunk i - 1.
+    with_workers(
+        &chunks,
+        |index| {
+            if index >= DEPTH {
+                staging.wait(index % DEPTH)?;
+            }
+            Ok(())
+        },
+        |index, piece_offset, piece_len| {
+            let (offset, _) = chunks[index];
+            let slot = slots[index % DEPTH] as *mut u8;
+            // SAFETY: the slot's previous copy is complete (waited before the workers start);
+            // the piece lies inside both the chunk and `src`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (source as *const u8).add(offset + piece_offset),
+                    slot.add(piece_offset),
+                    piece_len,
+                )
+            };
+        },
+        |index| {
+            let (offset, len) = chunks[index];
+            let slot = slots[index % DEPTH] as *const u8;
+            // SAFETY: the slot holds the chunk's bytes; `dst + offset` holds `len` bytes.
+            unsafe { sys::cuMemcpyHtoDAsync_v2(dst + offset as u64, slot.cast(), len, stream.raw()) }
+                .result()
+                .map_err(cuda_error)?;
+            staging.record(index % DEPTH, stream)
+        },
+    )
 }
 
 /// Copy `bytes` from device `src` to host `dst` on `stream`.
@@ -136,31 +155,39 @@ pub unsafe fn device_to_host(
         return Ok(());
     }
     let staging = Staging::take()?;
-    let chunks: Vec<(usize, usize)> = (0..bytes).step_by(CHUNK).map(|o| (o, CHUNK.min(bytes - o))).collect();
+    let chunks = chunks(bytes);
+    let slots: Vec<usize> = staging.slots.iter().map(|m| m.as_ptr() as usize).collect();
     let issue = |index: usize| -> Result<()> {
         let (offset, len) = chunks[index];
-        let slot = index % DEPTH;
-        // SAFETY: the chunk holds CHUNK >= len bytes and is not being drained (see loop).
-        unsafe {
-            sys::cuMemcpyDtoHAsync_v2(staging.slots[slot].as_ptr().cast(), src + offset as u64, len, stream.raw())
-                .result()
-                .map_err(cuda_error)?;
-        }
-        staging.record(slot, stream)
+        let slot = slots[index % DEPTH] as *mut u8;
+        // SAFETY: the slot holds CHUNK >= len bytes and is not being drained (see below).
+        unsafe { sys::cuMemcpyDtoHAsync_v2(slot.cast(), src + offset as u64, len, stream.raw()) }
+            .result()
+            .map_err(cuda_error)?;
+        staging.record(index % DEPTH, stream)
     };
     for index in 0..chunks.len().min(DEPTH) {
         issue(index)?;
     }
-    for (index, &(offset, len)) in chunks.iter().enumerate() {
-        let slot = index % DEPTH;
-        staging.wait(slot)?;
-        // SAFETY: the chunk's copy is complete; `dst + offset` holds `len` bytes.
-        unsafe { parallel_copy(dst.add(offset), staging.slots[slot].as_ptr(), len) };
-        if index + DEPTH < chunks.len() {
-            issue(index + DEPTH)?;
-        }
-    }
-    Ok(())
+    let destination = dst as usize; // addresses cross into the worker threads as integers
+                                    // Workers drain chunk i's slot while the copy engine fills the next ones.
+    with_workers(
+        &chunks,
+        |index| staging.wait(index % DEPTH),
+        |index, piece_offset, piece_len| {
+            let (offset, _) = chunks[index];
+            let slot = slots[index % DEPTH] as *const u8;
+            // SAFETY: the chunk's copy is complete (waited); the piece lies inside both ranges.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    slot.add(piece_offset),
+                    (destination as *mut u8).add(offset + piece_offset),
+                    piece_len,
+                )
+            };
+        },
+        |index| if index + DEPTH < chunks.len() { issue(index + DEPTH) } else { Ok(()) },
+    )
 }
 
 /// Copy `bytes` between device allocations (same or different devices, through unified
@@ -180,26 +207,68 @@ pub unsafe fn device_to_device(
     unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream.raw()) }.result().map_err(cuda_error)
 }
 
-/// memcpy split over a few threads: one core cannot saturate host memory bandwidth.
-///
-/// # Safety
-/// `dst` and `src` hold `len` bytes and do not overlap.
-unsafe fn parallel_copy(dst: *mut u8, src: *const u8, len: usize) {
-    const PIECES: usize = 4;
-    if len < (1 << 20) {
-        // SAFETY: the caller guarantees both ranges.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
-        return;
-    }
-    let piece = len.div_ceil(PIECES);
-    let (dst, src) = (dst as usize, src as usize);
+fn chunks(bytes: usize) -> Vec<(usize, usize)> {
+    (0..bytes).step_by(CHUNK).map(|offset| (offset, CHUNK.min(bytes - offset))).collect()
+}
+
+/// Run the staged pipeline with a few host threads, started once per transfer: for each chunk,
+/// `before` runs on the calling thread, then every worker copies its piece (`copy(index,
+/// piece offset, piece length)`), then `after` runs on the calling thread. One core cannot
+/// saturate host memory bandwidth; a thread per chunk would cost more than it saves.
+fn with_workers(
+    chunks: &[(usize, usize)],
+    before: impl Fn(usize) -> Result<()>,
+    copy: impl Fn(usize, usize, usize) + Sync,
+    after: impl Fn(usize) -> Result<()>,
+) -> Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Barrier;
+    let workers = std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(2, 8);
+    let start = Barrier::new(workers + 1);
+    let done = Barrier::new(workers + 1);
+    let stop = AtomicBool::new(false);
+    let piece = |index: usize, worker: usize| {
+        let len = chunks[index].1;
+        let size = len.div_ceil(workers);
+        let begin = (worker * size).min(len);
+        (begin, size.min(len - begin))
+    };
     std::thread::scope(|scope| {
-        for start in (0..len).step_by(piece) {
-            let n = piece.min(len - start);
+        for worker in 0..workers {
+            let (start, done, stop, copy, piece) = (&start, &done, &stop, &copy, &piece);
             scope.spawn(move || {
-                // SAFETY: disjoint sub-ranges of the caller's ranges.
-                unsafe { std::ptr::copy_nonoverlapping((src + start) as *const u8, (dst + start) as *mut u8, n) };
+                for index in 0..chunks.len() {
+                    start.wait();
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let (offset, len) = piece(index, worker);
+                    if len > 0 {
+                        copy(index, offset, len);
+                    }
+                    done.wait();
+                }
             });
         }
-    });
+        let mut outcome = Ok(());
+        for index in 0..chunks.len() {
+            if let Err(error) = before(index) {
+                outcome = Err(error);
+                stop.store(true, Ordering::Release);
+                start.wait();
+                break;
+            }
+            start.wait();
+            done.wait();
+            if let Err(error) = after(index) {
+                outcome = Err(error);
+                if index + 1 < chunks.len() {
+                    stop.store(true, Ordering::Release);
+                    start.wait();
+                }
+                break;
+            }
+        }
+        outcome
+    })
 }

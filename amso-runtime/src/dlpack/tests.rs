@@ -52,7 +52,8 @@ fn device_copy_and_stream_rules_on_the_host() {
 #[test]
 fn device_stream_handshake_values() {
     let gpu = Device::cuda(0);
-    let stream = |s| plan_export(gpu, false, &DlpackRequest { stream: s, ..Default::default() }).unwrap().consumer_stream;
+    let stream =
+        |s| plan_export(gpu, false, &DlpackRequest { stream: s, ..Default::default() }).unwrap().consumer_stream;
     assert_eq!(stream(None), Some(1), "None means the legacy default stream");
     assert_eq!(stream(Some(0)), Some(1), "0 is treated as the legacy default stream, as CuPy does");
     assert_eq!(stream(Some(-1)), None, "-1: no synchronisation");

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine over a copy of the repository with the wheels built here in wheels/:
+#   here:   python3 scripts/amso.py wheels      (builds wheels/ for amso and the user-crate example)
+#   there:  bash scripts/gpu_suite.sh [pytest|sanitizer|bench|all]
+# Installs the wheels into /tmp/site and writes logs and reports to $OUT (or results/).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+out=${OUT:-results}
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/*.whl || exit 1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+status=0
+if [[ $what == pytest || $what == all ]]; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+  python3 -c 'import torch, cupy, jax, numba, numpy; print("torch", torch.__version__, "cupy", cupy.__version__, "jax", jax.__version__, "numba", numba.__version__, "numpy", numpy.__version__)' | tee -a "$out/gpu.txt"
+  python3 -m pytest -q -rs -p no:cacheprovider tests/python 2>&1 | tee "$out/pytest.log"
+  status=$((status | ${PIPESTATUS[0]}))
+  if [[ -x wheels/cuda_design ]]; then
+    wheels/cuda_design --nocapture 2>&1 | tee "$out/rust_cuda.log"
+    status=$((status | ${PIPESTATUS[0]}))
+  fi
+fi
+if [[ $what == sanitizer || $what == all ]]; then
+  compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_cuda.py -k "not out_of_device_memory and not dead_stream" 2>&1 | tail -n 25 | tee "$out/memcheck.log"
+  status=$((status | ${PIPESTATUS[0]}))
+fi
+if [[ $what == bench || $what == all ]]; then
+  python3 benchmarks/bench_cuda.py --out "$out" 2>&1 | tee "$out/bench.log"
+  status=$((status | ${PIPESTATUS[0]}))
+fi
+exit $status

@@ -1,0 +1,118 @@
+"""Zero-copy interop on the GPU with PyTorch, CuPy, JAX and Numba, both directions of writes,
+and stream ordering between amso's work and a consumer's stream. Skipped without a driver."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import amso
+from amso.dlpack import kDLCUDA
+
+pytestmark = pytest.mark.skipif(
+    not amso.cuda.is_available(), reason="no CUDA driver here; the GPU suite runs on the GPU machine (scripts/gpu_suite.sh)"
+)
+
+
+def device_array(shape=(4, 5), dtype=np.float32):
+    a = amso.MemArray(shape, dtype)
+    a.read_numpy_array(np.arange(np.prod(shape)).reshape(shape))
+    a.move_memory(kDLCUDA)
+    return a
+
+
+def test_torch_from_dlpack_is_zero_copy_both_ways():
+    torch = pytest.importorskip("torch")
+    a = device_array()
+    t = torch.from_dlpack(a)
+    assert t.is_cuda and t.data_ptr() == a.__cuda_array_interface__["data"][0]
+    t[1, 2] = -1.0
+    torch.cuda.synchronize()
+    assert a[1, 2] == -1.0
+    a[0, 0] = 42.0
+    assert t[0, 0].item() == 42.0
+    del a
+    assert t.sum().item() == pytest.approx(np.arange(20).sum() - 12 - 1 + 42)
+
+
+def test_torch_as_tensor_through_the_interface_dict():
+    torch = pytest.importorskip("torch")
+    a = device_array()
+    t = torch.as_tensor(a, device="cuda")
+    assert t.data_ptr() == a.__cuda_array_interface__["data"][0]
+    t += 1
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(a.to_numpy(), np.arange(20).reshape(4, 5) + 1)
+
+
+def test_cupy_from_dlpack_and_asarray_are_zero_copy():
+    cp = pytest.importorskip("cupy")
+    a = device_array((3, 7), np.float64)
+    for view in (cp.from_dlpack(a), cp.asarray(a)):
+        assert view.data.ptr == a.__cuda_array_interface__["data"][0]
+    view = cp.from_dlpack(a)
+    view *= 2
+    cp.cuda.runtime.deviceSynchronize()
+    np.testing.assert_array_equal(a.to_numpy(), 2 * np.arange(21.0).reshape(3, 7))
+    a[2, 6] = 0.5
+    assert float(view[2, 6]) == 0.5
+
+
+def test_jax_from_dlpack_reads_amso_memory():
+    jax = pytest.importorskip("jax")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX sees no GPU")
+    a = device_array((8, 8), np.float32)
+    x = jax.dlpack.from_dlpack(a)
+    assert list(x.devices())[0].platform == "gpu"
+    np.testing.assert_array_equal(np.asarray(x), np.arange(64, dtype=np.float32).reshape(8, 8))
+
+
+def test_numba_as_cuda_array_is_zero_copy():
+    numba_cuda = pytest.importorskip("numba.cuda")
+    a = device_array((16,), np.float32)
+    view = numba_cuda.as_cuda_array(a)
+    assert view.device_ctypes_pointer.value == a.__cuda_array_interface__["data"][0]
+
+    @numba_cuda.jit
+    def double(x):
+        i = numba_cuda.grid(1)
+        if i < x.size:
+            x[i] *= 2
+
+    double[1, 32](view)
+    numba_cuda.synchronize()
+    np.testing.assert_array_equal(a.to_numpy(), 2 * np.arange(16, dtype=np.float32))
+
+
+def test_consumer_on_another_stream_sees_amso_work_on_a_side_stream():
+    torch = pytest.importorskip("torch")
+    shape = (256, 512, 512)
+    producer = torch.cuda.Stream()
+    consumer = torch.cuda.Stream()
+    a = amso.MemArray(shape, np.float32)
+    a.move_memory(kDLCUDA)
+    expected = float(np.indices(shape, dtype=np.float64).sum(axis=0).sum())
+    for _ in range(3):
+        # Queue a long chain on the producer stream, then import on the consumer stream at
+        # once: without the event handshake the consumer would read unfinished data.
+        for _ in range(4):
+            a.add_index_tuple(stream=producer.cuda_stream)
+        with torch.cuda.stream(consumer):
+            t = torch.from_dlpack(a)  # torch passes its current (consumer) stream
+            total = t.double().sum()
+        consumer.synchronize()
+        assert total.item() == pytest.approx(4 * expected, rel=1e-6)
+        a.read_numpy_array(np.zeros(shape, np.float32))
+
+
+def test_async_moves_followed_by_explicit_synchronisation():
+    torch = pytest.importorskip("torch")
+    stream = torch.cuda.Stream()
+    a = amso.MemArray((2048, 2048), np.float32, pinned=True)
+    a.read_numpy_array(np.full((2048, 2048), 3.0, np.float32))
+    a.move_memory(kDLCUDA, stream=stream.cuda_stream, async_copy=True)
+    a.add_index_tuple(stream=stream.cuda_stream)
+    a.move_memory(amso.dlpack.kDLCPU, stream=stream.cuda_stream, async_copy=True)
+    stream.synchronize()
+    np.testing.assert_array_equal(a.to_numpy(), 3 + np.indices((2048, 2048)).sum(axis=0))

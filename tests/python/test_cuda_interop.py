@@ -31,8 +31,8 @@ def test_torch_from_dlpack_is_zero_copy_both_ways():
     assert a[1, 2] == -1.0
     a[0, 0] = 42.0
     assert t[0, 0].item() == 42.0
-    del a
-    assert t.sum().item() == pytest.approx(np.arange(20).sum() - 12 - 1 + 42)
+    del a  # the tensor keeps the memory alive: element [1, 2] held 7, [0, 0] held 0
+    assert t.sum().item() == pytest.approx(np.arange(20).sum() - 7 + (-1) - 0 + 42)
 
 
 def test_torch_as_tensor_through_the_interface_dict():
@@ -73,16 +73,12 @@ def test_numba_as_cuda_array_is_zero_copy():
     a = device_array((16,), np.float32)
     view = numba_cuda.as_cuda_array(a)
     assert view.device_ctypes_pointer.value == a.__cuda_array_interface__["data"][0]
-
-    @numba_cuda.jit
-    def double(x):
-        i = numba_cuda.grid(1)
-        if i < x.size:
-            x[i] *= 2
-
-    double[1, 32](view)
+    np.testing.assert_array_equal(view.copy_to_host(), np.arange(16, dtype=np.float32))
+    # Written through Numba, read through amso (no @cuda.jit: numba-cuda's JIT needs an older
+    # NumPy than some images ship).
+    view.copy_to_device(np.full(16, 2.5, np.float32))
     numba_cuda.synchronize()
-    np.testing.assert_array_equal(a.to_numpy(), 2 * np.arange(16, dtype=np.float32))
+    np.testing.assert_array_equal(a.to_numpy(), np.full(16, 2.5, np.float32))
 
 
 def test_consumer_on_another_stream_sees_amso_work_on_a_side_stream():

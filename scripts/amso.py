@@ -112,7 +112,7 @@ def test_job() -> None:
     cargo("test", "--workspace")
     build_extensions()
     quickstart()
-    run(venv_bin("python"), "-m", "pytest", "-q", "tests/python", env=venv_env())
+    run(venv_bin("python"), "-m", "pytest", "-q", "-rs", "tests/python", env=venv_env())  # -rs: say what was skipped (GPU tests here)
 
 
 def parse_args() -> argparse.Namespace:

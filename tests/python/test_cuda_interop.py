@@ -112,3 +112,20 @@ def test_async_moves_followed_by_explicit_synchronisation():
     a.move_memory(amso.dlpack.kDLCPU, stream=stream.cuda_stream, async_copy=True)
     stream.synchronize()
     np.testing.assert_array_equal(a.to_numpy(), 3 + np.indices((2048, 2048)).sum(axis=0))
+
+
+def test_get_dlpack_cuda_moves_then_locks_for_a_torch_consumer():
+    torch = pytest.importorskip("torch")
+    a = amso.MemArray((3, 3), np.float32)
+    a.read_numpy_array(np.eye(3, dtype=np.float32))
+    with a.get_dlpack(kDLCUDA) as exported:
+        assert a.on_device and a.locked and exported.__dlpack_device__() == (kDLCUDA, 0)
+        t = torch.from_dlpack(exported)
+        t *= 5
+        with pytest.raises(BufferError, match="locked"):
+            a.__cuda_array_interface__
+        with pytest.raises(BufferError, match="locked"):
+            torch.from_dlpack(a)
+    torch.cuda.synchronize()
+    assert not a.locked
+    np.testing.assert_array_equal(a.to_numpy(), 5 * np.eye(3, dtype=np.float32))

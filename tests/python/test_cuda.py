@@ -191,9 +191,28 @@ def test_move_between_devices():
     a = amso.MemArray(1000, np.float64)
     a.read_numpy_array(np.arange(1000.0))
     a.move_memory(kDLCUDA, 0)
+    a.add_index_tuple()  # on device 0
     a.move_memory(kDLCUDA, 1)
-    assert a.__dlpack_device__() == (kDLCUDA, 1)
-    np.testing.assert_array_equal(a.to_numpy(), np.arange(1000.0))
+    assert a.__dlpack_device__() == (kDLCUDA, 1) and a.device_id == 1
+    np.testing.assert_array_equal(a.to_numpy(), 2 * np.arange(1000.0))
+    a.add_index_tuple()  # now on device 1
+    np.testing.assert_array_equal(a.to_numpy(), 3 * np.arange(1000.0))
+
+
+@pytest.mark.skipif(not amso.cuda.is_available() or amso.cuda.device_count() < 2, reason="needs two GPUs")
+def test_dl_device_copies_between_gpus():
+    torch = pytest.importorskip("torch")
+    a = amso.MemArray(64, np.float32, device_id=0)
+    a.read_numpy_array(np.arange(64, dtype=np.float32))
+    a.move_memory(kDLCUDA)
+    with pytest.raises(BufferError, match="copy=False"):
+        a.__dlpack__(dl_device=(kDLCUDA, 1), copy=False, max_version=(1, 0))
+    capsule = a.__dlpack__(dl_device=(kDLCUDA, 1), max_version=(1, 0))
+    t = torch.from_dlpack(capsule)
+    assert t.device == torch.device("cuda", 1)
+    np.testing.assert_array_equal(t.cpu().numpy(), np.arange(64, dtype=np.float32))
+    t += 1  # a private copy: the array on device 0 is unchanged
+    assert a[5] == 5.0
 
 
 def test_no_warning_for_standard_stream_values():

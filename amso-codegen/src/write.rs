@@ -42,6 +42,9 @@ MAX_NDIM: int
 def cuda_is_available() -> bool: ...
 def cuda_device_count() -> int: ...
 def cuda_memory_info(device_id: int = 0) -> tuple[int, int]: ...
+def set_current_stream(stream: int | None) -> int | None: ...
+
+_C_API: Any
 
 class MemArrayBase:
     """Methods shared by every compiled (dtype, ndim) array class."""
@@ -85,12 +88,16 @@ class MemArrayBase:
     ) -> Any: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def get_dlpack(
-        self, device_type: int | None = None, device_id: int | None = None, stream: int = 0
+        self, device_type: int | None = None, device_id: int | None = None, stream: int | None = None
     ) -> DLPackContext: ...
+    __dlpack_c_exchange_api__: Any
+    __c_dlpack_exchange_api__: int
+    @property
+    def _amso_header(self) -> int: ...
     def move_memory(
-        self, device_type: int, device_id: int | None = None, stream: int = 0, async_copy: bool = False
+        self, device_type: int, device_id: int | None = None, stream: int | None = None, async_copy: bool = False
     ) -> None: ...
-    def add_index_tuple(self, stream: int = 0) -> None: ...
+    def add_index_tuple(self, stream: int | None = None) -> None: ...
     def read_numpy_array(self, array: npt.ArrayLike) -> None: ...
     def to_numpy(self) -> npt.NDArray[Any]: ...
 
@@ -159,6 +166,269 @@ pub fn instantiation_table(spec: &Spec) -> String {
     out
 }
 
+/// The C header: the handle, error codes, the getter table and the typed exports.
+pub fn c_header(spec: &Spec) -> String {
+    let mut typed = String::new();
+    for (dtype, ndim) in spec.instances() {
+        let stem = format!("amso_{}_{ndim}d", dtype.name);
+        let _ = write!(
+            typed,
+            "\n/* {name}, {ndim}-D ({class}): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */\n\
+             AMSO_EXPORT int {stem}_handle(PyObject *object, amso_handle *out);\n\
+             AMSO_EXPORT int {stem}_data(PyObject *object, {c} **out);\n\
+             AMSO_EXPORT int {stem}_shape(PyObject *object, const int64_t **out);\n",
+            name = dtype.name,
+            class = dtype.class_name(ndim),
+            c = dtype.c,
+        );
+    }
+    C_HEADER_TEMPLATE.replace("@NOTE@", HEADER_NOTE).replace("@TYPED@", &typed)
+}
+
+const C_HEADER_TEMPLATE: &str = r#"/* @NOTE@ */
+/*
+ * amso's C ABI: inspect amso arrays from C, C++, Cython or Rust extensions without Python calls.
+ *
+ * Use:
+ *   #include <Python.h>
+ *   #include "amso.h"
+ *   if (amso_import() < 0) return NULL;          // once, with the GIL: loads the function table
+ *   amso_handle h;
+ *   if (amso_get_handle(obj, &h) != AMSO_OK) ... amso_last_error() says why
+ *   const int64_t *shape; amso_shape(h, &shape);
+ *
+ * Rules:
+ * - Every function returns an int: AMSO_OK (0) or an AMSO_ERR_* code; amso_last_error() gives
+ *   the message of this thread's last error (valid until the next amso call on this thread).
+ *   NULL arguments are AMSO_ERR_NULL_ARGUMENT, never a crash. No function allocates a Python
+ *   object, and none lets a Rust panic cross into C (AMSO_ERR_PANIC).
+ * - Call with the GIL held (an attached thread state), as for any Python C API.
+ * - Lifetime: a handle borrows the Python object. It is valid while you hold a reference to
+ *   the object; there is nothing to free. The shape and strides pointers are valid for as
+ *   long as the handle. A handle is a snapshot of the array's description that amso keeps
+ *   current: after move_memory the same handle reports the new data pointer and device
+ *   (amso_data, amso_device_type, amso_device_id, AMSO_FLAG_ON_DEVICE), and a get_dlpack()
+ *   context shows in amso_lock_id. ndim, shape, strides, dtype and itemsize never change.
+ * - Strides are in elements, not bytes (multiply by amso_itemsize for bytes); arrays are
+ *   C-contiguous.
+ * - amso_data is a device pointer while AMSO_FLAG_ON_DEVICE is set, a host pointer otherwise.
+ *   Reading it does not synchronise: order your work after the array's with its DLPack
+ *   stream handshake, or synchronise.
+ */
+#ifndef AMSO_H
+#define AMSO_H
+
+#include <stdint.h>
+#ifndef __cplusplus
+#include <stdbool.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Complex elements: C99 complex in C, a layout-equal struct in C++. */
+#if defined(__cplusplus) || defined(__STDC_NO_COMPLEX__)
+typedef struct { float re, im; } amso_complex64_t;
+typedef struct { double re, im; } amso_complex128_t;
+#else
+typedef float _Complex amso_complex64_t;
+typedef double _Complex amso_complex128_t;
+#endif
+
+#ifndef Py_PYTHON_H
+typedef struct _object PyObject;
+#endif
+
+#if defined(_WIN32)
+#define AMSO_EXPORT __declspec(dllimport)
+#else
+#define AMSO_EXPORT
+#endif
+
+/* A borrowed description of one amso array. Read it through the getters below; its layout is
+ * published so they can be inline field reads (as NumPy's PyArray_NDIM), and amso_import()
+ * refuses a module whose layout version differs. */
+struct amso_array_header {
+    uint32_t magic;       /* 0x414d534f */
+    uint32_t version;     /* AMSO_HEADER_VERSION */
+    uintptr_t data;
+    int32_t ndim;
+    int32_t device_type;
+    int32_t device_id;
+    uint8_t code;
+    uint8_t bits;
+    uint16_t lanes;
+    int64_t itemsize;
+    uint32_t flags;
+    uint32_t reserved;
+    uint64_t lock_id;
+    int64_t shape[8];
+    int64_t strides[8];
+};
+#define AMSO_HEADER_VERSION 1u
+#ifdef __cplusplus
+static_assert(sizeof(struct amso_array_header) == 184, "amso_array_header layout");
+#else
+_Static_assert(sizeof(struct amso_array_header) == 184, "amso_array_header layout");
+#endif
+typedef const struct amso_array_header *amso_handle;
+
+enum amso_error {
+    AMSO_OK = 0,
+    AMSO_ERR_NULL_ARGUMENT = 1,    /* a NULL argument or handle */
+    AMSO_ERR_NOT_AN_AMSO_ARRAY = 2,/* the object is not an amso array (of the requested class) */
+    AMSO_ERR_INDEX = 3,            /* IndexError */
+    AMSO_ERR_VALUE = 4,            /* ValueError */
+    AMSO_ERR_TYPE = 5,             /* TypeError */
+    AMSO_ERR_OVERFLOW = 6,         /* OverflowError */
+    AMSO_ERR_MEMORY = 7,           /* MemoryError */
+    AMSO_ERR_BUFFER = 8,           /* BufferError: locked array, refused export */
+    AMSO_ERR_RUNTIME = 9,          /* RuntimeError: no CUDA driver, CUDA failure */
+    AMSO_ERR_PANIC = 10            /* an internal error in amso, caught at the boundary */
+};
+
+/* amso_flags bits. */
+#define AMSO_FLAG_READONLY 1u
+#define AMSO_FLAG_ON_DEVICE 2u
+#define AMSO_FLAG_PINNED 4u
+
+/* DLPack device types and type codes (DLPack 1.3). */
+#define AMSO_DEVICE_CPU 1
+#define AMSO_DEVICE_CUDA 2
+#define AMSO_DEVICE_CUDA_HOST 3
+
+/* The function table (capsule amso._amso._C_API). Fields are only ever appended. */
+typedef struct amso_c_api {
+    uint32_t version;
+    uint32_t struct_size;    /* sizeof the table as built */
+    uint32_t header_version; /* AMSO_HEADER_VERSION of the module */
+    uint32_t header_size;    /* sizeof(struct amso_array_header) of the module */
+    int (*get_handle)(PyObject *object, amso_handle *out);
+    int (*data)(amso_handle h, void **out);           /* first element, host or device */
+    int (*ndim)(amso_handle h, int32_t *out);
+    int (*size)(amso_handle h, int64_t *out);         /* number of elements */
+    int (*shape)(amso_handle h, const int64_t **out); /* borrowed, ndim entries */
+    int (*strides)(amso_handle h, const int64_t **out); /* borrowed, in elements */
+    int (*device_type)(amso_handle h, int32_t *out);  /* AMSO_DEVICE_* of the current data */
+    int (*device_id)(amso_handle h, int32_t *out);
+    int (*dtype_code)(amso_handle h, uint8_t *out);   /* DLPack type code */
+    int (*dtype_bits)(amso_handle h, uint8_t *out);
+    int (*dtype_lanes)(amso_handle h, uint16_t *out);
+    int (*itemsize)(amso_handle h, int64_t *out);     /* bytes per element */
+    int (*flags)(amso_handle h, uint32_t *out);       /* AMSO_FLAG_* */
+    int (*lock_id)(amso_handle h, uint64_t *out);     /* holder of the lock, 0 if unlocked */
+    const char *(*last_error)(void);
+} amso_c_api;
+
+#define AMSO_C_API_VERSION 1u
+
+#ifdef Py_PYTHON_H
+static const amso_c_api *amso_api = NULL;
+
+/* Load the table (with the GIL held); 0 on success, -1 with a Python exception set. */
+static inline int amso_import(void) {
+    amso_api = (const amso_c_api *)PyCapsule_Import("amso._amso._C_API", 0);
+    if (amso_api == NULL) return -1;
+    if (amso_api->version < AMSO_C_API_VERSION || amso_api->header_version != AMSO_HEADER_VERSION ||
+        amso_api->header_size != sizeof(struct amso_array_header)) {
+        PyErr_SetString(PyExc_ImportError, "amso's C API does not match this amso.h; rebuild against the installed amso");
+        amso_api = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Getters: inline field reads; NULL arguments go through the module for the error message. */
+#define AMSO_GETTER(name, type, expression)                                     \
+    static inline int amso_##name(amso_handle h, type *out) {                   \
+        if (h == NULL || out == NULL) return amso_api->name(h, out);            \
+        *out = (expression);                                                    \
+        return AMSO_OK;                                                         \
+    }
+
+static inline int amso_get_handle(PyObject *o, amso_handle *out) { return amso_api->get_handle(o, out); }
+AMSO_GETTER(data, void *, (void *)h->data)
+AMSO_GETTER(ndim, int32_t, h->ndim)
+AMSO_GETTER(shape, const int64_t *, h->shape)
+AMSO_GETTER(strides, const int64_t *, h->strides)
+AMSO_GETTER(device_type, int32_t, h->device_type)
+AMSO_GETTER(device_id, int32_t, h->device_id)
+AMSO_GETTER(dtype_code, uint8_t, h->code)
+AMSO_GETTER(dtype_bits, uint8_t, h->bits)
+AMSO_GETTER(dtype_lanes, uint16_t, h->lanes)
+AMSO_GETTER(itemsize, int64_t, h->itemsize)
+AMSO_GETTER(flags, uint32_t, h->flags)
+AMSO_GETTER(lock_id, uint64_t, h->lock_id)
+static inline int amso_size(amso_handle h, int64_t *out) { return amso_api->size(h, out); }
+static inline const char *amso_last_error(void) { return amso_api->last_error(); }
+#endif /* Py_PYTHON_H */
+
+/*
+ * Typed exports of the bundled module, one set per compiled (dtype, ndim), exported by
+ * amso/_amso*.so (link against it or dlsym them). The same lifetime rules apply.
+ */
+@TYPED@
+/*
+ * The DLPack C exchange API (DLPack >= 1.2). Every amso array type carries
+ * __dlpack_c_exchange_api__, a "dlpack_exchange_api" capsule pointing at a static
+ * DLPackExchangeAPI, and __c_dlpack_exchange_api__, the same address as an int. The ABI
+ * structs follow (DLPack 1.3); include the official dlpack.h first to use its definitions.
+ */
+#ifndef DLPACK_DLPACK_H_
+#define DLPACK_DLPACK_H_
+#define DLPACK_MAJOR_VERSION 1
+#define DLPACK_MINOR_VERSION 3
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1UL << 1UL)
+typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
+typedef enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 } DLDeviceType;
+typedef struct { DLDeviceType device_type; int32_t device_id; } DLDevice;
+typedef enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLOpaqueHandle = 3, kDLBfloat = 4, kDLComplex = 5, kDLBool = 6 } DLDataTypeCode;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides;
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensorVersioned {
+    DLPackVersion version;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *self);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+typedef int (*DLPackManagedTensorAllocator)(DLTensor *prototype, DLManagedTensorVersioned **out, void *error_ctx,
+                                            void (*SetError)(void *error_ctx, const char *kind, const char *message));
+typedef int (*DLPackManagedTensorFromPyObjectNoSync)(void *py_object, DLManagedTensorVersioned **out);
+typedef int (*DLPackManagedTensorToPyObjectNoSync)(DLManagedTensorVersioned *tensor, void **out_py_object);
+typedef int (*DLPackDLTensorFromPyObjectNoSync)(void *py_object, DLTensor *out);
+typedef int (*DLPackCurrentWorkStream)(DLDeviceType device_type, int32_t device_id, void **out_current_stream);
+typedef struct DLPackExchangeAPIHeader {
+    DLPackVersion version;
+    struct DLPackExchangeAPIHeader *prev_api;
+} DLPackExchangeAPIHeader;
+typedef struct DLPackExchangeAPI {
+    DLPackExchangeAPIHeader header;
+    DLPackManagedTensorAllocator managed_tensor_allocator;
+    DLPackManagedTensorFromPyObjectNoSync managed_tensor_from_py_object_no_sync;
+    DLPackManagedTensorToPyObjectNoSync managed_tensor_to_py_object_no_sync;
+    DLPackDLTensorFromPyObjectNoSync dltensor_from_py_object_no_sync;
+    DLPackCurrentWorkStream current_work_stream;
+} DLPackExchangeAPI;
+#endif /* DLPACK_DLPACK_H_ */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AMSO_H */
+"#;
+
 /// Every generated file: its path under `root` and its content.
 pub fn generated_files(spec: &Spec) -> Vec<(PathBuf, String)> {
     // The package's amso-python/python/amso/_amso.pyi is a symlink to generated/_amso.pyi,
@@ -166,6 +436,7 @@ pub fn generated_files(spec: &Spec) -> Vec<(PathBuf, String)> {
     vec![
         (PathBuf::from("generated/_amso.pyi"), python_stubs(spec)),
         (PathBuf::from("generated/instantiations.md"), instantiation_table(spec)),
+        (PathBuf::from("generated/amso.h"), c_header(spec)),
     ]
 }
 

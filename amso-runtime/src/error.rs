@@ -81,5 +81,50 @@ pub enum Error {
     InvalidArgument(String),
 }
 
+/// C error codes (generated/amso.h), one per Python exception kind; 0 is success.
+pub mod code {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// A NULL argument.
+    pub const NULL_ARGUMENT: i32 = 1;
+    /// The object is not an amso array (or not of the requested instantiation).
+    pub const NOT_AN_AMSO_ARRAY: i32 = 2;
+    /// IndexError.
+    pub const INDEX: i32 = 3;
+    /// ValueError.
+    pub const VALUE: i32 = 4;
+    /// TypeError.
+    pub const TYPE: i32 = 5;
+    /// OverflowError.
+    pub const OVERFLOW: i32 = 6;
+    /// MemoryError.
+    pub const MEMORY: i32 = 7;
+    /// BufferError (locked, refused export).
+    pub const BUFFER: i32 = 8;
+    /// RuntimeError (no CUDA, CUDA failure).
+    pub const RUNTIME: i32 = 9;
+    /// A panic inside amso, caught at the boundary (a bug: please report it).
+    pub const PANIC: i32 = 10;
+}
+
+impl Error {
+    /// The C error code of this error (the same grouping as the Python exception types).
+    pub fn code(&self) -> i32 {
+        match self {
+            Error::IndexOutOfBounds { .. } | Error::IndexArity { .. } => code::INDEX,
+            Error::InvalidShape(_)
+            | Error::TooLarge { .. }
+            | Error::ReadOnly
+            | Error::InvalidArgument(_)
+            | Error::UnsupportedDevice(_) => code::VALUE,
+            Error::ValueOutOfRange(_) => code::OVERFLOW,
+            Error::WrongValueType(_) => code::TYPE,
+            Error::OutOfMemory { .. } => code::MEMORY,
+            Error::Locked { .. } | Error::StaleLock { .. } | Error::ExportRefused(_) => code::BUFFER,
+            Error::Unavailable(_) | Error::Cuda(_) => code::RUNTIME,
+        }
+    }
+}
+
 /// `Result` with amso's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

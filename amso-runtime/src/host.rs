@@ -24,6 +24,8 @@ pub struct HostBuffer<T> {
     /// Page-locked memory from the CUDA driver, when the array asked for it.
     #[cfg(feature = "cuda")]
     pinned: Option<crate::cuda::memory::PinnedMemory>,
+    /// Keeps foreign memory (another library's export) alive; dropping it releases that memory.
+    foreign: Option<Box<dyn std::any::Any + Send + Sync>>,
     _owns: PhantomData<T>,
 }
 
@@ -52,8 +54,22 @@ impl<T: Element> HostBuffer<T> {
             len,
             #[cfg(feature = "cuda")]
             pinned: None,
+            foreign: None,
             _owns: PhantomData,
         }
+    }
+
+    /// A buffer over `len` elements of foreign host memory at `ptr`, kept alive by `owner`
+    /// (dropped exactly once, when the buffer and every export of it are gone).
+    ///
+    /// # Safety
+    /// `ptr` points to `len` initialised, suitably aligned elements that stay valid until
+    /// `owner` is dropped.
+    pub unsafe fn foreign(ptr: *mut T, len: usize, owner: Box<dyn std::any::Any + Send + Sync>) -> Self {
+        let ptr = NonNull::new(ptr).unwrap_or(NonNull::dangling());
+        let mut buffer = Self::from_raw(ptr, len);
+        buffer.foreign = Some(owner);
+        buffer
     }
 
     /// Allocate `len` zeroed elements of page-locked (pinned) memory.
@@ -66,7 +82,7 @@ impl<T: Element> HostBuffer<T> {
         } else {
             NonNull::new(memory.as_ptr().cast::<T>()).expect("allocated")
         };
-        Ok(HostBuffer { ptr, len, pinned: Some(memory), _owns: PhantomData })
+        Ok(HostBuffer { ptr, len, pinned: Some(memory), foreign: None, _owns: PhantomData })
     }
 
     /// Whether the memory is page-locked.
@@ -121,6 +137,9 @@ impl<T> Drop for HostBuffer<T> {
     // Pinned memory is released by its own Drop (field `pinned`).
     fn drop(&mut self) {
         let bytes = self.len * size_of::<T>();
+        if self.foreign.is_some() {
+            return; // the owner releases foreign memory when it drops
+        }
         #[cfg(feature = "cuda")]
         if self.pinned.is_some() {
             return; // PinnedMemory frees itself

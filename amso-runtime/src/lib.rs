@@ -5,6 +5,7 @@
 //! Nothing here knows the spec's instantiation list: the generated code names types and
 //! calls these generic functions.
 
+pub mod capi;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(feature = "cuda")]
@@ -13,12 +14,14 @@ pub mod dlpack;
 pub mod element;
 pub mod error;
 mod export;
+pub mod foreign;
 pub mod host;
 pub mod indexer;
 pub mod lock;
 pub mod memarray;
 pub mod object;
 pub mod shape;
+pub mod stream_context;
 
 #[cfg(feature = "python")]
 pub mod python;

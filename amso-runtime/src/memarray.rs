@@ -125,16 +125,34 @@ impl<T: Element, const N: usize> MemArray<T, N> {
                 ))
             }
         };
-        Ok(MemArray {
+        Ok(Self::assemble(shape, Arc::new(host), options, Residence::Host))
+    }
+
+    /// An array from its parts, unlocked, with no device memory yet.
+    pub(crate) fn assemble(
+        shape: [usize; N],
+        host: Arc<HostBuffer<T>>,
+        options: ArrayOptions,
+        residence: Residence,
+    ) -> Self {
+        let () = Self::NDIM_IS_SUPPORTED;
+        MemArray {
             shape,
-            host: Arc::new(host),
-            residence: Residence::Host,
+            host,
+            residence,
             device_id: options.device_id,
             lock: None,
             readonly: options.readonly,
             #[cfg(feature = "cuda")]
             device: Default::default(),
-        })
+        }
+    }
+
+    /// Take `device` as this array's device side on `device_id`.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn adopt_device(&mut self, device_id: i32, device: crate::device::DeviceSide) {
+        self.device_id = device_id;
+        self.device = device;
     }
 
     /// A host array of `shape` holding a copy of `values` (C order).

@@ -176,3 +176,31 @@ fn check_nbytes(given: usize, expected: usize) -> Result<()> {
         Err(Error::InvalidArgument(format!("expected {expected} bytes of element data, got {given}")))
     }
 }
+
+/// A concrete array type that generic code (the Python glue, the C ABI) can construct: every
+/// `MemArray<T, N>`. Generated code names it; it adds no code of its own.
+pub trait ArrayType: ArrayObject + Sized {
+    /// Element type facts.
+    const DTYPE: &'static DType;
+    /// Number of dimensions.
+    const NDIM: usize;
+    /// A zero-filled array with `dims` (checked) and `options`.
+    fn create(dims: &[i64], options: crate::memarray::ArrayOptions) -> Result<Self>;
+    /// An array over foreign memory (see `MemArray::from_foreign`).
+    ///
+    /// # Safety
+    /// As `MemArray::from_foreign`.
+    unsafe fn wrap(dims: &[i64], memory: crate::foreign::ForeignMemory, readonly: bool) -> Result<Self>;
+}
+
+impl<T: Element, const N: usize> ArrayType for MemArray<T, N> {
+    const DTYPE: &'static DType = &T::DTYPE;
+    const NDIM: usize = N;
+    fn create(dims: &[i64], options: crate::memarray::ArrayOptions) -> Result<Self> {
+        MemArray::from_dims(dims, options)
+    }
+    unsafe fn wrap(dims: &[i64], memory: crate::foreign::ForeignMemory, readonly: bool) -> Result<Self> {
+        // SAFETY: forwarded from the caller.
+        unsafe { MemArray::from_foreign(dims, memory, readonly) }
+    }
+}

@@ -33,6 +33,7 @@ pub fn instantiation_class(dtype: &DType, ndim: u8, names: &ClassNames<'_>) -> T
         #doc
         #(#attrs)*
         #[::pyo3::pyclass(extends = ::amso_runtime::python::MemArrayBase, #module name = #python_name)]
+        #[derive(Default)]
         #vis struct #ident;
 
         #[::pyo3::pymethods]
@@ -45,13 +46,51 @@ pub fn instantiation_class(dtype: &DType, ndim: u8, names: &ClassNames<'_>) -> T
                 readonly: bool,
                 pinned: bool,
             ) -> ::pyo3::PyResult<::pyo3::PyClassInitializer<Self>> {
-                ::amso_runtime::python::new_base::<#ty, #ndim>(shape, device_id, readonly, pinned).map(|base| base.add_subclass(#ident))
+                ::amso_runtime::python::new_base::<Self>(shape, device_id, readonly, pinned).map(|base| base.add_subclass(#ident))
             }
         }
 
         impl ::amso_runtime::python::Instantiation for #ident {
-            type Element = #ty;
-            const NDIM: usize = #ndim;
+            type Array = ::amso_runtime::MemArray<#ty, #ndim>;
+        }
+    }
+}
+
+/// The typed C exports of one bundled instantiation, named from the spec
+/// (`amso_float32_3d_handle`, `_data`, `_shape`), each a delegation to the runtime.
+pub fn typed_exports(dtype: &DType, ndim: u8, class: &Ident) -> TokenStream {
+    let stem = format!("amso_{}_{ndim}d", dtype.name);
+    let handle = quote::format_ident!("{stem}_handle");
+    let data = quote::format_ident!("{stem}_data");
+    let shape = quote::format_ident!("{stem}_shape");
+    let doc = format!("C getter exports of the {} {ndim}-D class (see generated/amso.h).", dtype.name);
+    quote! {
+        #[doc = #doc]
+        ///
+        /// # Safety
+        /// As `amso_get_handle`: a live object (or NULL), a writable output, the GIL held.
+        #[no_mangle]
+        pub unsafe extern "C" fn #handle(object: *mut ::pyo3::ffi::PyObject, out: *mut ::amso_runtime::python::capi::Handle) -> ::std::ffi::c_int {
+            // SAFETY: forwarded from the caller.
+            unsafe { ::amso_runtime::python::capi::typed_handle::<#class>(object, out) }
+        }
+        #[doc = #doc]
+        ///
+        /// # Safety
+        /// As above.
+        #[no_mangle]
+        pub unsafe extern "C" fn #data(object: *mut ::pyo3::ffi::PyObject, out: *mut *mut ::std::ffi::c_void) -> ::std::ffi::c_int {
+            // SAFETY: forwarded from the caller.
+            unsafe { ::amso_runtime::python::capi::typed_data::<#class>(object, out) }
+        }
+        #[doc = #doc]
+        ///
+        /// # Safety
+        /// As above.
+        #[no_mangle]
+        pub unsafe extern "C" fn #shape(object: *mut ::pyo3::ffi::PyObject, out: *mut *const i64) -> ::std::ffi::c_int {
+            // SAFETY: forwarded from the caller.
+            unsafe { ::amso_runtime::python::capi::typed_shape::<#class>(object, out) }
         }
     }
 }

@@ -35,9 +35,15 @@ fn instantiation_class_is_a_thin_delegation() {
     };
     let code = compact(pyclass::instantiation_class(dtype, 3, &names));
     assert!(code.contains("extends=::amso_runtime::python::MemArrayBase"));
-    assert!(code.contains("::amso_runtime::python::new_base::<::amso_runtime::dtypes::float32,3usize>"));
+    assert!(code.contains("::amso_runtime::python::new_base::<Self>"));
+    assert!(code.contains("typeArray=::amso_runtime::MemArray<::amso_runtime::dtypes::float32,3usize>;"));
     assert_eq!(code.matches("fn").count(), 1, "one constructor, every other method lives in the base class");
     assert!(code.len() < 1200, "per-instantiation code stays small: {} bytes", code.len());
+    let exports = compact(pyclass::typed_exports(dtype, 3, &ident));
+    for name in ["amso_float32_3d_handle", "amso_float32_3d_data", "amso_float32_3d_shape"] {
+        assert!(exports.contains(&format!("fn{name}(")), "{name}");
+    }
+    assert_eq!(exports.matches("typed_").count(), 3, "each export is one delegation");
 }
 
 #[test]

@@ -1,7 +1,36 @@
-"""CUDA facts: whether a driver is present, how many devices, how much memory."""
+"""CUDA facts (driver present, device count, memory) and the current-stream context."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
 
 from ._amso import cuda_device_count as device_count
 from ._amso import cuda_is_available as is_available
 from ._amso import cuda_memory_info as memory_info
+from ._amso import set_current_stream as _set_current_stream
 
-__all__ = ["is_available", "device_count", "memory_info"]
+__all__ = ["is_available", "device_count", "memory_info", "stream"]
+
+
+def _stream_value(stream: Any) -> int | None:
+    if stream is None or isinstance(stream, int):
+        return stream
+    for attribute in ("cuda_stream", "ptr", "handle"):  # torch, cupy, cuda.core streams
+        value = getattr(stream, attribute, None)
+        if isinstance(value, int):
+            return value
+    raise TypeError(f"expected a stream handle (int) or a torch/cupy stream, got {type(stream).__name__}")
+
+
+@contextlib.contextmanager
+def stream(value: Any) -> Iterator[None]:
+    """Within the block, amso works on `value` when a call names no stream (move_memory,
+    add_index_tuple, get_dlpack), and reports it as the DLPack exchange API's current work
+    stream. Accepts an int handle (1 legacy, 2 per-thread default) or a torch/cupy stream."""
+    previous = _set_current_stream(_stream_value(value))
+    try:
+        yield
+    finally:
+        _set_current_stream(previous)

@@ -8,11 +8,23 @@ use super::driver::{cuda_error, map_error};
 use crate::error::Result;
 
 /// An allocation in one device's global memory.
-#[derive(Debug)]
 pub struct DeviceMemory {
     ptr: sys::CUdeviceptr,
     bytes: usize,
     device_id: i32,
+    /// Keeps foreign device memory alive; dropping it releases that memory.
+    foreign: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for DeviceMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceMemory")
+            .field("ptr", &format_args!("0x{:x}", self.ptr))
+            .field("bytes", &self.bytes)
+            .field("device_id", &self.device_id)
+            .field("foreign", &self.foreign.is_some())
+            .finish()
+    }
 }
 
 impl DeviceMemory {
@@ -24,7 +36,20 @@ impl DeviceMemory {
             // SAFETY: valid out-pointer; the device's context is current.
             unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }.result().map_err(|e| map_error(e, bytes, "device"))?;
         }
-        Ok(DeviceMemory { ptr, bytes, device_id })
+        Ok(DeviceMemory { ptr, bytes, device_id, foreign: None })
+    }
+
+    /// Foreign device memory (another library's export), kept alive by `owner`.
+    ///
+    /// # Safety
+    /// `ptr` addresses `bytes` bytes on `device_id`, valid until `owner` is dropped.
+    pub unsafe fn foreign(
+        device_id: i32,
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> DeviceMemory {
+        DeviceMemory { ptr, bytes, device_id, foreign: Some(owner) }
     }
 
     /// Device address of the first byte.
@@ -45,8 +70,8 @@ impl DeviceMemory {
 
 impl Drop for DeviceMemory {
     fn drop(&mut self) {
-        if self.ptr == 0 {
-            return;
+        if self.ptr == 0 || self.foreign.is_some() {
+            return; // nothing allocated, or the owner releases foreign memory
         }
         if let Ok(_ctx) = Current::enter(self.device_id) {
             // SAFETY: allocated by cuMemAlloc in this context and freed once, here. cuMemFree

@@ -11,6 +11,7 @@ use pyo3::types::{PyDict, PyTuple};
 use super::capsule::dlpack_capsule;
 use super::context::DLPackContext;
 use super::convert::{numpy, numpy_dtype, parse_index, scalar_from_py, scalar_to_py};
+use crate::capi::Header;
 use crate::dlpack::DlpackRequest;
 use crate::element::Element;
 use crate::lock::LockId;
@@ -21,12 +22,15 @@ use crate::object::ArrayObject;
 #[pyclass(subclass, module = "amso._amso", name = "MemArrayBase")]
 pub struct MemArrayBase {
     array: Box<dyn ArrayObject>,
+    /// What the C getters read; refreshed by `update` after every change.
+    header: Header,
 }
 
 impl MemArrayBase {
     /// Wrap a typed array.
     pub fn new(array: Box<dyn ArrayObject>) -> Self {
-        MemArrayBase { array }
+        let header = Header::of(&*array);
+        MemArrayBase { array, header }
     }
 
     /// The array, type-erased.
@@ -34,9 +38,16 @@ impl MemArrayBase {
         &*self.array
     }
 
-    /// The array, type-erased and mutable.
-    pub fn array_mut(&mut self) -> &mut dyn ArrayObject {
-        &mut *self.array
+    /// The C header (valid while this object lives; see generated/amso.h).
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Change the array through `f`, then refresh the C header.
+    pub fn update<R>(&mut self, f: impl FnOnce(&mut dyn ArrayObject) -> R) -> R {
+        let result = f(&mut *self.array);
+        self.header = Header::of(&*self.array);
+        result
     }
 
     /// The typed array, if this object holds a `MemArray<T, N>`.
@@ -44,9 +55,12 @@ impl MemArrayBase {
         self.array.as_any().downcast_ref()
     }
 
-    /// The typed array, mutable, if this object holds a `MemArray<T, N>`.
-    pub fn typed_mut<T: Element, const N: usize>(&mut self) -> Option<&mut MemArray<T, N>> {
-        self.array.as_any_mut().downcast_mut()
+    /// Change the typed array through `f`, if this object holds a `MemArray<T, N>`.
+    pub fn with_typed_mut<T: Element, const N: usize, R>(
+        &mut self,
+        f: impl FnOnce(&mut MemArray<T, N>) -> R,
+    ) -> Option<R> {
+        self.update(|array| array.as_any_mut().downcast_mut().map(f))
     }
 }
 
@@ -159,6 +173,24 @@ impl MemArrayBase {
         Ok(self.array.set_scalar(&index, scalar, None)?)
     }
 
+    /// Address of the C header (what `amso_get_handle` returns), for arrays of other modules.
+    #[getter]
+    fn _amso_header(&self) -> usize {
+        &self.header as *const Header as usize
+    }
+
+    /// The DLPack C exchange API (DLPack >= 1.2): a "dlpack_exchange_api" capsule.
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyAny>> {
+        super::exchange::api_capsule(py)
+    }
+
+    /// The same table's address as an integer (the DLPack 1.2 name, for older consumers).
+    #[classattr]
+    fn __c_dlpack_exchange_api__() -> usize {
+        super::exchange::api_address()
+    }
+
     /// Export through DLPack, as the Python array API standard specifies.
     #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
     fn __dlpack__<'py>(
@@ -181,15 +213,16 @@ impl MemArrayBase {
 
     /// A context manager that moves the data to the requested device, locks the array for
     /// the `with` block and exports it through DLPack.
-    #[pyo3(signature = (device_type = None, device_id = None, stream = 0))]
+    #[pyo3(signature = (device_type = None, device_id = None, stream = None))]
     fn get_dlpack(
         mut slf: PyRefMut<'_, Self>,
         device_type: Option<i32>,
         device_id: Option<i32>,
-        stream: i64,
+        stream: Option<i64>,
     ) -> PyResult<DLPackContext> {
         let target = target_device(&*slf.array, device_type, device_id)?;
-        slf.array.move_memory(target, stream, false, None)?;
+        let stream = crate::stream_context::resolve(stream);
+        slf.update(|array| array.move_memory(target, stream, false, None))?;
         let array: Py<MemArrayBase> = slf.into();
         Ok(DLPackContext::new(array, LockId::next()))
     }
@@ -197,25 +230,26 @@ impl MemArrayBase {
     /// Move the current data to `device_type` (kDLCPU or kDLCUDA) on `stream` (0 or 1: legacy
     /// default stream, 2: per-thread default stream, else a stream handle); returns at once
     /// when it is already there, and without waiting for the copy when `async_copy`.
-    #[pyo3(signature = (device_type, device_id = None, stream = 0, async_copy = false))]
+    #[pyo3(signature = (device_type, device_id = None, stream = None, async_copy = false))]
     fn move_memory(
         &mut self,
         py: Python<'_>,
         device_type: i32,
         device_id: Option<i32>,
-        stream: i64,
+        stream: Option<i64>,
         async_copy: bool,
     ) -> PyResult<()> {
         let target = target_device(&*self.array, Some(device_type), device_id)?;
-        let array = &mut self.array;
-        Ok(py.detach(|| array.move_memory(target, stream, async_copy, None))?)
+        let stream = crate::stream_context::resolve(stream);
+        Ok(self.update(|array| py.detach(|| array.move_memory(target, stream, async_copy, None)))?)
     }
 
     /// The MemArray design's kernel: add the sum of each element's indices to it, on the GPU
     /// (moving the data there first), queued on `stream`.
-    #[pyo3(signature = (stream = 0))]
-    fn add_index_tuple(&mut self, stream: i64) -> PyResult<()> {
-        Ok(self.array.add_index_tuple(stream, None)?)
+    #[pyo3(signature = (stream = None))]
+    fn add_index_tuple(&mut self, stream: Option<i64>) -> PyResult<()> {
+        let stream = crate::stream_context::resolve(stream);
+        Ok(self.update(|array| array.add_index_tuple(stream, None))?)
     }
 
     /// Whether the host buffer is page-locked (pinned=True at construction).

@@ -34,7 +34,8 @@ impl DLPackContext {
 
     fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
         let py = slf.py();
-        slf.array.bind(py).borrow_mut().array_mut().enter(slf.lock)?;
+        let lock = slf.lock;
+        slf.array.bind(py).borrow_mut().update(|array| array.enter(lock))?;
         slf.entered = true;
         Ok(slf)
     }
@@ -43,7 +44,8 @@ impl DLPackContext {
     fn __exit__(&mut self, py: Python<'_>, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> bool {
         if self.entered {
             // Only fails if this context no longer holds the lock; nothing to release then.
-            let _ = self.array.bind(py).borrow_mut().array_mut().exit(self.lock);
+            let lock = self.lock;
+            let _ = self.array.bind(py).borrow_mut().update(|array| array.exit(lock));
             self.entered = false;
         }
         false

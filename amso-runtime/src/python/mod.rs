@@ -2,10 +2,13 @@
 //! Python method, the DLPack context manager, and the helpers each thin subclass calls.
 
 mod base;
+pub mod capi;
 mod capsule;
 mod context;
 mod convert;
 mod error;
+mod exchange;
+mod registry;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyModule};
@@ -16,26 +19,26 @@ pub use capsule::dlpack_capsule;
 pub use context::DLPackContext;
 pub use convert::ShapeArg;
 
-use crate::element::Element;
-use crate::memarray::{ArrayOptions, MemArray};
+use crate::memarray::ArrayOptions;
+use crate::object::ArrayType;
 
-/// What a generated class says about itself: its element type and ndim.
-pub trait Instantiation: PyClass<BaseType = MemArrayBase> + PyTypeInfo {
-    /// Element type.
-    type Element: Element;
-    /// Number of dimensions.
-    const NDIM: usize;
+pub use registry::Registration;
+
+/// What a generated class says about itself: the typed array it holds.
+pub trait Instantiation: PyClass<BaseType = MemArrayBase> + PyTypeInfo + Default {
+    /// The typed array, e.g. `MemArray<f32, 3>`.
+    type Array: ArrayType;
 }
 
-/// The base-class part of a new `MemArray<T, N>` instance; generated constructors add their
+/// The base-class part of a new instance of class `C`; generated constructors add their
 /// (empty) subclass to it.
-pub fn new_base<T: Element, const N: usize>(
+pub fn new_base<C: Instantiation>(
     shape: ShapeArg,
     device_id: i32,
     readonly: bool,
     pinned: bool,
 ) -> PyResult<PyClassInitializer<MemArrayBase>> {
-    let array = MemArray::<T, N>::from_dims(&shape.0, ArrayOptions { device_id, readonly, pinned })?;
+    let array = C::Array::create(&shape.0, ArrayOptions { device_id, readonly, pinned })?;
     Ok(PyClassInitializer::from(MemArrayBase::new(Box::new(array))))
 }
 
@@ -54,7 +57,9 @@ pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> 
             created
         }
     };
-    dispatch.set_item((C::Element::DTYPE.name, C::NDIM), C::type_object(py))
+    dispatch.set_item((C::Array::DTYPE.name, C::Array::NDIM), C::type_object(py))?;
+    registry::add::<C>(py);
+    Ok(())
 }
 
 /// Add the shared classes (the base class and the DLPack context) and constants to `module`.
@@ -65,6 +70,8 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(pyo3::wrap_pyfunction!(cuda_is_available, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_device_count, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_memory_info, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(set_current_stream, module)?)?;
+    module.add("_C_API", capi::api_capsule(module.py())?)?;
     if module.getattr(DISPATCH_ATTR).is_err() {
         module.add(DISPATCH_ATTR, PyDict::new(module.py()))?;
     }
@@ -100,4 +107,14 @@ fn cuda_memory_info(device_id: i32) -> PyResult<(usize, usize)> {
         let _ = device_id;
         Err(crate::Error::Unavailable("this amso build has no CUDA layer".into()).into())
     }
+}
+
+/// Set this thread's current stream (None: the legacy default); returns the previous one.
+#[pyfunction]
+#[pyo3(signature = (stream))]
+fn set_current_stream(stream: Option<i64>) -> PyResult<Option<i64>> {
+    if let Some(value) = stream.filter(|&v| v < 0) {
+        return Err(crate::Error::InvalidArgument(format!("stream {value} is not a CUDA stream")).into());
+    }
+    Ok(crate::stream_context::replace(stream))
 }

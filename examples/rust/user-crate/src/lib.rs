@@ -22,14 +22,16 @@ pub struct Weights;
 #[pyfunction]
 fn add_index_sum(density: &Bound<'_, Density>) -> PyResult<()> {
     let mut base = density.as_super().borrow_mut();
-    let array: &mut DensityArray = base.typed_mut().ok_or_else(|| PyTypeError::new_err("expected a Density array"))?;
-    let indexer = array.indexer(None)?;
-    for offset in 0..indexer.size() {
-        let index_sum: usize = indexer.unravel(offset).iter().sum();
-        // SAFETY: offset < size, and the indexer borrows the array exclusively.
-        unsafe { indexer.write_unchecked(offset, indexer.get_unchecked(offset) + index_sum as f64) };
-    }
-    Ok(())
+    base.with_typed_mut(|array: &mut DensityArray| -> PyResult<()> {
+        let indexer = array.indexer(None)?;
+        for offset in 0..indexer.size() {
+            let index_sum: usize = indexer.unravel(offset).iter().sum();
+            // SAFETY: offset < size, and the indexer borrows the array exclusively.
+            unsafe { indexer.write_unchecked(offset, indexer.get_unchecked(offset) + index_sum as f64) };
+        }
+        Ok(())
+    })
+    .ok_or_else(|| PyTypeError::new_err("expected a Density array"))?
 }
 
 #[pymodule]

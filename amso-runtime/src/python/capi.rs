@@ -1,0 +1,284 @@
+//! The C ABI: `amso_get_handle` turns a Python object into a handle (a pointer to the array's
+//! `Header`, borrowed from the object: valid while the object lives, nothing to free), and
+//! read-only getters read its fields. Every function returns an `int` code (0 = success,
+//! `error::code`), keeps a per-thread message for `amso_last_error`, allocates no Python
+//! object, and catches unwinding. Call them with the GIL held (an attached thread state).
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+use super::base::MemArrayBase;
+use super::registry;
+use super::Instantiation;
+use crate::capi::{Header, HEADER_MAGIC, HEADER_VERSION};
+use crate::error::code;
+use crate::object::ArrayType;
+
+/// The opaque handle C sees.
+pub type Handle = *const Header;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Record `message` as this thread's last error and return `code`.
+pub fn fail(code: c_int, message: impl Into<String>) -> c_int {
+    let message = CString::new(message.into().replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|last| *last.borrow_mut() = message);
+    code
+}
+
+/// Run `body`, turning a panic into `PANIC` (no unwinding crosses into C).
+pub fn guard(body: impl FnOnce() -> c_int) -> c_int {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body))
+        .unwrap_or_else(|_| fail(code::PANIC, "internal error (panic) inside amso; please report it"))
+}
+
+/// The message of this thread's last error ("" if none); valid until the next amso call on
+/// this thread.
+#[no_mangle]
+pub extern "C" fn amso_last_error() -> *const c_char {
+    LAST_ERROR.with(|last| last.borrow().as_ptr())
+}
+
+/// Offset of `MemArrayBase::header` from the start of a registered class's object, learned on
+/// the first slow-path lookup (the base class's fields sit at one offset in every subclass).
+static HEADER_OFFSET: AtomicUsize = AtomicUsize::new(0);
+
+/// The registered class seen last (one compare instead of a scan in the common case).
+static LAST_TYPE: AtomicUsize = AtomicUsize::new(0);
+
+/// Turn a Python object into a handle. `NOT_AN_AMSO_ARRAY` for anything that is not an amso
+/// array (of this module or of any other module built with amso).
+///
+/// # Safety
+/// `object` is NULL or a live Python object; the GIL is held.
+#[no_mangle]
+pub unsafe extern "C" fn amso_get_handle(object: *mut ffi::PyObject, out: *mut Handle) -> c_int {
+    if object.is_null() || out.is_null() {
+        return fail(code::NULL_ARGUMENT, "amso_get_handle: NULL object or output pointer");
+    }
+    // SAFETY: a live object's type pointer.
+    let type_object = unsafe { ffi::Py_TYPE(object) } as usize;
+    let offset = HEADER_OFFSET.load(Ordering::Relaxed);
+    if offset != 0 && (type_object == LAST_TYPE.load(Ordering::Relaxed) || registry::is_known_type(type_object)) {
+        LAST_TYPE.store(type_object, Ordering::Relaxed);
+        // SAFETY: objects of registered classes hold MemArrayBase's fields at this offset.
+        unsafe { *out = object.cast::<u8>().add(offset).cast::<Header>() };
+        return code::OK;
+    }
+    // SAFETY: forwarded; the GIL is held by contract.
+    guard(|| unsafe { slow_handle(object, type_object, out) })
+}
+
+unsafe fn slow_handle(object: *mut ffi::PyObject, type_object: usize, out: *mut Handle) -> c_int {
+    // SAFETY: the caller holds the GIL (the C ABI's contract).
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: `object` is a live object; borrowed, not stolen.
+    let object = unsafe { Bound::from_borrowed_ptr(py, object) };
+    if let Ok(array) = object.cast::<MemArrayBase>() {
+        let Ok(borrowed) = array.try_borrow() else {
+            return fail(code::BUFFER, "the array is being changed right now (mutably borrowed)");
+        };
+        let header = borrowed.header() as *const Header;
+        if registry::is_known_type(type_object) {
+            HEADER_OFFSET.store(header as usize - object.as_ptr() as usize, Ordering::Relaxed);
+        }
+        // SAFETY: checked non-null by the caller.
+        unsafe { *out = header };
+        return code::OK;
+    }
+    // An amso array of another module (another crate's copy of the runtime).
+    let address = object.getattr(pyo3::intern!(py, "_amso_header")).and_then(|a| a.extract::<usize>());
+    match address {
+        Ok(address) if valid(address as Handle) => {
+            // SAFETY: checked non-null by the caller.
+            unsafe { *out = address as Handle };
+            code::OK
+        }
+        _ => {
+            let kind = object.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+            fail(code::NOT_AN_AMSO_ARRAY, format!("amso_get_handle: a {kind} object is not an amso array"))
+        }
+    }
+}
+
+fn valid(handle: Handle) -> bool {
+    // SAFETY: only reads the first two fields of a non-null handle.
+    !handle.is_null() && unsafe { (*handle).magic == HEADER_MAGIC && (*handle).version == HEADER_VERSION }
+}
+
+/// The getters' cheaper check: handles come from `amso_get_handle`, which checked the version.
+#[inline(always)]
+fn plausible(handle: Handle) -> bool {
+    // SAFETY: reads the first field of a non-null handle.
+    !handle.is_null() && unsafe { (*handle).magic == HEADER_MAGIC }
+}
+
+/// Read one field of a handle into `out`.
+#[inline(always)]
+fn read<T>(handle: Handle, out: *mut T, field: impl FnOnce(&Header) -> T) -> c_int {
+    if out.is_null() {
+        return fail(code::NULL_ARGUMENT, "NULL output pointer");
+    }
+    if !plausible(handle) {
+        return fail(code::NULL_ARGUMENT, "NULL or invalid amso handle");
+    }
+    // SAFETY: a valid handle points to a live header (the caller keeps its object alive);
+    // `out` is non-null.
+    unsafe { *out = field(&*handle) };
+    code::OK
+}
+
+macro_rules! getter {
+    ($(#[doc = $doc:literal] $name:ident: $ty:ty = |$h:ident| $value:expr;)*) => {$(
+        #[doc = $doc]
+        ///
+        /// # Safety
+        /// `handle` comes from `amso_get_handle` and its object is alive; `out` is writable.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(handle: Handle, out: *mut $ty) -> c_int {
+            guard(|| read(handle, out, |$h| $value))
+        }
+    )*};
+}
+
+getter! {
+    /// Address of the first element of the current data (host or device; see amso_device).
+    amso_data: *mut c_void = |h| h.data as *mut c_void;
+    /// Number of dimensions.
+    amso_ndim: i32 = |h| h.ndim;
+    /// Number of elements.
+    amso_size: i64 = |h| h.shape[..h.ndim as usize].iter().product();
+    /// Dimensions: a borrowed array of amso_ndim values.
+    amso_shape: *const i64 = |h| h.shape.as_ptr();
+    /// C-order strides in elements (not bytes): a borrowed array of amso_ndim values.
+    amso_strides: *const i64 = |h| h.strides.as_ptr();
+    /// DLPack device type of the current data (1 kDLCPU, 2 kDLCUDA).
+    amso_device_type: i32 = |h| h.device_type;
+    /// Device ordinal of the current data (0 on the host).
+    amso_device_id: i32 = |h| h.device_id;
+    /// DLPack type code.
+    amso_dtype_code: u8 = |h| h.code;
+    /// Bits per lane.
+    amso_dtype_bits: u8 = |h| h.bits;
+    /// Lanes.
+    amso_dtype_lanes: u16 = |h| h.lanes;
+    /// Bytes per element.
+    amso_itemsize: i64 = |h| h.itemsize;
+    /// AMSO_FLAG_* bits: read-only, on device, pinned.
+    amso_flags: u32 = |h| h.flags;
+    /// Id of the context holding the array's lock, 0 when unlocked.
+    amso_lock_id: u64 = |h| h.lock_id;
+}
+
+/// The handle of an object of exactly class `C` (a generated typed export's body).
+///
+/// # Safety
+/// As `amso_get_handle`.
+pub unsafe fn typed_handle<C: Instantiation>(object: *mut ffi::PyObject, out: *mut Handle) -> c_int {
+    if object.is_null() || out.is_null() {
+        return fail(code::NULL_ARGUMENT, "NULL object or output pointer");
+    }
+    guard(|| {
+        // SAFETY: the caller holds the GIL.
+        let py = unsafe { Python::assume_attached() };
+        // SAFETY: a live object's type pointer.
+        if unsafe { ffi::Py_TYPE(object) } != C::type_object_raw(py) {
+            return fail(
+                code::NOT_AN_AMSO_ARRAY,
+                format!("expected an amso {} array with ndim {}", C::Array::DTYPE.name, C::Array::NDIM),
+            );
+        }
+        // SAFETY: forwarded.
+        unsafe { amso_get_handle(object, out) }
+    })
+}
+
+/// Typed data pointer of an object of exactly class `C`.
+///
+/// # Safety
+/// As `amso_get_handle`; `out` is writable.
+pub unsafe fn typed_data<C: Instantiation>(object: *mut ffi::PyObject, out: *mut *mut c_void) -> c_int {
+    let mut handle: Handle = std::ptr::null();
+    // SAFETY: forwarded.
+    match unsafe { typed_handle::<C>(object, &mut handle) } {
+        code::OK => guard(|| read(handle, out, |h| h.data as *mut c_void)),
+        error => error,
+    }
+}
+
+/// Borrowed shape of an object of exactly class `C`.
+///
+/// # Safety
+/// As `amso_get_handle`; `out` is writable.
+pub unsafe fn typed_shape<C: Instantiation>(object: *mut ffi::PyObject, out: *mut *const i64) -> c_int {
+    let mut handle: Handle = std::ptr::null();
+    // SAFETY: forwarded.
+    match unsafe { typed_handle::<C>(object, &mut handle) } {
+        code::OK => guard(|| read(handle, out, |h| h.shape.as_ptr())),
+        error => error,
+    }
+}
+
+/// The table behind generated/amso.h's `amso_import()`; its layout is `amso_c_api` there.
+#[repr(C)]
+pub struct CApi {
+    version: u32,
+    struct_size: u32,
+    header_version: u32,
+    header_size: u32,
+    get_handle: unsafe extern "C" fn(*mut ffi::PyObject, *mut Handle) -> c_int,
+    data: unsafe extern "C" fn(Handle, *mut *mut c_void) -> c_int,
+    ndim: unsafe extern "C" fn(Handle, *mut i32) -> c_int,
+    size_elements: unsafe extern "C" fn(Handle, *mut i64) -> c_int,
+    shape: unsafe extern "C" fn(Handle, *mut *const i64) -> c_int,
+    strides: unsafe extern "C" fn(Handle, *mut *const i64) -> c_int,
+    device_type: unsafe extern "C" fn(Handle, *mut i32) -> c_int,
+    device_id: unsafe extern "C" fn(Handle, *mut i32) -> c_int,
+    dtype_code: unsafe extern "C" fn(Handle, *mut u8) -> c_int,
+    dtype_bits: unsafe extern "C" fn(Handle, *mut u8) -> c_int,
+    dtype_lanes: unsafe extern "C" fn(Handle, *mut u16) -> c_int,
+    itemsize: unsafe extern "C" fn(Handle, *mut i64) -> c_int,
+    flags: unsafe extern "C" fn(Handle, *mut u32) -> c_int,
+    lock_id: unsafe extern "C" fn(Handle, *mut u64) -> c_int,
+    last_error: extern "C" fn() -> *const c_char,
+}
+
+/// Version of the `CApi` table; bumped when functions are added.
+pub const C_API_VERSION: u32 = 1;
+
+static C_API: CApi = CApi {
+    version: C_API_VERSION,
+    struct_size: size_of::<CApi>() as u32,
+    header_version: HEADER_VERSION,
+    header_size: size_of::<Header>() as u32,
+    get_handle: amso_get_handle,
+    data: amso_data,
+    ndim: amso_ndim,
+    size_elements: amso_size,
+    shape: amso_shape,
+    strides: amso_strides,
+    device_type: amso_device_type,
+    device_id: amso_device_id,
+    dtype_code: amso_dtype_code,
+    dtype_bits: amso_dtype_bits,
+    dtype_lanes: amso_dtype_lanes,
+    itemsize: amso_itemsize,
+    flags: amso_flags,
+    lock_id: amso_lock_id,
+    last_error: amso_last_error,
+};
+
+/// The `amso._amso._C_API` capsule.
+pub fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    // SAFETY: a static table and a static name; no destructor is needed.
+    let capsule =
+        unsafe { ffi::PyCapsule_New((&C_API as *const CApi).cast_mut().cast(), c"amso._amso._C_API".as_ptr(), None) };
+    // SAFETY: a new reference or NULL with an exception set.
+    Ok(unsafe { Bound::from_owned_ptr_or_err(py, capsule) }?.unbind())
+}

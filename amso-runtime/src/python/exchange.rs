@@ -1,0 +1,339 @@
+//! The DLPack C exchange API (DLPack >= 1.2): a static `DLPackExchangeAPI` that C, C++ and
+//! Rust extensions reach through `type(array).__dlpack_c_exchange_api__` to exchange amso
+//! arrays without Python calls. Failures follow the table's convention: -1 with a Python
+//! exception set (the allocator reports through `set_error` instead). No unwinding escapes.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::ptr::NonNull;
+
+use dlpark::ffi::{
+    DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI,
+    DLPackExchangeAPIHeader, DLPackVersion, DLTensor,
+};
+use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::base::MemArrayBase;
+use super::capi::{amso_get_handle, amso_last_error, Handle};
+use super::registry;
+use crate::dlpack::{call_deleter, plan_export, DlpackRequest, Format, ManagedTensor, RawManaged, DLPACK_VERSION};
+use crate::error::{code, Error, Result};
+use crate::foreign::ForeignMemory;
+use crate::memarray::{ArrayOptions, Device, DeviceType};
+use crate::MAX_NDIM;
+
+struct Table(DLPackExchangeAPI);
+
+// SAFETY: the table is immutable and holds only function pointers and a null pointer.
+unsafe impl Sync for Table {}
+
+static API: Table = Table(DLPackExchangeAPI {
+    header: DLPackExchangeAPIHeader {
+        version: DLPackVersion { major: DLPACK_VERSION.0, minor: DLPACK_VERSION.1 },
+        prev_api: std::ptr::null_mut(),
+    },
+    managed_tensor_allocator: Some(managed_tensor_allocator),
+    managed_tensor_from_py_object_no_sync: Some(managed_tensor_from_py_object_no_sync),
+    managed_tensor_to_py_object_no_sync: Some(managed_tensor_to_py_object_no_sync),
+    dltensor_from_py_object_no_sync: Some(dltensor_from_py_object_no_sync),
+    current_work_stream: Some(current_work_stream),
+});
+
+/// Address of the static table (`__c_dlpack_exchange_api__`).
+pub fn api_address() -> usize {
+    &API.0 as *const DLPackExchangeAPI as usize
+}
+
+/// The "dlpack_exchange_api" capsule (`__dlpack_c_exchange_api__`).
+pub fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    // SAFETY: a static table and name; no destructor is needed.
+    let capsule = unsafe { ffi::PyCapsule_New(api_address() as *mut c_void, c"dlpack_exchange_api".as_ptr(), None) };
+    // SAFETY: a new reference or NULL with an exception set.
+    Ok(unsafe { Bound::from_owned_ptr_or_err(py, capsule) }?.unbind())
+}
+
+/// Run `body` with the GIL the caller holds; an error or panic becomes a Python exception
+/// and -1.
+fn python_call(body: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
+    // SAFETY: the exchange API's Python-object functions are called with the GIL held.
+    let py = unsafe { Python::assume_attached() };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(py)))
+        .unwrap_or_else(|_| Err(PyRuntimeError::new_err("internal error (panic) inside amso; please report it")));
+    match outcome {
+        Ok(()) => 0,
+        Err(error) => {
+            error.restore(py);
+            -1
+        }
+    }
+}
+
+fn handle_of(object: *mut c_void) -> PyResult<&'static crate::capi::Header> {
+    let mut handle: Handle = std::ptr::null();
+    // SAFETY: `object` is a live object (the table's contract).
+    match unsafe { amso_get_handle(object.cast(), &mut handle) } {
+        code::OK => {
+            // SAFETY: a valid handle; the caller keeps the object alive for this call.
+            let header = unsafe { &*handle };
+            if header.lock_id != 0 {
+                return Err(PyBufferError::new_err(format!(
+                    "array is locked by context {}; export it inside that `with` block",
+                    header.lock_id
+                )));
+            }
+            Ok(header)
+        }
+        // SAFETY: amso_last_error returns a NUL-terminated string.
+        _ => Err(PyTypeError::new_err(
+            unsafe { std::ffi::CStr::from_ptr(amso_last_error()) }.to_string_lossy().into_owned(),
+        )),
+    }
+}
+
+/// Fill the caller's `DLTensor` with borrowed fields of an amso array: no allocation.
+unsafe extern "C" fn dltensor_from_py_object_no_sync(object: *mut c_void, out: *mut DLTensor) -> c_int {
+    python_call(|_| {
+        if object.is_null() || out.is_null() {
+            return Err(PyValueError::new_err("dltensor_from_py_object_no_sync: NULL argument"));
+        }
+        let h = handle_of(object)?;
+        // SAFETY: `out` is the caller's writable DLTensor; shape and strides point into the
+        // header, which lives as long as the object.
+        unsafe {
+            *out = DLTensor {
+                data: h.data as *mut c_void,
+                device: DLDevice { device_type: DLDeviceType(h.device_type as u32), device_id: h.device_id },
+                ndim: h.ndim,
+                dtype: DLDataType { code: DLDataTypeCode(h.code), bits: h.bits, lanes: h.lanes },
+                shape: h.shape.as_ptr().cast_mut(),
+                strides: h.strides.as_ptr().cast_mut(),
+                byte_offset: 0,
+            }
+        };
+        Ok(())
+    })
+}
+
+/// An owning versioned tensor of an amso array, without stream synchronisation.
+unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
+    object: *mut c_void,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> c_int {
+    python_call(|py| {
+        if object.is_null() || out.is_null() {
+            return Err(PyValueError::new_err("managed_tensor_from_py_object_no_sync: NULL argument"));
+        }
+        // SAFETY: a live object (the table's contract).
+        let object = unsafe { Bound::from_borrowed_ptr(py, object.cast()) };
+        let request = DlpackRequest { stream: Some(-1), max_version: Some(DLPACK_VERSION), ..Default::default() };
+        if let Ok(array) = object.cast::<MemArrayBase>() {
+            let array = array.try_borrow()?;
+            let array = array.array();
+            let plan = plan_export(array.device(), array.pinned(), &request)?;
+            let tensor = ManagedTensor::new(array.export_source(&plan, None)?, plan.format);
+            let RawManaged::Versioned(raw) = tensor.into_raw() else { unreachable!("asked for a versioned tensor") };
+            // SAFETY: checked non-null above.
+            unsafe { *out = raw.as_ptr() };
+            return Ok(());
+        }
+        // Another module's amso array: through its own __dlpack__, taking over the capsule.
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("max_version", DLPACK_VERSION)?;
+        kwargs.set_item("stream", -1i64)?;
+        let capsule = object.call_method("__dlpack__", (), Some(&kwargs))?;
+        // SAFETY: a capsule named dltensor_versioned holds a DLManagedTensorVersioned; renaming
+        // it "used_..." hands its ownership to us, as consumers do.
+        unsafe {
+            let pointer = ffi::PyCapsule_GetPointer(capsule.as_ptr(), c"dltensor_versioned".as_ptr());
+            if pointer.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            ffi::PyCapsule_SetName(capsule.as_ptr(), c"used_dltensor_versioned".as_ptr());
+            *out = pointer.cast();
+        }
+        Ok(())
+    })
+}
+
+/// Take ownership of a versioned tensor and return an amso array over it (no copy).
+unsafe extern "C" fn managed_tensor_to_py_object_no_sync(
+    tensor: *mut DLManagedTensorVersioned,
+    out: *mut *mut c_void,
+) -> c_int {
+    python_call(|py| {
+        let Some(tensor) = NonNull::new(tensor) else {
+            return Err(PyValueError::new_err("managed_tensor_to_py_object_no_sync: NULL tensor"));
+        };
+        // From here the tensor is ours: `owner` calls its deleter exactly once, on every path.
+        let owner = TensorOwner(tensor);
+        if out.is_null() {
+            return Err(PyValueError::new_err("managed_tensor_to_py_object_no_sync: NULL output pointer"));
+        }
+        // SAFETY: a live tensor we own.
+        let managed = unsafe { tensor.as_ref() };
+        let t = &managed.dl_tensor;
+        if managed.version.major != DLPACK_VERSION.0 {
+            return Err(PyBufferError::new_err(format!(
+                "DLPack major version {} is not supported (amso reads {})",
+                managed.version.major, DLPACK_VERSION.0
+            )));
+        }
+        let dims = tensor_dims(t)?;
+        let registration =
+            registry::find(t.dtype.code.0, t.dtype.bits, t.dtype.lanes, dims.len()).ok_or_else(|| {
+                PyTypeError::new_err(format!(
+                    "no compiled amso array for DLPack dtype (code {}, bits {}, lanes {}) with ndim {}; compiled: {}",
+                    t.dtype.code.0,
+                    t.dtype.bits,
+                    t.dtype.lanes,
+                    dims.len(),
+                    registry::compiled()
+                ))
+            })?;
+        let device =
+            Device { device_type: DeviceType::from_dlpack(t.device.device_type.0 as i32)?, id: t.device.device_id };
+        let readonly = managed.flags.contains(dlpark::DlpackFlags::READ_ONLY);
+        let memory =
+            ForeignMemory { address: t.data as usize + t.byte_offset as usize, device, owner: Box::new(owner) };
+        // SAFETY: the producer's tensor describes `dims` C-contiguous elements of this dtype
+        // at that address, valid until its deleter runs (when `owner` drops).
+        let array = unsafe { (registration.wrap)(&dims, memory, readonly) }?;
+        let object = (registration.instance)(py, MemArrayBase::new(array))?;
+        // SAFETY: checked non-null above; the new reference goes to the caller.
+        unsafe { *out = object.into_ptr().cast() };
+        Ok(())
+    })
+}
+
+/// Dimensions of a C-contiguous tensor, or the reason it cannot be wrapped.
+fn tensor_dims(t: &DLTensor) -> Result<Vec<i64>> {
+    if t.ndim < 1 || t.ndim as usize > MAX_NDIM {
+        return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", t.ndim)));
+    }
+    if t.shape.is_null() {
+        return Err(Error::InvalidArgument("the tensor's shape is NULL".into()));
+    }
+    let ndim = t.ndim as usize;
+    // SAFETY: a DLTensor's shape holds ndim entries.
+    let dims = unsafe { std::slice::from_raw_parts(t.shape, ndim) }.to_vec();
+    if !t.strides.is_null() {
+        // SAFETY: as above, for strides.
+        let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
+        let mut expected = 1i64;
+        for axis in (0..ndim).rev() {
+            if dims[axis] > 1 && strides[axis] != expected {
+                return Err(Error::ExportRefused(format!(
+                    "amso wraps C-contiguous tensors only; strides {strides:?} for shape {dims:?} are not"
+                )));
+            }
+            expected = expected.saturating_mul(dims[axis].max(1));
+        }
+    }
+    Ok(dims)
+}
+
+/// Owns a consumer-handed tensor; dropping it runs the producer's deleter once.
+struct TensorOwner(NonNull<DLManagedTensorVersioned>);
+
+// SAFETY: DLPack deleters may be called from any thread.
+unsafe impl Send for TensorOwner {}
+// SAFETY: the owner is never read through a shared reference; it only drops.
+unsafe impl Sync for TensorOwner {}
+
+impl Drop for TensorOwner {
+    fn drop(&mut self) {
+        let raw = RawManaged::Versioned(self.0);
+        // SAFETY: the tensor is ours and its deleter has not run; a panicking deleter is not
+        // allowed to unwind further.
+        let _ = std::panic::catch_unwind(|| unsafe { call_deleter(raw) });
+    }
+}
+
+/// A new amso array shaped like `prototype` (dtype, ndim, shape, device), as an owning tensor.
+unsafe extern "C" fn managed_tensor_allocator(
+    prototype: *mut DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_ctx: *mut c_void,
+    set_error: Option<unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char)>,
+) -> c_int {
+    let report = |kind: &str, message: String| {
+        if let Some(set_error) = set_error {
+            let kind = CString::new(kind).unwrap_or_default();
+            let message = CString::new(message.replace('\0', " ")).unwrap_or_default();
+            // SAFETY: the caller's callback with its own context and two C strings.
+            unsafe { set_error(error_ctx, kind.as_ptr(), message.as_ptr()) };
+        }
+        -1
+    };
+    let outcome =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<*mut DLManagedTensorVersioned> {
+            if prototype.is_null() || out.is_null() {
+                return Err(Error::InvalidArgument("managed_tensor_allocator: NULL argument".into()));
+            }
+            // SAFETY: the caller's prototype tensor.
+            let t = unsafe { &*prototype };
+            let dims = tensor_dims(&DLTensor { strides: std::ptr::null_mut(), ..*t })?;
+            let registration =
+                registry::find(t.dtype.code.0, t.dtype.bits, t.dtype.lanes, dims.len()).ok_or_else(|| {
+                    Error::WrongValueType(format!(
+                        "no compiled amso array for DLPack dtype (code {}, bits {}) with ndim {}; compiled: {}",
+                        t.dtype.code.0,
+                        t.dtype.bits,
+                        dims.len(),
+                        registry::compiled()
+                    ))
+                })?;
+            let device = DeviceType::from_dlpack(t.device.device_type.0 as i32)?;
+            let device_id = if device == DeviceType::Cuda { t.device.device_id } else { 0 };
+            let mut array = (registration.create)(&dims, ArrayOptions { device_id, ..Default::default() })?;
+            if device == DeviceType::Cuda {
+                array.move_memory(Device::cuda(device_id), crate::stream_context::resolve(None), false, None)?;
+            }
+            let plan = crate::dlpack::ExportPlan {
+                format: Format::Versioned(DLPackVersion { major: DLPACK_VERSION.0, minor: DLPACK_VERSION.1 }),
+                copy: false,
+                target: array.device(),
+                consumer_stream: None,
+            };
+            let tensor = ManagedTensor::new(array.export_source(&plan, None)?, plan.format);
+            match tensor.into_raw() {
+                RawManaged::Versioned(raw) => Ok(raw.as_ptr()),
+                RawManaged::Legacy(_) => unreachable!("asked for a versioned tensor"),
+            }
+        }));
+    match outcome {
+        Ok(Ok(tensor)) => {
+            // SAFETY: checked non-null inside.
+            unsafe { *out = tensor };
+            0
+        }
+        Ok(Err(error)) => {
+            let kind = match error.code() {
+                code::MEMORY => "MemoryError",
+                code::TYPE => "TypeError",
+                code::BUFFER => "BufferError",
+                code::RUNTIME => "RuntimeError",
+                _ => "ValueError",
+            };
+            report(kind, error.to_string())
+        }
+        Err(_) => report("RuntimeError", "internal error (panic) inside amso; please report it".into()),
+    }
+}
+
+/// The stream amso would use on a device: the thread's `amso.cuda.stream(...)`, else the
+/// default stream (NULL). Always NULL for the host.
+unsafe extern "C" fn current_work_stream(device_type: DLDeviceType, _device_id: i32, out: *mut *mut c_void) -> c_int {
+    if out.is_null() {
+        return python_call(|_| Err(PyValueError::new_err("current_work_stream: NULL output pointer")));
+    }
+    let stream = match (device_type.0, crate::stream_context::current()) {
+        (2, Some(value)) if value > 1 => value as usize as *mut c_void,
+        _ => std::ptr::null_mut(),
+    };
+    // SAFETY: checked non-null.
+    unsafe { *out = stream };
+    0
+}

@@ -1,0 +1,95 @@
+//! This module's registered classes: their type objects (checked by the C ABI's fast path
+//! without locks) and the factories the DLPack exchange API uses to make arrays of a given
+//! `(dtype, ndim)` without Python's help.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::RwLock;
+
+use pyo3::prelude::*;
+use pyo3::PyClassInitializer;
+
+use super::base::MemArrayBase;
+use super::Instantiation;
+use crate::element::DType;
+use crate::error::Result;
+use crate::foreign::ForeignMemory;
+use crate::memarray::ArrayOptions;
+use crate::object::{ArrayObject, ArrayType};
+
+/// Makes a zero-filled array.
+pub type CreateFn = fn(&[i64], ArrayOptions) -> Result<Box<dyn ArrayObject>>;
+/// Makes an array over foreign memory.
+pub type WrapFn = unsafe fn(&[i64], ForeignMemory, bool) -> Result<Box<dyn ArrayObject>>;
+
+/// How to make arrays of one registered class.
+#[derive(Clone, Copy)]
+pub struct Registration {
+    /// Element type.
+    pub dtype: &'static DType,
+    /// Number of dimensions.
+    pub ndim: usize,
+    /// A zero-filled array.
+    pub create: CreateFn,
+    /// An array over foreign memory (see `MemArray::from_foreign` for the contract).
+    pub wrap: WrapFn,
+    /// A Python instance of the class holding `base`.
+    pub instance: fn(Python<'_>, MemArrayBase) -> PyResult<Py<PyAny>>,
+}
+
+const MAX_TYPES: usize = 256;
+static TYPES: [AtomicUsize; MAX_TYPES] = [const { AtomicUsize::new(0) }; MAX_TYPES];
+static TYPE_COUNT: AtomicUsize = AtomicUsize::new(0);
+static REGISTRY: RwLock<Vec<Registration>> = RwLock::new(Vec::new());
+
+fn create<C: Instantiation>(dims: &[i64], options: ArrayOptions) -> Result<Box<dyn ArrayObject>> {
+    Ok(Box::new(C::Array::create(dims, options)?))
+}
+
+unsafe fn wrap<C: Instantiation>(dims: &[i64], memory: ForeignMemory, readonly: bool) -> Result<Box<dyn ArrayObject>> {
+    // SAFETY: forwarded from the caller.
+    Ok(Box::new(unsafe { C::Array::wrap(dims, memory, readonly) }?))
+}
+
+fn instance<C: Instantiation>(py: Python<'_>, base: MemArrayBase) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, PyClassInitializer::from(base).add_subclass(C::default()))?.into_any())
+}
+
+/// Record class `C` (called by `register`).
+pub(super) fn add<C: Instantiation>(py: Python<'_>) {
+    let type_object = C::type_object_raw(py) as usize;
+    if !is_known_type(type_object) {
+        let slot = TYPE_COUNT.fetch_add(1, Ordering::AcqRel);
+        if slot < MAX_TYPES {
+            TYPES[slot].store(type_object, Ordering::Release);
+        }
+    }
+    let registration = Registration {
+        dtype: C::Array::DTYPE,
+        ndim: C::Array::NDIM,
+        create: create::<C>,
+        wrap: wrap::<C>,
+        instance: instance::<C>,
+    };
+    REGISTRY.write().unwrap_or_else(|e| e.into_inner()).push(registration);
+}
+
+/// Whether `type_object` is one of this module's array classes (a few pointer compares).
+pub fn is_known_type(type_object: usize) -> bool {
+    let count = TYPE_COUNT.load(Ordering::Acquire).min(MAX_TYPES);
+    TYPES[..count].iter().any(|t| t.load(Ordering::Relaxed) == type_object)
+}
+
+/// The registered class for a DLPack dtype and ndim.
+pub fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<Registration> {
+    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
+    registry
+        .iter()
+        .find(|r| r.ndim == ndim && r.dtype.code == code && r.dtype.bits == bits && r.dtype.lanes == lanes)
+        .copied()
+}
+
+/// The compiled `(dtype, ndim)` pairs, for error messages.
+pub fn compiled() -> String {
+    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
+    registry.iter().map(|r| format!("({}, {})", r.dtype.name, r.ndim)).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,104 @@
+"""The C ABI from C, amso vs PyTorch in one process: amso's get_handle plus seven getters, the
+DLPack exchange API's dltensor_from_py_object_no_sync (amso's and PyTorch's own table), and
+__dlpack__ / __cuda_array_interface__ called from C. Writes bench_capi.json and .md to --out.
+
+    PYTHONPATH=/tmp/site python3 benchmarks/bench_capi.py --out results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import json
+import platform
+import shutil
+import statistics
+import subprocess
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import amso
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build() -> ctypes.PyDLL:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    output = Path(tempfile.mkdtemp()) / "test_capi.so"
+    include = sysconfig.get_paths()["include"]
+    subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-std=c11", f"-I{include}", f"-I{ROOT / 'generated'}",
+                    str(ROOT / "tests" / "c" / "test_capi.c"), "-o", str(output)], check=True)
+    lib = ctypes.PyDLL(str(output))
+    for name in ("bench_handle_and_getters", "bench_exchange_dltensor", "bench_dlpack_call", "bench_interface_dict"):
+        getattr(lib, name).argtypes = [ctypes.py_object, ctypes.c_int64]
+        getattr(lib, name).restype = ctypes.c_double
+    return lib
+
+
+def best_of(run, repeat: int = 7) -> float:
+    return min(run() for _ in range(repeat))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("."))
+    args = parser.parse_args()
+    lib = build()
+    rows: dict[str, dict[str, float | None]] = {}
+    a = amso.MemArray((64, 64), np.float32)
+    peers: dict[str, object] = {}
+    try:
+        import torch
+
+        peers["torch"] = torch.zeros((64, 64), device="cuda" if torch.cuda.is_available() else "cpu")
+    except ImportError:
+        pass
+    if amso.cuda.is_available():
+        a.move_memory(amso.dlpack.kDLCUDA)
+
+    def measure(name: str, function: str, obj, iters: int) -> float | None:
+        try:
+            value = best_of(lambda: getattr(lib, function)(obj, iters))
+        except Exception:  # noqa: BLE001 - a peer without the protocol
+            return None
+        return value if value >= 0 else None
+
+    rows["get_handle + 7 getters"] = {"amso": measure("amso", "bench_handle_and_getters", a, 1_000_000)}
+    rows["dltensor_from_py_object_no_sync"] = {"amso": measure("amso", "bench_exchange_dltensor", a, 1_000_000)}
+    rows["__dlpack__() from C"] = {"amso": measure("amso", "bench_dlpack_call", a, 200_000)}
+    rows["__cuda_array_interface__ from C"] = {"amso": measure("amso", "bench_interface_dict", a, 200_000) if amso.cuda.is_available() else None}
+    for peer, obj in peers.items():
+        rows["dltensor_from_py_object_no_sync"][peer] = measure(peer, "bench_exchange_dltensor", obj, 1_000_000)
+        rows["__dlpack__() from C"][peer] = measure(peer, "bench_dlpack_call", obj, 200_000)
+        rows["__cuda_array_interface__ from C"][peer] = measure(peer, "bench_interface_dict", obj, 200_000)
+    environment = {
+        "date": datetime.date.today().isoformat(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "amso": amso.__version__,
+        "device": "cuda" if amso.cuda.is_available() else "cpu",
+        "torch": getattr(peers.get("torch"), "__module__", None) and __import__("torch").__version__,
+        "cpu": platform.processor() or platform.machine(),
+    }
+    report = {"environment": environment, "ns_per_call": rows}
+    lines = [f"# amso C ABI benchmark ({environment['date']}, {environment['device']}, Python {environment['python']}, torch {environment['torch']})",
+             "", "ns per call, best of 7 runs; amso array and torch tensor of 64x64 float32 on the " + environment["device"], "",
+             "| path | amso | torch | amso / torch |", "|---|---|---|---|"]
+    for path, values in rows.items():
+        ours, theirs = values.get("amso"), values.get("torch")
+        ratio = f"{ours / theirs:.2f}" if ours and theirs else "-"
+        show = lambda v: f"{v:.1f}" if v is not None else "n/a"  # noqa: E731
+        lines.append(f"| {path} | {show(ours)} | {show(theirs)} | {ratio} |")
+    text = "\n".join(lines) + "\n"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_capi.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / "bench_capi.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -29,5 +29,7 @@ fi
 if [[ $what == bench || $what == all ]]; then
   python3 benchmarks/bench_cuda.py --out "$out" 2>&1 | tee "$out/bench.log"
   status=$((status | ${PIPESTATUS[0]}))
+  python3 benchmarks/bench_capi.py --out "$out" 2>&1 | tee -a "$out/bench.log"
+  status=$((status | ${PIPESTATUS[0]}))
 fi
 exit $status

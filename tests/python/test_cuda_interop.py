@@ -129,3 +129,92 @@ def test_get_dlpack_cuda_moves_then_locks_for_a_torch_consumer():
     torch.cuda.synchronize()
     assert not a.locked
     np.testing.assert_array_equal(a.to_numpy(), 5 * np.eye(3, dtype=np.float32))
+
+
+@pytest.mark.parametrize("library", ["torch", "cupy"])
+def test_device_memory_made_by_a_peer_is_wrapped_not_copied(library):
+    """The Nektar++ tests, peer -> amso: referenced, usable after either side deletes."""
+    import gc
+    import weakref
+
+    if library == "torch":
+        torch = pytest.importorskip("torch")
+        x = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+        pointer = x.data_ptr()
+    else:
+        cp = pytest.importorskip("cupy")
+        x = cp.arange(12, dtype=cp.float32).reshape(3, 4)
+        pointer = x.data.ptr
+    a = amso.from_dlpack(x)
+    assert a.on_device and a.__cuda_array_interface__["data"][0] == pointer
+    a[1, 1] = -5.0
+    assert float(x[1, 1]) == -5.0
+    x[2, 3] = 100.0
+    assert a[2, 3] == 100.0
+    a.add_index_tuple()  # amso's kernel on the peer's memory
+    expected = np.arange(12, dtype=np.float32).reshape(3, 4) + np.indices((3, 4)).sum(axis=0)
+    expected[1, 1], expected[2, 3] = -5.0 + 2, 100.0 + 5
+    np.testing.assert_array_equal(a.to_numpy(), expected)
+    owner = weakref.ref(x) if library == "cupy" else None
+    del x
+    gc.collect()
+    np.testing.assert_array_equal(a.to_numpy(), expected)  # usable after the peer deleted its object
+    if owner is not None:
+        assert owner() is not None
+    view = np.from_dlpack(a, device="cpu")
+    del a
+    gc.collect()
+    np.testing.assert_array_equal(view, expected)
+
+
+def test_cupy_keeps_amso_memory_after_amso_deletes_its_object():
+    cp = pytest.importorskip("cupy")
+    a = device_array((2, 2), np.float64)
+    view = cp.from_dlpack(a)
+    del a
+    import gc
+
+    gc.collect()
+    view += 1
+    np.testing.assert_array_equal(cp.asnumpy(view), np.arange(4.0).reshape(2, 2) + 1)
+
+
+class InterfaceOnly:
+    """A producer with only __cuda_array_interface__ (as older libraries have)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.array.__cuda_array_interface__
+
+
+def test_asarray_through_the_cuda_array_interface_keeps_the_producer_alive():
+    cp = pytest.importorskip("cupy")
+    import gc
+    import weakref
+
+    x = cp.arange(10, dtype=cp.int64)
+    producer = InterfaceOnly(x)
+    alive = weakref.ref(producer)
+    a = amso.asarray(producer)
+    assert type(a).__name__ == "MemArray1DInt64" and a.on_device
+    assert a.__cuda_array_interface__["data"][0] == x.data.ptr
+    a[4] = 40
+    assert int(x[4]) == 40
+    del producer, x
+    gc.collect()
+    assert alive() is not None and a[4] == 40
+    del a
+    gc.collect()
+    assert alive() is None
+
+
+def test_non_contiguous_device_input_is_a_clear_error():
+    torch = pytest.importorskip("torch")
+    x = torch.zeros((4, 6), device="cuda")[:, ::2]
+    with pytest.raises(BufferError, match="C-contiguous"):
+        amso.from_dlpack(x)
+    with pytest.raises(BufferError, match="contiguous"):
+        amso.asarray(x)

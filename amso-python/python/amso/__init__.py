@@ -13,9 +13,13 @@ from typing import Any, SupportsIndex
 import numpy as np
 
 from . import cuda, dlpack
-from ._amso import __amso_dispatch__, __version__, DLPackContext, MAX_NDIM, MemArrayBase
+from ._amso import __amso_dispatch__, __version__, DLPackContext, MAX_NDIM, MemArrayBase, from_cuda_array_interface
+from ._amso import from_dlpack as _from_dlpack
 
-__all__ = ["MemArray", "MemArrayBase", "DLPackContext", "cuda", "dlpack", "supported", "class_for", "MAX_NDIM", "__version__"]
+__all__ = [
+    "MemArray", "MemArrayBase", "DLPackContext", "asarray", "from_dlpack", "cuda", "dlpack", "supported", "class_for",
+    "MAX_NDIM", "__version__",
+]
 
 _DISPATCH: dict[tuple[str, int], type[MemArrayBase]] = dict(__amso_dispatch__)
 _DTYPE_NAMES = frozenset(name for name, _ in _DISPATCH)
@@ -91,3 +95,64 @@ class MemArray(metaclass=_MemArrayMeta):
     Dispatches to the compiled class for ``(np.dtype(dtype).name, len(shape))``; ``dtype``
     defaults to float64, as in NumPy. Every amso array is an instance of ``MemArray``.
     """
+
+
+def from_dlpack(obj: Any, *, copy: bool | None = None) -> MemArrayBase:
+    """An amso array over ``obj``'s memory, without copying (``copy=True``: the producer's
+    copy), for anything with ``__dlpack__`` (NumPy, PyTorch, CuPy, JAX, amso). The producer's
+    tensor stays alive until the amso array and every view of it are gone. amso arrays are
+    C-contiguous: other layouts raise BufferError (``asarray(obj, copy=True)`` copies host data)."""
+    return _from_dlpack(obj, copy=copy)
+
+
+def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArrayBase:
+    """``obj`` as an amso array, sharing its memory whenever possible.
+
+    amso arrays are returned as they are; DLPack producers (``__dlpack__``) and CUDA array
+    interface producers (``__cuda_array_interface__``) are wrapped without a copy; anything else
+    NumPy accepts (the buffer protocol, sequences) goes through ``np.asarray``. With
+    ``copy=False`` a copy is never made (BufferError or ValueError instead); with ``copy=None``
+    host data that is not C-contiguous, or not of ``dtype``, is copied; with ``copy=True`` it
+    always is.
+    """
+    if isinstance(obj, MemArrayBase) and dtype is None and copy is not True:
+        return obj
+    on_device = _device_type(obj) == dlpack.kDLCUDA
+    if dtype is None and hasattr(obj, "__dlpack__"):
+        try:
+            return _from_dlpack(obj, copy=copy)
+        except BufferError:
+            if copy is False or on_device:
+                raise
+    elif dtype is None and copy is not True and hasattr(obj, "__cuda_array_interface__"):
+        return from_cuda_array_interface(obj)
+    if on_device:
+        raise BufferError(
+            "amso.asarray copies or casts only host data; make the device array C-contiguous and of the "
+            "wanted dtype with its own library first (e.g. tensor.contiguous().to(dtype))"
+        )
+    source = np.from_dlpack(obj) if hasattr(obj, "__dlpack__") else obj
+    host = np.asarray(source, dtype=None if dtype is None else _numpy_dtype(dtype), copy=copy)
+    if not host.flags.c_contiguous:
+        if copy is False:
+            raise BufferError("the input is not C-contiguous and copy=False forbids the copy amso needs")
+        host = np.ascontiguousarray(host)
+    if host.ndim == 0:
+        host = host.reshape(1)
+    return _from_dlpack(host)
+
+
+def _device_type(obj: Any) -> int:
+    try:
+        return int(obj.__dlpack_device__()[0])
+    except (AttributeError, TypeError):
+        return dlpack.kDLCUDA if hasattr(obj, "__cuda_array_interface__") else dlpack.kDLCPU
+
+
+def _numpy_dtype(dtype: Any) -> np.dtype:
+    name = _dtype_name(dtype)
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)

@@ -18,11 +18,9 @@ use pyo3::types::PyDict;
 use super::base::MemArrayBase;
 use super::capi::{amso_get_handle, amso_last_error, Handle};
 use super::registry;
-use crate::dlpack::{call_deleter, plan_export, DlpackRequest, Format, ManagedTensor, RawManaged, DLPACK_VERSION};
+use crate::dlpack::{plan_export, DlpackRequest, Format, ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::error::{code, Error, Result};
-use crate::foreign::ForeignMemory;
 use crate::memarray::{ArrayOptions, Device, DeviceType};
-use crate::MAX_NDIM;
 
 struct Table(DLPackExchangeAPI);
 
@@ -166,89 +164,16 @@ unsafe extern "C" fn managed_tensor_to_py_object_no_sync(
         let Some(tensor) = NonNull::new(tensor) else {
             return Err(PyValueError::new_err("managed_tensor_to_py_object_no_sync: NULL tensor"));
         };
-        // From here the tensor is ours: `owner` calls its deleter exactly once, on every path.
-        let owner = TensorOwner(tensor);
         if out.is_null() {
+            // The tensor is ours all the same: free it before reporting.
+            drop(super::import::TensorOwner(RawManaged::Versioned(tensor)));
             return Err(PyValueError::new_err("managed_tensor_to_py_object_no_sync: NULL output pointer"));
         }
-        // SAFETY: a live tensor we own.
-        let managed = unsafe { tensor.as_ref() };
-        let t = &managed.dl_tensor;
-        if managed.version.major != DLPACK_VERSION.0 {
-            return Err(PyBufferError::new_err(format!(
-                "DLPack major version {} is not supported (amso reads {})",
-                managed.version.major, DLPACK_VERSION.0
-            )));
-        }
-        let dims = tensor_dims(t)?;
-        let registration =
-            registry::find(t.dtype.code.0, t.dtype.bits, t.dtype.lanes, dims.len()).ok_or_else(|| {
-                PyTypeError::new_err(format!(
-                    "no compiled amso array for DLPack dtype (code {}, bits {}, lanes {}) with ndim {}; compiled: {}",
-                    t.dtype.code.0,
-                    t.dtype.bits,
-                    t.dtype.lanes,
-                    dims.len(),
-                    registry::compiled()
-                ))
-            })?;
-        let device =
-            Device { device_type: DeviceType::from_dlpack(t.device.device_type.0 as i32)?, id: t.device.device_id };
-        let readonly = managed.flags.contains(dlpark::DlpackFlags::READ_ONLY);
-        let memory =
-            ForeignMemory { address: t.data as usize + t.byte_offset as usize, device, owner: Box::new(owner) };
-        // SAFETY: the producer's tensor describes `dims` C-contiguous elements of this dtype
-        // at that address, valid until its deleter runs (when `owner` drops).
-        let array = unsafe { (registration.wrap)(&dims, memory, readonly) }?;
-        let object = (registration.instance)(py, MemArrayBase::new(array))?;
+        let object = super::import::wrap_tensor(py, RawManaged::Versioned(tensor))?;
         // SAFETY: checked non-null above; the new reference goes to the caller.
         unsafe { *out = object.into_ptr().cast() };
         Ok(())
     })
-}
-
-/// Dimensions of a C-contiguous tensor, or the reason it cannot be wrapped.
-fn tensor_dims(t: &DLTensor) -> Result<Vec<i64>> {
-    if t.ndim < 1 || t.ndim as usize > MAX_NDIM {
-        return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", t.ndim)));
-    }
-    if t.shape.is_null() {
-        return Err(Error::InvalidArgument("the tensor's shape is NULL".into()));
-    }
-    let ndim = t.ndim as usize;
-    // SAFETY: a DLTensor's shape holds ndim entries.
-    let dims = unsafe { std::slice::from_raw_parts(t.shape, ndim) }.to_vec();
-    if !t.strides.is_null() {
-        // SAFETY: as above, for strides.
-        let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
-        let mut expected = 1i64;
-        for axis in (0..ndim).rev() {
-            if dims[axis] > 1 && strides[axis] != expected {
-                return Err(Error::ExportRefused(format!(
-                    "amso wraps C-contiguous tensors only; strides {strides:?} for shape {dims:?} are not"
-                )));
-            }
-            expected = expected.saturating_mul(dims[axis].max(1));
-        }
-    }
-    Ok(dims)
-}
-
-/// Owns a consumer-handed tensor; dropping it runs the producer's deleter once.
-struct TensorOwner(NonNull<DLManagedTensorVersioned>);
-
-// SAFETY: DLPack deleters may be called from any thread.
-unsafe impl Send for TensorOwner {}
-// SAFETY: the owner is never read through a shared reference; it only drops.
-unsafe impl Sync for TensorOwner {}
-
-impl Drop for TensorOwner {
-    fn drop(&mut self) {
-        let raw = RawManaged::Versioned(self.0);
-        // SAFETY: the tensor is ours and its deleter has not run; a panicking deleter is not
-        // allowed to unwind further.
-        let _ = std::panic::catch_unwind(|| unsafe { call_deleter(raw) });
-    }
 }
 
 /// A new amso array shaped like `prototype` (dtype, ndim, shape, device), as an owning tensor.
@@ -274,7 +199,7 @@ unsafe extern "C" fn managed_tensor_allocator(
             }
             // SAFETY: the caller's prototype tensor.
             let t = unsafe { &*prototype };
-            let dims = tensor_dims(&DLTensor { strides: std::ptr::null_mut(), ..*t })?;
+            let dims = super::import::tensor_dims(&DLTensor { strides: std::ptr::null_mut(), ..*t })?;
             let registration =
                 registry::find(t.dtype.code.0, t.dtype.bits, t.dtype.lanes, dims.len()).ok_or_else(|| {
                     Error::WrongValueType(format!(

@@ -8,6 +8,7 @@ mod context;
 mod convert;
 mod error;
 mod exchange;
+mod import;
 mod registry;
 
 use pyo3::prelude::*;
@@ -71,6 +72,8 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(pyo3::wrap_pyfunction!(cuda_device_count, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_memory_info, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(set_current_stream, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(import::from_dlpack, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(import::from_cuda_array_interface, module)?)?;
     module.add("_C_API", capi::api_capsule(module.py())?)?;
     if module.getattr(DISPATCH_ATTR).is_err() {
         module.add(DISPATCH_ATTR, PyDict::new(module.py()))?;

@@ -88,6 +88,12 @@ pub fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<Registration>
         .copied()
 }
 
+/// The registered class for an array-interface typestr and ndim.
+pub fn find_typestr(typestr: &str, ndim: usize) -> Option<Registration> {
+    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
+    registry.iter().find(|r| r.ndim == ndim && r.dtype.typestr == typestr).copied()
+}
+
 /// The compiled `(dtype, ndim)` pairs, for error messages.
 pub fn compiled() -> String {
     let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());

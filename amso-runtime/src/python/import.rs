@@ -1,0 +1,262 @@
+//! Importing foreign memory without copying: an amso array over another library's DLPack
+//! tensor (versioned or legacy) or `__cuda_array_interface__` data. The producer's tensor or
+//! object is kept alive until the amso array and every view exported from it are gone.
+
+use std::ptr::NonNull;
+
+use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLTensor};
+use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::base::MemArrayBase;
+use super::registry;
+use crate::dlpack::{call_deleter, RawManaged, DLPACK_VERSION};
+use crate::error::{Error, Result};
+use crate::foreign::ForeignMemory;
+use crate::memarray::{Device, DeviceType};
+use crate::MAX_NDIM;
+
+/// Owns a producer's managed tensor; dropping it runs the producer's deleter exactly once.
+pub(super) struct TensorOwner(pub(super) RawManaged);
+
+// SAFETY: DLPack deleters may be called from any thread.
+unsafe impl Send for TensorOwner {}
+// SAFETY: the owner is never used through a shared reference; it only drops.
+unsafe impl Sync for TensorOwner {}
+
+impl Drop for TensorOwner {
+    fn drop(&mut self) {
+        let raw = self.0;
+        // SAFETY: the tensor is ours and its deleter has not run; no unwinding escapes.
+        let _ = std::panic::catch_unwind(|| unsafe { call_deleter(raw) });
+    }
+}
+
+/// Dimensions of a C-contiguous tensor, or the reason it cannot be wrapped without a copy.
+pub(super) fn tensor_dims(t: &DLTensor) -> Result<Vec<i64>> {
+    if t.ndim < 1 || t.ndim as usize > MAX_NDIM {
+        return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", t.ndim)));
+    }
+    if t.shape.is_null() {
+        return Err(Error::InvalidArgument("the tensor's shape is NULL".into()));
+    }
+    let ndim = t.ndim as usize;
+    // SAFETY: a DLTensor's shape holds ndim entries.
+    let dims = unsafe { std::slice::from_raw_parts(t.shape, ndim) }.to_vec();
+    if let Some(&negative) = dims.iter().find(|&&d| d < 0) {
+        return Err(Error::InvalidShape(format!("negative dimension {negative} in {dims:?}")));
+    }
+    if !t.strides.is_null() {
+        // SAFETY: as above, for strides.
+        let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
+        let mut expected = 1i64;
+        for axis in (0..ndim).rev() {
+            if dims[axis] > 1 && strides[axis] != expected {
+                return Err(Error::ExportRefused(format!(
+                    "amso arrays are C-contiguous and this tensor is not (shape {dims:?}, strides {strides:?}); \
+                     use amso.asarray(obj) to import a C-contiguous copy of host data"
+                )));
+            }
+            expected = expected.saturating_mul(dims[axis].max(1));
+        }
+    }
+    Ok(dims)
+}
+
+/// An amso array over the tensor `raw` (ownership taken: its deleter runs exactly once, also
+/// when the tensor is refused).
+pub(super) fn wrap_tensor(py: Python<'_>, raw: RawManaged) -> PyResult<Py<PyAny>> {
+    let owner = TensorOwner(raw);
+    // SAFETY: a live tensor we own.
+    let (t, readonly, major) = unsafe {
+        match raw {
+            RawManaged::Versioned(p) => {
+                let m: &DLManagedTensorVersioned = p.as_ref();
+                (&m.dl_tensor, m.flags.contains(dlpark::DlpackFlags::READ_ONLY), m.version.major)
+            }
+            RawManaged::Legacy(p) => {
+                let m: &DLManagedTensor = p.as_ref();
+                (&m.dl_tensor, false, DLPACK_VERSION.0)
+            }
+        }
+    };
+    if major != DLPACK_VERSION.0 {
+        return Err(PyBufferError::new_err(format!(
+            "DLPack major version {major} is not supported (amso reads {})",
+            DLPACK_VERSION.0
+        )));
+    }
+    let dims = tensor_dims(t)?;
+    let registration = registry::find(t.dtype.code.0, t.dtype.bits, t.dtype.lanes, dims.len()).ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "no compiled amso array for DLPack dtype (code {}, bits {}, lanes {}) with ndim {}; compiled: {}. \
+             Add it to specs/types.yaml and rebuild",
+            t.dtype.code.0,
+            t.dtype.bits,
+            t.dtype.lanes,
+            dims.len(),
+            registry::compiled()
+        ))
+    })?;
+    let device =
+        Device { device_type: DeviceType::from_dlpack(t.device.device_type.0 as i32)?, id: t.device.device_id };
+    let memory = ForeignMemory { address: t.data as usize + t.byte_offset as usize, device, owner: Box::new(owner) };
+    // SAFETY: the producer's tensor describes `dims` C-contiguous elements of this dtype at
+    // that address, valid until its deleter runs (when the owner drops).
+    let array = unsafe { (registration.wrap)(&dims, memory, readonly) }?;
+    (registration.instance)(py, MemArrayBase::new(array))
+}
+
+/// Take over a DLPack capsule (renaming it "used_...", as consumers do) and wrap its tensor.
+pub(super) fn wrap_capsule(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    for (name, used, versioned) in
+        [(c"dltensor_versioned", c"used_dltensor_versioned", true), (c"dltensor", c"used_dltensor", false)]
+    {
+        // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
+        if unsafe { ffi::PyCapsule_IsValid(capsule.as_ptr(), name.as_ptr()) } == 1 {
+            // SAFETY: valid under `name`; renaming hands its ownership to us.
+            let pointer = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), name.as_ptr()) };
+            let pointer = NonNull::new(pointer).ok_or_else(|| PyErr::fetch(py))?;
+            // SAFETY: as above.
+            if unsafe { ffi::PyCapsule_SetName(capsule.as_ptr(), used.as_ptr()) } != 0 {
+                return Err(PyErr::fetch(py));
+            }
+            let raw =
+                if versioned { RawManaged::Versioned(pointer.cast()) } else { RawManaged::Legacy(pointer.cast()) };
+            return wrap_tensor(py, raw);
+        }
+    }
+    Err(PyTypeError::new_err(
+        "__dlpack__ returned something that is not an unconsumed DLPack capsule (\"dltensor\" or \"dltensor_versioned\")",
+    ))
+}
+
+/// `amso.from_dlpack(obj, *, copy=None)`: an amso array over `obj`'s memory (or a copy of it
+/// with copy=True), for any object with `__dlpack__` and `__dlpack_device__`.
+#[pyfunction]
+#[pyo3(signature = (obj, *, copy = None))]
+pub fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<Py<PyAny>> {
+    if !obj.hasattr("__dlpack__")? {
+        return Err(PyTypeError::new_err(format!(
+            "{} has no __dlpack__; amso.asarray also takes the CUDA array interface and the buffer protocol",
+            obj.get_type().name()?
+        )));
+    }
+    let (device_type, _): (i32, i32) =
+        if obj.hasattr("__dlpack_device__")? { obj.call_method0("__dlpack_device__")?.extract()? } else { (1, 0) };
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("max_version", DLPACK_VERSION)?;
+    if device_type == DeviceType::Cuda as i32 {
+        // The producer orders its pending work before our stream (amso's current, else legacy).
+        kwargs.set_item("stream", crate::stream_context::current().filter(|&s| s > 0).unwrap_or(1))?;
+    }
+    if let Some(copy) = copy {
+        kwargs.set_item("copy", copy)?;
+    }
+    let capsule = match obj.call_method("__dlpack__", (), Some(&kwargs)) {
+        Ok(capsule) => capsule,
+        // Producers older than the array API's keywords: ask again without them (legacy).
+        Err(error) if error.is_instance_of::<PyTypeError>(py) && copy.is_none() => {
+            let legacy = PyDict::new(py);
+            if let Some(stream) = kwargs.get_item("stream")? {
+                legacy.set_item("stream", stream)?;
+            }
+            obj.call_method("__dlpack__", (), Some(&legacy))?
+        }
+        Err(error) => return Err(error),
+    };
+    wrap_capsule(py, &capsule)
+}
+
+/// `amso._amso.from_cuda_array_interface(obj)`: an amso array over the device memory `obj`
+/// describes with `__cuda_array_interface__` (version 2 or 3), keeping `obj` alive. A v3
+/// `stream` is honoured: amso's work on the array waits for it.
+#[pyfunction]
+pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let interface = obj.getattr("__cuda_array_interface__")?;
+    let interface =
+        interface.cast::<PyDict>().map_err(|_| PyTypeError::new_err("__cuda_array_interface__ must be a dict"))?;
+    let field = |name: &str| -> PyResult<Bound<'_, PyAny>> {
+        interface
+            .get_item(name)?
+            .ok_or_else(|| PyTypeError::new_err(format!("__cuda_array_interface__ has no `{name}`")))
+    };
+    let dims: Vec<i64> = field("shape")?.extract()?;
+    let typestr: String = field("typestr")?.extract()?;
+    let (address, readonly): (usize, bool) = field("data")?.extract()?;
+    let strides: Option<Vec<i64>> = match interface.get_item("strides")? {
+        Some(s) if !s.is_none() => Some(s.extract()?),
+        _ => None,
+    };
+    let stream: Option<i64> = match interface.get_item("stream")? {
+        Some(s) if !s.is_none() => Some(s.extract()?),
+        _ => None,
+    };
+    if dims.is_empty() || dims.len() > MAX_NDIM {
+        return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", dims.len())).into());
+    }
+    let registration = registry::find_typestr(&typestr, dims.len()).ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "no compiled amso array for typestr {typestr:?} with ndim {}; compiled: {}",
+            dims.len(),
+            registry::compiled()
+        ))
+    })?;
+    if let Some(strides) = &strides {
+        let mut expected = registration.dtype.itemsize() as i64;
+        for axis in (0..dims.len()).rev() {
+            if dims[axis] > 1 && strides.get(axis) != Some(&expected) {
+                return Err(Error::ExportRefused(format!(
+                    "amso arrays are C-contiguous and this one is not (shape {dims:?}, byte strides {strides:?}); \
+                     use amso.asarray(obj) to import a C-contiguous copy of host data"
+                ))
+                .into());
+            }
+            expected = expected.saturating_mul(dims[axis].max(1));
+        }
+    }
+    let device_id = device_of(address)?;
+    #[cfg(feature = "cuda")]
+    if let Some(stream) = stream {
+        use crate::cuda::stream::{order, StreamHandle};
+        let producer = StreamHandle::from_int(stream)?;
+        producer.check(device_id)?;
+        order(device_id, producer, StreamHandle::LEGACY)?;
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = stream;
+    let memory = ForeignMemory { address, device: Device::cuda(device_id), owner: Box::new(obj.clone().unbind()) };
+    // SAFETY: the interface describes `dims` C-contiguous elements of this dtype at `address`
+    // on the device, valid while `obj` lives (the owner holds a reference to it).
+    let array = unsafe { (registration.wrap)(&dims, memory, readonly) }?;
+    (registration.instance)(py, MemArrayBase::new(array))
+}
+
+/// The CUDA device holding `address` (0 for a NULL address of an empty array).
+fn device_of(address: usize) -> PyResult<i32> {
+    if address == 0 {
+        return Ok(0);
+    }
+    #[cfg(feature = "cuda")]
+    {
+        use cudarc::driver::sys;
+        crate::cuda::driver::device_count()?;
+        let mut ordinal: i32 = -1;
+        // SAFETY: the attribute is an int; the driver validates the address.
+        let status = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut ordinal as *mut i32).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                address as sys::CUdeviceptr,
+            )
+        };
+        if status != sys::CUresult::CUDA_SUCCESS || ordinal < 0 {
+            return Err(Error::InvalidArgument(format!("0x{address:x} is not CUDA device memory ({status:?})")).into());
+        }
+        Ok(ordinal)
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(Error::Unavailable("CUDA memory needs amso's CUDA layer, which this build does not include".into()).into())
+}

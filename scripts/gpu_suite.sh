@@ -31,5 +31,7 @@ if [[ $what == bench || $what == all ]]; then
   status=$((status | ${PIPESTATUS[0]}))
   python3 benchmarks/bench_capi.py --out "$out" 2>&1 | tee -a "$out/bench.log"
   status=$((status | ${PIPESTATUS[0]}))
+  python3 benchmarks/bench_alloc.py --out "$out" 2>&1 | tee -a "$out/bench.log"
+  status=$((status | ${PIPESTATUS[0]}))
 fi
 exit $status

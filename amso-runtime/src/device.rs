@@ -59,6 +59,9 @@ impl DeviceSide {
             stream::order(device_id, stream, own)?;
             own
         };
+        if let Some(memory) = &self.memory {
+            memory.used_on(self.last);
+        }
         if synchronize {
             stream::synchronize(device_id, stream)?;
         }
@@ -67,12 +70,26 @@ impl DeviceSide {
 
     /// Device memory of `bytes` on `device_id`, allocated on first use or when the array
     /// changes device; the old memory stays alive while exports hold it.
-    pub fn ensure(&mut self, device_id: i32, bytes: usize) -> Result<&Arc<DeviceMemory>> {
+    pub fn ensure(&mut self, device_id: i32, bytes: usize, stream: StreamHandle) -> Result<&Arc<DeviceMemory>> {
         let fits = self.memory.as_ref().is_some_and(|m| m.device_id() == device_id && m.bytes() == bytes);
         if !fits {
-            self.memory = Some(Arc::new(DeviceMemory::alloc(device_id, bytes)?));
+            self.memory = Some(Arc::new(DeviceMemory::alloc_on(device_id, bytes, stream)?));
         }
         Ok(self.memory.as_ref().expect("just ensured"))
+    }
+
+    /// Fresh zeroed device memory of `bytes` on `device_id`, zeroed in order on `stream`.
+    pub fn allocate_zeroed(&mut self, device_id: i32, bytes: usize, stream: i64) -> Result<()> {
+        let stream = self.begin(device_id, stream)?;
+        let memory = self.ensure(device_id, bytes, stream)?;
+        if bytes > 0 {
+            let _ctx = crate::cuda::context::Current::enter(device_id)?;
+            // SAFETY: the allocation holds `bytes`; the memset is queued on `stream`.
+            unsafe { cudarc::driver::sys::cuMemsetD8Async(memory.ptr(), 0, bytes, stream.raw()) }
+                .result()
+                .map_err(crate::cuda::driver::cuda_error)?;
+        }
+        self.end(device_id, stream, false)
     }
 
     /// Copy host bytes to the device memory on `stream` (value from the caller).
@@ -89,7 +106,7 @@ impl DeviceSide {
         synchronize: bool,
     ) -> Result<()> {
         let stream = self.begin(device_id, stream)?;
-        let dst = self.ensure(device_id, bytes)?.ptr();
+        let dst = self.ensure(device_id, bytes, stream)?.ptr();
         // SAFETY: `dst` holds `bytes` (ensured); the caller vouches for `src`.
         unsafe { transfer::host_to_device(device_id, dst, src, bytes, pinned, stream) }?;
         self.end(device_id, stream, synchronize)
@@ -129,7 +146,7 @@ impl DeviceSide {
         stream::synchronize(from, self.last)?;
         self.last = StreamHandle::LEGACY;
         let stream = self.begin(target, stream)?;
-        let dst = Arc::new(DeviceMemory::alloc(target, bytes)?);
+        let dst = Arc::new(DeviceMemory::alloc_on(target, bytes, stream)?);
         // SAFETY: both allocations hold `bytes`; the source's earlier work is complete.
         unsafe { transfer::device_to_device(target, dst.ptr(), source.ptr(), bytes, stream) }?;
         self.memory = Some(dst);
@@ -139,7 +156,7 @@ impl DeviceSide {
     /// A copy of the device memory (on the same device), complete when this returns.
     pub fn duplicate(&self, device_id: i32) -> Result<Arc<DeviceMemory>> {
         let source = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
-        let copy = Arc::new(DeviceMemory::alloc(device_id, source.bytes())?);
+        let copy = Arc::new(DeviceMemory::alloc_on(device_id, source.bytes(), self.last)?);
         // SAFETY: both hold `bytes`; ordered after the last work and synchronised below.
         unsafe { transfer::device_to_device(device_id, copy.ptr(), source.ptr(), source.bytes(), self.last) }?;
         stream::synchronize(device_id, self.last)?;
@@ -165,6 +182,13 @@ impl DeviceSide {
             }
         }
         stream::synchronize(device_id, StreamHandle::LEGACY)
+    }
+
+    /// Note that the device memory is being handed to a consumer (DLPack, the interface dict).
+    pub fn share(&self) {
+        if let Some(memory) = &self.memory {
+            memory.mark_shared();
+        }
     }
 
     /// Make `consumer` wait for the array's pending work (DLPack's stream handshake).

@@ -124,6 +124,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
                     }?;
                 }
                 stream::synchronize(target.id, own)?;
+                memory.mark_shared();
                 Ok((memory.ptr() as usize as *mut u8, memory, true))
             }
             _ => Err(Error::ExportRefused(format!(

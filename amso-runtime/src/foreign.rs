@@ -38,7 +38,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
                 align_of::<T>()
             )));
         }
-        let options = ArrayOptions { device_id: 0, readonly, pinned: false };
+        let options = ArrayOptions { device_id: 0, readonly, ..Default::default() };
         match memory.device.device_type {
             DeviceType::Cpu | DeviceType::CudaHost => {
                 // SAFETY: the caller guarantees `len` elements at the address while the owner lives.

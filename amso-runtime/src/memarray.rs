@@ -72,6 +72,8 @@ pub struct ArrayOptions {
     pub readonly: bool,
     /// Allocate the host buffer in page-locked memory (fast, asynchronous transfers).
     pub pinned: bool,
+    /// Start on the device (zeroed device memory of `device_id`) instead of the host.
+    pub on_device: bool,
 }
 
 /// An N-dimensional array of `T` in C (row-major) order.
@@ -125,7 +127,21 @@ impl<T: Element, const N: usize> MemArray<T, N> {
                 ))
             }
         };
-        Ok(Self::assemble(shape, Arc::new(host), options, Residence::Host))
+        #[allow(unused_mut)] // only changed with the CUDA layer
+        let mut array = Self::assemble(shape, Arc::new(host), options, Residence::Host);
+        if options.on_device {
+            #[cfg(feature = "cuda")]
+            {
+                let stream = crate::stream_context::resolve(None);
+                array.device.allocate_zeroed(options.device_id, array.nbytes(), stream)?;
+                array.residence = Residence::Device;
+            }
+            #[cfg(not(feature = "cuda"))]
+            return Err(Error::Unavailable(
+                "on_device=True needs amso's CUDA layer, which this build does not include".into(),
+            ));
+        }
+        Ok(array)
     }
 
     /// An array from its parts, unlocked, with no device memory yet.

@@ -44,6 +44,9 @@ pub trait ArrayObject: Send + Sync + 'static {
     fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource>;
     /// Raw address of the current data (host or device), for the CUDA array interface.
     fn data_address(&self, lock: Option<LockId>) -> Result<usize>;
+    /// Note that the device data is handed out (the interface dict): its eventual free waits
+    /// for the whole device.
+    fn share_device_memory(&self);
     /// Copy the current data into host memory `dst`, which holds `nbytes` bytes.
     ///
     /// # Safety
@@ -119,6 +122,10 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
             return Ok(self.device_side().memory().map_or(0, |m| m.ptr() as usize));
         }
         Ok(self.host_buffer().as_ptr() as usize)
+    }
+    fn share_device_memory(&self) {
+        #[cfg(feature = "cuda")]
+        self.device_side().share();
     }
     unsafe fn copy_to(&self, dst: *mut u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
         check_nbytes(nbytes, self.nbytes())?;

@@ -12,13 +12,19 @@ from typing import Any, SupportsIndex
 
 import numpy as np
 
-from . import cuda, dlpack
+from . import allocators, cuda, dlpack
 from ._amso import __amso_dispatch__, __version__, DLPackContext, MAX_NDIM, MemArrayBase, from_cuda_array_interface
 from ._amso import from_dlpack as _from_dlpack
 
+try:  # the memory-management API exists in builds with the CUDA layer
+    from .memory import defer_cleanup, deferred_limits, flush_frees, memory_info, set_allocator, set_release_threshold
+except ImportError:  # pragma: no cover - a host-only build
+    pass
+
 __all__ = [
     "MemArray", "MemArrayBase", "DLPackContext", "asarray", "from_dlpack", "cuda", "dlpack", "supported", "class_for",
-    "MAX_NDIM", "__version__",
+    "allocators", "set_allocator", "defer_cleanup", "deferred_limits", "flush_frees", "memory_info",
+    "set_release_threshold", "MAX_NDIM", "__version__",
 ]
 
 _DISPATCH: dict[tuple[str, int], type[MemArrayBase]] = dict(__amso_dispatch__)
@@ -79,8 +85,11 @@ class _MemArrayMeta(type):
         *,
         readonly: bool = False,
         pinned: bool = False,
+        on_device: bool = False,
     ) -> Any:
-        return class_for(shape, dtype)(shape, operator.index(device_id), readonly=readonly, pinned=pinned)
+        return class_for(shape, dtype)(
+            shape, operator.index(device_id), readonly=readonly, pinned=pinned, on_device=on_device
+        )
 
     def __instancecheck__(cls, instance: Any) -> bool:
         return isinstance(instance, MemArrayBase)
@@ -90,7 +99,8 @@ class _MemArrayMeta(type):
 
 
 class MemArray(metaclass=_MemArrayMeta):
-    """``MemArray(shape, dtype=None, device_id=0, *, readonly=False, pinned=False)``: a zero-filled array.
+    """``MemArray(shape, dtype=None, device_id=0, *, readonly=False, pinned=False, on_device=False)``:
+    a zero-filled array, on the host or (``on_device=True``) on CUDA device ``device_id``.
 
     Dispatches to the compiled class for ``(np.dtype(dtype).name, len(shape))``; ``dtype``
     defaults to float64, as in NumPy. Every amso array is an instance of ``MemArray``.

@@ -5,6 +5,8 @@ use cudarc::driver::sys;
 
 use super::context::Current;
 use super::driver::{cuda_error, map_error};
+#[allow(unused_imports)]
+use crate::error::Error;
 use crate::error::Result;
 
 /// An allocation in one device's global memory.
@@ -14,6 +16,13 @@ pub struct DeviceMemory {
     device_id: i32,
     /// Keeps foreign device memory alive; dropping it releases that memory.
     foreign: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// The allocator that made it (None for foreign memory).
+    allocator: Option<std::sync::Arc<dyn super::alloc::DeviceAllocator>>,
+    /// The stream of the last work on it (a protocol value), which its free is ordered after.
+    last_stream: std::sync::atomic::AtomicI64,
+    /// Set once handed to a consumer (DLPack, the interface dict): its free then waits for
+    /// the whole device, since the consumer's streams are unknown.
+    shared: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for DeviceMemory {
@@ -28,15 +37,39 @@ impl std::fmt::Debug for DeviceMemory {
 }
 
 impl DeviceMemory {
-    /// Allocate `bytes` on `device_id` (zero bytes allocate nothing and have address 0).
+    /// Allocate `bytes` on `device_id` from the current allocator, in order on amso's stream
+    /// (zero bytes allocate nothing and have address 0).
     pub fn alloc(device_id: i32, bytes: usize) -> Result<DeviceMemory> {
-        let _ctx = Current::enter(device_id)?;
-        let mut ptr: sys::CUdeviceptr = 0;
-        if bytes > 0 {
-            // SAFETY: valid out-pointer; the device's context is current.
-            unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }.result().map_err(|e| map_error(e, bytes, "device"))?;
-        }
-        Ok(DeviceMemory { ptr, bytes, device_id, foreign: None })
+        Self::alloc_on(device_id, bytes, super::stream::amso_stream(device_id)?)
+    }
+
+    /// Allocate `bytes` on `device_id`, usable in order on `stream`.
+    pub fn alloc_on(device_id: i32, bytes: usize, stream: super::stream::StreamHandle) -> Result<DeviceMemory> {
+        let (ptr, allocator) = if bytes > 0 {
+            let (ptr, allocator) = super::alloc::allocate(device_id, bytes, stream)?;
+            (ptr, Some(allocator))
+        } else {
+            (0, None)
+        };
+        Ok(DeviceMemory {
+            ptr,
+            bytes,
+            device_id,
+            foreign: None,
+            allocator,
+            last_stream: std::sync::atomic::AtomicI64::new(stream.as_int()),
+            shared: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Record the stream of the latest work on this memory.
+    pub fn used_on(&self, stream: super::stream::StreamHandle) {
+        self.last_stream.store(stream.as_int(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Mark the memory as handed to a consumer.
+    pub fn mark_shared(&self) {
+        self.shared.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Foreign device memory (another library's export), kept alive by `owner`.
@@ -49,7 +82,15 @@ impl DeviceMemory {
         bytes: usize,
         owner: Box<dyn std::any::Any + Send + Sync>,
     ) -> DeviceMemory {
-        DeviceMemory { ptr, bytes, device_id, foreign: Some(owner) }
+        DeviceMemory {
+            ptr,
+            bytes,
+            device_id,
+            foreign: Some(owner),
+            allocator: None,
+            last_stream: std::sync::atomic::AtomicI64::new(1),
+            shared: std::sync::atomic::AtomicBool::new(true),
+        }
     }
 
     /// Device address of the first byte.
@@ -70,14 +111,21 @@ impl DeviceMemory {
 
 impl Drop for DeviceMemory {
     fn drop(&mut self) {
-        if self.ptr == 0 || self.foreign.is_some() {
-            return; // nothing allocated, or the owner releases foreign memory
+        let Some(allocator) = self.allocator.take() else {
+            return; // nothing allocated, or the foreign owner releases the memory
+        };
+        let mut stream =
+            super::stream::StreamHandle::from_int(self.last_stream.load(std::sync::atomic::Ordering::Relaxed))
+                .unwrap_or(super::stream::StreamHandle::LEGACY);
+        if self.shared.load(std::sync::atomic::Ordering::Relaxed) {
+            // A consumer may still have work queued on streams amso does not know.
+            if let Ok(_ctx) = Current::enter(self.device_id) {
+                // SAFETY: a context is current.
+                let _ = unsafe { sys::cuCtxSynchronize() };
+            }
+            stream = super::stream::StreamHandle::LEGACY;
         }
-        if let Ok(_ctx) = Current::enter(self.device_id) {
-            // SAFETY: allocated by cuMemAlloc in this context and freed once, here. cuMemFree
-            // waits for work still using the memory.
-            let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
-        }
+        super::alloc::release(allocator, self.device_id, self.ptr, self.bytes, stream);
     }
 }
 

@@ -2,7 +2,9 @@
 //! machine without one gets a clear error instead of cudarc's panic), primary contexts,
 //! streams, device and pinned memory, transfers, and the NVRTC-compiled kernels.
 
+pub mod alloc;
 pub mod context;
+pub mod deferred;
 pub mod driver;
 pub mod kernels;
 pub mod memory;

@@ -268,6 +268,7 @@ impl MemArrayBase {
             ));
         }
         let address = self.array.data_address(None)?;
+        self.array.share_device_memory();
         let interface = PyDict::new(py);
         interface.set_item(intern!(py, "shape"), self.shape(py)?)?;
         interface.set_item(intern!(py, "typestr"), self.array.dtype().typestr)?;

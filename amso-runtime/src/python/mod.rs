@@ -9,6 +9,8 @@ mod convert;
 mod error;
 mod exchange;
 mod import;
+#[cfg(feature = "cuda")]
+mod memory;
 mod registry;
 
 use pyo3::prelude::*;
@@ -38,8 +40,9 @@ pub fn new_base<C: Instantiation>(
     device_id: i32,
     readonly: bool,
     pinned: bool,
+    on_device: bool,
 ) -> PyResult<PyClassInitializer<MemArrayBase>> {
-    let array = C::Array::create(&shape.0, ArrayOptions { device_id, readonly, pinned })?;
+    let array = C::Array::create(&shape.0, ArrayOptions { device_id, readonly, pinned, on_device })?;
     Ok(PyClassInitializer::from(MemArrayBase::new(Box::new(array))))
 }
 
@@ -74,6 +77,16 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(pyo3::wrap_pyfunction!(set_current_stream, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(import::from_dlpack, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(import::from_cuda_array_interface, module)?)?;
+    #[cfg(feature = "cuda")]
+    {
+        module.add_function(pyo3::wrap_pyfunction!(memory::set_allocator, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::deferred_limits, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::set_release_threshold, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::defer_hold, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::defer_release, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::flush_frees, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::memory_info, module)?)?;
+    }
     module.add("_C_API", capi::api_capsule(module.py())?)?;
     if module.getattr(DISPATCH_ATTR).is_err() {
         module.add(DISPATCH_ATTR, PyDict::new(module.py()))?;

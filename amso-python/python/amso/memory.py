@@ -1,0 +1,56 @@
+"""Device memory management: plug in another library's allocator, hold frees, read statistics."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from . import _amso
+
+__all__ = ["set_allocator", "defer_cleanup", "deferred_limits", "flush_frees", "memory_info", "set_release_threshold"]
+
+
+def set_allocator(
+    malloc: Callable[[int, int, int], int] | None = None,
+    free: Callable[[int, int, int, int], None] | None = None,
+    *,
+    name: str | None = None,
+) -> None:
+    """Route new device allocations through ``malloc(size, device_id, stream) -> pointer`` and
+    ``free(pointer, size, device_id, stream)`` (raise MemoryError when out of memory).
+    ``set_allocator()`` goes back to amso's pool. Arrays free through the allocator that made
+    them. Ready adapters: ``amso.allocators.torch()`` and ``amso.allocators.cupy()``."""
+    _amso.set_allocator(malloc, free, name)
+
+
+@contextlib.contextmanager
+def defer_cleanup(device_id: int = 0) -> Iterator[None]:
+    """Hold every device free until the block ends (nesting allowed), so a chain of
+    asynchronous work is not broken by a synchronising free. Frees due then run at the end."""
+    _amso.defer_hold()
+    try:
+        yield
+    finally:
+        _amso.defer_release(device_id)
+
+
+def deferred_limits(count: int | None = None, fraction: float | None = None) -> tuple[int, float]:
+    """Flush queued frees at ``count`` frees (default 10) or ``fraction`` of the device's memory
+    (default 0.2); returns the previous limits."""
+    return _amso.deferred_limits(count, fraction)
+
+
+def flush_frees() -> None:
+    """Run every queued free now (unless a defer_cleanup block holds them)."""
+    _amso.flush_frees()
+
+
+def set_release_threshold(nbytes: int) -> None:
+    """Bytes the driver's stream-ordered pool keeps reserved after frees (amso's pool)."""
+    _amso.set_release_threshold(nbytes)
+
+
+def memory_info(device_id: int = 0) -> dict[str, int | float | str]:
+    """Free and total device memory, and amso's statistics: bytes in use, bytes cached, pending
+    frees, cache hits, misses and hit rate, the current allocator and the deferral limits."""
+    return _amso.memory_info(device_id)

@@ -1,0 +1,168 @@
+//! Deferred deallocation, as Numba does it: frees are queued and flushed together when the
+//! queue holds `count` frees or `fraction` of the device's memory, or when an allocation
+//! fails for lack of memory; `defer_cleanup` holds all flushing until its block ends, so a
+//! chain of asynchronous work is never broken by a free. The policy is generic over what a
+//! pending free is, so it is tested without a GPU.
+
+use std::sync::Mutex;
+
+/// Flush limits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Flush when this many frees are pending (Numba's default: 10).
+    pub count: usize,
+    /// Flush when pending frees hold this share of the device's memory (default 0.2).
+    pub fraction: f64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { count: 10, fraction: 0.2 }
+    }
+}
+
+/// A queue of pending frees of type `F` with its policy.
+pub struct Deferred<F> {
+    state: Mutex<State<F>>,
+}
+
+struct State<F> {
+    pending: Vec<(F, usize)>,
+    pending_bytes: usize,
+    limits: Limits,
+    holds: usize,
+}
+
+impl<F> Deferred<F> {
+    /// An empty queue with default limits.
+    pub const fn new() -> Self {
+        Deferred {
+            state: Mutex::new(State {
+                pending: Vec::new(),
+                pending_bytes: 0,
+                limits: Limits { count: 10, fraction: 0.2 },
+                holds: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<F>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queue `free` (of `bytes`); returns the frees to run now, if a limit was reached and no
+    /// `defer_cleanup` holds them. `capacity` is the device's memory in bytes.
+    pub fn push(&self, free: F, bytes: usize, capacity: usize) -> Vec<F> {
+        let mut state = self.lock();
+        state.pending.push((free, bytes));
+        state.pending_bytes += bytes;
+        Self::due(&mut state, capacity)
+    }
+
+    fn due(state: &mut State<F>, capacity: usize) -> Vec<F> {
+        let over_count = state.pending.len() >= state.limits.count;
+        let over_size = state.pending_bytes as f64 >= state.limits.fraction * capacity as f64;
+        if state.holds == 0 && (over_count || over_size) {
+            Self::drain(state)
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn drain(state: &mut State<F>) -> Vec<F> {
+        state.pending_bytes = 0;
+        state.pending.drain(..).map(|(f, _)| f).collect()
+    }
+
+    /// Every pending free, to run now (after an allocation failed for lack of memory), unless a
+    /// `defer_cleanup` holds them.
+    pub fn take_all(&self) -> Vec<F> {
+        let mut state = self.lock();
+        if state.holds == 0 {
+            Self::drain(&mut state)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Start holding (a `defer_cleanup` block begins).
+    pub fn hold(&self) {
+        self.lock().holds += 1;
+    }
+
+    /// Stop holding; returns the frees due once the last hold ends.
+    pub fn release(&self, capacity: usize) -> Vec<F> {
+        let mut state = self.lock();
+        state.holds = state.holds.saturating_sub(1);
+        Self::due(&mut state, capacity)
+    }
+
+    /// Set the limits.
+    pub fn set_limits(&self, limits: Limits) {
+        self.lock().limits = limits;
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> Limits {
+        self.lock().limits
+    }
+
+    /// Pending frees and their bytes.
+    pub fn pending(&self) -> (usize, usize) {
+        let state = self.lock();
+        (state.pending.len(), state.pending_bytes)
+    }
+}
+
+impl<F> Default for Deferred<F> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flushes_by_count() {
+        let queue = Deferred::new();
+        for i in 0..9 {
+            assert!(queue.push(i, 1, 1 << 30).is_empty());
+        }
+        assert_eq!(queue.push(9, 1, 1 << 30), (0..10).collect::<Vec<_>>());
+        assert_eq!(queue.pending(), (0, 0));
+    }
+
+    #[test]
+    fn flushes_by_share_of_memory() {
+        let queue = Deferred::new();
+        assert!(queue.push("a", 100, 1000).is_empty());
+        assert_eq!(queue.push("b", 100, 1000), vec!["a", "b"], "200 bytes is 20% of 1000");
+        queue.set_limits(Limits { count: 100, fraction: 0.5 });
+        assert!(queue.push("c", 400, 1000).is_empty());
+        assert_eq!(queue.push("d", 100, 1000), vec!["c", "d"]);
+    }
+
+    #[test]
+    fn defer_cleanup_holds_everything_until_the_outermost_block_ends() {
+        let queue = Deferred::new();
+        queue.hold();
+        queue.hold();
+        for i in 0..25 {
+            assert!(queue.push(i, 1, 1000).is_empty());
+        }
+        assert!(queue.take_all().is_empty(), "held even under memory pressure");
+        assert!(queue.release(1000).is_empty(), "the outer block still holds");
+        assert_eq!(queue.release(1000).len(), 25);
+    }
+
+    #[test]
+    fn memory_pressure_flushes_below_the_limits() {
+        let queue = Deferred::new();
+        queue.push(1, 1, 1 << 30);
+        queue.push(2, 1, 1 << 30);
+        assert_eq!(queue.take_all(), vec![1, 2]);
+        assert!(queue.take_all().is_empty());
+    }
+}

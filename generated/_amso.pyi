@@ -101,124 +101,250 @@ class MemArray1DInt32(MemArrayBase):
     """1-D array of int32 (i32)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray1DInt32: ...
 
 class MemArray2DInt32(MemArrayBase):
     """2-D array of int32 (i32)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray2DInt32: ...
 
 class MemArray3DInt32(MemArrayBase):
     """3-D array of int32 (i32)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray3DInt32: ...
 
 class MemArray1DInt64(MemArrayBase):
     """1-D array of int64 (i64)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray1DInt64: ...
 
 class MemArray2DInt64(MemArrayBase):
     """2-D array of int64 (i64)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray2DInt64: ...
 
 class MemArray3DInt64(MemArrayBase):
     """3-D array of int64 (i64)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray3DInt64: ...
 
 class MemArray1DFloat32(MemArrayBase):
     """1-D array of float32 (f32)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray1DFloat32: ...
 
 class MemArray2DFloat32(MemArrayBase):
     """2-D array of float32 (f32)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray2DFloat32: ...
 
 class MemArray3DFloat32(MemArrayBase):
     """3-D array of float32 (f32)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray3DFloat32: ...
 
 class MemArray1DFloat64(MemArrayBase):
     """1-D array of float64 (f64)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray1DFloat64: ...
 
 class MemArray2DFloat64(MemArrayBase):
     """2-D array of float64 (f64)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray2DFloat64: ...
 
 class MemArray3DFloat64(MemArrayBase):
     """3-D array of float64 (f64)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray3DFloat64: ...
 
 class MemArray2DUint8(MemArrayBase):
     """2-D array of uint8 (u8)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray2DUint8: ...
 
 class MemArray3DUint8(MemArrayBase):
     """3-D array of uint8 (u8)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray3DUint8: ...
 
 class MemArray1DBool(MemArrayBase):
     """1-D array of bool (bool)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray1DBool: ...
 
 class MemArray2DComplex64(MemArrayBase):
     """2-D array of complex64 (num_complex::Complex<f32>)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray2DComplex64: ...
 
 class MemArray1DFloat16(MemArrayBase):
     """1-D array of float16 (half::f16)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray1DFloat16: ...
 
 class MemArray1DBfloat16(MemArrayBase):
     """1-D array of bfloat16 (half::bf16)."""
 
     def __new__(
-        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
     ) -> MemArray1DBfloat16: ...

@@ -18,7 +18,7 @@ pub fn python_stubs(spec: &Spec) -> String {
         let _ = write!(
             out,
             "\nclass {class}(MemArrayBase):\n    \"\"\"{ndim}-D array of {} ({}).\"\"\"\n\n    \
-             def __new__(\n        cls, shape: _Shape, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False\n    ) -> {class}: ...\n",
+             def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        uninitialized: bool = False,\n    ) -> {class}: ...\n",
             dtype.name, dtype.rust
         );
     }

@@ -52,11 +52,13 @@ impl DeviceSide {
     /// Record that work was queued on `stream`; a caller's own stream is handed over to
     /// amso's stream so later consumers are given a stream that stays alive.
     pub fn end(&mut self, device_id: i32, stream: StreamHandle, synchronize: bool) -> Result<()> {
-        let own = stream::amso_stream(device_id)?;
-        self.last = if stream == StreamHandle::LEGACY || stream == StreamHandle::PER_THREAD || stream == own {
+        self.last = if stream == StreamHandle::LEGACY || stream == StreamHandle::PER_THREAD {
             stream
         } else {
-            stream::order(device_id, stream, own)?;
+            let own = stream::amso_stream(device_id)?;
+            if stream != own {
+                stream::order(device_id, stream, own)?;
+            }
             own
         };
         if let Some(memory) = &self.memory {
@@ -78,11 +80,11 @@ impl DeviceSide {
         Ok(self.memory.as_ref().expect("just ensured"))
     }
 
-    /// Fresh zeroed device memory of `bytes` on `device_id`, zeroed in order on `stream`.
-    pub fn allocate_zeroed(&mut self, device_id: i32, bytes: usize, stream: i64) -> Result<()> {
+    /// Fresh device memory of `bytes` on `device_id`, zeroed in order on `stream` if `zeroed`.
+    pub fn allocate(&mut self, device_id: i32, bytes: usize, stream: i64, zeroed: bool) -> Result<()> {
         let stream = self.begin(device_id, stream)?;
         let memory = self.ensure(device_id, bytes, stream)?;
-        if bytes > 0 {
+        if zeroed && bytes > 0 {
             let _ctx = crate::cuda::context::Current::enter(device_id)?;
             // SAFETY: the allocation holds `bytes`; the memset is queued on `stream`.
             unsafe { cudarc::driver::sys::cuMemsetD8Async(memory.ptr(), 0, bytes, stream.raw()) }

@@ -72,8 +72,10 @@ pub struct ArrayOptions {
     pub readonly: bool,
     /// Allocate the host buffer in page-locked memory (fast, asynchronous transfers).
     pub pinned: bool,
-    /// Start on the device (zeroed device memory of `device_id`) instead of the host.
+    /// Start on the device (device memory of `device_id`) instead of the host.
     pub on_device: bool,
+    /// Leave new device memory uninitialised (`amso.empty`); host memory is always zeroed.
+    pub uninitialized: bool,
 }
 
 /// An N-dimensional array of `T` in C (row-major) order.
@@ -133,7 +135,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             #[cfg(feature = "cuda")]
             {
                 let stream = crate::stream_context::resolve(None);
-                array.device.allocate_zeroed(options.device_id, array.nbytes(), stream)?;
+                array.device.allocate(options.device_id, array.nbytes(), stream, !options.uninitialized)?;
                 array.residence = Residence::Device;
             }
             #[cfg(not(feature = "cuda"))]

@@ -39,15 +39,17 @@ pub fn instantiation_class(dtype: &DType, ndim: u8, names: &ClassNames<'_>) -> T
         #[::pyo3::pymethods]
         impl #ident {
             #[new]
-            #[pyo3(signature = (shape, device_id = 0, *, readonly = false, pinned = false, on_device = false))]
+            #[pyo3(signature = (shape, device_id = 0, *, readonly = false, pinned = false, on_device = false, uninitialized = false))]
             fn __new__(
                 shape: ::amso_runtime::python::ShapeArg,
                 device_id: i32,
                 readonly: bool,
                 pinned: bool,
                 on_device: bool,
+                uninitialized: bool,
             ) -> ::pyo3::PyResult<::pyo3::PyClassInitializer<Self>> {
-                ::amso_runtime::python::new_base::<Self>(shape, device_id, readonly, pinned, on_device).map(|base| base.add_subclass(#ident))
+                ::amso_runtime::python::new_base::<Self>(shape, device_id, readonly, pinned, on_device, uninitialized)
+                    .map(|base| base.add_subclass(#ident))
             }
         }
 

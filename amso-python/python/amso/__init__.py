@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import operator
+
 from collections.abc import Sequence
 from typing import Any, SupportsIndex
 
@@ -22,7 +23,7 @@ except ImportError:  # pragma: no cover - a host-only build
     pass
 
 __all__ = [
-    "MemArray", "MemArrayBase", "DLPackContext", "asarray", "from_dlpack", "cuda", "dlpack", "supported", "class_for",
+    "MemArray", "MemArrayBase", "DLPackContext", "asarray", "empty", "from_dlpack", "cuda", "dlpack", "supported", "class_for",
     "allocators", "set_allocator", "defer_cleanup", "deferred_limits", "flush_frees", "memory_info",
     "set_release_threshold", "MAX_NDIM", "__version__",
 ]
@@ -76,6 +77,23 @@ def class_for(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: Any = None)
         ) from None
 
 
+# (dtype as given, ndim) -> class: the common constructor path is one dict lookup, since
+# resolving a dtype through NumPy costs microseconds.
+_CLASS_CACHE: dict[tuple[Any, int], type[MemArrayBase]] = {}
+
+
+def _cached_class(shape: Any, dtype: Any) -> type[MemArrayBase]:
+    ndim = len(shape) if type(shape) in (tuple, list) else _ndim(shape)
+    try:
+        return _CLASS_CACHE[(dtype, ndim)]
+    except KeyError:
+        found = class_for(shape, dtype)
+        _CLASS_CACHE[(dtype, ndim)] = found
+        return found
+    except TypeError:  # an unhashable dtype argument
+        return class_for(shape, dtype)
+
+
 class _MemArrayMeta(type):
     def __call__(
         cls,
@@ -87,9 +105,7 @@ class _MemArrayMeta(type):
         pinned: bool = False,
         on_device: bool = False,
     ) -> Any:
-        return class_for(shape, dtype)(
-            shape, operator.index(device_id), readonly=readonly, pinned=pinned, on_device=on_device
-        )
+        return _cached_class(shape, dtype)(shape, device_id, readonly=readonly, pinned=pinned, on_device=on_device)
 
     def __instancecheck__(cls, instance: Any) -> bool:
         return isinstance(instance, MemArrayBase)
@@ -105,6 +121,14 @@ class MemArray(metaclass=_MemArrayMeta):
     Dispatches to the compiled class for ``(np.dtype(dtype).name, len(shape))``; ``dtype``
     defaults to float64, as in NumPy. Every amso array is an instance of ``MemArray``.
     """
+
+
+def empty(
+    shape: Sequence[SupportsIndex] | SupportsIndex, dtype: Any = None, device_id: int = 0, *, on_device: bool = False
+) -> MemArrayBase:
+    """Like ``MemArray`` but, with ``on_device=True``, the device memory is left uninitialised
+    (as ``np.empty``); host memory is always zeroed."""
+    return _cached_class(shape, dtype)(shape, device_id, on_device=on_device, uninitialized=True)
 
 
 def from_dlpack(obj: Any, *, copy: bool | None = None) -> MemArrayBase:

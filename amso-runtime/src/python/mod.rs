@@ -41,8 +41,10 @@ pub fn new_base<C: Instantiation>(
     readonly: bool,
     pinned: bool,
     on_device: bool,
+    uninitialized: bool,
 ) -> PyResult<PyClassInitializer<MemArrayBase>> {
-    let array = C::Array::create(&shape.0, ArrayOptions { device_id, readonly, pinned, on_device })?;
+    let options = ArrayOptions { device_id, readonly, pinned, on_device, uninitialized };
+    let array = C::Array::create(&shape.0, options)?;
     Ok(PyClassInitializer::from(MemArrayBase::new(Box::new(array))))
 }
 

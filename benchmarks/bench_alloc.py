@@ -34,11 +34,7 @@ def rss_bytes() -> int:
         return int(statm.read().split()[1]) * resource.getpagesize()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=Path("."))
-    parser.add_argument("--cycles", type=int, default=1_000_000)
-    args = parser.parse_args()
+def collect(cycles: int) -> dict:
     import cupy as cp
     import torch
 
@@ -53,7 +49,7 @@ def main() -> None:
     }
     amso.flush_frees()
     before = {"rss": rss_bytes(), "device_free": amso.memory_info()["free"], **{k: amso.memory_info()[k] for k in ("hits", "misses")}}
-    for _ in range(args.cycles):
+    for _ in range(cycles):
         amso.empty(256, np.float32, on_device=True)
     amso.flush_frees()
     info = amso.memory_info()
@@ -64,18 +60,33 @@ def main() -> None:
         "gpu": torch.cuda.get_device_name(0),
         "versions": {"cupy": cp.__version__, "torch": torch.__version__, "numpy": np.__version__, "amso": amso.__version__},
         "alloc_free_us": rows,
-        "soak": {"cycles": args.cycles, "before": before, "after": after, "hit_rate": hits / max(hits + misses, 1)},
+        "soak": {"cycles": cycles, "before": before, "after": after, "hits": hits, "misses": misses,
+                 "hit_rate": hits / max(hits + misses, 1)},
     }
+    return report
+
+
+def markdown(report: dict) -> str:
+    rows, soak = report["alloc_free_us"], report["soak"]
+    before, after, hits, misses, cycles = soak["before"], soak["after"], soak["hits"], soak["misses"], soak["cycles"]
     best_empty = min(rows["cupy.empty(256, float32)"], rows["torch.empty(256, device='cuda')"])
     best_zeros = min(rows["cupy.zeros(256, float32)"], rows["torch.zeros(256, device='cuda')"])
     lines = [f"# Allocation round trip, 1 KiB on the GPU ({report['date']}, {report['gpu']})", "",
              "| call (create + drop) | us | vs best peer of its kind |", "|---|---|---|"]
     lines += [f"| `{name}` | {value:.2f} | {value / (best_zeros if 'zero' in name else best_empty):.2f} |" for name, value in rows.items()]
-    soak = report["soak"]
-    lines += ["", f"Soak: {args.cycles} amso alloc/free cycles: RSS {before['rss'] / 2**20:.1f} -> {after['rss'] / 2**20:.1f} MiB, "
+    lines += ["", f"Soak: {cycles} amso alloc/free cycles: RSS {before['rss'] / 2**20:.1f} -> {after['rss'] / 2**20:.1f} MiB, "
               f"device free {before['device_free'] / 2**20:.1f} -> {after['device_free'] / 2**20:.1f} MiB, "
               f"pool hit rate {soak['hit_rate']:.4f} ({hits} hits, {misses} misses)."]
-    text = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--cycles", type=int, default=1_000_000)
+    args = parser.parse_args()
+    report = collect(args.cycles)
+    text = markdown(report)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_alloc.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out / "bench_alloc.md").write_text(text)

@@ -43,10 +43,7 @@ def best_of(run, repeat: int = 7) -> float:
     return min(run() for _ in range(repeat))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("."))
-    args = parser.parse_args()
+def collect() -> dict:
     lib = build()
     rows: dict[str, dict[str, float | None]] = {}
     a = amso.MemArray((64, 64), np.float32)
@@ -84,7 +81,11 @@ def main() -> None:
         "torch": getattr(peers.get("torch"), "__module__", None) and __import__("torch").__version__,
         "cpu": platform.processor() or platform.machine(),
     }
-    report = {"environment": environment, "ns_per_call": rows}
+    return {"environment": environment, "ns_per_call": rows}
+
+
+def markdown(report: dict) -> str:
+    environment, rows = report["environment"], report["ns_per_call"]
     lines = [f"# amso C ABI benchmark ({environment['date']}, {environment['device']}, Python {environment['python']}, torch {environment['torch']})",
              "", "ns per call, best of 7 runs; amso array and torch tensor of 64x64 float32 on the " + environment["device"], "",
              "| path | amso | torch | amso / torch |", "|---|---|---|---|"]
@@ -93,7 +94,15 @@ def main() -> None:
         ratio = f"{ours / theirs:.2f}" if ours and theirs else "-"
         show = lambda v: f"{v:.1f}" if v is not None else "n/a"  # noqa: E731
         lines.append(f"| {path} | {show(ours)} | {show(theirs)} | {ratio} |")
-    text = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("."))
+    args = parser.parse_args()
+    report = collect()
+    text = markdown(report)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_capi.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out / "bench_capi.md").write_text(text)

@@ -39,17 +39,12 @@ pub fn instantiation_class(dtype: &DType, ndim: u8, names: &ClassNames<'_>) -> T
         #[::pyo3::pymethods]
         impl #ident {
             #[new]
-            #[pyo3(signature = (shape, device_id = 0, *, readonly = false, pinned = false, on_device = false, uninitialized = false))]
+            #[pyo3(signature = (*args, **kwargs), text_signature = "(shape, device_id=0, *, readonly=False, pinned=False, on_device=False, uninitialized=False)")]
             fn __new__(
-                shape: ::amso_runtime::python::ShapeArg,
-                device_id: i32,
-                readonly: bool,
-                pinned: bool,
-                on_device: bool,
-                uninitialized: bool,
+                args: &::pyo3::Bound<'_, ::pyo3::types::PyTuple>,
+                kwargs: ::std::option::Option<&::pyo3::Bound<'_, ::pyo3::types::PyDict>>,
             ) -> ::pyo3::PyResult<::pyo3::PyClassInitializer<Self>> {
-                ::amso_runtime::python::new_base::<Self>(shape, device_id, readonly, pinned, on_device, uninitialized)
-                    .map(|base| base.add_subclass(#ident))
+                ::amso_runtime::python::new_base::<Self>(args, kwargs).map(|base| base.add_subclass(#ident))
             }
         }
 

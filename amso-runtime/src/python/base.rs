@@ -24,13 +24,16 @@ pub struct MemArrayBase {
     array: Box<dyn ArrayObject>,
     /// What the C getters read; refreshed by `update` after every change.
     header: Header,
+    /// The immutable part of `__cuda_array_interface__` (shape, typestr, version, strides),
+    /// copied into a fresh dict on each access.
+    interface_template: pyo3::sync::PyOnceLock<Py<PyDict>>,
 }
 
 impl MemArrayBase {
     /// Wrap a typed array.
     pub fn new(array: Box<dyn ArrayObject>) -> Self {
         let header = Header::of(&*array);
-        MemArrayBase { array, header }
+        MemArrayBase { array, header, interface_template: pyo3::sync::PyOnceLock::new() }
     }
 
     /// The array, type-erased.
@@ -197,10 +200,11 @@ impl MemArrayBase {
         &self,
         py: Python<'py>,
         stream: Option<i64>,
-        max_version: Option<(u32, u32)>,
+        max_version: Option<&Bound<'py, PyAny>>,
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
         let request = DlpackRequest { stream, max_version, dl_device, copy };
         dlpack_capsule(py, &*self.array, None, &request)
     }
@@ -269,12 +273,16 @@ impl MemArrayBase {
         }
         let address = self.array.data_address(None)?;
         self.array.share_device_memory();
-        let interface = PyDict::new(py);
-        interface.set_item(intern!(py, "shape"), self.shape(py)?)?;
-        interface.set_item(intern!(py, "typestr"), self.array.dtype().typestr)?;
+        let template = self.interface_template.get_or_try_init(py, || -> PyResult<Py<PyDict>> {
+            let template = PyDict::new(py);
+            template.set_item(intern!(py, "shape"), self.shape(py)?)?;
+            template.set_item(intern!(py, "typestr"), self.array.dtype().typestr)?;
+            template.set_item(intern!(py, "version"), 3)?;
+            template.set_item(intern!(py, "strides"), py.None())?;
+            Ok(template.unbind())
+        })?;
+        let interface = template.bind(py).copy()?;
         interface.set_item(intern!(py, "data"), (address, self.array.readonly()))?;
-        interface.set_item(intern!(py, "version"), 3)?;
-        interface.set_item(intern!(py, "strides"), py.None())?;
         interface.set_item(intern!(py, "stream"), self.array.stream())?;
         Ok(interface)
     }

@@ -57,7 +57,7 @@ impl DLPackContext {
         &self,
         py: Python<'py>,
         stream: Option<i64>,
-        max_version: Option<(u32, u32)>,
+        max_version: Option<&Bound<'py, PyAny>>,
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -66,6 +66,7 @@ impl DLPackContext {
                 "this DLPack context is not entered; use it as `with array.get_dlpack() as view: np.from_dlpack(view)`",
             ));
         }
+        let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
         let request = DlpackRequest { stream, max_version, dl_device, copy };
         let array = self.array.bind(py).borrow();
         dlpack_capsule(py, array.array(), Some(self.lock), &request)

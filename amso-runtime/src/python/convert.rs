@@ -187,3 +187,71 @@ impl ImportModule for PyOnceLock<Py<PyModule>> {
         self.get_or_try_init(py, || py.import(name).map(Bound::unbind)).map(|m| m.bind(py))
     }
 }
+
+/// `max_version` of `__dlpack__`: a `(major, minor)` tuple of non-negative ints. Read by hand:
+/// NumPy passes it on every import, and generic tuple extraction costs more than the export.
+pub fn dlpack_version(value: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
+    let wrong = || {
+        PyTypeError::new_err(format!(
+            "max_version must be a (major, minor) tuple of ints, got {}",
+            value.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    };
+    let tuple = value.cast::<PyTuple>().map_err(|_| wrong())?;
+    if tuple.len() != 2 {
+        return Err(wrong());
+    }
+    let part = |index| tuple.get_item(index).and_then(|item| item.extract::<u32>()).map_err(|_| wrong());
+    Ok((part(0)?, part(1)?))
+}
+
+/// Parse a generated constructor's `(shape, device_id=0, *, readonly=False, pinned=False,
+/// on_device=False, uninitialized=False)`, once for every class (instead of one parser
+/// generated per class).
+pub fn constructor_args(
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+) -> PyResult<(ShapeArg, crate::memarray::ArrayOptions)> {
+    if args.len() > 2 {
+        return Err(PyTypeError::new_err(format!(
+            "MemArray() takes at most 2 positional arguments (shape, device_id), got {}; readonly, pinned, \
+             on_device and uninitialized are keyword-only",
+            args.len()
+        )));
+    }
+    let mut shape = args.get_item(0).ok();
+    let mut device_id = args.get_item(1).ok();
+    let mut options = crate::memarray::ArrayOptions::default();
+    if let Some(kwargs) = kwargs {
+        for (key, value) in kwargs.iter() {
+            let flag = || -> PyResult<bool> {
+                value.extract::<bool>().map_err(|_| {
+                    PyTypeError::new_err(format!("{key} must be a bool, got {}", type_name(&value.as_borrowed())))
+                })
+            };
+            match key.extract::<&str>()? {
+                "shape" if shape.is_none() => shape = Some(value),
+                "device_id" if device_id.is_none() => device_id = Some(value),
+                "readonly" => options.readonly = flag()?,
+                "pinned" => options.pinned = flag()?,
+                "on_device" => options.on_device = flag()?,
+                "uninitialized" => options.uninitialized = flag()?,
+                "shape" | "device_id" => {
+                    return Err(PyTypeError::new_err(format!("MemArray() got multiple values for argument '{key}'")))
+                }
+                other => {
+                    return Err(PyTypeError::new_err(format!(
+                        "MemArray() got an unexpected keyword argument '{other}'"
+                    )))
+                }
+            }
+        }
+    }
+    let shape = shape.ok_or_else(|| PyTypeError::new_err("MemArray() missing required argument 'shape'"))?;
+    if let Some(device_id) = device_id {
+        options.device_id = device_id.extract::<i32>().map_err(|_| {
+            PyTypeError::new_err(format!("device_id must be an int, got {}", type_name(&device_id.as_borrowed())))
+        })?;
+    }
+    Ok((shape.extract::<ShapeArg>()?, options))
+}

@@ -14,7 +14,7 @@ mod memory;
 mod registry;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyModule};
+use pyo3::types::{PyDict, PyModule, PyTuple};
 use pyo3::{PyClass, PyClassInitializer, PyTypeInfo};
 
 pub use base::MemArrayBase;
@@ -22,7 +22,6 @@ pub use capsule::dlpack_capsule;
 pub use context::DLPackContext;
 pub use convert::ShapeArg;
 
-use crate::memarray::ArrayOptions;
 use crate::object::ArrayType;
 
 pub use registry::Registration;
@@ -33,17 +32,13 @@ pub trait Instantiation: PyClass<BaseType = MemArrayBase> + PyTypeInfo + Default
     type Array: ArrayType;
 }
 
-/// The base-class part of a new instance of class `C`; generated constructors add their
-/// (empty) subclass to it.
+/// The base-class part of a new instance of class `C`, from the constructor's arguments;
+/// generated constructors add their (empty) subclass to it.
 pub fn new_base<C: Instantiation>(
-    shape: ShapeArg,
-    device_id: i32,
-    readonly: bool,
-    pinned: bool,
-    on_device: bool,
-    uninitialized: bool,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyClassInitializer<MemArrayBase>> {
-    let options = ArrayOptions { device_id, readonly, pinned, on_device, uninitialized };
+    let (shape, options) = convert::constructor_args(args, kwargs)?;
     let array = C::Array::create(&shape.0, options)?;
     Ok(PyClassInitializer::from(MemArrayBase::new(Box::new(array))))
 }

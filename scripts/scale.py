@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Codegen at scale: build the bundled module from specs of 12, 48 and every dtype x ndim 1..8
+instantiations, and measure for each the release rebuild time after the spec edit, the
+extension's size and its import time; smoke-test every class of the full build. Works in a
+copy of the repository (its own target folder); writes scale.json and scale.md to --out.
+
+    python3 scripts/scale.py --out benchmarks/results/DATE-scale
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
+
+
+def spec_with(text: str, instantiations: list[tuple[str, list[int]]]) -> str:
+    head = text.split("\ninstantiations:")[0]
+    lines = [f"  - {{dtype: {name}, ndim: [{', '.join(map(str, ndims))}]}}" for name, ndims in instantiations]
+    return head + "\ninstantiations:\n" + "\n".join(lines) + "\n"
+
+
+def dtype_names(text: str) -> list[str]:
+    return re.findall(r"-\s*\{name:\s*(\w+)", text)
+
+
+def run(command: list[str], cwd: Path, env: dict | None = None) -> float:
+    started = time.monotonic()
+    subprocess.run(command, cwd=cwd, check=True, env=env, stdout=subprocess.DEVNULL)
+    return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="amso-scale-"))
+    copy = work / "repo"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("target", ".venv", ".git", "wheels", "__pycache__"))
+    text = (copy / "specs" / "types.yaml").read_text()
+    names = dtype_names(text)
+    core = [(n, [1, 2, 3]) for n in ("int32", "int64", "float32", "float64")]
+    sizes = {
+        12: core,
+        # 15 dtypes x ndim 1..3, plus float32 4..6: 48 with the bundled dtype table.
+        48: [(n, [1, 2, 3]) for n in names] + [("float32", [4, 5, 6])],
+        len(names) * 8: [(n, list(range(1, 9))) for n in names],
+    }
+    # A warm-up build of the dependencies, so every measured row is a rebuild after a spec edit.
+    subprocess.run([str(VENV_PYTHON), "-m", "maturin", "build", "--release", "--quiet", "-m", "amso-python/Cargo.toml",
+                    "-o", str(work / "warm")], cwd=copy, check=True, stdout=subprocess.DEVNULL)
+    results = []
+    for count, instantiations in sizes.items():
+        (copy / "specs" / "types.yaml").write_text(spec_with(text, instantiations))
+        subprocess.run(["cargo", "run", "-q", "-p", "amso-codegen", "--bin", "amso-generate"], cwd=copy, check=True)
+        dist = work / f"dist-{count}"
+        seconds = run([str(VENV_PYTHON), "-m", "maturin", "build", "--release", "--quiet", "-m", "amso-python/Cargo.toml", "-o", str(dist)], copy)
+        site = work / f"site-{count}"
+        subprocess.run([str(VENV_PYTHON), "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), *map(str, dist.glob("*.whl"))], check=True)
+        extension = next(site.glob("amso/_amso*.so"))
+        env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
+        imports = []
+        for _ in range(7):
+            out = subprocess.run([str(VENV_PYTHON), "-c", "import time, numpy; t = time.perf_counter(); import amso; print(time.perf_counter() - t)"],
+                                 check=True, capture_output=True, text=True, env=env).stdout
+            imports.append(float(out))
+        smoke = subprocess.run([str(VENV_PYTHON), "-c", SMOKE], capture_output=True, text=True, env=env)
+        results.append({
+            "instantiations": sum(len(n) for _, n in instantiations),
+            "rebuild_seconds": seconds,
+            "extension_bytes": extension.stat().st_size,
+            "import_ms": statistics.median(imports) * 1e3,
+            "smoke": smoke.stdout.strip() or smoke.stderr.strip()[-400:],
+            "smoke_ok": smoke.returncode == 0,
+        })
+        print(results[-1], flush=True)
+    small, full = results[1], results[-1]  # 48 -> full: both past the fixed costs
+    extra = full["instantiations"] - small["instantiations"]
+    report = {
+        "results": results,
+        "per_instantiation": {
+            "rebuild_seconds": (full["rebuild_seconds"] - small["rebuild_seconds"]) / extra,
+            "extension_bytes": (full["extension_bytes"] - small["extension_bytes"]) / extra,
+        },
+        "machine": {"python": sys.version.split()[0], "cores": __import__("os").cpu_count()},
+    }
+    lines = ["# amso codegen at scale", "", f"Release builds (maturin, thin LTO) on this {report['machine']['cores']}-core machine; "
+             "rebuild = the build after editing specs/types.yaml (dependencies already built).", "",
+             "| instantiations | rebuild (s) | extension (KiB) | import amso (ms) | smoke test |", "|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['instantiations']} | {r['rebuild_seconds']:.1f} | {r['extension_bytes'] / 1024:.0f} | {r['import_ms']:.1f} | {'pass' if r['smoke_ok'] else 'FAIL'}: {r['smoke']} |")
+    per = report["per_instantiation"]
+    lines += ["", f"Per extra instantiation ({small['instantiations']} -> {full['instantiations']}): "
+              f"{per['rebuild_seconds']:.3f} s of rebuild time and {per['extension_bytes'] / 1024:.1f} KiB of extension."]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "scale.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / "scale.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+SMOKE = r"""
+import numpy as np, amso
+count = 0
+for name, ndim in amso.supported():
+    shape = (2,) * ndim
+    a = amso.MemArray(shape, name)
+    a[(1,) * ndim] = 1
+    assert a[(1,) * ndim] == 1
+    if name != "bfloat16":
+        view = np.from_dlpack(a)
+        assert view.shape == shape and view[(1,) * ndim] == 1
+    count += 1
+print(f"{count} classes: create, item set/get, DLPack view")
+"""
+
+if __name__ == "__main__":
+    main()

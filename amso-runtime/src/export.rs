@@ -27,7 +27,8 @@ struct ExportView<'a> {
     shape: &'a [usize],
     dtype: &'static DType,
     nbytes: usize,
-    host: Owned,
+    host_ptr: *mut u8,
+    host_share: &'a dyn Fn() -> Arc<dyn Any + Send + Sync>,
     host_copy: &'a dyn Fn() -> Result<Owned>,
     #[cfg(feature = "cuda")]
     device: &'a crate::device::DeviceSide,
@@ -46,7 +47,8 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             shape: self.shape(),
             dtype: &T::DTYPE,
             nbytes: self.nbytes(),
-            host: (buffer.as_ptr().cast(), Arc::clone(buffer) as Arc<dyn Any + Send + Sync>),
+            host_ptr: buffer.as_ptr().cast(),
+            host_share: &|| Arc::clone(buffer) as Arc<dyn Any + Send + Sync>,
             host_copy: &|| {
                 let copy = Arc::new(buffer.try_clone()?);
                 Ok((copy.as_ptr().cast(), copy as Arc<dyn Any + Send + Sync>))
@@ -63,7 +65,7 @@ fn export(view: &ExportView<'_>, plan: &ExportPlan, lock: Option<LockId>) -> Res
     let (data, owner, copied): (*mut u8, Arc<dyn Any + Send + Sync>, bool) =
         match (view.residence, plan.target.device_type) {
             (Residence::Host, DeviceType::Cpu | DeviceType::CudaHost) => {
-                let (data, owner) = if plan.copy { (view.host_copy)()? } else { view.host.clone() };
+                let (data, owner) = if plan.copy { (view.host_copy)()? } else { (view.host_ptr, (view.host_share)()) };
                 (data, owner, plan.copy)
             }
             #[cfg(feature = "cuda")]
@@ -132,7 +134,7 @@ fn copy_to_device(
             let own = stream::amso_stream(target.id)?;
             if residence == Residence::Host {
                 // SAFETY: both hold `bytes`; synchronised below before the host buffer can change.
-                unsafe { transfer::host_to_device(target.id, memory.ptr(), view.host.0, bytes, view.pinned, own) }?;
+                unsafe { transfer::host_to_device(target.id, memory.ptr(), view.host_ptr, bytes, view.pinned, own) }?;
             } else {
                 stream::synchronize(view.device_id, view.device.stream())?;
                 // SAFETY: both hold `bytes`; the source's earlier work is complete.

@@ -81,6 +81,8 @@ def consumers():
     try:
         import jax
 
+        # Without x64, JAX turns 64-bit inputs into 32-bit copies; zero-copy needs it on.
+        jax.config.update("jax_enable_x64", True)
         if any(d.platform == "gpu" for d in jax.devices()):
             found["jax"] = {"protocol": jax.dlpack.from_dlpack}
     except ImportError:

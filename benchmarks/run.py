@@ -71,7 +71,7 @@ def markdown(report: dict) -> str:
         parts += ["### Transfers and the index kernel", "", cuda_md.split("\n", 2)[-1],
                   "### Allocation", "", bench_alloc.markdown(report["alloc"]).split("\n", 2)[-1],
                   "### Conformance", "", conformance.markdown(report["conformance"]).split("\n")[0]]
-    return "\n".join(parts).rstrip() + "\n"
+    return "\n".join(parts).rstrip().replace("\n## ", "\n#### ") + "\n"
 
 
 def update_readme(text: str) -> None:
@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=1_000_000)
     parser.add_argument("--readme", action="store_true", help="regenerate README's performance section")
     parser.add_argument("--from-report", type=Path, help="only render an existing report.json (no measuring)")
+    parser.add_argument("--scale", type=Path, help="scale.md (scripts/scale.py) to include in README's section")
     args = parser.parse_args()
     report = json.loads(args.from_report.read_text()) if args.from_report else collect(args.cycles)
     text = markdown(report)
@@ -97,7 +98,11 @@ def main() -> None:
     if "conformance" in report:
         (args.out / "conformance.md").write_text(conformance.markdown(report["conformance"]))
     if args.readme:
-        update_readme(text)
+        scale = args.scale.read_text().split("\n", 2)[-1] if args.scale else ""
+        sources = f"Report files: `{args.out.relative_to(ROOT) if args.out.is_absolute() else args.out}`" + (
+            f" and `{args.scale.parent}`." if args.scale else "."
+        )
+        update_readme(f"{sources}\n\n{text}" + (f"\n### Codegen at scale\n\n{scale}" if scale else ""))
     print(text)
 
 

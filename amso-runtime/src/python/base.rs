@@ -24,16 +24,19 @@ pub struct MemArrayBase {
     array: Box<dyn ArrayObject>,
     /// What the C getters read; refreshed by `update` after every change.
     header: Header,
-    /// The immutable part of `__cuda_array_interface__` (shape, typestr, version, strides),
-    /// copied into a fresh dict on each access.
-    interface_template: pyo3::sync::PyOnceLock<Py<PyDict>>,
+    /// The last `__cuda_array_interface__` built, with the (address, stream) it describes;
+    /// each access hands out a copy, never this dict itself.
+    interface_cache: std::sync::Mutex<Option<CachedInterface>>,
 }
+
+/// An interface dict and the (data address, stream) it describes.
+type CachedInterface = (usize, Option<i64>, Py<PyDict>);
 
 impl MemArrayBase {
     /// Wrap a typed array.
     pub fn new(array: Box<dyn ArrayObject>) -> Self {
         let header = Header::of(&*array);
-        MemArrayBase { array, header, interface_template: pyo3::sync::PyOnceLock::new() }
+        MemArrayBase { array, header, interface_cache: std::sync::Mutex::new(None) }
     }
 
     /// The array, type-erased.
@@ -273,18 +276,22 @@ impl MemArrayBase {
         }
         let address = self.array.data_address(None)?;
         self.array.share_device_memory();
-        let template = self.interface_template.get_or_try_init(py, || -> PyResult<Py<PyDict>> {
-            let template = PyDict::new(py);
-            template.set_item(intern!(py, "shape"), self.shape(py)?)?;
-            template.set_item(intern!(py, "typestr"), self.array.dtype().typestr)?;
-            template.set_item(intern!(py, "version"), 3)?;
-            template.set_item(intern!(py, "strides"), py.None())?;
-            Ok(template.unbind())
-        })?;
-        let interface = template.bind(py).copy()?;
+        let stream = self.array.stream();
+        let mut cache = self.interface_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((cached_address, cached_stream, interface)) = cache.as_ref() {
+            if *cached_address == address && *cached_stream == stream {
+                return interface.bind(py).copy();
+            }
+        }
+        let interface = PyDict::new(py);
+        interface.set_item(intern!(py, "shape"), self.shape(py)?)?;
+        interface.set_item(intern!(py, "typestr"), self.array.dtype().typestr)?;
         interface.set_item(intern!(py, "data"), (address, self.array.readonly()))?;
-        interface.set_item(intern!(py, "stream"), self.array.stream())?;
-        Ok(interface)
+        interface.set_item(intern!(py, "version"), 3)?;
+        interface.set_item(intern!(py, "strides"), py.None())?;
+        interface.set_item(intern!(py, "stream"), stream)?;
+        *cache = Some((address, stream, interface.clone().unbind()));
+        interface.copy()
     }
 
     /// Copy `array` in: same shape; values cast as NumPy's `same_kind` rule allows.

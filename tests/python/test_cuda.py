@@ -221,3 +221,17 @@ def test_no_warning_for_standard_stream_values():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         a.__dlpack__(stream=1)
+
+
+def test_interface_dicts_are_fresh_and_follow_the_array():
+    a = amso.MemArray((4, 4), np.float32, on_device=True)
+    first = a.__cuda_array_interface__
+    first["shape"] = (0,)
+    first["data"] = (0, True)
+    second = a.__cuda_array_interface__
+    assert second is not first and second["shape"] == (4, 4) and second["data"][0] != 0
+    torch = pytest.importorskip("torch")
+    a.add_index_tuple(stream=torch.cuda.Stream().cuda_stream)  # handed over to amso's stream
+    third = a.__cuda_array_interface__
+    assert third["stream"] not in (1, 2) and third["stream"] != second["stream"]
+    assert third["data"] == second["data"]

@@ -9,6 +9,7 @@ import weakref
 
 import numpy as np
 import pytest
+from test_dlpack import Producer
 
 import amso
 
@@ -122,26 +123,15 @@ class LegacyProducer:
         return (1, 0)
 
 
-class FixedCapsule:
-    def __init__(self, capsule):
-        self.capsule = capsule
-
-    def __dlpack__(self, **_):
-        return self.capsule
-
-    def __dlpack_device__(self):
-        return (1, 0)
-
-
 def test_legacy_producers_and_capsules():
     x = np.arange(3.0)
     a = amso.from_dlpack(LegacyProducer(x))
     a[0] = 5.0
     assert x[0] == 5.0
     capsule = x.__dlpack__()
-    amso.from_dlpack(FixedCapsule(capsule))
+    amso.from_dlpack(Producer(capsule))
     with pytest.raises(TypeError, match="not an unconsumed DLPack capsule"):
-        amso.from_dlpack(FixedCapsule(capsule))  # consumed once already
+        amso.from_dlpack(Producer(capsule))  # consumed once already
 
 
 def test_from_dlpack_of_an_amso_array_shares_memory():

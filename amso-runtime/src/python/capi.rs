@@ -282,3 +282,36 @@ pub fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
     // SAFETY: a new reference or NULL with an exception set.
     Ok(unsafe { Bound::from_owned_ptr_or_err(py, capsule) }?.unbind())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forced_panic_becomes_an_error_code_with_a_message() {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {})); // keep the test output quiet
+        let code = guard(|| panic!("forced internal error"));
+        std::panic::set_hook(previous);
+        assert_eq!(code, code::PANIC);
+        // SAFETY: amso_last_error returns a NUL-terminated string owned by this thread.
+        let message = unsafe { std::ffi::CStr::from_ptr(amso_last_error()) }.to_string_lossy().into_owned();
+        assert!(message.contains("internal error (panic)"), "{message}");
+    }
+
+    #[test]
+    fn getters_refuse_null_handles_and_outputs() {
+        let mut ndim = 0i32;
+        // SAFETY: NULL handles and outputs are exactly what is being tested.
+        unsafe {
+            assert_eq!(amso_ndim(std::ptr::null(), &mut ndim), code::NULL_ARGUMENT);
+            assert_eq!(amso_get_handle(std::ptr::null_mut(), std::ptr::null_mut()), code::NULL_ARGUMENT);
+        }
+        let header = crate::capi::Header::of(&crate::MemArray::<f32, 2>::new([2, 3]).unwrap());
+        // SAFETY: a live header; a NULL output.
+        assert_eq!(unsafe { amso_ndim(&header, std::ptr::null_mut()) }, code::NULL_ARGUMENT);
+        // SAFETY: a live header and a writable output.
+        assert_eq!(unsafe { amso_ndim(&header, &mut ndim) }, code::OK);
+        assert_eq!(ndim, 2);
+    }
+}

@@ -10,6 +10,7 @@ use crate::cuda::stream::{self, StreamHandle};
 use crate::cuda::transfer;
 use crate::cuda::{context::Current, driver::check_device};
 use crate::error::{Error, Result};
+use crate::memarray::Residence;
 
 /// Device memory and stream state of one array.
 #[derive(Debug)]
@@ -78,6 +79,17 @@ impl DeviceSide {
             self.memory = Some(Arc::new(DeviceMemory::alloc_on(device_id, bytes, stream)?));
         }
         Ok(self.memory.as_ref().expect("just ensured"))
+    }
+
+    /// A new array's start: device memory of `bytes` (zeroed unless `options.uninitialized`)
+    /// when `options.on_device`. Returns where the data lives.
+    pub fn start(&mut self, options: &crate::memarray::ArrayOptions, bytes: usize) -> Result<Residence> {
+        if !options.on_device {
+            return Ok(Residence::Host);
+        }
+        let stream = crate::stream_context::resolve(None);
+        self.allocate(options.device_id, bytes, stream, !options.uninitialized)?;
+        Ok(Residence::Device)
     }
 
     /// Fresh device memory of `bytes` on `device_id`, zeroed in order on `stream` if `zeroed`.

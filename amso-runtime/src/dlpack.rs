@@ -175,7 +175,7 @@ impl ManagedTensor {
                     manager_ctx: std::ptr::null_mut(),
                     deleter: Some(delete_exported::<DLManagedTensor>),
                 };
-                RawManaged::Legacy(boxed(managed, &source, |m| &mut m.dl_tensor, |m, ctx| m.manager_ctx = ctx))
+                RawManaged::Legacy(boxed(managed, source, |m| &mut m.dl_tensor, |m, ctx| m.manager_ctx = ctx))
             }
             Format::Versioned(version) => {
                 let mut flags = DlpackFlags::empty();
@@ -188,7 +188,7 @@ impl ManagedTensor {
                     flags,
                     dl_tensor: tensor,
                 };
-                RawManaged::Versioned(boxed(managed, &source, |m| &mut m.dl_tensor, |m, ctx| m.manager_ctx = ctx))
+                RawManaged::Versioned(boxed(managed, source, |m| &mut m.dl_tensor, |m, ctx| m.manager_ctx = ctx))
             }
         };
         ManagedTensor { raw }
@@ -246,18 +246,19 @@ fn dl_tensor(source: &ExportSource) -> DLTensor {
 
 fn boxed<M>(
     managed: M,
-    source: &ExportSource,
+    source: ExportSource,
     tensor: fn(&mut M) -> &mut DLTensor,
     set_ctx: fn(&mut M, *mut c_void),
 ) -> NonNull<M> {
-    let mut exported =
-        Box::new(Exported { managed, shape: source.shape, strides: [0; MAX_NDIM], owner: Arc::clone(&source.owner) });
     // C-order strides in elements; DLPack >= 1.2 asks producers not to leave them NULL.
+    let mut strides = [0i64; MAX_NDIM];
     let mut stride = 1i64;
     for axis in (0..source.ndim).rev() {
-        exported.strides[axis] = stride;
-        stride = stride.saturating_mul(exported.shape[axis].max(1));
+        strides[axis] = stride;
+        stride = stride.saturating_mul(source.shape[axis].max(1));
     }
+    // The hold on the memory moves into the tensor: no reference-count traffic per export.
+    let mut exported = Box::new(Exported { managed, shape: source.shape, strides, owner: source.owner });
     let shape = exported.shape.as_mut_ptr();
     let strides = exported.strides.as_mut_ptr();
     let t = tensor(&mut exported.managed);

@@ -6,6 +6,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use crate::access::RawView;
 use crate::dlpack::{ExportPlan, ExportSource};
 use crate::element::{DType, Element};
 use crate::error::{Error, Result};
@@ -19,19 +20,11 @@ type Owned = (*mut u8, Arc<dyn Any + Send + Sync>);
 /// Everything the export logic needs to know about one array.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 struct ExportView<'a> {
-    holder: Option<LockId>,
-    residence: Residence,
-    device_id: i32,
-    readonly: bool,
+    raw: RawView<'a>,
     pinned: bool,
-    shape: &'a [usize],
     dtype: &'static DType,
-    nbytes: usize,
-    host_ptr: *mut u8,
     host_share: &'a dyn Fn() -> Arc<dyn Any + Send + Sync>,
     host_copy: &'a dyn Fn() -> Result<Owned>,
-    #[cfg(feature = "cuda")]
-    device: &'a crate::device::DeviceSide,
 }
 
 impl<T: Element, const N: usize> MemArray<T, N> {
@@ -39,44 +32,36 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     pub fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource> {
         let buffer = self.host_buffer();
         let view = ExportView {
-            holder: self.lock_id(),
-            residence: self.residence(),
-            device_id: self.device_id(),
-            readonly: self.readonly(),
+            raw: self.raw_view(),
             pinned: self.pinned(),
-            shape: self.shape(),
             dtype: &T::DTYPE,
-            nbytes: self.nbytes(),
-            host_ptr: buffer.as_ptr().cast(),
             host_share: &|| Arc::clone(buffer) as Arc<dyn Any + Send + Sync>,
             host_copy: &|| {
                 let copy = Arc::new(buffer.try_clone()?);
                 Ok((copy.as_ptr().cast(), copy as Arc<dyn Any + Send + Sync>))
             },
-            #[cfg(feature = "cuda")]
-            device: self.device_side(),
         };
         export(&view, plan, lock)
     }
 }
 
 fn export(view: &ExportView<'_>, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource> {
-    check_access(view.holder, lock)?;
+    check_access(view.raw.holder, lock)?;
     let (data, owner, copied): (*mut u8, Arc<dyn Any + Send + Sync>, bool) =
-        match (view.residence, plan.target.device_type) {
+        match (view.raw.residence, plan.target.device_type) {
             (Residence::Host, DeviceType::Cpu | DeviceType::CudaHost) => {
-                let (data, owner) = if plan.copy { (view.host_copy)()? } else { (view.host_ptr, (view.host_share)()) };
+                let (data, owner) = if plan.copy { (view.host_copy)()? } else { (view.raw.host, (view.host_share)()) };
                 (data, owner, plan.copy)
             }
             #[cfg(feature = "cuda")]
-            (Residence::Device, DeviceType::Cuda) if plan.target.id == view.device_id => {
+            (Residence::Device, DeviceType::Cuda) if plan.target.id == view.raw.device_id => {
                 if let Some(stream) = plan.consumer_stream {
-                    view.device.hand_to(view.device_id, crate::cuda::stream::StreamHandle::from_int(stream)?)?;
+                    view.raw.device.hand_to(view.raw.device_id, crate::cuda::stream::StreamHandle::from_int(stream)?)?;
                 }
                 let memory = if plan.copy {
-                    view.device.duplicate(view.device_id)?
+                    view.raw.device.duplicate(view.raw.device_id)?
                 } else {
-                    Arc::clone(view.device.memory().expect("resident"))
+                    Arc::clone(view.raw.device.memory().expect("resident"))
                 };
                 memory.mark_shared();
                 (memory.ptr() as usize as *mut u8, memory, plan.copy)
@@ -92,17 +77,17 @@ fn export(view: &ExportView<'_>, plan: &ExportPlan, lock: Option<LockId>) -> Res
             }
         };
     let mut shape = [0i64; MAX_NDIM];
-    for (slot, &d) in shape.iter_mut().zip(view.shape) {
+    for (slot, &d) in shape.iter_mut().zip(view.raw.shape) {
         *slot = d as i64;
     }
     Ok(ExportSource {
         data: data.cast(),
         device: plan.target,
         dtype: view.dtype.dl_data_type(),
-        ndim: view.shape.len(),
+        ndim: view.raw.shape.len(),
         shape,
         owner,
-        readonly: view.readonly && !copied,
+        readonly: view.raw.readonly && !copied,
         copied,
     })
 }
@@ -116,15 +101,15 @@ fn copy_to_device(
 ) -> Result<(*mut u8, Arc<dyn Any + Send + Sync>, bool)> {
     use crate::cuda::{memory::DeviceMemory, stream, transfer};
     use crate::host::HostBuffer;
-    let bytes = view.nbytes;
-    match (view.residence, target.device_type) {
+    let bytes = view.raw.nbytes;
+    match (view.raw.residence, target.device_type) {
         (Residence::Device, DeviceType::Cpu) => {
             let buffer = Arc::new(HostBuffer::<u8>::zeroed(bytes)?);
-            let source = view.device.memory().expect("resident").ptr();
+            let source = view.raw.device.memory().expect("resident").ptr();
             // SAFETY: both hold `bytes`; ordered after the array's last work; pageable
             // destinations are complete on return.
             unsafe {
-                transfer::device_to_host(view.device_id, buffer.as_ptr(), source, bytes, false, view.device.stream())
+                transfer::device_to_host(view.raw.device_id, buffer.as_ptr(), source, bytes, false, view.raw.device.stream())
             }?;
             Ok((buffer.as_ptr(), buffer, true))
         }
@@ -134,15 +119,15 @@ fn copy_to_device(
             let own = stream::amso_stream(target.id)?;
             if residence == Residence::Host {
                 // SAFETY: both hold `bytes`; synchronised below before the host buffer can change.
-                unsafe { transfer::host_to_device(target.id, memory.ptr(), view.host_ptr, bytes, view.pinned, own) }?;
+                unsafe { transfer::host_to_device(target.id, memory.ptr(), view.raw.host, bytes, view.pinned, own) }?;
             } else {
-                stream::synchronize(view.device_id, view.device.stream())?;
+                stream::synchronize(view.raw.device_id, view.raw.device.stream())?;
                 // SAFETY: both hold `bytes`; the source's earlier work is complete.
                 unsafe {
                     transfer::device_to_device(
                         target.id,
                         memory.ptr(),
-                        view.device.memory().expect("resident").ptr(),
+                        view.raw.device.memory().expect("resident").ptr(),
                         bytes,
                         own,
                     )
@@ -154,7 +139,7 @@ fn copy_to_device(
         }
         _ => Err(Error::ExportRefused(format!(
             "cannot export data in {:?} memory to dl_device=({}, {})",
-            view.residence, target.device_type as i32, target.id
+            view.raw.residence, target.device_type as i32, target.id
         ))),
     }
 }

@@ -5,7 +5,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use crate::element::Element;
+use crate::element::{DType, Element};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
 use crate::memarray::{ArrayOptions, Device, DeviceType, MemArray, Residence};
@@ -21,6 +21,33 @@ pub struct ForeignMemory {
     pub owner: Box<dyn Any + Send + Sync>,
 }
 
+impl ForeignMemory {
+    /// Refuse an address not aligned for `dtype` (alignment `align`).
+    fn check_alignment(&self, align: usize, dtype: &DType) -> Result<()> {
+        if self.address.is_multiple_of(align) {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "foreign data at 0x{:x} is not aligned for {} ({align} bytes)",
+            self.address, dtype.name
+        )))
+    }
+
+    /// The device side of an array over this device memory of `bytes`.
+    ///
+    /// # Safety
+    /// As `MemArray::from_foreign`.
+    #[cfg(feature = "cuda")]
+    unsafe fn into_device_side(self, bytes: usize) -> Result<crate::device::DeviceSide> {
+        crate::cuda::driver::check_device(self.device.id)?;
+        // SAFETY: forwarded from the caller.
+        let device = unsafe {
+            crate::cuda::memory::DeviceMemory::foreign(self.device.id, self.address as u64, bytes, self.owner)
+        };
+        Ok(crate::device::DeviceSide::with_memory(Arc::new(device)))
+    }
+}
+
 impl<T: Element, const N: usize> MemArray<T, N> {
     /// An array over foreign memory of C-contiguous elements with dimensions `dims`.
     ///
@@ -30,14 +57,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     pub unsafe fn from_foreign(dims: &[i64], memory: ForeignMemory, readonly: bool) -> Result<Self> {
         let shape = checked_shape::<N>(dims, size_of::<T>())?;
         let len = shape::element_count(&shape);
-        if !memory.address.is_multiple_of(align_of::<T>()) {
-            return Err(Error::InvalidArgument(format!(
-                "foreign data at 0x{:x} is not aligned for {} ({} bytes)",
-                memory.address,
-                T::DTYPE.name,
-                align_of::<T>()
-            )));
-        }
+        memory.check_alignment(align_of::<T>(), &T::DTYPE)?;
         let options = ArrayOptions { device_id: 0, readonly, ..Default::default() };
         match memory.device.device_type {
             DeviceType::Cpu | DeviceType::CudaHost => {
@@ -47,19 +67,11 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             }
             #[cfg(feature = "cuda")]
             DeviceType::Cuda => {
-                crate::cuda::driver::check_device(memory.device.id)?;
-                let bytes = len * size_of::<T>();
+                let id = memory.device.id;
                 // SAFETY: as above, on the device.
-                let device = unsafe {
-                    crate::cuda::memory::DeviceMemory::foreign(
-                        memory.device.id,
-                        memory.address as u64,
-                        bytes,
-                        memory.owner,
-                    )
-                };
+                let device = unsafe { memory.into_device_side(len * size_of::<T>()) }?;
                 let mut array = Self::assemble(shape, Arc::new(HostBuffer::zeroed(len)?), options, Residence::Device);
-                array.adopt_device(memory.device.id, crate::device::DeviceSide::with_memory(Arc::new(device)));
+                array.adopt_device(id, device);
                 Ok(array)
             }
             #[cfg(not(feature = "cuda"))]

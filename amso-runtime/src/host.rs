@@ -72,6 +72,17 @@ impl<T: Element> HostBuffer<T> {
         buffer
     }
 
+    /// Allocate `len` zeroed elements, page-locked when `options.pinned` (checked by
+    /// `ArrayOptions::check` to need the CUDA layer).
+    pub fn for_options(len: usize, options: &crate::memarray::ArrayOptions) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        if options.pinned {
+            return Self::pinned_zeroed(len);
+        }
+        let _ = options;
+        Self::zeroed(len)
+    }
+
     /// Allocate `len` zeroed elements of page-locked (pinned) memory.
     #[cfg(feature = "cuda")]
     pub fn pinned_zeroed(len: usize) -> Result<Self> {

@@ -5,6 +5,7 @@
 //! Nothing here knows the spec's instantiation list: the generated code names types and
 //! calls these generic functions.
 
+mod access;
 pub mod capi;
 #[cfg(feature = "cuda")]
 pub mod cuda;

@@ -78,6 +78,27 @@ pub struct ArrayOptions {
     pub uninitialized: bool,
 }
 
+impl ArrayOptions {
+    /// Refuse options no array can have (written once, not per instantiation).
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.device_id < 0 {
+            return Err(Error::InvalidArgument(format!("device_id must be >= 0, got {}", self.device_id)));
+        }
+        #[cfg(feature = "cuda")]
+        if crate::cuda::is_available() {
+            crate::cuda::driver::check_device(self.device_id)?;
+        }
+        #[cfg(not(feature = "cuda"))]
+        if self.pinned || self.on_device {
+            return Err(Error::Unavailable(format!(
+                "{} needs amso's CUDA layer, which this build does not include",
+                if self.pinned { "pinned memory" } else { "on_device=True" }
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// An N-dimensional array of `T` in C (row-major) order.
 pub struct MemArray<T: Element, const N: usize> {
     shape: [usize; N],
@@ -109,39 +130,14 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// byte size).
     pub fn from_dims(dims: &[i64], options: ArrayOptions) -> Result<Self> {
         let () = Self::NDIM_IS_SUPPORTED;
-        if options.device_id < 0 {
-            return Err(Error::InvalidArgument(format!("device_id must be >= 0, got {}", options.device_id)));
-        }
+        options.check()?;
         let shape = checked_shape::<N>(dims, size_of::<T>())?;
-        #[cfg(feature = "cuda")]
-        if crate::cuda::is_available() {
-            crate::cuda::driver::check_device(options.device_id)?;
-        }
-        let len = shape::element_count(&shape);
-        let host = match options.pinned {
-            false => HostBuffer::zeroed(len)?,
-            #[cfg(feature = "cuda")]
-            true => HostBuffer::pinned_zeroed(len)?,
-            #[cfg(not(feature = "cuda"))]
-            true => {
-                return Err(Error::Unavailable(
-                    "pinned memory needs amso's CUDA layer, which this build does not include".into(),
-                ))
-            }
-        };
+        let host = HostBuffer::for_options(shape::element_count(&shape), &options)?;
         #[allow(unused_mut)] // only changed with the CUDA layer
         let mut array = Self::assemble(shape, Arc::new(host), options, Residence::Host);
-        if options.on_device {
-            #[cfg(feature = "cuda")]
-            {
-                let stream = crate::stream_context::resolve(None);
-                array.device.allocate(options.device_id, array.nbytes(), stream, !options.uninitialized)?;
-                array.residence = Residence::Device;
-            }
-            #[cfg(not(feature = "cuda"))]
-            return Err(Error::Unavailable(
-                "on_device=True needs amso's CUDA layer, which this build does not include".into(),
-            ));
+        #[cfg(feature = "cuda")]
+        {
+            array.residence = array.device.start(&options, array.nbytes())?;
         }
         Ok(array)
     }

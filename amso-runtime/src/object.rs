@@ -5,10 +5,9 @@ use std::any::Any;
 
 use crate::dlpack::{ExportPlan, ExportSource};
 use crate::element::{DType, Element, Scalar};
-use crate::error::{Error, Result};
-use crate::lock::{check_access, LockId};
+use crate::error::Result;
+use crate::lock::LockId;
 use crate::memarray::{Device, MemArray, Residence};
-use crate::shape;
 
 /// A type-erased amso array.
 pub trait ArrayObject: Send + Sync + 'static {
@@ -105,56 +104,33 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
         MemArray::exit(self, id)
     }
     fn get_scalar(&self, index: &[i64], lock: Option<LockId>) -> Result<Scalar> {
-        let index = shape::normalize_index(MemArray::shape(self), index)?;
-        Ok(self.get(index, lock)?.to_scalar())
+        let mut value = T::default();
+        // SAFETY: `value` holds one element.
+        unsafe { self.raw_view().read(index, lock, (&mut value as *mut T).cast()) }?;
+        Ok(value.to_scalar())
     }
     fn set_scalar(&mut self, index: &[i64], value: Scalar, lock: Option<LockId>) -> Result<()> {
-        let index = shape::normalize_index(MemArray::shape(self), index)?;
-        self.write(index, T::from_scalar(value)?, lock)
+        let value = T::from_scalar(value)?;
+        // SAFETY: `value` holds one element; `self` is borrowed mutably.
+        unsafe { self.raw_view().write(index, lock, (&value as *const T).cast()) }
     }
     fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource> {
         MemArray::export_source(self, plan, lock)
     }
     fn data_address(&self, lock: Option<LockId>) -> Result<usize> {
-        check_access(MemArray::lock_id(self), lock)?;
-        #[cfg(feature = "cuda")]
-        if MemArray::residence(self) == Residence::Device {
-            return Ok(self.device_side().memory().map_or(0, |m| m.ptr() as usize));
-        }
-        Ok(self.host_buffer().as_ptr() as usize)
+        self.raw_view().data_address(lock)
     }
     fn share_device_memory(&self) {
         #[cfg(feature = "cuda")]
         self.device_side().share();
     }
     unsafe fn copy_to(&self, dst: *mut u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
-        check_nbytes(nbytes, self.nbytes())?;
-        #[cfg(feature = "cuda")]
-        if MemArray::residence(self) == Residence::Device {
-            check_access(MemArray::lock_id(self), lock)?;
-            // SAFETY: the caller vouches for `dst`, which holds the array's nbytes (checked).
-            return unsafe { self.device_side().access(MemArray::device_id(self), 0, dst, nbytes, false) };
-        }
-        let src = self.as_ptr(lock)?;
-        // SAFETY: `src` holds nbytes (checked); the caller vouches for `dst`.
-        unsafe { std::ptr::copy_nonoverlapping(src.cast::<u8>(), dst, nbytes) };
-        Ok(())
+        // SAFETY: forwarded from the caller.
+        unsafe { self.raw_view().copy_to(dst, nbytes, lock) }
     }
     unsafe fn copy_from(&mut self, src: *const u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
-        check_nbytes(nbytes, self.nbytes())?;
-        #[cfg(feature = "cuda")]
-        if MemArray::residence(self) == Residence::Device {
-            check_access(MemArray::lock_id(self), lock)?;
-            if MemArray::readonly(self) {
-                return Err(Error::ReadOnly);
-            }
-            // SAFETY: the caller vouches for `src`, which holds the array's nbytes (checked).
-            return unsafe { self.device_side().access(MemArray::device_id(self), 0, src.cast_mut(), nbytes, true) };
-        }
-        let dst = self.as_mut_ptr(lock)?;
-        // SAFETY: `dst` holds nbytes (checked); the caller vouches for `src`.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst.cast::<u8>(), nbytes) };
-        Ok(())
+        // SAFETY: forwarded from the caller; `self` is borrowed mutably.
+        unsafe { self.raw_view().copy_from(src, nbytes, lock) }
     }
     fn move_memory(&mut self, target: Device, stream: i64, async_copy: bool, lock: Option<LockId>) -> Result<()> {
         MemArray::move_memory(self, target, stream, async_copy, lock)
@@ -165,7 +141,7 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
         #[cfg(not(feature = "cuda"))]
         {
             let _ = (stream, lock);
-            Err(Error::Unavailable("add_index_tuple runs on CUDA, which this build does not include".into()))
+            Err(crate::Error::Unavailable("add_index_tuple runs on CUDA, which this build does not include".into()))
         }
     }
     fn as_any(&self) -> &dyn Any {
@@ -173,14 +149,6 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
-    }
-}
-
-fn check_nbytes(given: usize, expected: usize) -> Result<()> {
-    if given == expected {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument(format!("expected {expected} bytes of element data, got {given}")))
     }
 }
 

@@ -6,13 +6,21 @@ use crate::error::{Error, Result};
 /// Check user-given dimensions for an `N`-D array of `itemsize`-byte elements: the right
 /// count, none negative, and a byte size that fits in `isize::MAX`.
 pub fn checked_shape<const N: usize>(dims: &[i64], itemsize: usize) -> Result<[usize; N]> {
-    if dims.len() != N {
+    let mut shape = [0usize; N];
+    check_dims(dims, &mut shape, itemsize)?;
+    Ok(shape)
+}
+
+/// `checked_shape` written once for every ndim: fills `shape` (whose length is the expected
+/// ndim) from `dims`.
+fn check_dims(dims: &[i64], shape: &mut [usize], itemsize: usize) -> Result<()> {
+    let n = shape.len();
+    if dims.len() != n {
         return Err(Error::InvalidShape(format!(
-            "expected {N} dimensions for a {N}-D array, got {} ({dims:?})",
+            "expected {n} dimensions for a {n}-D array, got {} ({dims:?})",
             dims.len()
         )));
     }
-    let mut shape = [0usize; N];
     for (axis, (&dim, slot)) in dims.iter().zip(shape.iter_mut()).enumerate() {
         if dim < 0 {
             return Err(Error::InvalidShape(format!(
@@ -21,8 +29,8 @@ pub fn checked_shape<const N: usize>(dims: &[i64], itemsize: usize) -> Result<[u
         }
         *slot = usize::try_from(dim).map_err(|_| too_large(dims, itemsize))?;
     }
-    byte_size(&shape, itemsize).ok_or_else(|| too_large(dims, itemsize))?;
-    Ok(shape)
+    byte_size(shape, itemsize).ok_or_else(|| too_large(dims, itemsize))?;
+    Ok(())
 }
 
 fn too_large(dims: &[i64], itemsize: usize) -> Error {

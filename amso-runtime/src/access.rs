@@ -1,0 +1,164 @@
+//! Element access and whole-array copies written once for every instantiation: a
+//! `MemArray<T, N>` lends a `RawView` (its facts without the element type) and the logic
+//! here reads and writes bytes. Each instantiation keeps only the conversion of one `T`.
+
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::lock::{check_access, LockId};
+use crate::memarray::{MemArray, Residence};
+
+/// One array's facts, without its element type.
+pub(crate) struct RawView<'a> {
+    pub(crate) shape: &'a [usize],
+    pub(crate) itemsize: usize,
+    pub(crate) nbytes: usize,
+    pub(crate) host: *mut u8,
+    pub(crate) holder: Option<LockId>,
+    pub(crate) residence: Residence,
+    pub(crate) readonly: bool,
+    #[cfg(feature = "cuda")]
+    pub(crate) device_id: i32,
+    #[cfg(feature = "cuda")]
+    pub(crate) device: &'a crate::device::DeviceSide,
+}
+
+impl<T: Element, const N: usize> MemArray<T, N> {
+    /// This array as a `RawView`.
+    pub(crate) fn raw_view(&self) -> RawView<'_> {
+        RawView {
+            shape: self.shape(),
+            itemsize: size_of::<T>(),
+            nbytes: self.nbytes(),
+            host: self.host_buffer().as_ptr().cast(),
+            holder: self.lock_id(),
+            residence: self.residence(),
+            readonly: self.readonly(),
+            #[cfg(feature = "cuda")]
+            device_id: self.device_id(),
+            #[cfg(feature = "cuda")]
+            device: self.device_side(),
+        }
+    }
+}
+
+impl RawView<'_> {
+    /// Byte offset of the element at a Python-style `index` (negative counts from the end).
+    fn offset(&self, index: &[i64]) -> Result<usize> {
+        if index.len() != self.shape.len() {
+            return Err(Error::IndexArity { expected: self.shape.len(), got: index.len() });
+        }
+        let mut offset = 0usize;
+        for (axis, (&size, &given)) in self.shape.iter().zip(index).enumerate() {
+            let wrapped = if given < 0 { given.checked_add(size as i64) } else { Some(given) };
+            match wrapped {
+                Some(i) if i >= 0 && (i as u64) < size as u64 => offset = offset * size + i as usize,
+                _ => return Err(Error::IndexOutOfBounds { index: given, axis, size }),
+            }
+        }
+        Ok(offset * self.itemsize)
+    }
+
+    fn host_only(&self) -> Result<()> {
+        match self.residence {
+            Residence::Host => Ok(()),
+            Residence::Device => Err(Error::Unavailable(
+                "the data is in device memory; move_memory(kDLCPU) first to touch it from the host".into(),
+            )),
+        }
+    }
+
+    /// Copy `len` bytes at byte `offset` of the current data to or from host memory `host`.
+    ///
+    /// # Safety
+    /// `offset + len` is within the array; `host` is valid for `len` bytes (for writes into
+    /// it when `!write`) and does not alias the array.
+    unsafe fn transfer(&self, offset: usize, host: *mut u8, len: usize, write: bool) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        if self.residence == Residence::Device {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.device.access(self.device_id, offset, host, len, write) };
+        }
+        self.host_only()?;
+        // SAFETY: the caller guarantees both ranges; the host buffer is live.
+        unsafe {
+            if write {
+                std::ptr::copy_nonoverlapping(host.cast_const(), self.host.add(offset), len)
+            } else {
+                std::ptr::copy_nonoverlapping(self.host.add(offset), host, len)
+            }
+        }
+        Ok(())
+    }
+
+    /// Read the element at `index` into `out` (one element's bytes).
+    ///
+    /// # Safety
+    /// `out` is valid for writes of one element.
+    pub(crate) unsafe fn read(&self, index: &[i64], lock: Option<LockId>, out: *mut u8) -> Result<()> {
+        let offset = self.offset(index)?;
+        check_access(self.holder, lock)?;
+        // SAFETY: `offset` is an in-bounds element; the caller vouches for `out`.
+        unsafe { self.transfer(offset, out, self.itemsize, false) }
+    }
+
+    /// Write one element's bytes from `value` at `index` (the caller holds the array
+    /// mutably).
+    ///
+    /// # Safety
+    /// `value` is valid for reads of one element.
+    pub(crate) unsafe fn write(&self, index: &[i64], lock: Option<LockId>, value: *const u8) -> Result<()> {
+        let offset = self.offset(index)?;
+        self.check_writable(lock)?;
+        // SAFETY: `offset` is an in-bounds element; the caller vouches for `value`.
+        unsafe { self.transfer(offset, value.cast_mut(), self.itemsize, true) }
+    }
+
+    fn check_writable(&self, lock: Option<LockId>) -> Result<()> {
+        check_access(self.holder, lock)?;
+        if self.readonly {
+            return Err(Error::ReadOnly);
+        }
+        Ok(())
+    }
+
+    fn check_nbytes(&self, given: usize) -> Result<()> {
+        if given == self.nbytes {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!("expected {} bytes of element data, got {given}", self.nbytes)))
+        }
+    }
+
+    /// Copy the whole current data into host memory `dst` of `nbytes` bytes.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of `nbytes` bytes and does not alias the array.
+    pub(crate) unsafe fn copy_to(&self, dst: *mut u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
+        self.check_nbytes(nbytes)?;
+        check_access(self.holder, lock)?;
+        // SAFETY: the whole array; the caller vouches for `dst`.
+        unsafe { self.transfer(0, dst, nbytes, false) }
+    }
+
+    /// Overwrite the whole current data from host memory `src` of `nbytes` bytes (the caller
+    /// holds the array mutably).
+    ///
+    /// # Safety
+    /// `src` is valid for reads of `nbytes` bytes and does not alias the array.
+    pub(crate) unsafe fn copy_from(&self, src: *const u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
+        self.check_nbytes(nbytes)?;
+        self.check_writable(lock)?;
+        // SAFETY: the whole array; the caller vouches for `src`.
+        unsafe { self.transfer(0, src.cast_mut(), nbytes, true) }
+    }
+
+    /// Address of the current data (host or device).
+    pub(crate) fn data_address(&self, lock: Option<LockId>) -> Result<usize> {
+        check_access(self.holder, lock)?;
+        #[cfg(feature = "cuda")]
+        if self.residence == Residence::Device {
+            return Ok(self.device.memory().map_or(0, |m| m.ptr() as usize));
+        }
+        Ok(self.host as usize)
+    }
+}

@@ -56,7 +56,9 @@ fn export(view: &ExportView<'_>, plan: &ExportPlan, lock: Option<LockId>) -> Res
             #[cfg(feature = "cuda")]
             (Residence::Device, DeviceType::Cuda) if plan.target.id == view.raw.device_id => {
                 if let Some(stream) = plan.consumer_stream {
-                    view.raw.device.hand_to(view.raw.device_id, crate::cuda::stream::StreamHandle::from_int(stream)?)?;
+                    view.raw
+                        .device
+                        .hand_to(view.raw.device_id, crate::cuda::stream::StreamHandle::from_int(stream)?)?;
                 }
                 let memory = if plan.copy {
                     view.raw.device.duplicate(view.raw.device_id)?
@@ -109,7 +111,14 @@ fn copy_to_device(
             // SAFETY: both hold `bytes`; ordered after the array's last work; pageable
             // destinations are complete on return.
             unsafe {
-                transfer::device_to_host(view.raw.device_id, buffer.as_ptr(), source, bytes, false, view.raw.device.stream())
+                transfer::device_to_host(
+                    view.raw.device_id,
+                    buffer.as_ptr(),
+                    source,
+                    bytes,
+                    false,
+                    view.raw.device.stream(),
+                )
             }?;
             Ok((buffer.as_ptr(), buffer, true))
         }

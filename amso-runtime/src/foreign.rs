@@ -5,11 +5,15 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use dlpark::ffi::DLTensor;
+
+use crate::dlpack::DLPACK_VERSION;
 use crate::element::{DType, Element};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
 use crate::memarray::{ArrayOptions, Device, DeviceType, MemArray, Residence};
 use crate::shape::{self, checked_shape};
+use crate::MAX_NDIM;
 
 /// Foreign memory and what keeps it alive.
 pub struct ForeignMemory {
@@ -19,6 +23,80 @@ pub struct ForeignMemory {
     pub device: Device,
     /// Dropped exactly once, when amso no longer needs the memory.
     pub owner: Box<dyn Any + Send + Sync>,
+}
+
+/// Dimensions of a C-contiguous tensor, or the reason it cannot be wrapped without a copy.
+///
+/// # Safety
+/// When `1 <= t.ndim <= MAX_NDIM`, `t.shape` and `t.strides` are NULL or hold `t.ndim`
+/// entries (DLPack's contract; nothing is read for other `ndim`).
+pub unsafe fn tensor_dims(t: &DLTensor) -> Result<Vec<i64>> {
+    if t.ndim < 1 || t.ndim as usize > MAX_NDIM {
+        return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", t.ndim)));
+    }
+    if t.shape.is_null() {
+        return Err(Error::InvalidArgument("the tensor's shape is NULL".into()));
+    }
+    let ndim = t.ndim as usize;
+    // SAFETY: a DLTensor's shape holds ndim entries.
+    let dims = unsafe { std::slice::from_raw_parts(t.shape, ndim) }.to_vec();
+    if let Some(&negative) = dims.iter().find(|&&d| d < 0) {
+        return Err(Error::InvalidShape(format!("negative dimension {negative} in {dims:?}")));
+    }
+    if !t.strides.is_null() {
+        // SAFETY: as above, for strides.
+        let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
+        let mut expected = 1i64;
+        for axis in (0..ndim).rev() {
+            if dims[axis] > 1 && strides[axis] != expected {
+                return Err(Error::ExportRefused(format!(
+                    "amso arrays are C-contiguous and this tensor is not (shape {dims:?}, strides {strides:?}); \
+                     use amso.asarray(obj) to import a C-contiguous copy of host data"
+                )));
+            }
+            expected = expected.saturating_mul(dims[axis].max(1));
+        }
+    }
+    Ok(dims)
+}
+
+/// Refuse a versioned tensor of a DLPack major version amso does not read.
+pub fn check_major_version(major: u32) -> Result<()> {
+    if major == DLPACK_VERSION.0 {
+        return Ok(());
+    }
+    Err(Error::ExportRefused(format!(
+        "DLPack major version {major} is not supported (amso reads {})",
+        DLPACK_VERSION.0
+    )))
+}
+
+/// What a producer's tensor claims, checked before amso wraps it: its dimensions, the address
+/// of its first element and its device. Refuses NULL data for a non-empty tensor and an offset
+/// past the end of the address space.
+///
+/// # Safety
+/// As `tensor_dims`.
+pub unsafe fn claim(t: &DLTensor) -> Result<(Vec<i64>, usize, Device)> {
+    // SAFETY: forwarded from the caller.
+    let dims = unsafe { tensor_dims(t) }?;
+    let device =
+        Device { device_type: DeviceType::from_dlpack(t.device.device_type.0 as i32)?, id: t.device.device_id };
+    if device.id < 0 || (device.device_type != DeviceType::Cuda && device.id != 0) {
+        return Err(Error::InvalidArgument(format!(
+            "device id {} is not valid for device type {}",
+            device.id, device.device_type as i32
+        )));
+    }
+    let empty = dims.contains(&0);
+    if t.data.is_null() && !empty {
+        return Err(Error::InvalidArgument(format!("the tensor's data pointer is NULL but its shape is {dims:?}")));
+    }
+    let address =
+        (t.data as usize).checked_add(usize::try_from(t.byte_offset).unwrap_or(usize::MAX)).ok_or_else(|| {
+            Error::InvalidArgument(format!("byte_offset {} overflows the data pointer {:p}", t.byte_offset, t.data))
+        })?;
+    Ok((dims, address, device))
 }
 
 impl ForeignMemory {
@@ -40,6 +118,15 @@ impl ForeignMemory {
     #[cfg(feature = "cuda")]
     unsafe fn into_device_side(self, bytes: usize) -> Result<crate::device::DeviceSide> {
         crate::cuda::driver::check_device(self.device.id)?;
+        if bytes > 0 {
+            let holder = crate::cuda::driver::device_of_pointer(self.address)?;
+            if holder != self.device.id {
+                return Err(Error::InvalidArgument(format!(
+                    "0x{:x} is memory of CUDA device {holder}, but the tensor says device {}",
+                    self.address, self.device.id
+                )));
+            }
+        }
         // SAFETY: forwarded from the caller.
         let device = unsafe {
             crate::cuda::memory::DeviceMemory::foreign(self.device.id, self.address as u64, bytes, self.owner)

@@ -41,6 +41,26 @@ pub fn device_count() -> Result<i32> {
     Ok(driver()?.device_count)
 }
 
+/// The CUDA device holding device memory at `address`; anything the driver does not know as
+/// device memory (a host pointer, a made-up number) is `InvalidArgument`.
+pub fn device_of_pointer(address: usize) -> Result<i32> {
+    use cudarc::driver::sys;
+    device_count()?;
+    let mut ordinal: i32 = -1;
+    // SAFETY: the attribute is an int; the driver validates the address.
+    let status = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut ordinal as *mut i32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            address as sys::CUdeviceptr,
+        )
+    };
+    if status != sys::CUresult::CUDA_SUCCESS || ordinal < 0 {
+        return Err(Error::InvalidArgument(format!("0x{address:x} is not CUDA device memory ({status:?})")));
+    }
+    Ok(ordinal)
+}
+
 /// Check that `device_id` names a device of this machine.
 pub fn check_device(device_id: i32) -> Result<()> {
     let count = device_count()?;

@@ -4,8 +4,8 @@
 
 use std::ptr::NonNull;
 
-use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLTensor};
-use pyo3::exceptions::{PyBufferError, PyTypeError};
+use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -13,8 +13,8 @@ use pyo3::types::PyDict;
 use super::base::MemArrayBase;
 use super::registry;
 use crate::dlpack::{call_deleter, RawManaged, DLPACK_VERSION};
-use crate::error::{Error, Result};
-use crate::foreign::ForeignMemory;
+use crate::error::Error;
+use crate::foreign::{check_major_version, claim, ForeignMemory};
 use crate::memarray::{Device, DeviceType};
 use crate::MAX_NDIM;
 
@@ -34,37 +34,6 @@ impl Drop for TensorOwner {
     }
 }
 
-/// Dimensions of a C-contiguous tensor, or the reason it cannot be wrapped without a copy.
-pub(super) fn tensor_dims(t: &DLTensor) -> Result<Vec<i64>> {
-    if t.ndim < 1 || t.ndim as usize > MAX_NDIM {
-        return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", t.ndim)));
-    }
-    if t.shape.is_null() {
-        return Err(Error::InvalidArgument("the tensor's shape is NULL".into()));
-    }
-    let ndim = t.ndim as usize;
-    // SAFETY: a DLTensor's shape holds ndim entries.
-    let dims = unsafe { std::slice::from_raw_parts(t.shape, ndim) }.to_vec();
-    if let Some(&negative) = dims.iter().find(|&&d| d < 0) {
-        return Err(Error::InvalidShape(format!("negative dimension {negative} in {dims:?}")));
-    }
-    if !t.strides.is_null() {
-        // SAFETY: as above, for strides.
-        let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
-        let mut expected = 1i64;
-        for axis in (0..ndim).rev() {
-            if dims[axis] > 1 && strides[axis] != expected {
-                return Err(Error::ExportRefused(format!(
-                    "amso arrays are C-contiguous and this tensor is not (shape {dims:?}, strides {strides:?}); \
-                     use amso.asarray(obj) to import a C-contiguous copy of host data"
-                )));
-            }
-            expected = expected.saturating_mul(dims[axis].max(1));
-        }
-    }
-    Ok(dims)
-}
-
 /// An amso array over the tensor `raw` (ownership taken: its deleter runs exactly once, also
 /// when the tensor is refused).
 pub(super) fn wrap_tensor(py: Python<'_>, raw: RawManaged) -> PyResult<Py<PyAny>> {
@@ -82,13 +51,9 @@ pub(super) fn wrap_tensor(py: Python<'_>, raw: RawManaged) -> PyResult<Py<PyAny>
             }
         }
     };
-    if major != DLPACK_VERSION.0 {
-        return Err(PyBufferError::new_err(format!(
-            "DLPack major version {major} is not supported (amso reads {})",
-            DLPACK_VERSION.0
-        )));
-    }
-    let dims = tensor_dims(t)?;
+    check_major_version(major)?;
+    // SAFETY: a producer's tensor: shape and strides hold ndim entries.
+    let (dims, address, device) = unsafe { claim(t) }?;
     let registration = registry::find(t.dtype.code.0, t.dtype.bits, t.dtype.lanes, dims.len()).ok_or_else(|| {
         PyTypeError::new_err(format!(
             "no compiled amso array for DLPack dtype (code {}, bits {}, lanes {}) with ndim {}; compiled: {}. \
@@ -100,9 +65,7 @@ pub(super) fn wrap_tensor(py: Python<'_>, raw: RawManaged) -> PyResult<Py<PyAny>
             registry::compiled()
         ))
     })?;
-    let device =
-        Device { device_type: DeviceType::from_dlpack(t.device.device_type.0 as i32)?, id: t.device.device_id };
-    let memory = ForeignMemory { address: t.data as usize + t.byte_offset as usize, device, owner: Box::new(owner) };
+    let memory = ForeignMemory { address, device, owner: Box::new(owner) };
     // SAFETY: the producer's tensor describes `dims` C-contiguous elements of this dtype at
     // that address, valid until its deleter runs (when the owner drops).
     let array = unsafe { (registration.wrap)(&dims, memory, readonly) }?;
@@ -240,23 +203,7 @@ fn device_of(address: usize) -> PyResult<i32> {
         return Ok(0);
     }
     #[cfg(feature = "cuda")]
-    {
-        use cudarc::driver::sys;
-        crate::cuda::driver::device_count()?;
-        let mut ordinal: i32 = -1;
-        // SAFETY: the attribute is an int; the driver validates the address.
-        let status = unsafe {
-            sys::cuPointerGetAttribute(
-                (&mut ordinal as *mut i32).cast(),
-                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                address as sys::CUdeviceptr,
-            )
-        };
-        if status != sys::CUresult::CUDA_SUCCESS || ordinal < 0 {
-            return Err(Error::InvalidArgument(format!("0x{address:x} is not CUDA device memory ({status:?})")).into());
-        }
-        Ok(ordinal)
-    }
+    return Ok(crate::cuda::driver::device_of_pointer(address)?);
     #[cfg(not(feature = "cuda"))]
     Err(Error::Unavailable("CUDA memory needs amso's CUDA layer, which this build does not include".into()).into())
 }

@@ -49,6 +49,8 @@ def _dtype_name(dtype: Any) -> str:
 
 
 def _ndim(shape: Sequence[SupportsIndex] | SupportsIndex) -> int:
+    if isinstance(shape, (str, bytes)):
+        raise TypeError(f"shape must be an integer or a sequence of integers, got {type(shape).__name__}")
     if not isinstance(shape, bool):
         try:
             operator.index(shape)
@@ -173,6 +175,7 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArra
         host = np.ascontiguousarray(host)
     if host.ndim == 0:
         host = host.reshape(1)
+    class_for(host.shape, host.dtype)  # a TypeError naming the compiled pairs, before DLPack's own
     return _from_dlpack(host)
 
 

@@ -41,14 +41,15 @@ impl DLPackContext {
     }
 
     #[pyo3(signature = (*_exc_info))]
-    fn __exit__(&mut self, py: Python<'_>, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        if self.entered {
-            // Only fails if this context no longer holds the lock; nothing to release then.
-            let lock = self.lock;
-            let _ = self.array.bind(py).borrow_mut().update(|array| array.exit(lock));
-            self.entered = false;
+    fn __exit__(&mut self, py: Python<'_>, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        if !self.entered {
+            return Err(PyBufferError::new_err("this context is not entered (exited twice, or never entered)"));
         }
-        false
+        // Only fails if this context no longer holds the lock; nothing to release then.
+        let lock = self.lock;
+        let _ = self.array.bind(py).borrow_mut().update(|array| array.exit(lock));
+        self.entered = false;
+        Ok(false)
     }
 
     /// Export the locked array through DLPack (same arguments as `MemArray.__dlpack__`).

@@ -146,19 +146,31 @@ pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyRe
             .get_item(name)?
             .ok_or_else(|| PyTypeError::new_err(format!("__cuda_array_interface__ has no `{name}`")))
     };
-    let dims: Vec<i64> = field("shape")?.extract()?;
-    let typestr: String = field("typestr")?.extract()?;
-    let (address, readonly): (usize, bool) = field("data")?.extract()?;
-    let strides: Option<Vec<i64>> = match interface.get_item("strides")? {
-        Some(s) if !s.is_none() => Some(s.extract()?),
-        _ => None,
+    // A field of the wrong type names the field and the type it must have.
+    fn typed<'py, T: for<'a> FromPyObject<'a, 'py, Error = PyErr>>(value: Bound<'py, PyAny>, name: &str, wanted: &str) -> PyResult<T> {
+        value.extract::<T>().map_err(|error| {
+            let message = format!("__cuda_array_interface__['{name}'] must be {wanted}: {error}");
+            if error.is_instance_of::<pyo3::exceptions::PyOverflowError>(value.py()) {
+                pyo3::exceptions::PyOverflowError::new_err(message)
+            } else {
+                PyTypeError::new_err(message)
+            }
+        })
+    }
+    let optional = |name: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
+        Ok(interface.get_item(name)?.filter(|v| !v.is_none()))
     };
-    let stream: Option<i64> = match interface.get_item("stream")? {
-        Some(s) if !s.is_none() => Some(s.extract()?),
-        _ => None,
-    };
+    let dims: Vec<i64> = typed(field("shape")?, "shape", "a tuple of ints")?;
+    let typestr: String = typed(field("typestr")?, "typestr", "a str such as '<f4'")?;
+    let (address, readonly): (usize, bool) = typed(field("data")?, "data", "a (pointer, read_only) tuple")?;
+    let strides: Option<Vec<i64>> =
+        optional("strides")?.map(|s| typed(s, "strides", "None or a tuple of ints")).transpose()?;
+    let stream: Option<i64> = optional("stream")?.map(|s| typed(s, "stream", "None or an int")).transpose()?;
     if dims.is_empty() || dims.len() > MAX_NDIM {
         return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", dims.len())).into());
+    }
+    if let Some(&negative) = dims.iter().find(|&&d| d < 0) {
+        return Err(Error::InvalidShape(format!("negative dimension {negative} in {dims:?}")).into());
     }
     let registration = registry::find_typestr(&typestr, dims.len()).ok_or_else(|| {
         PyTypeError::new_err(format!(

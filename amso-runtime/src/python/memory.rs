@@ -58,6 +58,16 @@ pub fn set_allocator(malloc: Option<Py<PyAny>>, free: Option<Py<PyAny>>, name: O
     match (malloc, free) {
         (None, None) => alloc::set_allocator(None),
         (Some(malloc), Some(free)) => {
+            Python::attach(|py| {
+                if malloc.bind(py).is_callable() && free.bind(py).is_callable() {
+                    Ok(())
+                } else {
+                    Err(pyo3::exceptions::PyTypeError::new_err(
+                        "set_allocator(malloc, free) takes two callables: malloc(size, device, stream) -> pointer \
+                         and free(pointer, size, device, stream)",
+                    ))
+                }
+            })?;
             let name = name.unwrap_or_else(|| "Python allocator".into());
             alloc::set_allocator(Some(Arc::new(PythonAllocator { malloc, free, name })));
         }

@@ -1,0 +1,290 @@
+"""The bad-input corpus: hostile capsules, interface dicts, streams, arguments and lock misuse.
+Every case names the exception type and message it must raise, and checks that an array
+holding data before the attack still holds it afterwards, unlocked and with no export left
+behind. (Spec files with mistakes: amso-codegen/tests/spec_corpus.rs; the C ABI: test_capi.py.)"""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import threading
+
+import numpy as np
+import pytest
+from hostile import Interface, Tensor, interface
+
+import amso
+
+GPU = amso.cuda.is_available()
+NO_DRIVER = (RuntimeError, "no CUDA driver found")
+
+
+def witness() -> amso.MemArray:
+    a = amso.MemArray((2, 3), np.float64)
+    a.read_numpy_array(np.arange(6.0).reshape(2, 3) + 0.5)
+    return a
+
+
+def intact(a) -> None:
+    gc.collect()
+    np.testing.assert_array_equal(a.to_numpy(), np.arange(6.0).reshape(2, 3) + 0.5)
+    assert not a.locked and a.export_count == 0
+
+
+# --- DLPack import of hostile tensors: (id, Tensor arguments, capsule name, error, message) ---
+CAPSULES = [
+    ("ndim-0", dict(shape=(), ndim=0), None, ValueError, "ndim 0 is outside"),
+    ("ndim-negative", dict(ndim=-1), None, ValueError, "ndim -1 is outside"),
+    ("ndim-huge", dict(ndim=1 << 30), None, ValueError, "ndim 1073741824 is outside"),
+    ("ndim-9", dict(shape=(1,) * 9), None, ValueError, "ndim 9 is outside"),
+    ("shape-null", dict(shape_null=True), None, ValueError, "shape is NULL"),
+    ("shape-negative", dict(shape=(2, -3)), None, ValueError, "negative dimension -3"),
+    ("shape-overflow", dict(shape=(1 << 62, 1 << 62), nbytes=8), None, ValueError, "too big"),
+    ("strides-outside", dict(shape=(4,), strides=(1000,)), None, BufferError, "C-contiguous"),
+    ("strides-negative", dict(shape=(4,), strides=(-1,)), None, BufferError, "C-contiguous"),
+    ("strides-transposed", dict(shape=(2, 3), strides=(1, 2)), None, BufferError, "C-contiguous"),
+    ("dtype-unknown-code", dict(dtype=(99, 32, 1)), None, TypeError, r"code 99, bits 32, lanes 1"),
+    ("dtype-zero-bits", dict(dtype=(2, 0, 1)), None, TypeError, "no compiled amso array"),
+    ("dtype-lanes", dict(dtype=(2, 32, 4)), None, TypeError, "lanes 4"),
+    ("dtype-uncompiled-ndim", dict(dtype=(2, 16, 1), shape=(2, 2)), None, TypeError, "specs/types.yaml"),
+    ("version-future-major", dict(version=(2, 0)), None, BufferError, "major version 2 is not supported"),
+    ("version-zero-major", dict(version=(0, 9)), None, BufferError, "major version 0 is not supported"),
+    ("device-unknown-type", dict(device=(7, 0)), None, ValueError, "unsupported device type 7"),
+    ("device-cpu-nonzero-id", dict(device=(1, 3)), None, ValueError, "device id 3 is not valid"),
+    ("device-negative-id", dict(device=(2, -1)), None, ValueError, "device id -1 is not valid"),
+    ("data-null", dict(data=None), None, ValueError, "data pointer is NULL"),
+    ("data-misaligned", dict(byte_offset=3), None, ValueError, "not aligned for float64"),
+    ("offset-overflow", dict(byte_offset=(1 << 64) - 8), None, ValueError, "overflows the data pointer"),
+    ("legacy-ndim-0", dict(shape=(), ndim=0, legacy=True), None, ValueError, "ndim 0 is outside"),
+    ("legacy-null-deleter", dict(shape_null=True, legacy=True, deleter=False), None, ValueError, "shape is NULL"),
+    ("versioned-null-deleter", dict(version=(9, 9), deleter=False), None, BufferError, "major version 9"),
+]
+
+
+@pytest.mark.parametrize("case, fields, name, error, message", CAPSULES, ids=[c[0] for c in CAPSULES])
+def test_hostile_capsules_are_refused_and_freed_once(case, fields, name, error, message):
+    a = witness()
+    tensor = Tensor(**fields)
+    with pytest.raises(error, match=message):
+        amso.from_dlpack(tensor.producer(name))
+    gc.collect()
+    # amso consumed the capsule (renamed it), so the producer's deleter ran exactly once.
+    assert tensor.deleted == (1 if fields.get("deleter", True) else 0)
+    intact(a)
+
+
+@pytest.mark.skipif(GPU, reason="without a driver; the device case is test_cuda_pointer_claims_are_checked")
+def test_cuda_tensor_without_a_driver():
+    tensor = Tensor(device=(2, 0))
+    with pytest.raises(NO_DRIVER[0], match=NO_DRIVER[1]):
+        amso.from_dlpack(tensor.producer())
+    assert tensor.deleted == 1
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA driver")
+def test_cuda_pointer_claims_are_checked():
+    tensor = Tensor(device=(2, 0))  # host memory claiming to be on the device
+    with pytest.raises(ValueError, match="is not CUDA device memory"):
+        amso.from_dlpack(tensor.producer())
+    assert tensor.deleted == 1
+
+
+@pytest.mark.parametrize(
+    "case, returned, error, message",
+    [
+        ("capsule-wrong-name", lambda: Tensor().capsule(b"not_dltensor"), TypeError, "not an unconsumed DLPack capsule"),
+        ("capsule-used", lambda: Tensor().capsule(b"used_dltensor_versioned"), TypeError, "not an unconsumed"),
+        ("not-a-capsule", lambda: 42, TypeError, "not an unconsumed DLPack capsule"),
+        ("none", lambda: None, TypeError, "not an unconsumed DLPack capsule"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_producers_returning_non_capsules(case, returned, error, message):
+    a = witness()
+    value = returned()
+
+    class Producer:
+        def __dlpack__(self, **_):
+            return value
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(error, match=message):
+        amso.from_dlpack(Producer())
+    intact(a)
+
+
+def test_producer_exceptions_and_bad_devices_propagate():
+    a = witness()
+
+    class Raising:
+        def __dlpack__(self, **_):
+            raise RuntimeError("producer exploded")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    class BadDevice:
+        def __dlpack__(self, **_):
+            return Tensor().capsule()
+
+        def __dlpack_device__(self):
+            return "cpu"
+
+    with pytest.raises(RuntimeError, match="producer exploded"):
+        amso.from_dlpack(Raising())
+    with pytest.raises(TypeError):
+        amso.from_dlpack(BadDevice())
+    intact(a)
+
+
+# --- __cuda_array_interface__ import: (id, interface value, error, message) ---
+INTERFACES = [
+    ("not-a-dict", [1, 2], TypeError, "must be a dict"),
+    ("missing-shape", interface(shape=...), TypeError, "has no `shape`"),
+    ("missing-typestr", interface(typestr=...), TypeError, "has no `typestr`"),
+    ("missing-data", interface(data=...), TypeError, "has no `data`"),
+    ("shape-not-ints", interface(shape=("a",)), TypeError, r"\['shape'\] must be a tuple of ints"),
+    ("shape-empty", interface(shape=()), ValueError, "ndim 0 is outside"),
+    ("shape-negative", interface(shape=(2, -1)), ValueError, "negative dimension -1"),
+    ("data-not-a-pair", interface(data=12345), TypeError, r"\['data'\] must be a \(pointer, read_only\) tuple"),
+    ("data-pointer-negative", interface(data=(-8, False)), OverflowError, r"\['data'\] must be"),
+    ("typestr-unknown", interface(typestr="<f3"), TypeError, "no compiled amso array for typestr"),
+    ("typestr-not-a-string", interface(typestr=4), TypeError, r"\['typestr'\] must be a str"),
+    ("strides-not-contiguous", interface(shape=(2, 2), strides=(4, 8)), BufferError, "C-contiguous"),
+    ("strides-short", interface(shape=(2, 2), strides=(8,)), BufferError, "C-contiguous"),
+    ("stream-not-an-int", interface(stream="default"), TypeError, r"\['stream'\] must be None or an int"),
+]
+
+
+@pytest.mark.parametrize("case, value, error, message", INTERFACES, ids=[c[0] for c in INTERFACES])
+def test_hostile_interface_dicts(case, value, error, message):
+    a = witness()
+    with pytest.raises(error, match=message):
+        amso.asarray(Interface(value))
+    intact(a)
+
+
+def test_interface_address_that_is_not_device_memory():
+    error, message = (ValueError, "is not CUDA device memory") if GPU else NO_DRIVER
+    with pytest.raises(error, match=message):
+        amso.asarray(Interface(interface()))
+
+
+# --- __dlpack__ arguments a consumer may get wrong: (id, kwargs, error, message) ---
+EXPORTS = [
+    ("stream-below-minus-one", dict(stream=-2), ValueError, "stream -2 is not a valid"),
+    ("stream-on-host", dict(stream=5), ValueError, "stream must be None for a host"),
+    ("stream-not-an-int", dict(stream="s"), TypeError, "cannot be interpreted as an integer"),
+    ("max-version-string", dict(max_version="1.0"), TypeError, "must be a \\(major, minor\\) tuple"),
+    ("max-version-short", dict(max_version=(1,)), TypeError, "must be a \\(major, minor\\) tuple"),
+    ("max-version-negative", dict(max_version=(-1, 0)), TypeError, "tuple of ints, got \\(-1, 0\\)"),
+    ("dl-device-unknown", dict(dl_device=(99, 0)), BufferError, "cannot export to dl_device=\\(99, 0\\)"),
+    ("dl-device-host-id", dict(dl_device=(1, 5)), BufferError, "host devices have id 0 only"),
+    ("dl-device-cuda-host-unpinned", dict(dl_device=(3, 0)), BufferError, "pinned=True"),
+    ("dl-device-not-a-pair", dict(dl_device=2), TypeError, "not an instance of 'tuple'"),
+    ("copy-not-a-bool", dict(copy="yes"), TypeError, "not an instance of 'bool'"),
+    ("unknown-keyword", dict(device="cpu"), TypeError, "unexpected keyword"),
+]
+
+
+@pytest.mark.parametrize("case, kwargs, error, message", EXPORTS, ids=[c[0] for c in EXPORTS])
+def test_bad_dlpack_requests(case, kwargs, error, message):
+    a = witness()
+    with pytest.raises(error, match=message):
+        a.__dlpack__(**kwargs)
+    intact(a)
+
+
+def test_cuda_dl_device_without_a_driver_or_copy():
+    a = witness()
+    with pytest.raises(BufferError, match="that needs a copy, but copy=False"):
+        a.__dlpack__(dl_device=(2, 0), copy=False)
+    intact(a)
+
+
+# --- Locks: another context, a stale id, unbalanced exits ---
+def test_locked_array_touched_from_another_context():
+    a = witness()
+    with a.get_dlpack() as first:
+        view = np.from_dlpack(first)
+        with pytest.raises(BufferError, match="locked"):
+            a[0, 0] = 99.0
+        with pytest.raises(BufferError, match="locked"):
+            a.read_numpy_array(np.zeros((2, 3)))
+        with pytest.raises(BufferError, match="locked"):
+            a.__dlpack__()
+        with pytest.raises(BufferError, match="locked"):
+            a.get_dlpack().__enter__()
+        errors = []
+
+        def other_thread():
+            try:
+                a[1, 1] = -1.0
+            except BufferError as error:
+                errors.append(error)
+
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+        assert len(errors) == 1
+        del view
+    intact(a)
+
+
+def test_stale_and_unbalanced_contexts():
+    a = witness()
+    context = a.get_dlpack()
+    with context:
+        pass
+    with pytest.raises(BufferError, match="not entered"):
+        context.__exit__(None, None, None)  # exited twice
+    with context:  # like a lock, a context can be entered again once released
+        assert a.locked
+    with pytest.raises(BufferError, match="not entered"):
+        amso.MemArray(2, np.float32).get_dlpack().__exit__(None, None, None)  # never entered
+    intact(a)
+
+
+# --- The Python API ---
+PYTHON_API = [
+    ("read-wrong-shape", lambda a: a.read_numpy_array(np.zeros((3, 2))), ValueError, "shape"),
+    ("read-wrong-dtype", lambda a: a.read_numpy_array(np.zeros((2, 3), np.complex128)), TypeError, "cannot cast complex128 to float64"),
+    ("read-not-an-array", lambda a: a.read_numpy_array("abc"), ValueError, "shape mismatch"),
+    ("move-unknown-device", lambda a: a.move_memory(42), ValueError, "unsupported device type 42"),
+    ("move-negative-id", lambda a: a.move_memory(1, -1), ValueError, "device id 0 only, got -1"),
+    ("set-array-value", lambda a: a.__setitem__((0, 0), np.zeros(2)), TypeError, "expected a number"),
+    ("set-string-index", lambda a: a.__setitem__("x", 1.0), TypeError, "integer indices only"),
+    ("pickle", lambda a: pickle.dumps(a), TypeError, "cannot pickle"),
+    ("asarray-ragged", lambda a: amso.asarray([[1.0, 2.0], [3.0]]), ValueError, "inhomogeneous shape"),
+    ("asarray-object", lambda a: amso.asarray([object()]), TypeError, "dtype object with ndim 1"),
+    ("from-dlpack-copy-not-bool", lambda a: amso.from_dlpack(np.zeros(3), copy="no"), TypeError, "not an instance of 'bool'"),
+    ("class-for-string-shape", lambda a: amso.class_for("abc", np.float32), TypeError, "got str"),
+    ("empty-negative", lambda a: amso.empty((-1,), np.float32), ValueError, "negative dimension"),
+    ("stream-context-not-a-stream", lambda a: amso.cuda.stream("fast").__enter__(), TypeError, "expected a stream handle"),
+    ("stream-context-negative", lambda a: amso.cuda.stream(-5).__enter__(), ValueError, "stream -5 is not a CUDA stream"),
+    ("set-allocator-not-callable", lambda a: amso.set_allocator(1, 2), TypeError, "callable"),
+    ("set-allocator-half", lambda a: amso.set_allocator(lambda *x: 0, None), ValueError, "both malloc and free"),
+    ("deferred-limits-negative", lambda a: amso.deferred_limits(count=-1), OverflowError, "negative int"),
+    ("deferred-limits-fraction", lambda a: amso.deferred_limits(fraction=1.5), ValueError, "fraction"),
+    ("release-threshold-negative", lambda a: amso.set_release_threshold(-5), OverflowError, "negative int"),
+]
+
+
+@pytest.mark.parametrize("case, action, error, message", PYTHON_API, ids=[c[0] for c in PYTHON_API])
+def test_bad_python_api_calls(case, action, error, message):
+    a = witness()
+    with pytest.raises(error, match=message):
+        action(a)
+    intact(a)
+
+
+def test_corpus_size():
+    """The issue asks for at least 60 distinct cases across the paths; count them here."""
+    from test_bad_input import test_bad_indices, test_bad_shapes, test_bad_values_keep_the_old_value
+
+    parametrized = sum(len(m.args[1]) for f in (test_bad_shapes, test_bad_indices, test_bad_values_keep_the_old_value)
+                       for m in f.pytestmark if m.name == "parametrize")
+    here = len(CAPSULES) + len(INTERFACES) + len(EXPORTS) + len(PYTHON_API) + 4
+    assert here + parametrized >= 60, (here, parametrized)

@@ -118,23 +118,17 @@ fn locate(path: &str, err: &serde_yaml::Error) -> String {
 }
 
 /// Names in the dtype table, read leniently so instantiations may refer to any of them
-/// wherever the table stands in the file.
-fn known_dtype_names(text: &str) -> Vec<String> {
-    let Ok(value) = serde_yaml::from_str::<serde_yaml::Value>(text) else {
-        return Vec::new();
-    };
-    value
-        .get("dtypes")
-        .and_then(|d| d.as_sequence())
-        .map(|seq| {
-            seq.iter().filter_map(|entry| entry.get("name").and_then(|n| n.as_str()).map(String::from)).collect()
-        })
-        .unwrap_or_default()
+/// wherever the table stands in the file; `None` when there is no readable table (that error
+/// is reported instead of every reference to it).
+fn known_dtype_names(text: &str) -> Option<Vec<String>> {
+    let value = serde_yaml::from_str::<serde_yaml::Value>(text).ok()?;
+    let table = value.get("dtypes")?.as_sequence()?;
+    Some(table.iter().filter_map(|entry| entry.get("name").and_then(|n| n.as_str()).map(String::from)).collect())
 }
 
 /// State shared by the checks during one reading of the file.
 struct Context {
-    known: Vec<String>,
+    known: Option<Vec<String>>,
     suppressed: HashSet<usize>,
     next_check: usize,
     failed: Option<usize>,
@@ -147,7 +141,7 @@ struct Context {
 }
 
 impl Context {
-    fn new(known: Vec<String>, suppressed: HashSet<usize>) -> Self {
+    fn new(known: Option<Vec<String>>, suppressed: HashSet<usize>) -> Self {
         Context {
             known,
             suppressed,
@@ -292,12 +286,10 @@ struct DTypeRef(String);
 impl<'de> Deserialize<'de> for DTypeRef {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = String::deserialize(d)?;
-        check(|ctx| {
-            if ctx.known.contains(&name) {
-                Ok(())
-            } else {
-                Err(format!("unknown dtype `{name}`; the dtype table has: {}", ctx.known.join(", ")))
-            }
+        check(|ctx| match &ctx.known {
+            None => Ok(()),
+            Some(known) if known.contains(&name) => Ok(()),
+            Some(known) => Err(format!("unknown dtype `{name}`; the dtype table has: {}", known.join(", "))),
         })?;
         with_context(|ctx| ctx.entry_dtype = Some(name.clone()));
         Ok(DTypeRef(name))

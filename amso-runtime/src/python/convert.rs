@@ -106,10 +106,8 @@ pub fn scalar_from_py(value: &Bound<'_, PyAny>, dtype: &DType) -> PyResult<Scala
         return Ok(Scalar::Bool(value.extract()?));
     }
     // `__index__` that fails (a NumPy array of several elements has one) is not an integer.
-    if let Some(value) = value
-        .hasattr(intern!(py, "__index__"))?
-        .then(|| value.call_method0(intern!(py, "__index__")).ok())
-        .flatten()
+    if let Some(value) =
+        value.hasattr(intern!(py, "__index__"))?.then(|| value.call_method0(intern!(py, "__index__")).ok()).flatten()
     {
         if let Ok(i) = value.extract::<i64>() {
             return Ok(Scalar::Int(i));

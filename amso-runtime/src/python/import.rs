@@ -147,7 +147,11 @@ pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyRe
             .ok_or_else(|| PyTypeError::new_err(format!("__cuda_array_interface__ has no `{name}`")))
     };
     // A field of the wrong type names the field and the type it must have.
-    fn typed<'py, T: for<'a> FromPyObject<'a, 'py, Error = PyErr>>(value: Bound<'py, PyAny>, name: &str, wanted: &str) -> PyResult<T> {
+    fn typed<'py, T: for<'a> FromPyObject<'a, 'py, Error = PyErr>>(
+        value: Bound<'py, PyAny>,
+        name: &str,
+        wanted: &str,
+    ) -> PyResult<T> {
         value.extract::<T>().map_err(|error| {
             let message = format!("__cuda_array_interface__['{name}'] must be {wanted}: {error}");
             if error.is_instance_of::<pyo3::exceptions::PyOverflowError>(value.py()) {
@@ -157,9 +161,8 @@ pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyRe
             }
         })
     }
-    let optional = |name: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
-        Ok(interface.get_item(name)?.filter(|v| !v.is_none()))
-    };
+    let optional =
+        |name: &str| -> PyResult<Option<Bound<'_, PyAny>>> { Ok(interface.get_item(name)?.filter(|v| !v.is_none())) };
     let dims: Vec<i64> = typed(field("shape")?, "shape", "a tuple of ints")?;
     let typestr: String = typed(field("typestr")?, "typestr", "a str such as '<f4'")?;
     let (address, readonly): (usize, bool) = typed(field("data")?, "data", "a (pointer, read_only) tuple")?;

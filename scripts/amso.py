@@ -29,11 +29,16 @@ def venv_bin(name: str) -> Path:
     return VENV / ("Scripts" if os.name == "nt" else "bin") / name
 
 
-def run(*command: object, env: dict[str, str] | None = None) -> None:
+def run(*command: object, env: dict[str, str] | None = None, quiet: bool = False) -> None:
     shown = " ".join(str(part) for part in command)
+    if len(shown) > 300:
+        shown = shown[:300] + f" ... ({len(command)} arguments)"
     print(f"\n$ {shown}", flush=True)
     started = time.monotonic()
-    result = subprocess.run([str(part) for part in command], cwd=ROOT, env=env)
+    output = subprocess.DEVNULL if quiet else None
+    result = subprocess.run([str(part) for part in command], cwd=ROOT, env=env, stdout=output, stderr=output)
+    if result.returncode != 0 and quiet:  # say what failed: run it again with its output
+        subprocess.run([str(part) for part in command], cwd=ROOT, env=env)
     if result.returncode != 0:
         sys.exit(f"amso: `{shown}` failed with exit code {result.returncode}")
     print(f"  ({time.monotonic() - started:.1f} s)", flush=True)
@@ -113,15 +118,49 @@ def test_job() -> None:
     build_extensions()
     quickstart()
     run(venv_bin("python"), "-m", "pytest", "-q", "-rs", "tests/python", env=venv_env())  # -rs: say what was skipped (GPU tests here)
+    fuzz_smoke()
+
+
+FUZZ = ROOT / "fuzz"
+FUZZ_TARGETS = {"spec": 3_000, "dlpack_import": 200_000}  # random inputs per target in the smoke
+
+
+def fuzz_smoke() -> None:
+    """The fuzz targets built with the stable toolchain (no coverage guidance): replay every
+    committed corpus input, then a fixed number of random ones. Coverage-guided runs:
+    `python3 scripts/amso.py hardening` (nightly toolchain and cargo-fuzz)."""
+    cargo("fmt", "--manifest-path", FUZZ / "Cargo.toml", "--", "--check")
+    cargo("build", "--release", "--manifest-path", FUZZ / "Cargo.toml")
+    for target, runs in FUZZ_TARGETS.items():
+        binary = FUZZ / "target" / "release" / target
+        inputs = sorted((FUZZ / "corpus" / target).iterdir())
+        for start in range(0, len(inputs), 500):  # replay, in batches that fit a command line
+            run(binary, *inputs[start : start + 500], quiet=True)
+        run(binary, f"-runs={runs}", "-seed=1", "-max_len=4096", quiet=True)
+
+
+def hardening_job() -> None:
+    """The long runs behind a flag (issue 7): Miri over the runtime's host unit tests, each fuzz
+    target coverage-guided for AMSO_FUZZ_SECONDS (default 300), the 1,000,000-cycle soak.
+    Needs the nightly toolchain with miri and rust-src, and cargo-fuzz."""
+    ensure_venv()
+    cargo("+nightly", "miri", "test", "-p", "amso-runtime", "--lib")
+    seconds = os.environ.get("AMSO_FUZZ_SECONDS", "300")
+    env = dict(os.environ, RUSTC_BOOTSTRAP="1")
+    for target in FUZZ_TARGETS:
+        run("cargo", "+nightly", "fuzz", "run", "--fuzz-dir", FUZZ, "-O", target, FUZZ / "corpus" / target, "--",
+            f"-max_total_time={seconds}", "-max_len=4096", env=env)
+    build_extensions()
+    run(venv_bin("python"), "tests/soak.py", "--cycles", "1000000", env=venv_env())
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("job", choices=["main", "test", "generate", "wheels"], help="what to run")
+    parser.add_argument("job", choices=["main", "test", "generate", "wheels", "hardening"], help="what to run")
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     job = parse_args().job
-    {"main": main_job, "test": test_job, "generate": lambda: generate(check=False), "wheels": wheels}[job]()
+    {"main": main_job, "test": test_job, "generate": lambda: generate(check=False), "wheels": wheels, "hardening": hardening_job}[job]()
     print(f"\namso: {job} done")

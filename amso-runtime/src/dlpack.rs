@@ -258,15 +258,18 @@ fn boxed<M>(
         stride = stride.saturating_mul(source.shape[axis].max(1));
     }
     // The hold on the memory moves into the tensor: no reference-count traffic per export.
-    let mut exported = Box::new(Exported { managed, shape: source.shape, strides, owner: source.owner });
-    let shape = exported.shape.as_mut_ptr();
-    let strides = exported.strides.as_mut_ptr();
-    let t = tensor(&mut exported.managed);
-    t.shape = shape;
-    t.strides = strides;
-    let raw = Box::into_raw(exported);
-    // SAFETY: `raw` is the live allocation just made; `managed` is its first field.
-    unsafe { set_ctx(&mut (*raw).managed, raw.cast()) };
+    let raw = Box::into_raw(Box::new(Exported { managed, shape: source.shape, strides, owner: source.owner }));
+    // SAFETY: `raw` is the live allocation just made. The shape and strides pointers are
+    // derived from `raw` after `into_raw`, so no later retag of the box invalidates them
+    // (Miri's Stacked Borrows check); `managed` is borrowed alone, apart from them.
+    unsafe {
+        let shape = std::ptr::addr_of_mut!((*raw).shape).cast::<i64>();
+        let strides = std::ptr::addr_of_mut!((*raw).strides).cast::<i64>();
+        let t = tensor(&mut (*raw).managed);
+        t.shape = shape;
+        t.strides = strides;
+        set_ctx(&mut (*raw).managed, raw.cast());
+    }
     NonNull::new(raw.cast::<M>()).expect("Box pointers are never null")
 }
 

@@ -168,3 +168,69 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use dlpark::ffi::{DLDataType, DLDataTypeCode, DLDevice, DLDeviceType};
+
+    use super::*;
+    use crate::object::ArrayObject;
+    use crate::Scalar;
+
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn tensor(data: *mut u8, shape: &mut [i64]) -> DLTensor {
+        DLTensor {
+            data: data.cast(),
+            device: DLDevice { device_type: DLDeviceType(1), device_id: 0 },
+            ndim: shape.len() as i32,
+            dtype: DLDataType { code: DLDataTypeCode(6), bits: 8, lanes: 1 },
+            shape: shape.as_mut_ptr(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        }
+    }
+
+    #[test]
+    fn foreign_bool_bytes_other_than_0_and_1_read_as_true() {
+        // A producer's kDLBool byte may be anything; reading 2 as a Rust bool would be UB.
+        let mut bytes = [0u8, 1, 2, 255];
+        let drops = Arc::new(AtomicUsize::new(0));
+        let mut shape = [4i64];
+        // SAFETY: shape holds ndim entries.
+        let (dims, address, device) = unsafe { claim(&tensor(bytes.as_mut_ptr(), &mut shape)) }.unwrap();
+        let memory = ForeignMemory { address, device, owner: Box::new(Counted(Arc::clone(&drops))) };
+        // SAFETY: four initialised bytes that outlive the array.
+        let array = unsafe { MemArray::<bool, 1>::from_foreign(&dims, memory, true) }.unwrap();
+        let read: Vec<Scalar> = (0..4).map(|i| array.get_scalar(&[i], None).unwrap()).collect();
+        assert_eq!(read, [Scalar::Bool(false), Scalar::Bool(true), Scalar::Bool(true), Scalar::Bool(true)]);
+        drop(array);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn claims_that_cannot_be_wrapped_are_refused() {
+        let mut byte = 0u8;
+        let mut shape = [3i64];
+        // SAFETY (each claim): shape holds ndim entries.
+        let null = unsafe { claim(&tensor(std::ptr::null_mut(), &mut shape)) };
+        assert!(matches!(null, Err(Error::InvalidArgument(m)) if m.contains("NULL")));
+        let mut empty = [0i64];
+        assert!(unsafe { claim(&tensor(std::ptr::null_mut(), &mut empty)) }.is_ok(), "NULL is fine when empty");
+        let mut t = tensor(&mut byte, &mut shape);
+        t.byte_offset = u64::MAX;
+        assert!(matches!(unsafe { claim(&t) }, Err(Error::InvalidArgument(m)) if m.contains("overflows")));
+        let mut t = tensor(&mut byte, &mut shape);
+        t.device.device_id = 2;
+        assert!(matches!(unsafe { claim(&t) }, Err(Error::InvalidArgument(m)) if m.contains("device id 2")));
+        assert!(check_major_version(2).is_err() && check_major_version(1).is_ok());
+    }
+}

@@ -186,6 +186,7 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
+    #[cfg_attr(miri, ignore = "reads /proc and allocates 4 GiB")]
     fn large_zeroed_buffers_are_not_touched() {
         fn resident_bytes() -> usize {
             let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
@@ -199,6 +200,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "asks the allocator for 1 EiB, which Miri reports as exhaustion")]
     fn empty_and_impossible_sizes() {
         assert!(HostBuffer::<u8>::zeroed(0).unwrap().is_empty());
         assert!(matches!(HostBuffer::<f64>::zeroed(usize::MAX / 4), Err(Error::TooLarge { .. })));

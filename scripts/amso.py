@@ -152,6 +152,25 @@ def hardening_job() -> None:
             f"-max_total_time={seconds}", "-max_len=4096", env=env)
     build_extensions()
     run(venv_bin("python"), "tests/soak.py", "--cycles", "1000000", env=venv_env())
+    asan_pytest()
+
+
+def asan_pytest() -> None:
+    """The Python suite over an AddressSanitizer build of the extension (nightly), with gcc's
+    ASan runtime preloaded into the interpreter and Python's allocator set to malloc."""
+    target = "x86_64-unknown-linux-gnu"
+    env = dict(os.environ, RUSTFLAGS="-Zsanitizer=address", RUSTC_BOOTSTRAP="1")
+    run("cargo", "+nightly", "build", "-p", "amso-python", "--target", target, "--target-dir", ROOT / "target" / "asan",
+        env=env)
+    site = ROOT / "target" / "asan" / "site"
+    package = site / "amso"
+    shutil.rmtree(site, ignore_errors=True)
+    shutil.copytree(ROOT / "amso-python" / "python" / "amso", package, symlinks=False)
+    shutil.copy(ROOT / "target" / "asan" / target / "debug" / "lib_amso.so", package / "_amso.abi3.so")
+    runtime = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    env = dict(venv_env(), LD_PRELOAD=runtime, PYTHONMALLOC="malloc", PYTHONPATH=str(site),
+               ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:allocator_may_return_null=1")
+    run(venv_bin("python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python", env=env)
 
 
 def parse_args() -> argparse.Namespace:

@@ -125,3 +125,37 @@ fn readonly_flag_and_locked_export() {
     assert!(matches!(b.export_source(&plan(&b), None), Err(Error::Locked { .. })));
     assert!(b.export_source(&plan(&b), Some(id)).is_ok());
 }
+
+#[test]
+fn a_panic_while_freeing_an_export_stays_inside_the_deleter() {
+    // The deleter runs in the consumer's C code; an internal error there (here, an owner
+    // whose drop panics) must not unwind into it.
+    struct PanicsOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            panic!("forced internal error in an export's owner");
+        }
+    }
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {})); // keep the test output quiet
+    for format in [Format::Legacy, Format::Versioned(DLPackVersion { major: 1, minor: 3 })] {
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let source = ExportSource {
+            data: std::ptr::null_mut(),
+            device: Device::CPU,
+            dtype: <f32 as crate::Element>::DTYPE.dl_data_type(),
+            ndim: 1,
+            shape: [0; MAX_NDIM],
+            owner: std::sync::Arc::new(PanicsOnDrop(dropped.clone())),
+            readonly: false,
+            copied: false,
+        };
+        let raw = ManagedTensor::new(source, format).into_raw();
+        // SAFETY: a live tensor whose deleter has not run; called the way a consumer would.
+        let outcome = std::panic::catch_unwind(|| unsafe { call_deleter(raw) });
+        assert!(outcome.is_ok(), "the deleter let a panic escape");
+        assert!(dropped.load(std::sync::atomic::Ordering::SeqCst), "the owner's drop ran");
+    }
+    std::panic::set_hook(previous);
+}

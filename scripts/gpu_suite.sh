@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository with the wheels built here in wheels/:
 #   here:   python3 scripts/amso.py wheels      (builds wheels/ for amso and the user-crate example)
-#   there:  bash scripts/gpu_suite.sh [pytest|sanitizer|bench|all]
+#   there:  bash scripts/gpu_suite.sh [pytest|sanitizer|soak|bench|report|all]
+# (all = pytest, sanitizer, soak; bench and report are separate runs)
 # Installs the wheels into /tmp/site and writes logs and reports to $OUT (or results/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,16 +23,33 @@ if [[ $what == pytest || $what == all ]]; then
   fi
 fi
 if [[ $what == sanitizer || $what == all ]]; then
+  # memcheck over amso's own device tests (transfers, kernels, exports, imports, the corpus,
+  # memory management, threads; the peers' suites are too slow under it); racecheck over the
+  # kernel and transfer tests.
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
-    tests/python/test_cuda.py -k "not out_of_device_memory" 2>&1 | tail -n 25 | tee "$out/memcheck.log"
+    tests/python/test_cuda.py tests/python/test_corpus.py \
+    tests/python/test_memory.py tests/python/test_threads.py -k "not out_of_device_memory" \
+    2>&1 | tail -n 25 | tee "$out/memcheck.log"
+  status=$((status | ${PIPESTATUS[0]}))
+  compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_cuda.py -k "add_index or design_sequence or pinned or move" \
+    2>&1 | tail -n 25 | tee "$out/racecheck.log"
   status=$((status | ${PIPESTATUS[0]}))
 fi
-if [[ $what == bench || $what == all ]]; then
+if [[ $what == soak || $what == all ]]; then
+  python3 tests/soak.py --cycles 1000000 2>&1 | tee "$out/soak.log"
+  status=$((status | ${PIPESTATUS[0]}))
+fi
+if [[ $what == bench ]]; then
   python3 benchmarks/bench_cuda.py --out "$out" 2>&1 | tee "$out/bench.log"
   status=$((status | ${PIPESTATUS[0]}))
   python3 benchmarks/bench_capi.py --out "$out" 2>&1 | tee -a "$out/bench.log"
   status=$((status | ${PIPESTATUS[0]}))
   python3 benchmarks/bench_alloc.py --out "$out" 2>&1 | tee -a "$out/bench.log"
+  status=$((status | ${PIPESTATUS[0]}))
+fi
+if [[ $what == report ]]; then
+  python3 benchmarks/run.py --out "$out/report" 2>&1 | tee "$out/report.log"
   status=$((status | ${PIPESTATUS[0]}))
 fi
 exit $status

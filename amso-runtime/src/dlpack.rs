@@ -117,17 +117,15 @@ pub fn plan_export(current: Device, pinned: bool, request: &DlpackRequest) -> Re
 }
 
 /// Everything a managed tensor describes: the array side of an export.
-pub struct ExportSource {
+pub struct ExportSource<'a> {
     /// First element.
     pub data: *mut c_void,
     /// Where `data` lives.
     pub device: Device,
     /// Element type.
     pub dtype: DLDataType,
-    /// Number of dimensions.
-    pub ndim: usize,
-    /// Dimensions (first `ndim` used).
-    pub shape: [i64; MAX_NDIM],
+    /// Dimensions (borrowed from the array; copied into the tensor).
+    pub shape: &'a [usize],
     /// Keeps the memory alive until the consumer calls the deleter.
     pub owner: Arc<dyn Any + Send + Sync>,
     /// Consumers must not write (DLPack READ_ONLY flag).
@@ -166,7 +164,7 @@ unsafe impl Send for ManagedTensor {}
 
 impl ManagedTensor {
     /// Build the managed tensor for `source` in `format`.
-    pub fn new(source: ExportSource, format: Format) -> ManagedTensor {
+    pub fn new(source: ExportSource<'_>, format: Format) -> ManagedTensor {
         let tensor = dl_tensor(&source);
         let raw = match format {
             Format::Legacy => {
@@ -236,7 +234,7 @@ fn dl_tensor(source: &ExportSource) -> DLTensor {
     DLTensor {
         data: source.data,
         device: DLDevice { device_type: DLDeviceType(source.device.device_type as u32), device_id: source.device.id },
-        ndim: source.ndim as i32,
+        ndim: source.shape.len() as i32,
         dtype: source.dtype,
         shape: std::ptr::null_mut(),
         strides: std::ptr::null_mut(),
@@ -246,19 +244,22 @@ fn dl_tensor(source: &ExportSource) -> DLTensor {
 
 fn boxed<M>(
     managed: M,
-    source: ExportSource,
+    source: ExportSource<'_>,
     tensor: fn(&mut M) -> &mut DLTensor,
     set_ctx: fn(&mut M, *mut c_void),
 ) -> NonNull<M> {
-    // C-order strides in elements; DLPack >= 1.2 asks producers not to leave them NULL.
+    // Dimensions and C-order strides in elements; DLPack >= 1.2 asks producers not to leave
+    // strides NULL.
+    let mut shape = [0i64; MAX_NDIM];
     let mut strides = [0i64; MAX_NDIM];
     let mut stride = 1i64;
-    for axis in (0..source.ndim).rev() {
+    for (axis, &dim) in source.shape.iter().enumerate().rev().take(MAX_NDIM) {
+        shape[axis] = dim as i64;
         strides[axis] = stride;
-        stride = stride.saturating_mul(source.shape[axis].max(1));
+        stride = stride.saturating_mul((dim as i64).max(1));
     }
     // The hold on the memory moves into the tensor: no reference-count traffic per export.
-    let raw = Box::into_raw(Box::new(Exported { managed, shape: source.shape, strides, owner: source.owner }));
+    let raw = Box::into_raw(Box::new(Exported { managed, shape, strides, owner: source.owner }));
     // SAFETY: `raw` is the live allocation just made. The shape and strides pointers are
     // derived from `raw` after `into_raw`, so no later retag of the box invalidates them
     // (Miri's Stacked Borrows check); `managed` is borrowed alone, apart from them.

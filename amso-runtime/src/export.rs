@@ -12,24 +12,23 @@ use crate::element::{DType, Element};
 use crate::error::{Error, Result};
 use crate::lock::{check_access, LockId};
 use crate::memarray::{DeviceType, MemArray, Residence};
-use crate::MAX_NDIM;
 
 /// Owned memory and its first byte.
 type Owned = (*mut u8, Arc<dyn Any + Send + Sync>);
 
 /// Everything the export logic needs to know about one array.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-struct ExportView<'a> {
+struct ExportView<'a, 'f> {
     raw: RawView<'a>,
     pinned: bool,
     dtype: &'static DType,
-    host_share: &'a dyn Fn() -> Arc<dyn Any + Send + Sync>,
-    host_copy: &'a dyn Fn() -> Result<Owned>,
+    host_share: &'f dyn Fn() -> Arc<dyn Any + Send + Sync>,
+    host_copy: &'f dyn Fn() -> Result<Owned>,
 }
 
 impl<T: Element, const N: usize> MemArray<T, N> {
     /// Describe the data for the export `plan`, presenting `lock`.
-    pub fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource> {
+    pub fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>> {
         let buffer = self.host_buffer();
         let view = ExportView {
             raw: self.raw_view(),
@@ -45,7 +44,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     }
 }
 
-fn export(view: &ExportView<'_>, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource> {
+fn export<'a>(view: &ExportView<'a, '_>, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'a>> {
     check_access(view.raw.holder, lock)?;
     let (data, owner, copied): (*mut u8, Arc<dyn Any + Send + Sync>, bool) =
         match (view.raw.residence, plan.target.device_type) {
@@ -78,16 +77,11 @@ fn export(view: &ExportView<'_>, plan: &ExportPlan, lock: Option<LockId>) -> Res
                 )))
             }
         };
-    let mut shape = [0i64; MAX_NDIM];
-    for (slot, &d) in shape.iter_mut().zip(view.raw.shape) {
-        *slot = d as i64;
-    }
     Ok(ExportSource {
         data: data.cast(),
         device: plan.target,
         dtype: view.dtype.dl_data_type(),
-        ndim: view.raw.shape.len(),
-        shape,
+        shape: view.raw.shape,
         owner,
         readonly: view.raw.readonly && !copied,
         copied,
@@ -98,7 +92,7 @@ fn export(view: &ExportView<'_>, plan: &ExportPlan, lock: Option<LockId>) -> Res
 /// this returns.
 #[cfg(feature = "cuda")]
 fn copy_to_device(
-    view: &ExportView<'_>,
+    view: &ExportView<'_, '_>,
     target: crate::memarray::Device,
 ) -> Result<(*mut u8, Arc<dyn Any + Send + Sync>, bool)> {
     use crate::cuda::{memory::DeviceMemory, stream, transfer};

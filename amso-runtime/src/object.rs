@@ -40,7 +40,7 @@ pub trait ArrayObject: Send + Sync + 'static {
     /// Write one element.
     fn set_scalar(&mut self, index: &[i64], value: Scalar, lock: Option<LockId>) -> Result<()>;
     /// Describe the data for the DLPack export `plan`.
-    fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource>;
+    fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>>;
     /// Raw address of the current data (host or device), for the CUDA array interface.
     fn data_address(&self, lock: Option<LockId>) -> Result<usize>;
     /// Note that the device data is handed out (the interface dict): its eventual free waits
@@ -121,7 +121,7 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
         // SAFETY: `value` holds one element; `self` is borrowed mutably.
         unsafe { self.raw_view().write(index, lock, (&value as *const T).cast()) }
     }
-    fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource> {
+    fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>> {
         MemArray::export_source(self, plan, lock)
     }
     fn data_address(&self, lock: Option<LockId>) -> Result<usize> {

@@ -216,21 +216,26 @@ mod tests {
         assert_eq!(drops.load(Ordering::SeqCst), 1);
     }
 
+    /// `claim` of a test tensor whose shape holds its ndim entries.
+    fn checked(t: &DLTensor) -> Result<(Vec<i64>, usize, Device)> {
+        // SAFETY: every tensor here points at a shape array of ndim entries and no strides.
+        unsafe { claim(t) }
+    }
+
     #[test]
     fn claims_that_cannot_be_wrapped_are_refused() {
         let mut byte = 0u8;
         let mut shape = [3i64];
-        // SAFETY (each claim): shape holds ndim entries.
-        let null = unsafe { claim(&tensor(std::ptr::null_mut(), &mut shape)) };
+        let null = checked(&tensor(std::ptr::null_mut(), &mut shape));
         assert!(matches!(null, Err(Error::InvalidArgument(m)) if m.contains("NULL")));
         let mut empty = [0i64];
-        assert!(unsafe { claim(&tensor(std::ptr::null_mut(), &mut empty)) }.is_ok(), "NULL is fine when empty");
+        assert!(checked(&tensor(std::ptr::null_mut(), &mut empty)).is_ok(), "NULL is fine when empty");
         let mut t = tensor(&mut byte, &mut shape);
         t.byte_offset = u64::MAX;
-        assert!(matches!(unsafe { claim(&t) }, Err(Error::InvalidArgument(m)) if m.contains("overflows")));
+        assert!(matches!(checked(&t), Err(Error::InvalidArgument(m)) if m.contains("overflows")));
         let mut t = tensor(&mut byte, &mut shape);
         t.device.device_id = 2;
-        assert!(matches!(unsafe { claim(&t) }, Err(Error::InvalidArgument(m)) if m.contains("device id 2")));
+        assert!(matches!(checked(&t), Err(Error::InvalidArgument(m)) if m.contains("device id 2")));
         assert!(check_major_version(2).is_err() && check_major_version(1).is_ok());
     }
 }

@@ -44,18 +44,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
 impl RawView<'_> {
     /// Byte offset of the element at a Python-style `index` (negative counts from the end).
     fn offset(&self, index: &[i64]) -> Result<usize> {
-        if index.len() != self.shape.len() {
-            return Err(Error::IndexArity { expected: self.shape.len(), got: index.len() });
-        }
-        let mut offset = 0usize;
-        for (axis, (&size, &given)) in self.shape.iter().zip(index).enumerate() {
-            let wrapped = if given < 0 { given.checked_add(size as i64) } else { Some(given) };
-            match wrapped {
-                Some(i) if i >= 0 && (i as u64) < size as u64 => offset = offset * size + i as usize,
-                _ => return Err(Error::IndexOutOfBounds { index: given, axis, size }),
-            }
-        }
-        Ok(offset * self.itemsize)
+        Ok(crate::shape::python_offset(self.shape, index)? * self.itemsize)
     }
 
     fn host_only(&self) -> Result<()> {

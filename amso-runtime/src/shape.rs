@@ -80,22 +80,21 @@ pub fn unravel<const N: usize>(shape: &[usize; N], mut offset: usize) -> [usize;
     index
 }
 
-/// Turn a Python-style index (negative counts from the end) into an in-bounds one.
-pub fn normalize_index<const N: usize>(shape: &[usize; N], index: &[i64]) -> Result<[usize; N]> {
-    if index.len() != N {
-        return Err(Error::IndexArity { expected: N, got: index.len() });
+/// The C-order linear offset (in elements) of a Python-style index into `shape`: negative
+/// entries count from the end; the count and every entry are checked.
+pub fn python_offset(shape: &[usize], index: &[i64]) -> Result<usize> {
+    if index.len() != shape.len() {
+        return Err(Error::IndexArity { expected: shape.len(), got: index.len() });
     }
-    let mut out = [0usize; N];
-    for axis in 0..N {
-        let size = shape[axis];
-        let given = index[axis];
+    let mut offset = 0usize;
+    for (axis, (&size, &given)) in shape.iter().zip(index).enumerate() {
         let wrapped = if given < 0 { given.checked_add(size as i64) } else { Some(given) };
         match wrapped {
-            Some(i) if i >= 0 && (i as u64) < size as u64 => out[axis] = i as usize,
+            Some(i) if i >= 0 && (i as u64) < size as u64 => offset = offset * size + i as usize,
             _ => return Err(Error::IndexOutOfBounds { index: given, axis, size }),
         }
     }
-    Ok(out)
+    Ok(offset)
 }
 
 #[cfg(test)]
@@ -132,14 +131,15 @@ mod tests {
     #[test]
     fn negative_indices_wrap_like_numpy() {
         let shape = [3, 5];
-        assert_eq!(normalize_index(&shape, &[-1, -5]), Ok([2, 0]));
-        assert_eq!(normalize_index(&shape, &[0, -6]), Err(Error::IndexOutOfBounds { index: -6, axis: 1, size: 5 }));
-        assert_eq!(normalize_index(&shape, &[3, 0]), Err(Error::IndexOutOfBounds { index: 3, axis: 0, size: 3 }));
+        assert_eq!(python_offset(&shape, &[-1, -5]), Ok(2 * 5));
+        assert_eq!(python_offset(&shape, &[1, -1]), Ok(5 + 4));
+        assert_eq!(python_offset(&shape, &[0, -6]), Err(Error::IndexOutOfBounds { index: -6, axis: 1, size: 5 }));
+        assert_eq!(python_offset(&shape, &[3, 0]), Err(Error::IndexOutOfBounds { index: 3, axis: 0, size: 3 }));
         assert_eq!(
-            normalize_index(&shape, &[i64::MIN, 0]),
+            python_offset(&shape, &[i64::MIN, 0]),
             Err(Error::IndexOutOfBounds { index: i64::MIN, axis: 0, size: 3 })
         );
-        assert_eq!(normalize_index(&shape, &[1]), Err(Error::IndexArity { expected: 2, got: 1 }));
-        assert!(normalize_index(&[0usize], &[0]).is_err(), "no index is valid on an empty axis");
+        assert_eq!(python_offset(&shape, &[1]), Err(Error::IndexArity { expected: 2, got: 1 }));
+        assert!(python_offset(&[0usize], &[0]).is_err(), "no index is valid on an empty axis");
     }
 }

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import resource
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 import amso
+import output  # this folder: results files
 
 
 def per_call_us(make, iterations: int) -> float:
@@ -87,9 +87,7 @@ def main() -> None:
     args = parser.parse_args()
     report = collect(args.cycles)
     text = markdown(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_alloc.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "bench_alloc.md").write_text(text)
+    output.write(args.out, "bench_alloc", report, text)
     print(text)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
-import json
 import platform
 import shutil
 import statistics
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import amso
+import output  # this folder: results files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,9 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     report = collect()
     text = markdown(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_capi.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "bench_capi.md").write_text(text)
+    output.write(args.out, "bench_capi", report, text)
     print(text)
 
 

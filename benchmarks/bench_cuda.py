@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import platform
 import statistics
 import time
@@ -19,6 +18,7 @@ import numpy as np
 
 import amso
 from amso.dlpack import kDLCPU, kDLCUDA
+import output  # this folder: results files
 
 MIB = 1 << 20
 
@@ -177,10 +177,8 @@ def main() -> None:
         "transfers": transfers(cp, args.mib * MIB, args.repeat),
         "kernel": kernel(cp, (512, 512, 512), args.repeat),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_cuda.json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)
-    (args.out / "bench_cuda.md").write_text(text)
+    output.write(args.out, "bench_cuda", report, text)
     print(text)
 
 

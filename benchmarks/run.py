@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import amso  # noqa: E402
 import bench_capi  # noqa: E402
 import conformance  # noqa: E402
+import output  # noqa: E402
 import protocols  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,9 +93,7 @@ def main() -> None:
     args = parser.parse_args()
     report = json.loads(args.from_report.read_text()) if args.from_report else collect(args.cycles)
     text = markdown(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "report.md").write_text(text)
+    output.write(args.out, "report", report, text)
     if "conformance" in report:
         (args.out / "conformance.md").write_text(conformance.markdown(report["conformance"]))
     if args.readme:

@@ -2,7 +2,9 @@
 //! `MemArray<T, N>` lends a `RawView` (its facts without the element type) and the logic
 //! here reads and writes bytes. Each instantiation keeps only the conversion of one `T`.
 
-use crate::element::Element;
+use std::mem::MaybeUninit;
+
+use crate::element::{DType, Element};
 use crate::error::{Error, Result};
 use crate::lock::{check_access, LockId};
 use crate::memarray::{MemArray, Residence};
@@ -10,7 +12,7 @@ use crate::memarray::{MemArray, Residence};
 /// One array's facts, without its element type.
 pub(crate) struct RawView<'a> {
     pub(crate) shape: &'a [usize],
-    pub(crate) itemsize: usize,
+    pub(crate) dtype: &'static DType,
     pub(crate) nbytes: usize,
     pub(crate) host: *mut u8,
     pub(crate) holder: Option<LockId>,
@@ -27,7 +29,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     pub(crate) fn raw_view(&self) -> RawView<'_> {
         RawView {
             shape: self.shape(),
-            itemsize: size_of::<T>(),
+            dtype: &T::DTYPE,
             nbytes: self.nbytes(),
             host: self.host_buffer().as_ptr().cast(),
             holder: self.lock_id(),
@@ -39,12 +41,28 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             device: self.device_side(),
         }
     }
+
+    /// The element at `byte_offset` (in bounds: the caller checked), presenting `lock`.
+    pub(crate) fn element_at(&self, byte_offset: usize, lock: Option<LockId>) -> Result<T> {
+        let mut value = MaybeUninit::<T>::uninit();
+        // SAFETY: `value` holds one element.
+        unsafe { self.raw_view().read_at(byte_offset, lock, value.as_mut_ptr().cast()) }?;
+        // SAFETY: fully written by `read_at`, which makes a bool byte 0 or 1; every bit pattern
+        // is a valid value of the other element kinds (integers, IEEE and bfloat floats, complex).
+        Ok(unsafe { value.assume_init() })
+    }
+
+    /// Write `value` at `byte_offset` (in bounds: the caller checked), presenting `lock`.
+    pub(crate) fn set_element_at(&mut self, byte_offset: usize, value: T, lock: Option<LockId>) -> Result<()> {
+        // SAFETY: `value` holds one element; `self` is borrowed mutably.
+        unsafe { self.raw_view().write_at(byte_offset, lock, (&value as *const T).cast()) }
+    }
 }
 
 impl RawView<'_> {
     /// Byte offset of the element at a Python-style `index` (negative counts from the end).
-    fn offset(&self, index: &[i64]) -> Result<usize> {
-        Ok(crate::shape::python_offset(self.shape, index)? * self.itemsize)
+    pub(crate) fn offset(&self, index: &[i64]) -> Result<usize> {
+        Ok(crate::shape::python_offset(self.shape, index)? * self.dtype.itemsize())
     }
 
     fn host_only(&self) -> Result<()> {
@@ -79,27 +97,31 @@ impl RawView<'_> {
         Ok(())
     }
 
-    /// Read the element at `index` into `out` (one element's bytes).
+    /// Read the element at `byte_offset` into `out`. Foreign memory may hold any byte in a
+    /// kDLBool element; only 0 and 1 are a Rust bool, so nonzero reads as 1 (as NumPy reads it).
     ///
     /// # Safety
-    /// `out` is valid for writes of one element.
-    pub(crate) unsafe fn read(&self, index: &[i64], lock: Option<LockId>, out: *mut u8) -> Result<()> {
-        let offset = self.offset(index)?;
+    /// `byte_offset` is an element of the array; `out` is valid for writes of one element.
+    unsafe fn read_at(&self, byte_offset: usize, lock: Option<LockId>, out: *mut u8) -> Result<()> {
         check_access(self.holder, lock)?;
-        // SAFETY: `offset` is an in-bounds element; the caller vouches for `out`.
-        unsafe { self.transfer(offset, out, self.itemsize, false) }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.transfer(byte_offset, out, self.dtype.itemsize(), false) }?;
+        if self.dtype.code == dlpark::ffi::DLDataTypeCode::BOOL.0 {
+            // SAFETY: the one byte just written (bool elements are one byte, checked by build.rs).
+            unsafe { *out = u8::from(*out != 0) };
+        }
+        Ok(())
     }
 
-    /// Write one element's bytes from `value` at `index` (the caller holds the array
+    /// Write one element's bytes from `value` at `byte_offset` (the caller holds the array
     /// mutably).
     ///
     /// # Safety
-    /// `value` is valid for reads of one element.
-    pub(crate) unsafe fn write(&self, index: &[i64], lock: Option<LockId>, value: *const u8) -> Result<()> {
-        let offset = self.offset(index)?;
+    /// `byte_offset` is an element of the array; `value` is valid for reads of one element.
+    unsafe fn write_at(&self, byte_offset: usize, lock: Option<LockId>, value: *const u8) -> Result<()> {
         self.check_writable(lock)?;
-        // SAFETY: `offset` is an in-bounds element; the caller vouches for `value`.
-        unsafe { self.transfer(offset, value.cast_mut(), self.itemsize, true) }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.transfer(byte_offset, value.cast_mut(), self.dtype.itemsize(), true) }
     }
 
     fn check_writable(&self, lock: Option<LockId>) -> Result<()> {

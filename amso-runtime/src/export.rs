@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::access::RawView;
 use crate::dlpack::{ExportPlan, ExportSource};
-use crate::element::{DType, Element};
+use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::lock::{check_access, LockId};
 use crate::memarray::{DeviceType, MemArray, Residence};
@@ -21,7 +21,6 @@ type Owned = (*mut u8, Arc<dyn Any + Send + Sync>);
 struct ExportView<'a, 'f> {
     raw: RawView<'a>,
     pinned: bool,
-    dtype: &'static DType,
     host_share: &'f dyn Fn() -> Arc<dyn Any + Send + Sync>,
     host_copy: &'f dyn Fn() -> Result<Owned>,
 }
@@ -33,7 +32,6 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         let view = ExportView {
             raw: self.raw_view(),
             pinned: self.pinned(),
-            dtype: &T::DTYPE,
             host_share: &|| Arc::clone(buffer) as Arc<dyn Any + Send + Sync>,
             host_copy: &|| {
                 let copy = Arc::new(buffer.try_clone()?);
@@ -80,7 +78,7 @@ fn export<'a>(view: &ExportView<'a, '_>, plan: &ExportPlan, lock: Option<LockId>
     Ok(ExportSource {
         data: data.cast(),
         device: plan.target,
-        dtype: view.dtype.dl_data_type(),
+        dtype: view.raw.dtype.dl_data_type(),
         shape: view.raw.shape,
         owner,
         readonly: view.raw.readonly && !copied,

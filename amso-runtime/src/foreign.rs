@@ -40,24 +40,41 @@ pub unsafe fn tensor_dims(t: &DLTensor) -> Result<Vec<i64>> {
     let ndim = t.ndim as usize;
     // SAFETY: a DLTensor's shape holds ndim entries.
     let dims = unsafe { std::slice::from_raw_parts(t.shape, ndim) }.to_vec();
+    check_dims(&dims)?;
+    if !t.strides.is_null() {
+        // SAFETY: as above, for strides.
+        check_c_contiguous(&dims, unsafe { std::slice::from_raw_parts(t.strides, ndim) }, 1)?;
+    }
+    Ok(dims)
+}
+
+/// Refuse foreign dimensions amso cannot wrap: an ndim outside `1..=MAX_NDIM`, or a negative
+/// dimension.
+pub fn check_dims(dims: &[i64]) -> Result<()> {
+    if dims.is_empty() || dims.len() > MAX_NDIM {
+        return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", dims.len())));
+    }
     if let Some(&negative) = dims.iter().find(|&&d| d < 0) {
         return Err(Error::InvalidShape(format!("negative dimension {negative} in {dims:?}")));
     }
-    if !t.strides.is_null() {
-        // SAFETY: as above, for strides.
-        let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
-        let mut expected = 1i64;
-        for axis in (0..ndim).rev() {
-            if dims[axis] > 1 && strides[axis] != expected {
-                return Err(Error::ExportRefused(format!(
-                    "amso arrays are C-contiguous and this tensor is not (shape {dims:?}, strides {strides:?}); \
-                     use amso.asarray(obj) to import a C-contiguous copy of host data"
-                )));
-            }
-            expected = expected.saturating_mul(dims[axis].max(1));
+    Ok(())
+}
+
+/// Refuse `strides` that are not C-contiguous for `dims`; `unit` is what one stride step
+/// counts: 1 for DLPack (elements), the itemsize for the CUDA array interface (bytes).
+pub fn check_c_contiguous(dims: &[i64], strides: &[i64], unit: i64) -> Result<()> {
+    let mut expected = unit;
+    for axis in (0..dims.len()).rev() {
+        if dims[axis] > 1 && strides.get(axis) != Some(&expected) {
+            let kind = if unit == 1 { "strides" } else { "byte strides" };
+            return Err(Error::ExportRefused(format!(
+                "amso arrays are C-contiguous and this one is not (shape {dims:?}, {kind} {strides:?}); \
+                 use amso.asarray(obj) to import a C-contiguous copy of host data"
+            )));
         }
+        expected = expected.saturating_mul(dims[axis].max(1));
     }
-    Ok(dims)
+    Ok(())
 }
 
 /// Refuse a versioned tensor of a DLPack major version amso does not read.

@@ -299,24 +299,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     pub fn get(&self, index: [usize; N], lock: Option<LockId>) -> Result<T> {
         check_access(self.lock, lock)?;
         let offset = shape::linear_offset(&self.shape, &index)?;
-        #[cfg(feature = "cuda")]
-        if self.residence == Residence::Device {
-            let mut value = T::default();
-            // SAFETY: one element at an in-bounds offset into a local of that size.
-            unsafe {
-                self.device.access(
-                    self.device_id,
-                    offset * size_of::<T>(),
-                    (&mut value as *mut T).cast(),
-                    size_of::<T>(),
-                    false,
-                )?
-            };
-            return Ok(value);
-        }
-        self.check_host_access(lock)?;
-        // SAFETY: `offset` is in bounds (checked) of the live host buffer.
-        Ok(unsafe { self.host.as_ptr().add(offset).read() })
+        self.element_at(offset * size_of::<T>(), lock)
     }
 
     /// Write `value` at `index` (bounds-, lock- and read-only-checked). On the device this
@@ -327,24 +310,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             return Err(Error::ReadOnly);
         }
         let offset = shape::linear_offset(&self.shape, &index)?;
-        #[cfg(feature = "cuda")]
-        if self.residence == Residence::Device {
-            let mut value = value;
-            // SAFETY: one element from a local at an in-bounds offset.
-            return unsafe {
-                self.device.access(
-                    self.device_id,
-                    offset * size_of::<T>(),
-                    (&mut value as *mut T).cast(),
-                    size_of::<T>(),
-                    true,
-                )
-            };
-        }
-        self.check_writable(lock)?;
-        // SAFETY: `offset` is in bounds (checked) of the live host buffer.
-        unsafe { self.host.as_ptr().add(offset).write(value) };
-        Ok(())
+        self.set_element_at(offset * size_of::<T>(), value, lock)
     }
 
     /// The contents in C order.

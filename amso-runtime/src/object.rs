@@ -104,22 +104,13 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
         MemArray::exit(self, id)
     }
     fn get_scalar(&self, index: &[i64], lock: Option<LockId>) -> Result<Scalar> {
-        let mut value = std::mem::MaybeUninit::<T>::uninit();
-        // SAFETY: `value` holds one element.
-        unsafe { self.raw_view().read(index, lock, value.as_mut_ptr().cast()) }?;
-        if T::DTYPE.code == BOOL_CODE {
-            // Foreign memory may hold any byte in a kDLBool element; only 0 and 1 are a Rust bool.
-            // SAFETY: one initialised byte (bool elements are one byte, asserted by build.rs).
-            unsafe { normalize_bool(value.as_mut_ptr().cast()) };
-        }
-        // SAFETY: fully written by `read`; every bit pattern is a valid value of the other
-        // element kinds (integers, IEEE and bfloat floats, complex).
-        Ok(unsafe { value.assume_init() }.to_scalar())
+        let offset = self.raw_view().offset(index)?;
+        Ok(self.element_at(offset, lock)?.to_scalar())
     }
     fn set_scalar(&mut self, index: &[i64], value: Scalar, lock: Option<LockId>) -> Result<()> {
         let value = T::from_scalar(value)?;
-        // SAFETY: `value` holds one element; `self` is borrowed mutably.
-        unsafe { self.raw_view().write(index, lock, (&value as *const T).cast()) }
+        let offset = self.raw_view().offset(index)?;
+        self.set_element_at(offset, value, lock)
     }
     fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>> {
         MemArray::export_source(self, plan, lock)
@@ -157,18 +148,6 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
-}
-
-/// DLPack's kDLBool.
-const BOOL_CODE: u8 = 6;
-
-/// Make the byte at `byte` 0 or 1 (nonzero is true, as NumPy reads a bool byte).
-///
-/// # Safety
-/// `byte` is valid for reads and writes.
-unsafe fn normalize_bool(byte: *mut u8) {
-    // SAFETY: forwarded from the caller.
-    unsafe { *byte = u8::from(*byte != 0) };
 }
 
 /// A concrete array type that generic code (the Python glue, the C ABI) can construct: every

@@ -125,14 +125,8 @@ fn exercise<T: Element, const N: usize>(dims: &[i64], memory: ForeignMemory) {
         Ok(array) => array,
         Err(_) => return,
     };
-    let size: i64 = dims.iter().product();
-    for linear in 0..size.min(4096) {
-        let mut index = [0i64; N];
-        let mut rest = linear;
-        for axis in (0..N).rev() {
-            index[axis] = rest % dims[axis];
-            rest /= dims[axis];
-        }
+    for linear in 0..array.size().min(4096) {
+        let index = amso_runtime::shape::unravel(array.shape(), linear).map(|i| i as i64);
         let scalar = array.get_scalar(&index, None).expect("in-bounds read of an accepted tensor");
         let _ = format!("{scalar:?}");
     }

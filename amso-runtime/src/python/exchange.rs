@@ -141,15 +141,13 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
         kwargs.set_item("max_version", DLPACK_VERSION)?;
         kwargs.set_item("stream", -1i64)?;
         let capsule = object.call_method("__dlpack__", (), Some(&kwargs))?;
-        // SAFETY: a capsule named dltensor_versioned holds a DLManagedTensorVersioned; renaming
-        // it "used_..." hands its ownership to us, as consumers do.
-        unsafe {
-            let pointer = ffi::PyCapsule_GetPointer(capsule.as_ptr(), c"dltensor_versioned".as_ptr());
-            if pointer.is_null() {
-                return Err(PyErr::fetch(py));
+        match super::import::take_capsule(py, &capsule)? {
+            // SAFETY: checked non-null above.
+            RawManaged::Versioned(raw) => unsafe { *out = raw.as_ptr() },
+            legacy => {
+                drop(super::import::TensorOwner(legacy));
+                return Err(PyBufferError::new_err("asked for a versioned DLPack tensor, got a legacy one"));
             }
-            ffi::PyCapsule_SetName(capsule.as_ptr(), c"used_dltensor_versioned".as_ptr());
-            *out = pointer.cast();
         }
         Ok(())
     })

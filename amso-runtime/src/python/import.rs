@@ -13,10 +13,8 @@ use pyo3::types::PyDict;
 use super::base::MemArrayBase;
 use super::registry;
 use crate::dlpack::{call_deleter, RawManaged, DLPACK_VERSION};
-use crate::error::Error;
-use crate::foreign::{check_major_version, claim, ForeignMemory};
+use crate::foreign::{check_c_contiguous, check_dims, check_major_version, claim, ForeignMemory};
 use crate::memarray::{Device, DeviceType};
-use crate::MAX_NDIM;
 
 /// Owns a producer's managed tensor; dropping it runs the producer's deleter exactly once.
 pub(super) struct TensorOwner(pub(super) RawManaged);
@@ -72,8 +70,8 @@ pub(super) fn wrap_tensor(py: Python<'_>, raw: RawManaged) -> PyResult<Py<PyAny>
     (registration.instance)(py, MemArrayBase::new(array))
 }
 
-/// Take over a DLPack capsule (renaming it "used_...", as consumers do) and wrap its tensor.
-pub(super) fn wrap_capsule(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+/// Take over a DLPack capsule's tensor, renaming the capsule "used_...", as consumers do.
+pub(super) fn take_capsule(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResult<RawManaged> {
     for (name, used, versioned) in
         [(c"dltensor_versioned", c"used_dltensor_versioned", true), (c"dltensor", c"used_dltensor", false)]
     {
@@ -86,14 +84,21 @@ pub(super) fn wrap_capsule(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResu
             if unsafe { ffi::PyCapsule_SetName(capsule.as_ptr(), used.as_ptr()) } != 0 {
                 return Err(PyErr::fetch(py));
             }
-            let raw =
-                if versioned { RawManaged::Versioned(pointer.cast()) } else { RawManaged::Legacy(pointer.cast()) };
-            return wrap_tensor(py, raw);
+            return Ok(if versioned {
+                RawManaged::Versioned(pointer.cast())
+            } else {
+                RawManaged::Legacy(pointer.cast())
+            });
         }
     }
     Err(PyTypeError::new_err(
         "__dlpack__ returned something that is not an unconsumed DLPack capsule (\"dltensor\" or \"dltensor_versioned\")",
     ))
+}
+
+/// Take over a DLPack capsule and wrap its tensor.
+pub(super) fn wrap_capsule(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    wrap_tensor(py, take_capsule(py, capsule)?)
 }
 
 /// `amso.from_dlpack(obj, *, copy=None)`: an amso array over `obj`'s memory (or a copy of it
@@ -169,12 +174,7 @@ pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyRe
     let strides: Option<Vec<i64>> =
         optional("strides")?.map(|s| typed(s, "strides", "None or a tuple of ints")).transpose()?;
     let stream: Option<i64> = optional("stream")?.map(|s| typed(s, "stream", "None or an int")).transpose()?;
-    if dims.is_empty() || dims.len() > MAX_NDIM {
-        return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", dims.len())).into());
-    }
-    if let Some(&negative) = dims.iter().find(|&&d| d < 0) {
-        return Err(Error::InvalidShape(format!("negative dimension {negative} in {dims:?}")).into());
-    }
+    check_dims(&dims)?;
     let registration = registry::find_typestr(&typestr, dims.len()).ok_or_else(|| {
         PyTypeError::new_err(format!(
             "no compiled amso array for typestr {typestr:?} with ndim {}; compiled: {}",
@@ -183,17 +183,7 @@ pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyRe
         ))
     })?;
     if let Some(strides) = &strides {
-        let mut expected = registration.dtype.itemsize() as i64;
-        for axis in (0..dims.len()).rev() {
-            if dims[axis] > 1 && strides.get(axis) != Some(&expected) {
-                return Err(Error::ExportRefused(format!(
-                    "amso arrays are C-contiguous and this one is not (shape {dims:?}, byte strides {strides:?}); \
-                     use amso.asarray(obj) to import a C-contiguous copy of host data"
-                ))
-                .into());
-            }
-            expected = expected.saturating_mul(dims[axis].max(1));
-        }
+        check_c_contiguous(&dims, strides, registration.dtype.itemsize() as i64)?;
     }
     let device_id = device_of(address)?;
     #[cfg(feature = "cuda")]
@@ -220,5 +210,6 @@ fn device_of(address: usize) -> PyResult<i32> {
     #[cfg(feature = "cuda")]
     return Ok(crate::cuda::driver::device_of_pointer(address)?);
     #[cfg(not(feature = "cuda"))]
-    Err(Error::Unavailable("CUDA memory needs amso's CUDA layer, which this build does not include".into()).into())
+    Err(crate::Error::Unavailable("CUDA memory needs amso's CUDA layer, which this build does not include".into())
+        .into())
 }

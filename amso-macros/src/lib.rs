@@ -1,5 +1,27 @@
 //! amso's procedural macros. This crate holds nothing but the entry points: each parses its
 //! input and calls one builder of `amso-codegen`, where all logic and its tests live.
+//!
+//! An extension module with an array type of its own:
+//!
+//! ```
+//! use amso_macros::amso_array;
+//! use pyo3::prelude::*;
+//!
+//! /// Particle positions: one row of x, y, z per particle.
+//! #[amso_array(f32, 2)]
+//! pub struct Positions;
+//!
+//! #[pymodule]
+//! fn my_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+//!     amso_runtime::python::register::<Positions>(m)
+//! }
+//!
+//! // The Rust side of the same type: `PositionsArray` is `MemArray<f32, 2>`.
+//! let mut positions = PositionsArray::new([100, 3])?;
+//! positions.write([0, 2], 1.5)?;
+//! assert_eq!(positions.get([0, 2])?, 1.5);
+//! # Ok::<(), amso_runtime::Error>(())
+//! ```
 
 use proc_macro::TokenStream;
 

@@ -7,7 +7,7 @@ amso_macros::amso_spec_classes!();
 
 #[pymodule]
 fn _amso(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    amso_runtime::python::register_runtime(module)?;
+    amso_runtime::__private::register_runtime(module)?;
     register_classes(module)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))
 }

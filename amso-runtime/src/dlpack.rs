@@ -13,7 +13,7 @@ use dlpark::ffi::{
 use dlpark::DlpackFlags;
 
 use crate::error::{Error, Result};
-use crate::memarray::{Device, DeviceType};
+use crate::device::{Device, DeviceType};
 use crate::MAX_NDIM;
 
 /// The DLPack version amso produces.
@@ -144,8 +144,9 @@ struct Exported<M> {
     owner: Arc<dyn Any + Send + Sync>,
 }
 
-/// An owned DLPack managed tensor; dropping it calls the deleter unless it was released with
-/// `into_raw` (to a capsule or a C caller, who then owns it).
+/// An owned DLPack managed tensor, amso's or a producer's: dropping it calls its deleter
+/// exactly once (catching any unwinding), unless it was released with `into_raw` (to a
+/// capsule or a C caller, who then owns it).
 pub struct ManagedTensor {
     raw: RawManaged,
 }
@@ -159,8 +160,10 @@ pub enum RawManaged {
     Versioned(NonNull<DLManagedTensorVersioned>),
 }
 
-// SAFETY: the tensor's owner is `Send + Sync` and the deleter may run on any thread.
+// SAFETY: the tensor's owner is `Send + Sync` and DLPack deleters may run on any thread.
 unsafe impl Send for ManagedTensor {}
+// SAFETY: a shared `ManagedTensor` exposes nothing but its raw pointer; it only drops.
+unsafe impl Sync for ManagedTensor {}
 
 impl ManagedTensor {
     /// Build the managed tensor for `source` in `format`.
@@ -192,6 +195,20 @@ impl ManagedTensor {
         ManagedTensor { raw }
     }
 
+    /// Take ownership of a managed tensor (a producer's, or one released by `into_raw`).
+    ///
+    /// # Safety
+    /// `raw` points to a live managed tensor whose deleter has not run and that nobody else
+    /// will delete.
+    pub unsafe fn from_raw(raw: RawManaged) -> ManagedTensor {
+        ManagedTensor { raw }
+    }
+
+    /// The tensor, still owned by `self`.
+    pub fn raw(&self) -> RawManaged {
+        self.raw
+    }
+
     /// Give up ownership: the caller must call the deleter exactly once.
     pub fn into_raw(self) -> RawManaged {
         let raw = self.raw;
@@ -202,9 +219,10 @@ impl ManagedTensor {
 
 impl Drop for ManagedTensor {
     fn drop(&mut self) {
+        let raw = self.raw;
         // SAFETY: this value still owns the tensor (into_raw forgets it), so the deleter has
-        // not run yet.
-        unsafe { call_deleter(self.raw) }
+        // not run yet. A panicking deleter (Rust code behind it) must not unwind further.
+        let _ = std::panic::catch_unwind(|| unsafe { call_deleter(raw) });
     }
 }
 
@@ -212,7 +230,7 @@ impl Drop for ManagedTensor {
 ///
 /// # Safety
 /// `raw` points to a live managed tensor whose deleter has not run.
-pub unsafe fn call_deleter(raw: RawManaged) {
+unsafe fn call_deleter(raw: RawManaged) {
     // SAFETY: the caller guarantees the pointer is live; the deleter is the producer's.
     unsafe {
         match raw {
@@ -250,14 +268,7 @@ fn boxed<M>(
 ) -> NonNull<M> {
     // Dimensions and C-order strides in elements; DLPack >= 1.2 asks producers not to leave
     // strides NULL.
-    let mut shape = [0i64; MAX_NDIM];
-    let mut strides = [0i64; MAX_NDIM];
-    let mut stride = 1i64;
-    for (axis, &dim) in source.shape.iter().enumerate().rev().take(MAX_NDIM) {
-        shape[axis] = dim as i64;
-        strides[axis] = stride;
-        stride = stride.saturating_mul((dim as i64).max(1));
-    }
+    let (shape, strides) = crate::shape::c_layout(source.shape);
     // The hold on the memory moves into the tensor: no reference-count traffic per export.
     let raw = Box::into_raw(Box::new(Exported { managed, shape, strides, owner: source.owner }));
     // SAFETY: `raw` is the live allocation just made. The shape and strides pointers are

@@ -72,12 +72,52 @@ pub enum Scalar {
 }
 
 /// Whether `T::default()` is all-zero bits (what zeroed allocation relies on).
-pub fn default_is_zero_bits<T: Element>() -> bool {
+#[cfg(test)]
+pub(crate) fn default_is_zero_bits<T: Element>() -> bool {
     let value = T::default();
     // SAFETY: `value` is a live, initialised `T`; viewing its bytes is always valid for the
     // padding-free scalar types Element allows.
     let bytes = unsafe { std::slice::from_raw_parts((&value as *const T).cast::<u8>(), std::mem::size_of::<T>()) };
     bytes.iter().all(|&b| b == 0)
+}
+
+/// Whether `T`'s bit patterns include invalid values: only `bool` (kDLBool), whose one byte
+/// must be 0 or 1 in Rust while producers may store any byte. Every other element kind
+/// (integers, IEEE and bfloat floats, complex) is valid for every bit pattern.
+const fn has_invalid_bit_patterns<T: Element>() -> bool {
+    T::DTYPE.code == dlpark::ffi::DLDataTypeCode::BOOL.0
+}
+
+/// Read one element from memory amso may not have written (a foreign producer's buffer, a
+/// copy back from a device). This is the one place a `T` is made from such bytes: a bool
+/// byte other than 0 reads as `true`, as NumPy reads it.
+///
+/// # Safety
+/// `source` is valid for reads of one `T`-sized, `T`-aligned element.
+pub(crate) unsafe fn read_element<T: Element>(source: *const T) -> T {
+    if has_invalid_bit_patterns::<T>() {
+        const { assert!(size_of::<T>() == 1 || !has_invalid_bit_patterns::<T>()) };
+        // SAFETY: the caller vouches for one readable byte; 0 and 1 are valid bools, the
+        // only type with invalid bit patterns (checked above).
+        unsafe { std::mem::transmute_copy::<u8, T>(&u8::from(source.cast::<u8>().read() != 0)) }
+    } else {
+        // SAFETY: the caller vouches for the read; every bit pattern is a valid `T`.
+        unsafe { source.read() }
+    }
+}
+
+/// Read `len` elements starting at `source` (see `read_element`).
+///
+/// # Safety
+/// `source` is valid for reads of `len` elements.
+pub(crate) unsafe fn read_elements<T: Element>(source: *const T, len: usize) -> Vec<T> {
+    if has_invalid_bit_patterns::<T>() {
+        // SAFETY: each offset is below `len`.
+        (0..len).map(|offset| unsafe { read_element(source.add(offset)) }).collect()
+    } else {
+        // SAFETY: the caller vouches for `len` elements; every bit pattern is valid.
+        unsafe { std::slice::from_raw_parts(source, len) }.to_vec()
+    }
 }
 
 /// Conversions between `Scalar` and each family of element types, called by the generated

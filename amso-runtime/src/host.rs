@@ -134,6 +134,7 @@ impl<T: Element> HostBuffer<T> {
     }
 
     /// Whether the buffer holds no elements.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

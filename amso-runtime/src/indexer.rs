@@ -1,34 +1,156 @@
-//! `ArrayIndexer`: a `#[repr(C)]`, `Copy` view (data pointer + shape) for kernels and tight
-//! loops. Its lifetime borrows the array it came from, so in safe Rust it cannot outlive it.
+//! Indexers: small views (data pointer + shape, C order) for tight loops and kernels.
+//!
+//! Host and device data get different types. `HostIndexer` and `HostIndexerMut` read and
+//! write host memory safely (bounds-checked, with `unsafe` unchecked variants) and borrow the
+//! array they came from. `DeviceIndexer` is what a CUDA kernel receives by value: it holds a
+//! device address, so it offers no host reads at all.
 
-use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 
-use crate::element::Element;
+use crate::element::{read_element, Element};
+use crate::shape;
 
-/// Pointer and shape of an N-D array in C order. Its C layout is
-/// `struct { T *data; uint64_t shape[N]; }`, which is what a CUDA kernel receives by value.
-#[repr(C)]
-#[derive(Debug)]
-pub struct ArrayIndexer<'a, T, const N: usize> {
-    data: *mut T,
-    shape: [u64; N],
-    _borrow: PhantomData<&'a UnsafeCell<T>>,
+/// A read-only view of an array's host data.
+#[derive(Debug, Clone, Copy)]
+pub struct HostIndexer<'a, T, const N: usize> {
+    data: *const T,
+    shape: [usize; N],
+    _borrow: PhantomData<&'a [T]>,
 }
 
-impl<T, const N: usize> Clone for ArrayIndexer<'_, T, N> {
-    fn clone(&self) -> Self {
-        *self
+impl<'a, T: Element, const N: usize> HostIndexer<'a, T, N> {
+    /// # Safety
+    /// `data` points to `shape.product()` initialised host elements, alive and not written
+    /// through any other path for `'a`.
+    pub(crate) unsafe fn new(data: *const T, shape: [usize; N]) -> Self {
+        HostIndexer { data, shape, _borrow: PhantomData }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> [usize; N] {
+        self.shape
+    }
+
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        shape::element_count(&self.shape)
+    }
+
+    /// Linear offset of `index`, or `None` when out of bounds.
+    pub fn offset(&self, index: [usize; N]) -> Option<usize> {
+        shape::linear_offset(&self.shape, &index).ok()
+    }
+
+    /// The index of linear `offset`.
+    pub fn unravel(&self, offset: usize) -> [usize; N] {
+        shape::unravel(&self.shape, offset)
+    }
+
+    /// The element at `index`, or `None` when out of bounds.
+    pub fn get(&self, index: [usize; N]) -> Option<T> {
+        let offset = self.offset(index)?;
+        // SAFETY: `offset` is in bounds.
+        Some(unsafe { self.get_unchecked(offset) })
+    }
+
+    /// The element at linear `offset` without a bounds check.
+    ///
+    /// # Safety
+    /// `offset < self.size()`.
+    pub unsafe fn get_unchecked(&self, offset: usize) -> T {
+        // SAFETY: in bounds (the caller) of the live buffer this indexer borrows.
+        unsafe { read_element(self.data.add(offset)) }
     }
 }
 
-impl<T, const N: usize> Copy for ArrayIndexer<'_, T, N> {}
+/// A writable view of an array's host data; it borrows the array exclusively.
+#[derive(Debug)]
+pub struct HostIndexerMut<'a, T, const N: usize> {
+    data: *mut T,
+    shape: [usize; N],
+    _borrow: PhantomData<&'a mut [T]>,
+}
 
-impl<'a, T: Element, const N: usize> ArrayIndexer<'a, T, N> {
+impl<'a, T: Element, const N: usize> HostIndexerMut<'a, T, N> {
     /// # Safety
-    /// `data` must point to `shape.product()` live elements for `'a`.
+    /// As `HostIndexer::new`, and no other path reads or writes the elements for `'a`.
     pub(crate) unsafe fn new(data: *mut T, shape: [usize; N]) -> Self {
-        ArrayIndexer { data, shape: shape.map(|d| d as u64), _borrow: PhantomData }
+        HostIndexerMut { data, shape, _borrow: PhantomData }
+    }
+
+    /// This view, read-only.
+    pub fn as_indexer(&self) -> HostIndexer<'_, T, N> {
+        // SAFETY: the same live buffer, borrowed from `self`.
+        unsafe { HostIndexer::new(self.data, self.shape) }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> [usize; N] {
+        self.shape
+    }
+
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        shape::element_count(&self.shape)
+    }
+
+    /// The index of linear `offset`.
+    pub fn unravel(&self, offset: usize) -> [usize; N] {
+        shape::unravel(&self.shape, offset)
+    }
+
+    /// The element at `index`, or `None` when out of bounds.
+    pub fn get(&self, index: [usize; N]) -> Option<T> {
+        self.as_indexer().get(index)
+    }
+
+    /// Write `value` at `index`; `None` (and nothing written) when out of bounds.
+    pub fn set(&mut self, index: [usize; N], value: T) -> Option<()> {
+        let offset = shape::linear_offset(&self.shape, &index).ok()?;
+        // SAFETY: `offset` is in bounds.
+        unsafe { self.set_unchecked(offset, value) };
+        Some(())
+    }
+
+    /// The element at linear `offset` without a bounds check.
+    ///
+    /// # Safety
+    /// `offset < self.size()`.
+    pub unsafe fn get_unchecked(&self, offset: usize) -> T {
+        // SAFETY: forwarded.
+        unsafe { self.as_indexer().get_unchecked(offset) }
+    }
+
+    /// Write the element at linear `offset` without a bounds check.
+    ///
+    /// # Safety
+    /// `offset < self.size()`.
+    pub unsafe fn set_unchecked(&mut self, offset: usize, value: T) {
+        // SAFETY: in bounds (the caller) of the buffer this indexer borrows exclusively.
+        unsafe { self.data.add(offset).write(value) }
+    }
+}
+
+/// What a CUDA kernel receives for one array: its device address and shape. The C layout is
+/// `struct { T *data; uint64_t shape[N]; }`, which a kernel takes by value. It borrows the
+/// array it came from, so the memory cannot be freed or moved while the indexer lives.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceIndexer<'a, T, const N: usize> {
+    data: u64,
+    shape: [u64; N],
+    _borrow: PhantomData<(&'a mut [T], *mut T)>,
+}
+
+impl<T: Element, const N: usize> DeviceIndexer<'_, T, N> {
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn new(data: u64, shape: [usize; N]) -> Self {
+        DeviceIndexer { data, shape: shape.map(|d| d as u64), _borrow: PhantomData }
+    }
+
+    /// The device address of the first element.
+    pub fn device_address(&self) -> u64 {
+        self.data
     }
 
     /// The shape.
@@ -36,49 +158,42 @@ impl<'a, T: Element, const N: usize> ArrayIndexer<'a, T, N> {
         self.shape.map(|d| d as usize)
     }
 
-    /// Number of elements (computed, not stored, to keep the kernel argument small).
+    /// Number of elements.
     pub fn size(&self) -> usize {
-        self.shape.iter().product::<u64>() as usize
+        shape::element_count(&self.shape())
+    }
+}
+
+// The layout kernels see: a device pointer, then N 64-bit dimensions, no padding.
+const _: () = {
+    assert!(std::mem::offset_of!(DeviceIndexer<'static, f64, 3>, data) == 0);
+    assert!(std::mem::offset_of!(DeviceIndexer<'static, f64, 3>, shape) == 8);
+    assert!(size_of::<DeviceIndexer<'static, u8, 1>>() == 16);
+    assert!(size_of::<DeviceIndexer<'static, f64, 8>>() == 72);
+};
+
+#[cfg(test)]
+mod tests {
+    use crate::MemArray;
+
+    #[test]
+    fn host_indexers_read_and_write_in_bounds_only() {
+        let mut array = MemArray::<i32, 2>::new([2, 3]).unwrap();
+        let mut writer = array.indexer_mut().unwrap();
+        assert_eq!(writer.set([1, 2], 7), Some(()));
+        assert_eq!(writer.set([2, 0], 1), None);
+        drop(writer);
+        let reader = array.indexer().unwrap();
+        assert_eq!((reader.get([1, 2]), reader.get([0, 3])), (Some(7), None));
+        assert_eq!(reader.unravel(5), [1, 2]);
+        assert_eq!(reader.offset([1, 2]), Some(5));
     }
 
-    /// Linear offset of `index`, or `None` when out of bounds.
-    pub fn offset(&self, index: [usize; N]) -> Option<usize> {
-        crate::shape::linear_offset(&self.shape(), &index).ok()
-    }
-
-    /// The index of linear `offset`.
-    pub fn unravel(&self, offset: usize) -> [usize; N] {
-        crate::shape::unravel(&self.shape(), offset)
-    }
-
-    /// Read the element at `index`, or `None` when out of bounds.
-    pub fn get(&self, index: [usize; N]) -> Option<T> {
-        let offset = self.offset(index)?;
-        // SAFETY: `offset` is in bounds of the live buffer this indexer borrows.
-        Some(unsafe { self.data.add(offset).read() })
-    }
-
-    /// Read the element at linear `offset` without checks.
-    ///
-    /// # Safety
-    /// `offset < self.size()`.
-    pub unsafe fn get_unchecked(&self, offset: usize) -> T {
-        // SAFETY: the caller guarantees `offset` is in bounds.
-        unsafe { self.data.add(offset).read() }
-    }
-
-    /// Write the element at linear `offset` without checks.
-    ///
-    /// # Safety
-    /// `offset < self.size()`, the array is writable, and no other thread accesses that
-    /// element at the same time.
-    pub unsafe fn write_unchecked(&self, offset: usize, value: T) {
-        // SAFETY: the caller guarantees bounds and exclusive access to this element.
-        unsafe { self.data.add(offset).write(value) }
-    }
-
-    /// The data pointer.
-    pub fn as_ptr(&self) -> *mut T {
-        self.data
+    #[test]
+    fn read_only_arrays_give_no_writable_indexer() {
+        let options = crate::ArrayOptions { readonly: true, ..Default::default() };
+        let mut array = MemArray::<f32, 1>::with_options([3], options).unwrap();
+        assert_eq!(array.indexer_mut().err(), Some(crate::Error::ReadOnly));
+        assert!(array.indexer().is_ok());
     }
 }

@@ -1,38 +1,80 @@
-//! amso's runtime: typed n-dimensional arrays (`MemArray<T, N>`) holding host memory (and,
-//! with the CUDA layer, device memory), lock ids for exported views, a `#[repr(C)]` indexer
-//! for kernels, DLPack export, and the Python glue the generated classes delegate to.
+//! amso's runtime: typed n-dimensional arrays (`MemArray<T, N>`) in host memory and, with the
+//! `cuda` feature, CUDA device memory; shared zero-copy with NumPy, PyTorch, CuPy, JAX and C
+//! through DLPack, the CUDA array interface and a small C ABI.
 //!
-//! Nothing here knows the spec's instantiation list: the generated code names types and
-//! calls these generic functions.
+//! Nothing here knows the spec's instantiation list: `specs/types.yaml` and the
+//! `#[amso_array]` macro generate the Python classes, which call the generic code here.
+//!
+//! ```
+//! use amso_runtime::{MemArray, Error};
+//!
+//! let mut density = MemArray::<f64, 3>::new([4, 4, 4])?;
+//! density.write([1, 2, 3], 0.5)?;
+//! assert_eq!(density.get([1, 2, 3])?, 0.5);
+//!
+//! // Tight loops go through an indexer, which borrows the array.
+//! let mut cells = density.indexer_mut()?;
+//! for offset in 0..cells.size() {
+//!     let [i, j, k] = cells.unravel(offset);
+//!     cells.set([i, j, k], (i + j + k) as f64);
+//! }
+//! assert_eq!(density.to_vec()?[1 * 16 + 2 * 4 + 3], 6.0);
+//!
+//! // A lock makes the array refuse every access but the guard's.
+//! let guard = density.lock()?;
+//! assert_eq!(guard.get([0, 0, 1])?, 1.0);
+//! drop(guard);
+//! assert_eq!(density.get([4, 0, 0]), Err(Error::IndexOutOfBounds { index: 4, axis: 0, size: 4 }));
+//! # Ok::<(), Error>(())
+//! ```
+//!
+//! Features: `python` adds the PyO3 classes' runtime ([`python::register`]); `cuda` adds
+//! device memory, transfers on CUDA streams and kernels ([`cuda`]).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod access;
-pub mod capi;
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
-#[cfg(feature = "cuda")]
-pub mod device;
-pub mod dlpack;
-pub mod element;
-pub mod error;
-mod export;
-pub mod foreign;
-pub mod host;
-pub mod indexer;
-pub mod lock;
-pub mod memarray;
-pub mod object;
-pub mod shape;
-pub mod stream_context;
+mod device;
+pub(crate) mod dlpack;
+mod element;
+mod error;
+#[cfg(feature = "python")]
+pub(crate) mod header;
+pub(crate) mod host;
+mod indexer;
+mod lock;
+mod memarray;
+pub(crate) mod object;
+pub(crate) mod shape;
+#[cfg(any(feature = "python", feature = "cuda"))]
+pub(crate) mod stream_context;
 
 #[cfg(feature = "python")]
+#[cfg_attr(docsrs, doc(cfg(feature = "python")))]
 pub mod python;
 
+pub use device::{Device, DeviceType, Residence};
 pub use element::{dtypes, DType, Element, Scalar};
 pub use error::{Error, Result};
-pub use indexer::ArrayIndexer;
-pub use lock::{LockGuard, LockId};
-pub use memarray::{ArrayOptions, Device, DeviceType, MemArray, Residence};
-pub use object::ArrayObject;
+pub use indexer::{DeviceIndexer, HostIndexer, HostIndexerMut};
+pub use lock::LockGuard;
+pub use memarray::{ArrayOptions, ForeignMemory, MemArray};
 
 /// The largest number of dimensions amso compiles (the spec's ndim range is `1..=MAX_NDIM`).
 pub const MAX_NDIM: usize = 8;
+
+/// What generated code, the bundled extension, the fuzz targets and amso's own tests need
+/// beyond the documented surface. Not part of the API: it changes without notice.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::dlpack::{plan_export, DlpackRequest, ManagedTensor};
+    pub use crate::error::code;
+    pub use crate::lock::LockId;
+    pub use crate::memarray::access::RawView;
+    pub use crate::memarray::foreign::{check_major_version, claim};
+    pub use crate::object::{ArrayObject, ArrayType};
+    pub use crate::shape::unravel;
+    #[cfg(feature = "python")]
+    pub use crate::python::__private::*;
+}

@@ -1,15 +1,16 @@
 //! Lock ids: a context (Python `with`, or a Rust guard) locks an array with a unique id, and
-//! while it is held every access must present that id.
+//! while it is held every access must present that id. Ids are made only by `LockId::next`
+//! and kept by their holder, so no caller can forge or release another holder's lock.
 
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::indexer::ArrayIndexer;
+use crate::indexer::{HostIndexer, HostIndexerMut};
 use crate::memarray::MemArray;
 
-/// A process-unique lock id.
+/// A process-unique lock id, held by one context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockId(NonZeroU64);
 
@@ -27,14 +28,10 @@ impl LockId {
         self.0.get()
     }
 
-    /// The id for an integer from Python or C; `None` for 0.
-    pub fn from_raw(id: u64) -> Option<LockId> {
-        NonZeroU64::new(id).map(LockId)
-    }
 }
 
 /// Check that an access presenting `requested` may touch an array held by `holder`.
-pub fn check_access(holder: Option<LockId>, requested: Option<LockId>) -> Result<()> {
+pub(crate) fn check_access(holder: Option<LockId>, requested: Option<LockId>) -> Result<()> {
     match (holder, requested) {
         (None, None) => Ok(()),
         (Some(h), Some(r)) if h == r => Ok(()),
@@ -57,24 +54,34 @@ impl<'a, T: Element, const N: usize> LockGuard<'a, T, N> {
         Ok(LockGuard { array, id })
     }
 
-    /// The id this guard holds.
-    pub fn id(&self) -> LockId {
-        self.id
-    }
-
     /// Read one element.
     pub fn get(&self, index: [usize; N]) -> Result<T> {
-        self.array.get(index, Some(self.id))
+        self.array.get_with(index, Some(self.id))
     }
 
     /// Write one element.
     pub fn write(&mut self, index: [usize; N], value: T) -> Result<()> {
-        self.array.write(index, value, Some(self.id))
+        self.array.write_with(index, value, Some(self.id))
     }
 
-    /// An indexer over the locked array, borrowing the guard.
-    pub fn indexer(&mut self) -> Result<ArrayIndexer<'_, T, N>> {
-        self.array.indexer(Some(self.id))
+    /// The contents in C order.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.array.to_vec_with(Some(self.id))
+    }
+
+    /// Overwrite the contents (C order, exactly `size()` values).
+    pub fn copy_from_slice(&mut self, values: &[T]) -> Result<()> {
+        self.array.copy_from_slice_with(values, Some(self.id))
+    }
+
+    /// A read-only indexer over the locked array, borrowing the guard.
+    pub fn indexer(&self) -> Result<HostIndexer<'_, T, N>> {
+        self.array.indexer_with(Some(self.id))
+    }
+
+    /// A writable indexer over the locked array, borrowing the guard exclusively.
+    pub fn indexer_mut(&mut self) -> Result<HostIndexerMut<'_, T, N>> {
+        self.array.indexer_mut_with(Some(self.id))
     }
 
     /// The locked array, for read-only inspection.
@@ -103,6 +110,5 @@ mod tests {
         assert_eq!(check_access(Some(a), None), Err(Error::Locked { holder: a.get() }));
         assert_eq!(check_access(Some(a), Some(b)), Err(Error::Locked { holder: a.get() }));
         assert_eq!(check_access(None, Some(b)), Err(Error::StaleLock { id: b.get() }));
-        assert_eq!(LockId::from_raw(0), None);
     }
 }

@@ -1,32 +1,21 @@
 //! `ArrayObject`: every `MemArray<T, N>` behind one object-safe trait, so the Python base
-//! class (and the C ABI) carry each method once instead of once per instantiation.
+//! class and the C ABI carry each method once instead of once per instantiation. It holds
+//! only what needs the element type: the facts come as a type-erased `RawView`.
 
 use std::any::Any;
 
+use crate::device::Device;
 use crate::dlpack::{ExportPlan, ExportSource};
 use crate::element::{DType, Element, Scalar};
 use crate::error::Result;
 use crate::lock::LockId;
-use crate::memarray::{Device, MemArray, Residence};
+use crate::memarray::access::RawView;
+use crate::memarray::{ArrayOptions, ForeignMemory, MemArray};
 
 /// A type-erased amso array.
 pub trait ArrayObject: Send + Sync + 'static {
-    /// Element type.
-    fn dtype(&self) -> &'static DType;
-    /// Shape.
-    fn shape(&self) -> &[usize];
-    /// Device of the current data.
-    fn device(&self) -> Device;
-    /// The CUDA device the array moves to.
-    fn device_id(&self) -> i32;
-    /// Where the current data lives.
-    fn residence(&self) -> Residence;
-    /// Whether writes are refused.
-    fn readonly(&self) -> bool;
-    /// Whether the host buffer is page-locked.
-    fn pinned(&self) -> bool;
-    /// The holder of the lock, if any.
-    fn lock_id(&self) -> Option<LockId>;
+    /// The array's facts (shape, dtype, residence, lock...) and raw access to them.
+    fn raw_view(&self) -> RawView<'_>;
     /// How many exports (DLPack tensors, views) still hold the array's memory.
     fn export_count(&self) -> usize;
     /// The stream consumers of the device data order after (`None` on the host).
@@ -41,20 +30,10 @@ pub trait ArrayObject: Send + Sync + 'static {
     fn set_scalar(&mut self, index: &[i64], value: Scalar, lock: Option<LockId>) -> Result<()>;
     /// Describe the data for the DLPack export `plan`.
     fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>>;
-    /// Raw address of the current data (host or device), for the CUDA array interface.
-    fn data_address(&self, lock: Option<LockId>) -> Result<usize>;
-    /// Note that the device data is handed out (the interface dict): its eventual free waits
-    /// for the whole device.
-    fn share_device_memory(&self);
-    /// Copy the current data into host memory `dst`, which holds `nbytes` bytes.
-    ///
-    /// # Safety
-    /// `dst` is valid for writes of `nbytes` bytes and does not alias the array.
-    unsafe fn copy_to(&self, dst: *mut u8, nbytes: usize, lock: Option<LockId>) -> Result<()>;
     /// Overwrite the current data from host memory `src` holding `nbytes` bytes.
     ///
     /// # Safety
-    /// `src` is valid for reads of `nbytes` bytes and does not alias the array.
+    /// `src` is valid for reads of `nbytes` bytes.
     unsafe fn copy_from(&mut self, src: *const u8, nbytes: usize, lock: Option<LockId>) -> Result<()>;
     /// Move the current data to `target` on `stream` (see `MemArray::move_memory`).
     fn move_memory(&mut self, target: Device, stream: i64, async_copy: bool, lock: Option<LockId>) -> Result<()>;
@@ -67,29 +46,8 @@ pub trait ArrayObject: Send + Sync + 'static {
 }
 
 impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
-    fn dtype(&self) -> &'static DType {
-        &T::DTYPE
-    }
-    fn shape(&self) -> &[usize] {
-        MemArray::shape(self)
-    }
-    fn device(&self) -> Device {
-        MemArray::device(self)
-    }
-    fn device_id(&self) -> i32 {
-        MemArray::device_id(self)
-    }
-    fn residence(&self) -> Residence {
-        MemArray::residence(self)
-    }
-    fn readonly(&self) -> bool {
-        MemArray::readonly(self)
-    }
-    fn pinned(&self) -> bool {
-        MemArray::pinned(self)
-    }
-    fn lock_id(&self) -> Option<LockId> {
-        MemArray::lock_id(self)
+    fn raw_view(&self) -> RawView<'_> {
+        MemArray::raw_view(self)
     }
     fn export_count(&self) -> usize {
         MemArray::export_count(self)
@@ -115,27 +73,16 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
     fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>> {
         MemArray::export_source(self, plan, lock)
     }
-    fn data_address(&self, lock: Option<LockId>) -> Result<usize> {
-        self.raw_view().data_address(lock)
-    }
-    fn share_device_memory(&self) {
-        #[cfg(feature = "cuda")]
-        self.device_side().share();
-    }
-    unsafe fn copy_to(&self, dst: *mut u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.raw_view().copy_to(dst, nbytes, lock) }
-    }
     unsafe fn copy_from(&mut self, src: *const u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
         // SAFETY: forwarded from the caller; `self` is borrowed mutably.
         unsafe { self.raw_view().copy_from(src, nbytes, lock) }
     }
     fn move_memory(&mut self, target: Device, stream: i64, async_copy: bool, lock: Option<LockId>) -> Result<()> {
-        MemArray::move_memory(self, target, stream, async_copy, lock)
+        MemArray::move_memory_with(self, target, stream, async_copy, lock)
     }
     fn add_index_tuple(&mut self, stream: i64, lock: Option<LockId>) -> Result<()> {
         #[cfg(feature = "cuda")]
-        return MemArray::add_index_tuple(self, stream, lock);
+        return MemArray::add_index_tuple_with(self, stream, lock);
         #[cfg(not(feature = "cuda"))]
         {
             let _ = (stream, lock);
@@ -158,21 +105,21 @@ pub trait ArrayType: ArrayObject + Sized {
     /// Number of dimensions.
     const NDIM: usize;
     /// A zero-filled array with `dims` (checked) and `options`.
-    fn create(dims: &[i64], options: crate::memarray::ArrayOptions) -> Result<Self>;
+    fn create(dims: &[i64], options: ArrayOptions) -> Result<Self>;
     /// An array over foreign memory (see `MemArray::from_foreign`).
     ///
     /// # Safety
     /// As `MemArray::from_foreign`.
-    unsafe fn wrap(dims: &[i64], memory: crate::foreign::ForeignMemory, readonly: bool) -> Result<Self>;
+    unsafe fn wrap(dims: &[i64], memory: ForeignMemory, readonly: bool) -> Result<Self>;
 }
 
 impl<T: Element, const N: usize> ArrayType for MemArray<T, N> {
     const DTYPE: &'static DType = &T::DTYPE;
     const NDIM: usize = N;
-    fn create(dims: &[i64], options: crate::memarray::ArrayOptions) -> Result<Self> {
+    fn create(dims: &[i64], options: ArrayOptions) -> Result<Self> {
         MemArray::from_dims(dims, options)
     }
-    unsafe fn wrap(dims: &[i64], memory: crate::foreign::ForeignMemory, readonly: bool) -> Result<Self> {
+    unsafe fn wrap(dims: &[i64], memory: ForeignMemory, readonly: bool) -> Result<Self> {
         // SAFETY: forwarded from the caller.
         unsafe { MemArray::from_foreign(dims, memory, readonly) }
     }

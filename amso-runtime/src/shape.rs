@@ -48,13 +48,18 @@ pub fn element_count(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
-/// C-order (row-major) strides of `shape`, in elements.
-pub fn c_strides<const N: usize>(shape: &[usize; N]) -> [usize; N] {
-    let mut strides = [1usize; N];
-    for axis in (0..N.saturating_sub(1)).rev() {
-        strides[axis] = strides[axis + 1] * shape[axis + 1];
+/// `shape` (at most `MAX_NDIM` dimensions) and its C-order (row-major) strides in elements,
+/// as the fixed-size `int64` arrays DLPack tensors and the C header carry.
+pub fn c_layout(shape: &[usize]) -> ([i64; crate::MAX_NDIM], [i64; crate::MAX_NDIM]) {
+    let mut dims = [0i64; crate::MAX_NDIM];
+    let mut strides = [0i64; crate::MAX_NDIM];
+    let mut stride = 1i64;
+    for (axis, &dim) in shape.iter().enumerate().take(crate::MAX_NDIM).rev() {
+        dims[axis] = dim as i64;
+        strides[axis] = stride;
+        stride = stride.saturating_mul((dim as i64).max(1));
     }
-    strides
+    (dims, strides)
 }
 
 /// Linear offset of an in-bounds `index` into a C-order array of `shape`.
@@ -119,7 +124,8 @@ mod tests {
     #[test]
     fn offsets_match_a_hand_computed_c_order() {
         let shape = [2, 3, 4];
-        assert_eq!(c_strides(&shape), [12, 4, 1]);
+        let (dims, strides) = c_layout(&shape);
+        assert_eq!((&dims[..3], &strides[..3]), (&[2, 3, 4][..], &[12, 4, 1][..]));
         assert_eq!(linear_offset(&shape, &[1, 2, 3]), Ok(23));
         assert_eq!(linear_offset(&shape, &[0, 1, 0]), Ok(4));
         for offset in 0..24 {

@@ -18,26 +18,25 @@ fn design_sequence<T: amso_runtime::Element + PartialEq, const N: usize>(
     fill: T,
     expected: impl Fn(T, usize) -> T,
 ) {
-    let mut array = MemArray::<T, N>::new(shape).unwrap();
-    {
-        let indexer = array.indexer(None).unwrap();
-        for offset in 0..indexer.size() {
-            // SAFETY: offset < size and the indexer borrows the array exclusively.
-            unsafe { indexer.write_unchecked(offset, fill) };
-        }
-    }
-    array.add_index_tuple(0, None).unwrap();
-    assert!(array.on_device());
     let size: usize = shape.iter().product();
+    let mut array = MemArray::<T, N>::from_slice(shape, &vec![fill; size]).unwrap();
+    let layout = MemArray::<u8, N>::new(shape).unwrap();
+    let layout = layout.indexer().unwrap();
+    let unravel = |offset| layout.unravel(offset);
+    array.add_index_tuple(0).unwrap();
+    assert!(array.on_device());
+    let device = array.device_indexer().unwrap();
+    assert_eq!((device.shape(), device.size()), (shape, size));
+    assert_ne!(device.device_address(), 0);
     for offset in (0..size).step_by((size / 97).max(1)) {
-        let index = amso_runtime::shape::unravel(&shape, offset);
+        let index = unravel(offset);
         let sum: usize = index.iter().sum();
-        assert_eq!(array.get(index, None).unwrap(), expected(fill, sum), "on the device at {index:?}");
+        assert_eq!(array.get(index).unwrap(), expected(fill, sum), "on the device at {index:?}");
     }
-    array.move_memory(Device::CPU, 0, false, None).unwrap();
-    let values = array.to_vec(None).unwrap();
+    array.move_memory(Device::CPU, 0, false).unwrap();
+    let values = array.to_vec().unwrap();
     for (offset, value) in values.into_iter().enumerate() {
-        let sum: usize = amso_runtime::shape::unravel(&shape, offset).iter().sum();
+        let sum: usize = unravel(offset).iter().sum();
         assert_eq!(value, expected(fill, sum), "on the host at offset {offset}");
     }
 }
@@ -60,9 +59,9 @@ fn clone_of_a_device_array_is_deep() {
         return;
     }
     let mut a = MemArray::<f32, 1>::from_slice([4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
-    a.move_memory(Device::cuda(0), 0, false, None).unwrap();
+    a.move_memory(Device::cuda(0), 0, false).unwrap();
     let b = a.clone();
-    a.write([0], 10.0, None).unwrap();
-    assert_eq!(b.get([0], None).unwrap(), 1.0);
+    a.write([0], 10.0).unwrap();
+    assert_eq!(b.get([0]).unwrap(), 1.0);
     assert!(b.on_device());
 }

@@ -5,7 +5,7 @@ fn main() {
     let indexer;
     {
         let mut array = MemArray::<f64, 2>::new([2, 2]).unwrap();
-        indexer = array.indexer(None).unwrap();
+        indexer = array.indexer_mut().unwrap();
     }
     println!("{}", indexer.size());
 }

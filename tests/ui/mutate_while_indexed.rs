@@ -3,7 +3,7 @@ use amso_runtime::MemArray;
 
 fn main() {
     let mut array = MemArray::<i32, 2>::new([2, 2]).unwrap();
-    let indexer = array.indexer(None).unwrap();
-    array.write([0, 0], 1, None).unwrap();
+    let indexer = array.indexer_mut().unwrap();
+    array.write([0, 0], 1).unwrap();
     println!("{}", indexer.size());
 }

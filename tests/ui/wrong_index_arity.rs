@@ -3,5 +3,5 @@ use amso_runtime::MemArray;
 
 fn main() {
     let array = MemArray::<f32, 3>::new([2, 3, 4]).unwrap();
-    let _ = array.get([0, 1], None);
+    let _ = array.get([0, 1]);
 }

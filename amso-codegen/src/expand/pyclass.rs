@@ -32,7 +32,7 @@ pub fn instantiation_class(dtype: &DType, ndim: u8, names: &ClassNames<'_>) -> T
     quote! {
         #doc
         #(#attrs)*
-        #[::pyo3::pyclass(extends = ::amso_runtime::python::MemArrayBase, #module name = #python_name)]
+        #[::pyo3::pyclass(extends = ::amso_runtime::python::MemArrayBase, frozen, subclass, #module name = #python_name)]
         #[derive(Default)]
         #vis struct #ident;
 
@@ -44,11 +44,11 @@ pub fn instantiation_class(dtype: &DType, ndim: u8, names: &ClassNames<'_>) -> T
                 args: &::pyo3::Bound<'_, ::pyo3::types::PyTuple>,
                 kwargs: ::std::option::Option<&::pyo3::Bound<'_, ::pyo3::types::PyDict>>,
             ) -> ::pyo3::PyResult<::pyo3::PyClassInitializer<Self>> {
-                ::amso_runtime::python::new_base::<Self>(args, kwargs).map(|base| base.add_subclass(#ident))
+                ::amso_runtime::__private::new_base::<Self>(args, kwargs).map(|base| base.add_subclass(#ident))
             }
         }
 
-        impl ::amso_runtime::python::Instantiation for #ident {
+        impl ::amso_runtime::__private::Instantiation for #ident {
             type Array = ::amso_runtime::MemArray<#ty, #ndim>;
         }
     }
@@ -68,9 +68,9 @@ pub fn typed_exports(dtype: &DType, ndim: u8, class: &Ident) -> TokenStream {
         /// # Safety
         /// As `amso_get_handle`: a live object (or NULL), a writable output, the GIL held.
         #[no_mangle]
-        pub unsafe extern "C" fn #handle(object: *mut ::pyo3::ffi::PyObject, out: *mut ::amso_runtime::python::capi::Handle) -> ::std::ffi::c_int {
+        pub unsafe extern "C" fn #handle(object: *mut ::pyo3::ffi::PyObject, out: *mut ::amso_runtime::__private::Handle) -> ::std::ffi::c_int {
             // SAFETY: forwarded from the caller.
-            unsafe { ::amso_runtime::python::capi::typed_handle::<#class>(object, out) }
+            unsafe { ::amso_runtime::__private::typed_handle::<#class>(object, out) }
         }
         #[doc = #doc]
         ///
@@ -79,7 +79,7 @@ pub fn typed_exports(dtype: &DType, ndim: u8, class: &Ident) -> TokenStream {
         #[no_mangle]
         pub unsafe extern "C" fn #data(object: *mut ::pyo3::ffi::PyObject, out: *mut *mut ::std::ffi::c_void) -> ::std::ffi::c_int {
             // SAFETY: forwarded from the caller.
-            unsafe { ::amso_runtime::python::capi::typed_data::<#class>(object, out) }
+            unsafe { ::amso_runtime::__private::typed_data::<#class>(object, out) }
         }
         #[doc = #doc]
         ///
@@ -88,7 +88,7 @@ pub fn typed_exports(dtype: &DType, ndim: u8, class: &Ident) -> TokenStream {
         #[no_mangle]
         pub unsafe extern "C" fn #shape(object: *mut ::pyo3::ffi::PyObject, out: *mut *const i64) -> ::std::ffi::c_int {
             // SAFETY: forwarded from the caller.
-            unsafe { ::amso_runtime::python::capi::typed_shape::<#class>(object, out) }
+            unsafe { ::amso_runtime::__private::typed_shape::<#class>(object, out) }
         }
     }
 }

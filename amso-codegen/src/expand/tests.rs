@@ -34,8 +34,8 @@ fn instantiation_class_is_a_thin_delegation() {
         module: Some("amso._amso"),
     };
     let code = compact(pyclass::instantiation_class(dtype, 3, &names));
-    assert!(code.contains("extends=::amso_runtime::python::MemArrayBase"));
-    assert!(code.contains("::amso_runtime::python::new_base::<Self>"));
+    assert!(code.contains("extends=::amso_runtime::python::MemArrayBase,frozen,subclass"));
+    assert!(code.contains("::amso_runtime::__private::new_base::<Self>"));
     assert!(code.contains("typeArray=::amso_runtime::MemArray<::amso_runtime::dtypes::float32,3usize>;"));
     assert_eq!(code.matches("fn").count(), 1, "one constructor, every other method lives in the base class");
     assert!(code.len() < 1200, "per-instantiation code stays small: {} bytes", code.len());

@@ -133,7 +133,6 @@ impl Drop for DeviceMemory {
 #[derive(Debug)]
 pub struct PinnedMemory {
     ptr: *mut u8,
-    bytes: usize,
 }
 
 // SAFETY: plain host memory; access is synchronised by its owners.
@@ -154,17 +153,12 @@ impl PinnedMemory {
             // SAFETY: the allocation holds `bytes` bytes.
             unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
         }
-        Ok(PinnedMemory { ptr: ptr.cast(), bytes })
+        Ok(PinnedMemory { ptr: ptr.cast() })
     }
 
     /// First byte.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr
-    }
-
-    /// Size in bytes.
-    pub fn bytes(&self) -> usize {
-        self.bytes
     }
 }
 

@@ -66,7 +66,7 @@ fn device_stream_handshake_values() {
 #[test]
 fn managed_tensor_describes_the_array_and_holds_it() {
     let mut a = MemArray::<i16, 2>::new([2, 3]).unwrap();
-    a.write([1, 2], 42, None).unwrap();
+    a.write([1, 2], 42).unwrap();
     let source = a.export_source(&plan(&a), None).unwrap();
     let owner = Arc::clone(&source.owner);
     let tensor = ManagedTensor::new(source, Format::Versioned(DLPackVersion { major: 1, minor: 3 }));
@@ -95,7 +95,7 @@ fn export_outlives_the_array_and_copies_are_private() {
         Format::Versioned(DLPackVersion { major: 1, minor: 3 }),
     );
     let view = ManagedTensor::new(a.export_source(&plan(&a), None).unwrap(), Format::Legacy);
-    a.write([0], 10.0, None).unwrap();
+    a.write([0], 10.0).unwrap();
     drop(a);
     let (RawManaged::Versioned(c), RawManaged::Legacy(v)) = (copy.into_raw(), view.into_raw()) else { panic!() };
     // SAFETY: both tensors are live until their deleters run below.
@@ -120,7 +120,7 @@ fn readonly_flag_and_locked_export() {
     assert_eq!(unsafe { (*p.as_ptr()).flags }, DlpackFlags::READ_ONLY);
     drop(tensor);
     let mut b = MemArray::<u8, 1>::new([4]).unwrap();
-    let id = crate::LockId::next();
+    let id = crate::lock::LockId::next();
     b.enter(id).unwrap();
     assert!(matches!(b.export_source(&plan(&b), None), Err(Error::Locked { .. })));
     assert!(b.export_source(&plan(&b), Some(id)).is_ok());

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::base::MemArrayBase;
+use super::recognize;
 use super::registry;
 use super::Instantiation;
-use crate::capi::{Header, HEADER_MAGIC, HEADER_VERSION};
+use crate::header::{Header, HEADER_MAGIC, HEADER_VERSION};
 use crate::error::code;
 use crate::object::ArrayType;
 
@@ -26,14 +26,14 @@ thread_local! {
 }
 
 /// Record `message` as this thread's last error and return `code`.
-pub fn fail(code: c_int, message: impl Into<String>) -> c_int {
+pub(crate) fn fail(code: c_int, message: impl Into<String>) -> c_int {
     let message = CString::new(message.into().replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|last| *last.borrow_mut() = message);
     code
 }
 
 /// Run `body`, turning a panic into `PANIC` (no unwinding crosses into C).
-pub fn guard(body: impl FnOnce() -> c_int) -> c_int {
+pub(crate) fn guard(body: impl FnOnce() -> c_int) -> c_int {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(body))
         .unwrap_or_else(|_| fail(code::PANIC, "internal error (panic) inside amso; please report it"))
 }
@@ -80,39 +80,24 @@ unsafe fn slow_handle(object: *mut ffi::PyObject, type_object: usize, out: *mut 
     let py = unsafe { Python::assume_attached() };
     // SAFETY: `object` is a live object; borrowed, not stolen.
     let object = unsafe { Bound::from_borrowed_ptr(py, object) };
-    if let Ok(array) = object.cast::<MemArrayBase>() {
-        let Ok(borrowed) = array.try_borrow() else {
-            return fail(code::BUFFER, "the array is being changed right now (mutably borrowed)");
-        };
-        let header = borrowed.header() as *const Header;
-        if registry::is_known_type(type_object) {
-            HEADER_OFFSET.store(header as usize - object.as_ptr() as usize, Ordering::Relaxed);
-        }
-        // SAFETY: checked non-null by the caller.
-        unsafe { *out = header };
-        return code::OK;
-    }
-    // An amso array of another module (another crate's copy of the runtime).
-    let address = object.getattr(pyo3::intern!(py, "_amso_header")).and_then(|a| a.extract::<usize>());
-    match address {
-        Ok(address) if valid(address as Handle) => {
+    match recognize::header_of_object(&object) {
+        Some(header) => {
+            let header = header as *const Header;
+            if registry::is_known_type(type_object) {
+                HEADER_OFFSET.store(header as usize - object.as_ptr() as usize, Ordering::Relaxed);
+            }
             // SAFETY: checked non-null by the caller.
-            unsafe { *out = address as Handle };
+            unsafe { *out = header };
             code::OK
         }
-        _ => {
+        None => {
             let kind = object.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
             fail(code::NOT_AN_AMSO_ARRAY, format!("amso_get_handle: a {kind} object is not an amso array"))
         }
     }
 }
 
-fn valid(handle: Handle) -> bool {
-    // SAFETY: only reads the first two fields of a non-null handle.
-    !handle.is_null() && unsafe { (*handle).magic == HEADER_MAGIC && (*handle).version == HEADER_VERSION }
-}
-
-/// The getters' cheaper check: handles come from `amso_get_handle`, which checked the version.
+/// The getters' check: handles come from `amso_get_handle`, which checked the version.
 #[inline(always)]
 fn plausible(handle: Handle) -> bool {
     // SAFETY: reads the first field of a non-null handle.
@@ -149,19 +134,19 @@ macro_rules! getter {
 
 getter! {
     /// Address of the first element of the current data (host or device; see amso_device).
-    amso_data: *mut c_void = |h| h.data as *mut c_void;
+    amso_data: *mut c_void = |h| h.placement().data as *mut c_void;
     /// Number of dimensions.
     amso_ndim: i32 = |h| h.ndim;
     /// Number of elements.
-    amso_size: i64 = |h| h.shape[..h.ndim as usize].iter().product();
+    amso_size: i64 = |h| h.dims().iter().product();
     /// Dimensions: a borrowed array of amso_ndim values.
     amso_shape: *const i64 = |h| h.shape.as_ptr();
     /// C-order strides in elements (not bytes): a borrowed array of amso_ndim values.
     amso_strides: *const i64 = |h| h.strides.as_ptr();
     /// DLPack device type of the current data (1 kDLCPU, 2 kDLCUDA).
-    amso_device_type: i32 = |h| h.device_type;
+    amso_device_type: i32 = |h| h.placement().device_type;
     /// Device ordinal of the current data (0 on the host).
-    amso_device_id: i32 = |h| h.device_id;
+    amso_device_id: i32 = |h| h.placement().device_id;
     /// DLPack type code.
     amso_dtype_code: u8 = |h| h.code;
     /// Bits per lane.
@@ -171,9 +156,9 @@ getter! {
     /// Bytes per element.
     amso_itemsize: i64 = |h| h.itemsize;
     /// AMSO_FLAG_* bits: read-only, on device, pinned.
-    amso_flags: u32 = |h| h.flags;
+    amso_flags: u32 = |h| h.placement().flags;
     /// Id of the context holding the array's lock, 0 when unlocked.
-    amso_lock_id: u64 = |h| h.lock_id;
+    amso_lock_id: u64 = |h| h.placement().lock_id;
 }
 
 /// The handle of an object of exactly class `C` (a generated typed export's body).
@@ -207,7 +192,7 @@ pub unsafe fn typed_data<C: Instantiation>(object: *mut ffi::PyObject, out: *mut
     let mut handle: Handle = std::ptr::null();
     // SAFETY: forwarded.
     match unsafe { typed_handle::<C>(object, &mut handle) } {
-        code::OK => guard(|| read(handle, out, |h| h.data as *mut c_void)),
+        code::OK => guard(|| read(handle, out, |h| h.placement().data as *mut c_void)),
         error => error,
     }
 }
@@ -307,7 +292,7 @@ mod tests {
             assert_eq!(amso_ndim(std::ptr::null(), &mut ndim), code::NULL_ARGUMENT);
             assert_eq!(amso_get_handle(std::ptr::null_mut(), std::ptr::null_mut()), code::NULL_ARGUMENT);
         }
-        let header = crate::capi::Header::of(&crate::MemArray::<f32, 2>::new([2, 3]).unwrap());
+        let header = Header::of(&crate::MemArray::<f32, 2>::new([2, 3]).unwrap().raw_view());
         // SAFETY: a live header; a NULL output.
         assert_eq!(unsafe { amso_ndim(&header, std::ptr::null_mut()) }, code::NULL_ARGUMENT);
         // SAFETY: a live header and a writable output.

@@ -7,23 +7,35 @@ use std::ffi::CStr;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::dlpack::{call_deleter, plan_export, DlpackRequest, ManagedTensor, RawManaged};
+use crate::dlpack::{plan_export, DlpackRequest, ManagedTensor, RawManaged};
 use crate::lock::LockId;
 use crate::object::ArrayObject;
 
 const LEGACY: &CStr = c"dltensor";
 const VERSIONED: &CStr = c"dltensor_versioned";
 
-/// Export `array` for a `__dlpack__` call with `request`, presenting `lock`.
-pub fn dlpack_capsule<'py>(
-    py: Python<'py>,
+/// The managed tensor of `array` for a `__dlpack__` call with `request`, presenting `lock`
+/// (pure Rust: runs under the array's lock).
+pub(crate) fn export_tensor(
     array: &dyn ArrayObject,
     lock: Option<LockId>,
     request: &DlpackRequest,
-) -> PyResult<Bound<'py, PyAny>> {
-    let device = array.device();
-    if request.stream == Some(0) && device.device_type == crate::memarray::DeviceType::Cuda {
-        // The array API standard forbids 0 as ambiguous; older consumers still send it.
+) -> crate::Result<ManagedTensor> {
+    let view = array.raw_view();
+    let device = view.device();
+    let plan = plan_export(device, view.pinned(), request)?;
+    let source = array.export_source(&plan, lock).map_err(|error| match error {
+        // A device the producer cannot reach is DLPack's BufferError, whatever the cause.
+        crate::Error::Unavailable(message) if plan.target != device => crate::Error::ExportRefused(message),
+        other => other,
+    })?;
+    Ok(ManagedTensor::new(source, plan.format))
+}
+
+/// Warn about `stream=0` for device data: the array API standard forbids it as ambiguous,
+/// older consumers still send it, and amso treats it as the legacy default stream.
+pub(crate) fn warn_ambiguous_stream(py: Python<'_>, on_device: bool, request: &DlpackRequest) -> PyResult<()> {
+    if request.stream == Some(0) && on_device {
         PyErr::warn(
             py,
             &py.get_type::<pyo3::exceptions::PyUserWarning>(),
@@ -31,17 +43,11 @@ pub fn dlpack_capsule<'py>(
             1,
         )?;
     }
-    let plan = plan_export(device, array.pinned(), request)?;
-    let source = array.export_source(&plan, lock).map_err(|error| match error {
-        // A device the producer cannot reach is DLPack's BufferError, whatever the cause.
-        crate::Error::Unavailable(message) if plan.target != device => crate::Error::ExportRefused(message),
-        other => other,
-    })?;
-    into_capsule(py, ManagedTensor::new(source, plan.format))
+    Ok(())
 }
 
 /// Hand `tensor` to a new capsule.
-pub fn into_capsule(py: Python<'_>, tensor: ManagedTensor) -> PyResult<Bound<'_, PyAny>> {
+pub(crate) fn into_capsule(py: Python<'_>, tensor: ManagedTensor) -> PyResult<Bound<'_, PyAny>> {
     let raw = tensor.into_raw();
     let (pointer, name, destructor): (*mut std::ffi::c_void, &CStr, Option<ffi::PyCapsule_Destructor>) = match raw {
         RawManaged::Legacy(p) => (p.as_ptr().cast(), LEGACY, Some(destroy_legacy)),
@@ -52,7 +58,7 @@ pub fn into_capsule(py: Python<'_>, tensor: ManagedTensor) -> PyResult<Bound<'_,
     let capsule = unsafe { ffi::PyCapsule_New(pointer, name.as_ptr(), destructor) };
     if capsule.is_null() {
         // SAFETY: no capsule took the tensor, so it is still ours to free.
-        unsafe { call_deleter(raw) };
+        drop(unsafe { ManagedTensor::from_raw(raw) });
     }
     // SAFETY: `capsule` is a new reference or null with an exception set.
     unsafe { Bound::from_owned_ptr_or_err(py, capsule) }
@@ -82,10 +88,8 @@ unsafe fn destroy(
     // SAFETY: the capsule is valid under `name`, so this returns its non-null pointer.
     let pointer = unsafe { ffi::PyCapsule_GetPointer(capsule, name.as_ptr()) };
     if let Some(pointer) = std::ptr::NonNull::new(pointer) {
-        let _ = std::panic::catch_unwind(|| {
-            // SAFETY: an unconsumed capsule still owns its tensor; this runs once, at the
-            // capsule's destruction.
-            unsafe { call_deleter(raw(pointer)) }
-        });
+        // SAFETY: an unconsumed capsule still owns its tensor; this runs once, at the
+        // capsule's destruction. Dropping it runs the deleter, catching any unwinding.
+        drop(unsafe { ManagedTensor::from_raw(raw(pointer)) });
     }
 }

@@ -2,25 +2,27 @@
 //! fresh id, `__dlpack__` exports with that id, and leaving unlocks even when the body
 //! raised.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 
-use super::base::MemArrayBase;
-use super::capsule::dlpack_capsule;
+use super::array::MemArrayBase;
+use super::capsule::{export_tensor, into_capsule, warn_ambiguous_stream};
 use crate::dlpack::DlpackRequest;
 use crate::lock::LockId;
 
 /// A locking DLPack exporter for one array (Python name `amso._amso.DLPackContext`).
-#[pyclass(module = "amso._amso", name = "DLPackContext")]
+#[pyclass(frozen, module = "amso._amso", name = "DLPackContext")]
 pub struct DLPackContext {
     array: Py<MemArrayBase>,
     lock: LockId,
-    entered: bool,
+    entered: AtomicBool,
 }
 
 impl DLPackContext {
     pub(super) fn new(array: Py<MemArrayBase>, lock: LockId) -> Self {
-        DLPackContext { array, lock, entered: false }
+        DLPackContext { array, lock, entered: AtomicBool::new(false) }
     }
 }
 
@@ -32,23 +34,22 @@ impl DLPackContext {
         self.lock.get()
     }
 
-    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
-        let py = slf.py();
-        let lock = slf.lock;
-        slf.array.bind(py).borrow_mut().update(|array| array.enter(lock))?;
-        slf.entered = true;
-        Ok(slf)
+    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        let this = slf.get();
+        let lock = this.lock;
+        this.array.get().modify(slf.py(), |array| array.enter(lock))?;
+        this.entered.store(true, Ordering::Release);
+        Ok(slf.clone())
     }
 
     #[pyo3(signature = (*_exc_info))]
-    fn __exit__(&mut self, py: Python<'_>, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        if !self.entered {
+    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        if !self.entered.swap(false, Ordering::AcqRel) {
             return Err(PyBufferError::new_err("this context is not entered (exited twice, or never entered)"));
         }
         // Only fails if this context no longer holds the lock; nothing to release then.
         let lock = self.lock;
-        let _ = self.array.bind(py).borrow_mut().update(|array| array.exit(lock));
-        self.entered = false;
+        let _ = self.array.get().modify(py, |array| array.exit(lock));
         Ok(false)
     }
 
@@ -62,21 +63,23 @@ impl DLPackContext {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if !self.entered {
+        if !self.entered.load(Ordering::Acquire) {
             return Err(PyBufferError::new_err(
                 "this DLPack context is not entered; use it as `with array.get_dlpack() as view: np.from_dlpack(view)`",
             ));
         }
         let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
         let request = DlpackRequest { stream, max_version, dl_device, copy };
-        let array = self.array.bind(py).borrow();
-        dlpack_capsule(py, array.array(), Some(self.lock), &request)
+        let array = self.array.get();
+        let on_device = array.header().placement().device_type == crate::DeviceType::Cuda as i32;
+        warn_ambiguous_stream(py, on_device, &request)?;
+        let tensor = array.read(py, |array| export_tensor(array, Some(self.lock), &request))?;
+        into_capsule(py, tensor)
     }
 
     /// `(device type, device id)` of the array's current data.
-    fn __dlpack_device__(&self, py: Python<'_>) -> (i32, i32) {
-        let array = self.array.bind(py).borrow();
-        let device = array.array().device();
-        (device.device_type as i32, device.id)
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        let placement = self.array.get().header().placement();
+        (placement.device_type, placement.device_id)
     }
 }

@@ -15,12 +15,13 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::base::MemArrayBase;
-use super::capi::{amso_get_handle, amso_last_error, Handle};
+use super::array::MemArrayBase;
+use super::capsule::export_tensor;
 use super::registry;
-use crate::dlpack::{plan_export, DlpackRequest, Format, ManagedTensor, RawManaged, DLPACK_VERSION};
+use crate::device::{Device, DeviceType};
+use crate::dlpack::{DlpackRequest, Format, ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::error::{code, Error, Result};
-use crate::memarray::{ArrayOptions, Device, DeviceType};
+use crate::memarray::ArrayOptions;
 
 struct Table(DLPackExchangeAPI);
 
@@ -68,41 +69,41 @@ fn python_call(body: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
     }
 }
 
-fn handle_of(object: *mut c_void) -> PyResult<&'static crate::capi::Header> {
-    let mut handle: Handle = std::ptr::null();
-    // SAFETY: `object` is a live object (the table's contract).
-    match unsafe { amso_get_handle(object.cast(), &mut handle) } {
-        code::OK => {
-            // SAFETY: a valid handle; the caller keeps the object alive for this call.
-            let header = unsafe { &*handle };
-            if header.lock_id != 0 {
-                return Err(PyBufferError::new_err(format!(
-                    "array is locked by context {}; export it inside that `with` block",
-                    header.lock_id
-                )));
-            }
-            Ok(header)
-        }
-        // SAFETY: amso_last_error returns a NUL-terminated string.
-        _ => Err(PyTypeError::new_err(
-            unsafe { std::ffi::CStr::from_ptr(amso_last_error()) }.to_string_lossy().into_owned(),
-        )),
+/// The header of the amso array `object`, borrowed for as long as `object` is; a locked array
+/// is refused (exports happen inside the `with` block that holds it).
+fn unlocked_header<'a>(object: &'a Bound<'_, PyAny>) -> PyResult<&'a crate::header::Header> {
+    let header = super::recognize::header_of_object(object).ok_or_else(|| {
+        let kind = object.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+        PyTypeError::new_err(format!("a {kind} object is not an amso array"))
+    })?;
+    let lock_id = header.placement().lock_id;
+    if lock_id != 0 {
+        return Err(PyBufferError::new_err(format!(
+            "array is locked by context {lock_id}; export it inside that `with` block"
+        )));
     }
+    Ok(header)
 }
 
 /// Fill the caller's `DLTensor` with borrowed fields of an amso array: no allocation.
 unsafe extern "C" fn dltensor_from_py_object_no_sync(object: *mut c_void, out: *mut DLTensor) -> c_int {
-    python_call(|_| {
+    python_call(|py| {
         if object.is_null() || out.is_null() {
             return Err(PyValueError::new_err("dltensor_from_py_object_no_sync: NULL argument"));
         }
-        let h = handle_of(object)?;
+        // SAFETY: a live object (the table's contract), borrowed for this call.
+        let object = unsafe { Bound::from_borrowed_ptr(py, object.cast()) };
+        let h = unlocked_header(&object)?;
+        let placement = h.placement();
         // SAFETY: `out` is the caller's writable DLTensor; shape and strides point into the
-        // header, which lives as long as the object.
+        // header, which lives as long as the object (the caller keeps it alive).
         unsafe {
             *out = DLTensor {
-                data: h.data as *mut c_void,
-                device: DLDevice { device_type: DLDeviceType(h.device_type as u32), device_id: h.device_id },
+                data: placement.data as *mut c_void,
+                device: DLDevice {
+                    device_type: DLDeviceType(placement.device_type as u32),
+                    device_id: placement.device_id,
+                },
                 ndim: h.ndim,
                 dtype: DLDataType { code: DLDataTypeCode(h.code), bits: h.bits, lanes: h.lanes },
                 shape: h.shape.as_ptr().cast_mut(),
@@ -127,10 +128,7 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
         let object = unsafe { Bound::from_borrowed_ptr(py, object.cast()) };
         let request = DlpackRequest { stream: Some(-1), max_version: Some(DLPACK_VERSION), ..Default::default() };
         if let Ok(array) = object.cast::<MemArrayBase>() {
-            let array = array.try_borrow()?;
-            let array = array.array();
-            let plan = plan_export(array.device(), array.pinned(), &request)?;
-            let tensor = ManagedTensor::new(array.export_source(&plan, None)?, plan.format);
+            let tensor = array.get().read(py, |array| export_tensor(array, None, &request))?;
             let RawManaged::Versioned(raw) = tensor.into_raw() else { unreachable!("asked for a versioned tensor") };
             // SAFETY: checked non-null above.
             unsafe { *out = raw.as_ptr() };
@@ -141,14 +139,13 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
         kwargs.set_item("max_version", DLPACK_VERSION)?;
         kwargs.set_item("stream", -1i64)?;
         let capsule = object.call_method("__dlpack__", (), Some(&kwargs))?;
-        match super::import::take_capsule(py, &capsule)? {
-            // SAFETY: checked non-null above.
-            RawManaged::Versioned(raw) => unsafe { *out = raw.as_ptr() },
-            legacy => {
-                drop(super::import::TensorOwner(legacy));
-                return Err(PyBufferError::new_err("asked for a versioned DLPack tensor, got a legacy one"));
-            }
-        }
+        let tensor = super::import::take_capsule(py, &capsule)?;
+        let RawManaged::Versioned(_) = tensor.raw() else {
+            return Err(PyBufferError::new_err("asked for a versioned DLPack tensor, got a legacy one"));
+        };
+        let RawManaged::Versioned(raw) = tensor.into_raw() else { unreachable!("checked above") };
+        // SAFETY: checked non-null above.
+        unsafe { *out = raw.as_ptr() };
         Ok(())
     })
 }
@@ -162,12 +159,13 @@ unsafe extern "C" fn managed_tensor_to_py_object_no_sync(
         let Some(tensor) = NonNull::new(tensor) else {
             return Err(PyValueError::new_err("managed_tensor_to_py_object_no_sync: NULL tensor"));
         };
+        // SAFETY: the caller hands the tensor over (the table's contract).
+        let tensor = unsafe { ManagedTensor::from_raw(RawManaged::Versioned(tensor)) };
         if out.is_null() {
-            // The tensor is ours all the same: free it before reporting.
-            drop(super::import::TensorOwner(RawManaged::Versioned(tensor)));
+            // The tensor is ours all the same: dropping it frees it before reporting.
             return Err(PyValueError::new_err("managed_tensor_to_py_object_no_sync: NULL output pointer"));
         }
-        let object = super::import::wrap_tensor(py, RawManaged::Versioned(tensor))?;
+        let object = super::import::wrap_tensor(py, tensor)?;
         // SAFETY: checked non-null above; the new reference goes to the caller.
         unsafe { *out = object.into_ptr().cast() };
         Ok(())
@@ -198,7 +196,7 @@ unsafe extern "C" fn managed_tensor_allocator(
             // SAFETY: the caller's prototype tensor.
             let t = unsafe { &*prototype };
             // SAFETY: the caller's prototype holds ndim shape entries (DLPack's contract).
-            let dims = unsafe { crate::foreign::tensor_dims(&DLTensor { strides: std::ptr::null_mut(), ..*t }) }?;
+            let dims = unsafe { crate::memarray::foreign::tensor_dims(&DLTensor { strides: std::ptr::null_mut(), ..*t }) }?;
             let registration =
                 registry::find(t.dtype.code.0, t.dtype.bits, t.dtype.lanes, dims.len()).ok_or_else(|| {
                     Error::WrongValueType(format!(
@@ -215,10 +213,11 @@ unsafe extern "C" fn managed_tensor_allocator(
             if device == DeviceType::Cuda {
                 array.move_memory(Device::cuda(device_id), crate::stream_context::resolve(None), false, None)?;
             }
+            let target = array.raw_view().device();
             let plan = crate::dlpack::ExportPlan {
                 format: Format::Versioned(DLPackVersion { major: DLPACK_VERSION.0, minor: DLPACK_VERSION.1 }),
                 copy: false,
-                target: array.device(),
+                target,
                 consumer_stream: None,
             };
             let tensor = ManagedTensor::new(array.export_source(&plan, None)?, plan.format);

@@ -10,32 +10,16 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::base::MemArrayBase;
+use super::array::MemArrayBase;
 use super::registry;
-use crate::dlpack::{call_deleter, RawManaged, DLPACK_VERSION};
-use crate::foreign::{check_c_contiguous, check_dims, check_major_version, claim, ForeignMemory};
-use crate::memarray::{Device, DeviceType};
+use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
+use crate::device::{Device, DeviceType};
+use crate::memarray::foreign::{check_c_contiguous, check_dims, check_major_version, claim, ForeignMemory};
 
-/// Owns a producer's managed tensor; dropping it runs the producer's deleter exactly once.
-pub(super) struct TensorOwner(pub(super) RawManaged);
-
-// SAFETY: DLPack deleters may be called from any thread.
-unsafe impl Send for TensorOwner {}
-// SAFETY: the owner is never used through a shared reference; it only drops.
-unsafe impl Sync for TensorOwner {}
-
-impl Drop for TensorOwner {
-    fn drop(&mut self) {
-        let raw = self.0;
-        // SAFETY: the tensor is ours and its deleter has not run; no unwinding escapes.
-        let _ = std::panic::catch_unwind(|| unsafe { call_deleter(raw) });
-    }
-}
-
-/// An amso array over the tensor `raw` (ownership taken: its deleter runs exactly once, also
-/// when the tensor is refused).
-pub(super) fn wrap_tensor(py: Python<'_>, raw: RawManaged) -> PyResult<Py<PyAny>> {
-    let owner = TensorOwner(raw);
+/// An amso array over the tensor `owner` owns (its deleter runs exactly once, also when the
+/// tensor is refused).
+pub(super) fn wrap_tensor(py: Python<'_>, owner: ManagedTensor) -> PyResult<Py<PyAny>> {
+    let raw = owner.raw();
     // SAFETY: a live tensor we own.
     let (t, readonly, major) = unsafe {
         match raw {
@@ -71,7 +55,7 @@ pub(super) fn wrap_tensor(py: Python<'_>, raw: RawManaged) -> PyResult<Py<PyAny>
 }
 
 /// Take over a DLPack capsule's tensor, renaming the capsule "used_...", as consumers do.
-pub(super) fn take_capsule(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResult<RawManaged> {
+pub(super) fn take_capsule(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResult<ManagedTensor> {
     for (name, used, versioned) in
         [(c"dltensor_versioned", c"used_dltensor_versioned", true), (c"dltensor", c"used_dltensor", false)]
     {
@@ -84,11 +68,10 @@ pub(super) fn take_capsule(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResu
             if unsafe { ffi::PyCapsule_SetName(capsule.as_ptr(), used.as_ptr()) } != 0 {
                 return Err(PyErr::fetch(py));
             }
-            return Ok(if versioned {
-                RawManaged::Versioned(pointer.cast())
-            } else {
-                RawManaged::Legacy(pointer.cast())
-            });
+            let raw =
+                if versioned { RawManaged::Versioned(pointer.cast()) } else { RawManaged::Legacy(pointer.cast()) };
+            // SAFETY: the renamed capsule no longer owns the tensor; we do, alone.
+            return Ok(unsafe { ManagedTensor::from_raw(raw) });
         }
     }
     Err(PyTypeError::new_err(

@@ -1,30 +1,40 @@
-//! PyO3 glue the generated classes delegate to: one type-erased base class carrying every
-//! Python method, the DLPack context manager, and the helpers each thin subclass calls.
+//! The runtime of amso's Python classes: one type-erased, thread-safe base class
+//! ([`MemArrayBase`]) carrying every Python method, the DLPack context manager, imports from
+//! other libraries, the C ABI and the DLPack exchange API. Generated classes subclass the
+//! base and add only their constructor; an extension module adds them with [`register`].
+//!
+//! The `amso-macros` crate's documentation shows a complete extension module.
 
-mod base;
-pub mod capi;
+mod array;
+pub(crate) mod capi;
 mod capsule;
 mod context;
 mod convert;
 mod error;
 mod exchange;
 mod import;
+mod interface;
 #[cfg(feature = "cuda")]
 mod memory;
+mod methods;
+mod numpy_io;
+mod recognize;
 mod registry;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyModule, PyTuple};
 use pyo3::{PyClass, PyClassInitializer, PyTypeInfo};
 
-pub use base::MemArrayBase;
-pub use capsule::dlpack_capsule;
+pub use array::MemArrayBase;
 pub use context::DLPackContext;
-pub use convert::ShapeArg;
 
 use crate::object::ArrayType;
 
-pub use registry::Registration;
+/// What generated code and the bundled module need; see the crate's `__private`.
+pub(crate) mod __private {
+    pub use super::capi::{typed_data, typed_handle, typed_shape, Handle};
+    pub use super::{new_base, register_runtime, Instantiation};
+}
 
 /// What a generated class says about itself: the typed array it holds.
 pub trait Instantiation: PyClass<BaseType = MemArrayBase> + PyTypeInfo + Default {
@@ -44,7 +54,7 @@ pub fn new_base<C: Instantiation>(
 }
 
 /// Name of the module attribute holding the `(dtype name, ndim) -> class` dispatch map.
-pub const DISPATCH_ATTR: &str = "__amso_dispatch__";
+const DISPATCH_ATTR: &str = "__amso_dispatch__";
 
 /// Add class `C` to `module` and its entry to the module's dispatch map.
 pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -63,7 +73,8 @@ pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> 
     Ok(())
 }
 
-/// Add the shared classes (the base class and the DLPack context) and constants to `module`.
+/// Add the shared classes (the base class and the DLPack context) and constants to `module`
+/// (the bundled `amso._amso` module).
 pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<MemArrayBase>()?;
     module.add_class::<DLPackContext>()?;

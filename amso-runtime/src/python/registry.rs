@@ -8,12 +8,11 @@ use std::sync::RwLock;
 use pyo3::prelude::*;
 use pyo3::PyClassInitializer;
 
-use super::base::MemArrayBase;
+use super::array::MemArrayBase;
 use super::Instantiation;
 use crate::element::DType;
 use crate::error::Result;
-use crate::foreign::ForeignMemory;
-use crate::memarray::ArrayOptions;
+use crate::memarray::{ArrayOptions, ForeignMemory};
 use crate::object::{ArrayObject, ArrayType};
 
 /// Makes a zero-filled array.

@@ -21,13 +21,13 @@ pub struct Weights;
 /// through the typed array and its indexer.
 #[pyfunction]
 fn add_index_sum(density: &Bound<'_, Density>) -> PyResult<()> {
-    let mut base = density.as_super().borrow_mut();
-    base.with_typed_mut(|array: &mut DensityArray| -> PyResult<()> {
-        let indexer = array.indexer(None)?;
-        for offset in 0..indexer.size() {
-            let index_sum: usize = indexer.unravel(offset).iter().sum();
-            // SAFETY: offset < size, and the indexer borrows the array exclusively.
-            unsafe { indexer.write_unchecked(offset, indexer.get_unchecked(offset) + index_sum as f64) };
+    let base = density.as_super().get();
+    base.with_typed_mut(density.py(), |array: &mut DensityArray| -> PyResult<()> {
+        let mut cells = array.indexer_mut()?;
+        for offset in 0..cells.size() {
+            let index = cells.unravel(offset);
+            let value = cells.get(index).unwrap_or_default() + index.iter().sum::<usize>() as f64;
+            cells.set(index, value);
         }
         Ok(())
     })

@@ -1,67 +1,30 @@
 //! `MemArray<T, N>`: an N-dimensional array of `T` with host storage, a residence (where the
-//! current data lives), a device id, a lock and a read-only flag.
+//! current data lives), a device id, a lock and a read-only flag. Its methods live in this
+//! module's files: element access over a type-erased view (`access`), DLPack exports
+//! (`export`), arrays over foreign memory (`foreign`) and, with CUDA, the device side.
+//!
+//! The public methods act on an unlocked array; a locked array is reached only through its
+//! `LockGuard` (Rust) or its Python context, which present the lock id to the `*_with`
+//! variants here.
+
+pub(crate) mod access;
+#[cfg(feature = "cuda")]
+pub(crate) mod device_side;
+pub(crate) mod export;
+pub(crate) mod foreign;
 
 use std::sync::Arc;
 
-use crate::element::Element;
+use crate::device::{Device, DeviceType, Residence};
+use crate::element::{read_elements, Element};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
-use crate::indexer::ArrayIndexer;
+use crate::indexer::{HostIndexer, HostIndexerMut};
 use crate::lock::{check_access, LockGuard, LockId};
 use crate::shape::{self, checked_shape};
 use crate::MAX_NDIM;
 
-/// DLPack device types amso handles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(i32)]
-pub enum DeviceType {
-    /// Host memory (`kDLCPU`).
-    Cpu = 1,
-    /// CUDA device memory (`kDLCUDA`).
-    Cuda = 2,
-    /// Pinned host memory registered with CUDA (`kDLCUDAHost`); only as an export target.
-    CudaHost = 3,
-}
-
-impl DeviceType {
-    /// The device type for a DLPack code; other codes are `UnsupportedDevice`.
-    pub fn from_dlpack(code: i32) -> Result<DeviceType> {
-        match code {
-            1 => Ok(DeviceType::Cpu),
-            2 => Ok(DeviceType::Cuda),
-            3 => Ok(DeviceType::CudaHost),
-            other => Err(Error::UnsupportedDevice(other)),
-        }
-    }
-}
-
-/// A DLPack device: type and id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Device {
-    /// Host or CUDA.
-    pub device_type: DeviceType,
-    /// Device ordinal (0 for the host).
-    pub id: i32,
-}
-
-impl Device {
-    /// The host.
-    pub const CPU: Device = Device { device_type: DeviceType::Cpu, id: 0 };
-
-    /// CUDA device `id`.
-    pub const fn cuda(id: i32) -> Device {
-        Device { device_type: DeviceType::Cuda, id }
-    }
-}
-
-/// Where an array's current data lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Residence {
-    /// In the host buffer.
-    Host,
-    /// In the device buffer of the array's device id.
-    Device,
-}
+pub use foreign::ForeignMemory;
 
 /// Construction options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -108,7 +71,7 @@ pub struct MemArray<T: Element, const N: usize> {
     lock: Option<LockId>,
     readonly: bool,
     #[cfg(feature = "cuda")]
-    device: crate::device::DeviceSide,
+    device: device_side::DeviceSide,
 }
 
 impl<T: Element, const N: usize> MemArray<T, N> {
@@ -164,7 +127,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
 
     /// Take `device` as this array's device side on `device_id`.
     #[cfg(feature = "cuda")]
-    pub(crate) fn adopt_device(&mut self, device_id: i32, device: crate::device::DeviceSide) {
+    pub(crate) fn adopt_device(&mut self, device_id: i32, device: device_side::DeviceSide) {
         self.device_id = device_id;
         self.device = device;
     }
@@ -172,7 +135,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// A host array of `shape` holding a copy of `values` (C order).
     pub fn from_slice(shape: [usize; N], values: &[T]) -> Result<Self> {
         let mut array = Self::new(shape)?;
-        array.copy_from_slice(values, None)?;
+        array.copy_from_slice(values)?;
         Ok(array)
     }
 
@@ -192,7 +155,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         #[cfg(feature = "cuda")]
         if self.residence == Residence::Device {
             let memory = self.device.duplicate(self.device_id)?;
-            copy.device = crate::device::DeviceSide::with_memory(memory);
+            copy.device = device_side::DeviceSide::with_memory(memory);
             copy.residence = Residence::Device;
         }
         Ok(copy)
@@ -246,19 +209,29 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         self.host.is_pinned()
     }
 
-    /// The id of the context holding the array, if any.
-    pub fn lock_id(&self) -> Option<LockId> {
+    /// Whether a lock (a `LockGuard`, or a Python `get_dlpack()` context) holds the array.
+    pub fn is_locked(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    /// The number of the lock holding the array (0 when unlocked), for messages and the C
+    /// header; it cannot be turned back into a lock.
+    pub fn lock_number(&self) -> u64 {
+        self.lock.map_or(0, LockId::get)
+    }
+
+    pub(crate) fn lock_id(&self) -> Option<LockId> {
         self.lock
     }
 
     /// Lock the array for the lifetime of the returned guard; the borrow checker refuses any
-    /// other use of the array meanwhile.
+    /// other use of the array meanwhile, and other holders (Python contexts) see it locked.
     pub fn lock(&mut self) -> Result<LockGuard<'_, T, N>> {
         LockGuard::new(self)
     }
 
-    /// Lock with `id` (a Python context's `__enter__`); fails if already locked.
-    pub fn enter(&mut self, id: LockId) -> Result<()> {
+    /// Lock with `id` (a context's `__enter__`); fails if already locked.
+    pub(crate) fn enter(&mut self, id: LockId) -> Result<()> {
         match self.lock {
             None => {
                 self.lock = Some(id);
@@ -269,7 +242,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     }
 
     /// Unlock `id` (a context's `__exit__`); fails if `id` does not hold the array.
-    pub fn exit(&mut self, id: LockId) -> Result<()> {
+    pub(crate) fn exit(&mut self, id: LockId) -> Result<()> {
         check_access(self.lock, Some(id))?;
         self.lock = None;
         Ok(())
@@ -294,17 +267,25 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         Ok(())
     }
 
-    /// Read the element at `index` (bounds- and lock-checked). On the device this is a
-    /// synchronous single-element copy.
-    pub fn get(&self, index: [usize; N], lock: Option<LockId>) -> Result<T> {
+    /// Read the element at `index` (bounds-checked). On the device this is a synchronous
+    /// single-element copy.
+    pub fn get(&self, index: [usize; N]) -> Result<T> {
+        self.get_with(index, None)
+    }
+
+    pub(crate) fn get_with(&self, index: [usize; N], lock: Option<LockId>) -> Result<T> {
         check_access(self.lock, lock)?;
         let offset = shape::linear_offset(&self.shape, &index)?;
         self.element_at(offset * size_of::<T>(), lock)
     }
 
-    /// Write `value` at `index` (bounds-, lock- and read-only-checked). On the device this
-    /// is a synchronous single-element copy.
-    pub fn write(&mut self, index: [usize; N], value: T, lock: Option<LockId>) -> Result<()> {
+    /// Write `value` at `index` (bounds- and read-only-checked). On the device this is a
+    /// synchronous single-element copy.
+    pub fn write(&mut self, index: [usize; N], value: T) -> Result<()> {
+        self.write_with(index, value, None)
+    }
+
+    pub(crate) fn write_with(&mut self, index: [usize; N], value: T, lock: Option<LockId>) -> Result<()> {
         check_access(self.lock, lock)?;
         if self.readonly {
             return Err(Error::ReadOnly);
@@ -313,15 +294,24 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         self.set_element_at(offset * size_of::<T>(), value, lock)
     }
 
-    /// The contents in C order.
-    pub fn to_vec(&self, lock: Option<LockId>) -> Result<Vec<T>> {
+    /// The contents in C order (host data only).
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.to_vec_with(None)
+    }
+
+    pub(crate) fn to_vec_with(&self, lock: Option<LockId>) -> Result<Vec<T>> {
         self.check_host_access(lock)?;
-        // SAFETY: the buffer holds `len` initialised elements.
-        Ok(unsafe { std::slice::from_raw_parts(self.host.as_ptr(), self.host.len()) }.to_vec())
+        // SAFETY: the buffer holds `len` initialised elements; `read_elements` makes each a
+        // valid `T` whatever bytes a foreign producer left there.
+        Ok(unsafe { read_elements(self.host.as_ptr(), self.host.len()) })
     }
 
     /// Overwrite the contents with `values` (C order, exactly `size()` of them).
-    pub fn copy_from_slice(&mut self, values: &[T], lock: Option<LockId>) -> Result<()> {
+    pub fn copy_from_slice(&mut self, values: &[T]) -> Result<()> {
+        self.copy_from_slice_with(values, None)
+    }
+
+    pub(crate) fn copy_from_slice_with(&mut self, values: &[T], lock: Option<LockId>) -> Result<()> {
         self.check_writable(lock)?;
         if values.len() != self.size() {
             return Err(Error::InvalidArgument(format!(
@@ -337,24 +327,40 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         Ok(())
     }
 
-    /// An indexer over the host data for kernels and tight loops; it borrows the array, so
-    /// the array cannot be used or dropped while the indexer lives.
-    pub fn indexer(&mut self, lock: Option<LockId>) -> Result<ArrayIndexer<'_, T, N>> {
+    /// A read-only indexer over the host data for tight loops; it borrows the array, so the
+    /// array cannot change or be dropped while the indexer lives.
+    pub fn indexer(&self) -> Result<HostIndexer<'_, T, N>> {
+        self.indexer_with(None)
+    }
+
+    pub(crate) fn indexer_with(&self, lock: Option<LockId>) -> Result<HostIndexer<'_, T, N>> {
         self.check_host_access(lock)?;
         // SAFETY: pointer and shape describe this array's live buffer, which the returned
         // indexer's lifetime keeps borrowed.
-        Ok(unsafe { ArrayIndexer::new(self.host.as_ptr(), self.shape) })
+        Ok(unsafe { HostIndexer::new(self.host.as_ptr(), self.shape) })
+    }
+
+    /// A writable indexer over the host data (refused for read-only arrays); it borrows the
+    /// array exclusively.
+    pub fn indexer_mut(&mut self) -> Result<HostIndexerMut<'_, T, N>> {
+        self.indexer_mut_with(None)
+    }
+
+    pub(crate) fn indexer_mut_with(&mut self, lock: Option<LockId>) -> Result<HostIndexerMut<'_, T, N>> {
+        self.check_writable(lock)?;
+        // SAFETY: as above, borrowed exclusively.
+        Ok(unsafe { HostIndexerMut::new(self.host.as_ptr(), self.shape) })
     }
 
     /// Raw pointer to the host data, for callers that manage aliasing themselves.
-    pub fn as_ptr(&self, lock: Option<LockId>) -> Result<*const T> {
-        self.check_host_access(lock)?;
+    pub fn as_ptr(&self) -> Result<*const T> {
+        self.check_host_access(None)?;
         Ok(self.host.as_ptr())
     }
 
     /// Raw mutable pointer to the host data (refused for read-only arrays).
-    pub fn as_mut_ptr(&mut self, lock: Option<LockId>) -> Result<*mut T> {
-        self.check_writable(lock)?;
+    pub fn as_mut_ptr(&mut self) -> Result<*mut T> {
+        self.check_writable(None)?;
         Ok(self.host.as_ptr())
     }
 
@@ -378,7 +384,17 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// data is already there; with `async_copy` it returns once the copy is queued (pinned
     /// host memory) instead of done. Device memory is kept after moving back to the host, and
     /// exports keep whatever memory they describe alive.
-    pub fn move_memory(&mut self, target: Device, stream: i64, async_copy: bool, lock: Option<LockId>) -> Result<()> {
+    pub fn move_memory(&mut self, target: Device, stream: i64, async_copy: bool) -> Result<()> {
+        self.move_memory_with(target, stream, async_copy, None)
+    }
+
+    pub(crate) fn move_memory_with(
+        &mut self,
+        target: Device,
+        stream: i64,
+        async_copy: bool,
+        lock: Option<LockId>,
+    ) -> Result<()> {
         check_access(self.lock, lock)?;
         match (target.device_type, self.residence) {
             (DeviceType::Cpu, Residence::Host) => Ok(()),
@@ -424,24 +440,27 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// The MemArray design's kernel: add the sum of each element's indices to it, on the
     /// device (moving the data there first, on `stream`). Returns once the kernel is queued.
     #[cfg(feature = "cuda")]
-    pub fn add_index_tuple(&mut self, stream: i64, lock: Option<LockId>) -> Result<()> {
+    pub fn add_index_tuple(&mut self, stream: i64) -> Result<()> {
+        self.add_index_tuple_with(stream, None)
+    }
+
+    #[cfg(feature = "cuda")]
+    pub(crate) fn add_index_tuple_with(&mut self, stream: i64, lock: Option<LockId>) -> Result<()> {
         check_access(self.lock, lock)?;
         if self.readonly {
             return Err(Error::ReadOnly);
         }
-        self.move_memory(Device::cuda(self.device_id), stream, true, lock)?;
+        self.move_memory_with(Device::cuda(self.device_id), stream, true, lock)?;
         let device_id = self.device_id;
         let stream = self.device.begin(device_id, stream)?;
-        let data = self.device.memory().expect("moved to the device above").ptr();
-        // SAFETY: the indexer describes this array's live device memory; it is read by the
-        // kernel launch (by value) before this function returns.
-        let indexer = unsafe { ArrayIndexer::<T, N>::new(data as usize as *mut T, self.shape) };
-        // SAFETY: see above; `size()` elements of T::DTYPE live at `data` on `device_id`.
+        let indexer = self.device_indexer_unchecked();
+        // SAFETY: the indexer describes this array's live device memory of `size()` elements
+        // of T::DTYPE on `device_id`; the launch copies it by value before returning.
         unsafe {
             crate::cuda::kernels::launch_add_index(
                 &T::DTYPE,
                 N,
-                (&indexer as *const ArrayIndexer<T, N>).cast(),
+                (&indexer as *const crate::indexer::DeviceIndexer<T, N>).cast(),
                 self.size(),
                 device_id,
                 stream,
@@ -452,8 +471,27 @@ impl<T: Element, const N: usize> MemArray<T, N> {
 
     /// The device side (memory and stream), for exports.
     #[cfg(feature = "cuda")]
-    pub(crate) fn device_side(&self) -> &crate::device::DeviceSide {
+    pub(crate) fn device_side(&self) -> &device_side::DeviceSide {
         &self.device
+    }
+
+    /// What a kernel receives for this array's device data: its device address and shape.
+    /// The data stays on the device, and the array stays borrowed while the indexer lives.
+    #[cfg(feature = "cuda")]
+    pub fn device_indexer(&mut self) -> Result<crate::indexer::DeviceIndexer<'_, T, N>> {
+        check_access(self.lock, None)?;
+        if self.residence != Residence::Device {
+            return Err(Error::Unavailable(
+                "the data is in host memory; move_memory(Device::cuda(id)) first to launch kernels on it".into(),
+            ));
+        }
+        Ok(self.device_indexer_unchecked())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn device_indexer_unchecked(&self) -> crate::indexer::DeviceIndexer<'static, T, N> {
+        let data = self.device.memory().map_or(0, |memory| memory.ptr());
+        crate::indexer::DeviceIndexer::new(data, self.shape)
     }
 
     /// The stream a consumer of the device data must order after (1: legacy default,
@@ -482,7 +520,7 @@ impl<T: Element, const N: usize> std::fmt::Debug for MemArray<T, N> {
             .field("shape", &self.shape)
             .field("residence", &self.residence)
             .field("device_id", &self.device_id)
-            .field("locked", &self.lock.is_some())
+            .field("locked", &self.is_locked())
             .field("readonly", &self.readonly)
             .finish()
     }

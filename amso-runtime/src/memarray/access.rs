@@ -4,13 +4,14 @@
 
 use std::mem::MaybeUninit;
 
-use crate::element::{DType, Element};
+use crate::device::{Device, DeviceType, Residence};
+use crate::element::{read_element, DType, Element};
 use crate::error::{Error, Result};
 use crate::lock::{check_access, LockId};
-use crate::memarray::{MemArray, Residence};
+use crate::memarray::MemArray;
 
 /// One array's facts, without its element type.
-pub(crate) struct RawView<'a> {
+pub struct RawView<'a> {
     pub(crate) shape: &'a [usize],
     pub(crate) dtype: &'static DType,
     pub(crate) nbytes: usize,
@@ -18,10 +19,10 @@ pub(crate) struct RawView<'a> {
     pub(crate) holder: Option<LockId>,
     pub(crate) residence: Residence,
     pub(crate) readonly: bool,
-    #[cfg(feature = "cuda")]
+    pub(crate) pinned: bool,
     pub(crate) device_id: i32,
     #[cfg(feature = "cuda")]
-    pub(crate) device: &'a crate::device::DeviceSide,
+    pub(crate) device: &'a super::device_side::DeviceSide,
 }
 
 impl<T: Element, const N: usize> MemArray<T, N> {
@@ -35,7 +36,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             holder: self.lock_id(),
             residence: self.residence(),
             readonly: self.readonly(),
-            #[cfg(feature = "cuda")]
+            pinned: self.pinned(),
             device_id: self.device_id(),
             #[cfg(feature = "cuda")]
             device: self.device_side(),
@@ -47,9 +48,8 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         let mut value = MaybeUninit::<T>::uninit();
         // SAFETY: `value` holds one element.
         unsafe { self.raw_view().read_at(byte_offset, lock, value.as_mut_ptr().cast()) }?;
-        // SAFETY: fully written by `read_at`, which makes a bool byte 0 or 1; every bit pattern
-        // is a valid value of the other element kinds (integers, IEEE and bfloat floats, complex).
-        Ok(unsafe { value.assume_init() })
+        // SAFETY: `read_at` filled all of `value`'s bytes; `read_element` makes them a valid `T`.
+        Ok(unsafe { read_element(value.as_ptr()) })
     }
 
     /// Write `value` at `byte_offset` (in bounds: the caller checked), presenting `lock`.
@@ -60,6 +60,61 @@ impl<T: Element, const N: usize> MemArray<T, N> {
 }
 
 impl RawView<'_> {
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        self.shape
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> &'static DType {
+        self.dtype
+    }
+
+    /// Bytes of element data.
+    pub fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+
+    /// Where the current data lives.
+    pub fn residence(&self) -> Residence {
+        self.residence
+    }
+
+    /// The device of the current data.
+    pub fn device(&self) -> Device {
+        match self.residence {
+            Residence::Host => Device::CPU,
+            Residence::Device => Device { device_type: DeviceType::Cuda, id: self.device_id },
+        }
+    }
+
+    /// The CUDA device the array moves to.
+    pub fn device_id(&self) -> i32 {
+        self.device_id
+    }
+
+    /// Whether writes are refused.
+    pub fn readonly(&self) -> bool {
+        self.readonly
+    }
+
+    /// Whether the host buffer is page-locked.
+    pub fn pinned(&self) -> bool {
+        self.pinned
+    }
+
+    /// The number of the lock holding the array, 0 when unlocked.
+    pub fn lock_number(&self) -> u64 {
+        self.holder.map_or(0, LockId::get)
+    }
+
+    /// Note that the device data is being handed out (the interface dict): its eventual free
+    /// waits for the whole device.
+    pub fn share_device_memory(&self) {
+        #[cfg(feature = "cuda")]
+        self.device.share();
+    }
+
     /// Byte offset of the element at a Python-style `index` (negative counts from the end).
     pub(crate) fn offset(&self, index: &[i64]) -> Result<usize> {
         Ok(crate::shape::python_offset(self.shape, index)? * self.dtype.itemsize())
@@ -78,7 +133,7 @@ impl RawView<'_> {
     ///
     /// # Safety
     /// `offset + len` is within the array; `host` is valid for `len` bytes (for writes into
-    /// it when `!write`) and does not alias the array.
+    /// it when `!write`, and then it does not alias the array).
     unsafe fn transfer(&self, offset: usize, host: *mut u8, len: usize, write: bool) -> Result<()> {
         #[cfg(feature = "cuda")]
         if self.residence == Residence::Device {
@@ -89,7 +144,8 @@ impl RawView<'_> {
         // SAFETY: the caller guarantees both ranges; the host buffer is live.
         unsafe {
             if write {
-                std::ptr::copy_nonoverlapping(host.cast_const(), self.host.add(offset), len)
+                // `copy`, not `copy_nonoverlapping`: the source may be a view of this array.
+                std::ptr::copy(host.cast_const(), self.host.add(offset), len)
             } else {
                 std::ptr::copy_nonoverlapping(self.host.add(offset), host, len)
             }
@@ -97,20 +153,15 @@ impl RawView<'_> {
         Ok(())
     }
 
-    /// Read the element at `byte_offset` into `out`. Foreign memory may hold any byte in a
-    /// kDLBool element; only 0 and 1 are a Rust bool, so nonzero reads as 1 (as NumPy reads it).
+    /// Copy the bytes of the element at `byte_offset` into `out` (not yet a valid `T`: see
+    /// `element::read_element`).
     ///
     /// # Safety
     /// `byte_offset` is an element of the array; `out` is valid for writes of one element.
     unsafe fn read_at(&self, byte_offset: usize, lock: Option<LockId>, out: *mut u8) -> Result<()> {
         check_access(self.holder, lock)?;
         // SAFETY: forwarded from the caller.
-        unsafe { self.transfer(byte_offset, out, self.dtype.itemsize(), false) }?;
-        if self.dtype.code == dlpark::ffi::DLDataTypeCode::BOOL.0 {
-            // SAFETY: the one byte just written (bool elements are one byte, checked by build.rs).
-            unsafe { *out = u8::from(*out != 0) };
-        }
-        Ok(())
+        unsafe { self.transfer(byte_offset, out, self.dtype.itemsize(), false) }
     }
 
     /// Write one element's bytes from `value` at `byte_offset` (the caller holds the array
@@ -140,6 +191,7 @@ impl RawView<'_> {
         }
     }
 
+    #[cfg(feature = "python")]
     /// Copy the whole current data into host memory `dst` of `nbytes` bytes.
     ///
     /// # Safety
@@ -155,7 +207,7 @@ impl RawView<'_> {
     /// holds the array mutably).
     ///
     /// # Safety
-    /// `src` is valid for reads of `nbytes` bytes and does not alias the array.
+    /// `src` is valid for reads of `nbytes` bytes (it may be a view of the array itself).
     pub(crate) unsafe fn copy_from(&self, src: *const u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
         self.check_nbytes(nbytes)?;
         self.check_writable(lock)?;
@@ -163,13 +215,20 @@ impl RawView<'_> {
         unsafe { self.transfer(0, src.cast_mut(), nbytes, true) }
     }
 
+    #[cfg(feature = "python")]
     /// Address of the current data (host or device).
     pub(crate) fn data_address(&self, lock: Option<LockId>) -> Result<usize> {
         check_access(self.holder, lock)?;
+        Ok(self.current_address())
+    }
+
+    #[cfg(feature = "python")]
+    /// Address of the current data whoever holds the lock (descriptions only, never access).
+    pub(crate) fn current_address(&self) -> usize {
         #[cfg(feature = "cuda")]
         if self.residence == Residence::Device {
-            return Ok(self.device.memory().map_or(0, |m| m.ptr() as usize));
+            return self.device.memory().map_or(0, |m| m.ptr() as usize);
         }
-        Ok(self.host as usize)
+        self.host as usize
     }
 }

@@ -11,7 +11,8 @@ use crate::dlpack::DLPACK_VERSION;
 use crate::element::{DType, Element};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
-use crate::memarray::{ArrayOptions, Device, DeviceType, MemArray, Residence};
+use crate::device::{Device, DeviceType, Residence};
+use crate::memarray::{ArrayOptions, MemArray};
 use crate::shape::{self, checked_shape};
 use crate::MAX_NDIM;
 
@@ -133,7 +134,7 @@ impl ForeignMemory {
     /// # Safety
     /// As `MemArray::from_foreign`.
     #[cfg(feature = "cuda")]
-    unsafe fn into_device_side(self, bytes: usize) -> Result<crate::device::DeviceSide> {
+    unsafe fn into_device_side(self, bytes: usize) -> Result<super::device_side::DeviceSide> {
         crate::cuda::driver::check_device(self.device.id)?;
         if bytes > 0 {
             let holder = crate::cuda::driver::device_of_pointer(self.address)?;
@@ -148,7 +149,7 @@ impl ForeignMemory {
         let device = unsafe {
             crate::cuda::memory::DeviceMemory::foreign(self.device.id, self.address as u64, bytes, self.owner)
         };
-        Ok(crate::device::DeviceSide::with_memory(Arc::new(device)))
+        Ok(super::device_side::DeviceSide::with_memory(Arc::new(device)))
     }
 }
 

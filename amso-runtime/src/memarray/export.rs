@@ -6,12 +6,13 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use crate::access::RawView;
+use super::access::RawView;
+use crate::device::{DeviceType, Residence};
 use crate::dlpack::{ExportPlan, ExportSource};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::lock::{check_access, LockId};
-use crate::memarray::{DeviceType, MemArray, Residence};
+use crate::memarray::MemArray;
 
 /// Owned memory and its first byte.
 type Owned = (*mut u8, Arc<dyn Any + Send + Sync>);
@@ -20,18 +21,16 @@ type Owned = (*mut u8, Arc<dyn Any + Send + Sync>);
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 struct ExportView<'a, 'f> {
     raw: RawView<'a>,
-    pinned: bool,
     host_share: &'f dyn Fn() -> Arc<dyn Any + Send + Sync>,
     host_copy: &'f dyn Fn() -> Result<Owned>,
 }
 
 impl<T: Element, const N: usize> MemArray<T, N> {
     /// Describe the data for the export `plan`, presenting `lock`.
-    pub fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>> {
+    pub(crate) fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>> {
         let buffer = self.host_buffer();
         let view = ExportView {
             raw: self.raw_view(),
-            pinned: self.pinned(),
             host_share: &|| Arc::clone(buffer) as Arc<dyn Any + Send + Sync>,
             host_copy: &|| {
                 let copy = Arc::new(buffer.try_clone()?);
@@ -91,7 +90,7 @@ fn export<'a>(view: &ExportView<'a, '_>, plan: &ExportPlan, lock: Option<LockId>
 #[cfg(feature = "cuda")]
 fn copy_to_device(
     view: &ExportView<'_, '_>,
-    target: crate::memarray::Device,
+    target: crate::device::Device,
 ) -> Result<(*mut u8, Arc<dyn Any + Send + Sync>, bool)> {
     use crate::cuda::{memory::DeviceMemory, stream, transfer};
     use crate::host::HostBuffer;
@@ -120,7 +119,7 @@ fn copy_to_device(
             let own = stream::amso_stream(target.id)?;
             if residence == Residence::Host {
                 // SAFETY: both hold `bytes`; synchronised below before the host buffer can change.
-                unsafe { transfer::host_to_device(target.id, memory.ptr(), view.raw.host, bytes, view.pinned, own) }?;
+                unsafe { transfer::host_to_device(target.id, memory.ptr(), view.raw.host, bytes, view.raw.pinned, own) }?;
             } else {
                 stream::synchronize(view.raw.device_id, view.raw.device.stream())?;
                 // SAFETY: both hold `bytes`; the source's earlier work is complete.

@@ -1,0 +1,213 @@
+//! The device side of a `MemArray`: its device memory (kept across moves, shared with
+//! exports through `Arc`) and the stream of the last work on it. Work on a new stream is
+//! ordered after that stream with an event; work on a caller's stream is handed over to
+//! amso's own stream, so the stream amso publishes is one it keeps alive.
+
+use std::sync::Arc;
+
+use crate::cuda::memory::DeviceMemory;
+use crate::cuda::stream::{self, StreamHandle};
+use crate::cuda::transfer;
+use crate::cuda::{context::Current, driver::check_device};
+use crate::error::{Error, Result};
+use crate::device::Residence;
+
+/// Device memory and stream state of one array.
+#[derive(Debug)]
+pub(crate) struct DeviceSide {
+    memory: Option<Arc<DeviceMemory>>,
+    last: StreamHandle,
+}
+
+impl Default for DeviceSide {
+    fn default() -> Self {
+        DeviceSide { memory: None, last: StreamHandle::LEGACY }
+    }
+}
+
+impl DeviceSide {
+    /// A device side holding `memory`, with no pending work.
+    pub(crate) fn with_memory(memory: Arc<DeviceMemory>) -> Self {
+        DeviceSide { memory: Some(memory), last: StreamHandle::LEGACY }
+    }
+
+    /// The device memory, if any was allocated.
+    pub(crate) fn memory(&self) -> Option<&Arc<DeviceMemory>> {
+        self.memory.as_ref()
+    }
+
+    /// The stream the last work on the array was ordered on.
+    pub(crate) fn stream(&self) -> StreamHandle {
+        self.last
+    }
+
+    /// Resolve the caller's stream value for work on `device_id`, ordered after earlier work.
+    pub(crate) fn begin(&mut self, device_id: i32, stream: i64) -> Result<StreamHandle> {
+        check_device(device_id)?;
+        let stream = StreamHandle::from_int(stream)?;
+        stream.check(device_id)?;
+        stream::order(device_id, self.last, stream)?;
+        Ok(stream)
+    }
+
+    /// Record that work was queued on `stream`; a caller's own stream is handed over to
+    /// amso's stream so later consumers are given a stream that stays alive.
+    pub(crate) fn end(&mut self, device_id: i32, stream: StreamHandle, synchronize: bool) -> Result<()> {
+        self.last = if stream == StreamHandle::LEGACY || stream == StreamHandle::PER_THREAD {
+            stream
+        } else {
+            let own = stream::amso_stream(device_id)?;
+            if stream != own {
+                stream::order(device_id, stream, own)?;
+            }
+            own
+        };
+        if let Some(memory) = &self.memory {
+            memory.used_on(self.last);
+        }
+        if synchronize {
+            stream::synchronize(device_id, stream)?;
+        }
+        Ok(())
+    }
+
+    /// Device memory of `bytes` on `device_id`, allocated on first use or when the array
+    /// changes device; the old memory stays alive while exports hold it.
+    pub(crate) fn ensure(&mut self, device_id: i32, bytes: usize, stream: StreamHandle) -> Result<&Arc<DeviceMemory>> {
+        let fits = self.memory.as_ref().is_some_and(|m| m.device_id() == device_id && m.bytes() == bytes);
+        if !fits {
+            self.memory = Some(Arc::new(DeviceMemory::alloc_on(device_id, bytes, stream)?));
+        }
+        Ok(self.memory.as_ref().expect("just ensured"))
+    }
+
+    /// A new array's start: device memory of `bytes` (zeroed unless `options.uninitialized`)
+    /// when `options.on_device`. Returns where the data lives.
+    pub(crate) fn start(&mut self, options: &crate::memarray::ArrayOptions, bytes: usize) -> Result<Residence> {
+        if !options.on_device {
+            return Ok(Residence::Host);
+        }
+        let stream = crate::stream_context::resolve(None);
+        self.allocate(options.device_id, bytes, stream, !options.uninitialized)?;
+        Ok(Residence::Device)
+    }
+
+    /// Fresh device memory of `bytes` on `device_id`, zeroed in order on `stream` if `zeroed`.
+    pub(crate) fn allocate(&mut self, device_id: i32, bytes: usize, stream: i64, zeroed: bool) -> Result<()> {
+        let stream = self.begin(device_id, stream)?;
+        let memory = self.ensure(device_id, bytes, stream)?;
+        if zeroed && bytes > 0 {
+            let _ctx = crate::cuda::context::Current::enter(device_id)?;
+            // SAFETY: the allocation holds `bytes`; the memset is queued on `stream`.
+            unsafe { cudarc::driver::sys::cuMemsetD8Async(memory.ptr(), 0, bytes, stream.raw()) }
+                .result()
+                .map_err(crate::cuda::driver::cuda_error)?;
+        }
+        self.end(device_id, stream, false)
+    }
+
+    /// Copy host bytes to the device memory on `stream` (value from the caller).
+    ///
+    /// # Safety
+    /// `src` holds `bytes` bytes, alive until the copy completes when `pinned` and asynchronous.
+    pub(crate) unsafe fn upload(
+        &mut self,
+        device_id: i32,
+        src: *const u8,
+        bytes: usize,
+        pinned: bool,
+        stream: i64,
+        synchronize: bool,
+    ) -> Result<()> {
+        let stream = self.begin(device_id, stream)?;
+        let dst = self.ensure(device_id, bytes, stream)?.ptr();
+        // SAFETY: `dst` holds `bytes` (ensured); the caller vouches for `src`.
+        unsafe { transfer::host_to_device(device_id, dst, src, bytes, pinned, stream) }?;
+        self.end(device_id, stream, synchronize)
+    }
+
+    /// Copy the device memory to host bytes on `stream`.
+    ///
+    /// # Safety
+    /// `dst` holds `bytes` writable bytes, alive until the copy completes when `pinned` and
+    /// asynchronous.
+    pub(crate) unsafe fn download(
+        &mut self,
+        device_id: i32,
+        dst: *mut u8,
+        bytes: usize,
+        pinned: bool,
+        stream: i64,
+        synchronize: bool,
+    ) -> Result<()> {
+        let stream = self.begin(device_id, stream)?;
+        let src = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?.ptr();
+        // SAFETY: the device memory holds `bytes`; the caller vouches for `dst`.
+        unsafe { transfer::device_to_host(device_id, dst, src, bytes, pinned, stream) }?;
+        self.end(device_id, stream, synchronize)
+    }
+
+    /// Move the device data to `target` device (peer copy where possible).
+    pub(crate) fn change_device(
+        &mut self,
+        from: i32,
+        target: i32,
+        bytes: usize,
+        stream: i64,
+        synchronize: bool,
+    ) -> Result<()> {
+        let source = self.memory.clone().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
+        stream::synchronize(from, self.last)?;
+        self.last = StreamHandle::LEGACY;
+        let stream = self.begin(target, stream)?;
+        let dst = Arc::new(DeviceMemory::alloc_on(target, bytes, stream)?);
+        // SAFETY: both allocations hold `bytes`; the source's earlier work is complete.
+        unsafe { transfer::device_to_device(target, dst.ptr(), source.ptr(), bytes, stream) }?;
+        self.memory = Some(dst);
+        self.end(target, stream, synchronize)
+    }
+
+    /// A copy of the device memory (on the same device), complete when this returns.
+    pub(crate) fn duplicate(&self, device_id: i32) -> Result<Arc<DeviceMemory>> {
+        let source = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
+        let copy = Arc::new(DeviceMemory::alloc_on(device_id, source.bytes(), self.last)?);
+        // SAFETY: both hold `bytes`; ordered after the last work and synchronised below.
+        unsafe { transfer::device_to_device(device_id, copy.ptr(), source.ptr(), source.bytes(), self.last) }?;
+        stream::synchronize(device_id, self.last)?;
+        Ok(copy)
+    }
+
+    /// Read or write `len` bytes at `offset` of the device memory from or to host memory,
+    /// synchronously (single-element access from Python).
+    ///
+    /// # Safety
+    /// `host` holds `len` bytes; `offset + len` is within the device memory.
+    pub(crate) unsafe fn access(&self, device_id: i32, offset: usize, host: *mut u8, len: usize, write: bool) -> Result<()> {
+        let memory = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory".into()))?;
+        let address = memory.ptr() + offset as u64;
+        let _ctx = Current::enter(device_id)?;
+        stream::synchronize(device_id, self.last)?;
+        // SAFETY: the caller guarantees both ranges; the copies are synchronous.
+        unsafe {
+            if write {
+                transfer::host_to_device(device_id, address, host, len, false, StreamHandle::LEGACY)?;
+            } else {
+                transfer::device_to_host(device_id, host, address, len, false, StreamHandle::LEGACY)?;
+            }
+        }
+        stream::synchronize(device_id, StreamHandle::LEGACY)
+    }
+
+    /// Note that the device memory is being handed to a consumer (DLPack, the interface dict).
+    pub(crate) fn share(&self) {
+        if let Some(memory) = &self.memory {
+            memory.mark_shared();
+        }
+    }
+
+    /// Make `consumer` wait for the array's pending work (DLPack's stream handshake).
+    pub(crate) fn hand_to(&self, device_id: i32, consumer: StreamHandle) -> Result<()> {
+        consumer.check(device_id)?;
+        stream::order(device_id, self.last, consumer)
+    }
+}

@@ -1,0 +1,126 @@
+//! `MemArrayBase`: the one Python class that carries every method of every instantiation,
+//! holding its array behind `ArrayObject`. Generated classes subclass it and add only their
+//! constructor.
+//!
+//! The class is `frozen`: PyO3 keeps no borrow flag, so no Python user ever sees "Already
+//! borrowed". Its state has one discipline, written here:
+//! - the array sits behind an `RwLock`. A thread that finds it taken waits with the GIL
+//!   released (`py.detach`), so a holder that needs the GIL back (or runs detached, as a
+//!   move does) always finishes. No Python code runs while the lock is held.
+//! - facts that never change (dtype, shape) and the placement the C header publishes are read
+//!   without the lock, so readers see the state from before a long operation, never a
+//!   half-updated one (`Header`).
+//! - every change goes through `modify` or `modify_detached`, which republish the header
+//!   (with the GIL held) once the change is complete.
+
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::element::{DType, Element};
+use crate::header::Header;
+use crate::memarray::MemArray;
+use crate::object::ArrayObject;
+
+/// Base class of every amso array class (Python name `amso._amso.MemArrayBase`).
+#[pyclass(subclass, frozen, module = "amso._amso", name = "MemArrayBase")]
+pub struct MemArrayBase {
+    /// What the C getters read; the placement fields are republished after every change.
+    header: Header,
+    dtype: &'static DType,
+    state: RwLock<Box<dyn ArrayObject>>,
+    /// The last `__cuda_array_interface__` built, with the (address, stream) it describes;
+    /// each access hands out a copy, never this dict itself.
+    pub(super) interface_cache: Mutex<Option<CachedInterface>>,
+}
+
+/// An interface dict and the (data address, stream) it describes.
+pub(super) type CachedInterface = (usize, Option<i64>, Py<PyDict>);
+
+type ReadGuard<'a> = RwLockReadGuard<'a, Box<dyn ArrayObject>>;
+type WriteGuard<'a> = RwLockWriteGuard<'a, Box<dyn ArrayObject>>;
+
+impl MemArrayBase {
+    /// Wrap a typed array.
+    pub(crate) fn new(array: Box<dyn ArrayObject>) -> Self {
+        let view = array.raw_view();
+        let (header, dtype) = (Header::of(&view), view.dtype());
+        MemArrayBase { header, dtype, state: RwLock::new(array), interface_cache: Mutex::new(None) }
+    }
+
+    /// The C header (valid while this object lives; see generated/amso.h).
+    pub(crate) fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The element type.
+    pub(crate) fn element_type(&self) -> &'static DType {
+        self.dtype
+    }
+
+    fn read_guard(&self, py: Python<'_>) -> ReadGuard<'_> {
+        loop {
+            match self.state.try_read() {
+                Ok(guard) => return guard,
+                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+                // Wait for the writer without the GIL, then try again.
+                Err(TryLockError::WouldBlock) => py.detach(|| drop(self.state.read())),
+            }
+        }
+    }
+
+    fn write_guard(&self, py: Python<'_>) -> WriteGuard<'_> {
+        loop {
+            match self.state.try_write() {
+                Ok(guard) => return guard,
+                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => py.detach(|| drop(self.state.write())),
+            }
+        }
+    }
+
+    /// Read the array through `f` (no Python code in `f`).
+    pub fn read<R>(&self, py: Python<'_>, f: impl FnOnce(&dyn ArrayObject) -> R) -> R {
+        f(&**self.read_guard(py))
+    }
+
+    /// Read the array through `f` with the GIL released (long reads: copies out).
+    pub fn read_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&dyn ArrayObject) -> R + Send) -> R {
+        py.detach(|| f(&**self.state.read().unwrap_or_else(|e| e.into_inner())))
+    }
+
+    /// Change the array through `f` (no Python code in `f`), then republish the header.
+    pub fn modify<R>(&self, py: Python<'_>, f: impl FnOnce(&mut dyn ArrayObject) -> R) -> R {
+        let mut guard = self.write_guard(py);
+        let result = f(&mut **guard);
+        self.header.publish(py, &guard.raw_view());
+        result
+    }
+
+    /// Change the array through `f` with the GIL released (moves, large copies in), then
+    /// republish the header. Other threads meanwhile read the old placement, or wait.
+    pub fn modify_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut dyn ArrayObject) -> R + Send) -> R {
+        let result = py.detach(|| f(&mut **self.state.write().unwrap_or_else(|e| e.into_inner())));
+        self.read(py, |array| self.header.publish(py, &array.raw_view()));
+        result
+    }
+
+    /// Read the typed array through `f`, if this object holds a `MemArray<T, N>`.
+    pub fn with_typed<T: Element, const N: usize, R>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&MemArray<T, N>) -> R,
+    ) -> Option<R> {
+        self.read(py, |array| array.as_any().downcast_ref().map(f))
+    }
+
+    /// Change the typed array through `f`, if this object holds a `MemArray<T, N>`.
+    pub fn with_typed_mut<T: Element, const N: usize, R>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut MemArray<T, N>) -> R,
+    ) -> Option<R> {
+        self.modify(py, |array| array.as_any_mut().downcast_mut().map(f))
+    }
+}

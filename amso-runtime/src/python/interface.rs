@@ -1,0 +1,46 @@
+//! `__cuda_array_interface__` (version 3): a dict per access, copied from a cached one while
+//! the (address, stream) it describes is unchanged.
+
+use pyo3::exceptions::PyAttributeError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use super::array::MemArrayBase;
+use crate::device::Residence;
+
+/// The interface dict of `array`'s device data.
+pub(super) fn cuda_array_interface<'py>(array: &MemArrayBase, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    let (address, stream, readonly) = array.read(py, |object| {
+        let view = object.raw_view();
+        if view.residence() != Residence::Device {
+            return Err(PyAttributeError::new_err(
+                "__cuda_array_interface__: the data is in host memory; call move_memory(kDLCUDA) first",
+            ));
+        }
+        let address = view.data_address(None)?;
+        view.share_device_memory();
+        Ok((address, object.stream(), view.readonly()))
+    })?;
+    let cached = {
+        let cache = array.interface_cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.as_ref().filter(|(a, s, _)| *a == address && *s == stream).map(|(_, _, dict)| dict.clone_ref(py))
+    };
+    if let Some(interface) = cached {
+        return interface.bind(py).copy();
+    }
+    let interface = PyDict::new(py);
+    interface.set_item(intern!(py, "shape"), PyTuple::new(py, array.header().dims())?)?;
+    interface.set_item(intern!(py, "typestr"), array.element_type().typestr)?;
+    interface.set_item(intern!(py, "data"), (address, readonly))?;
+    interface.set_item(intern!(py, "version"), 3)?;
+    interface.set_item(intern!(py, "strides"), py.None())?;
+    interface.set_item(intern!(py, "stream"), stream)?;
+    let replaced = array
+        .interface_cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .replace((address, stream, interface.clone().unbind()));
+    drop(replaced); // outside the cache's lock
+    interface.copy()
+}

@@ -1,0 +1,272 @@
+//! The Python methods of `MemArrayBase`, written once for every instantiation. Each is a thin
+//! delegation, grouped by concern: facts, items, DLPack, moves and kernels, the CUDA array
+//! interface, NumPy copies.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use super::array::MemArrayBase;
+use super::capsule::{export_tensor, into_capsule, warn_ambiguous_stream};
+use super::context::DLPackContext;
+use super::convert::{numpy_dtype, parse_index, scalar_from_py, scalar_to_py};
+use crate::device::{Device, DeviceType};
+use crate::dlpack::DlpackRequest;
+use crate::header::{FLAG_ON_DEVICE, FLAG_PINNED, FLAG_READONLY};
+use crate::lock::LockId;
+use crate::memarray::access::RawView;
+
+/// Parse a `(device_type, device_id)` request against an array's defaults.
+fn target_device(array: &RawView<'_>, device_type: Option<i32>, device_id: Option<i32>) -> PyResult<Device> {
+    let device_type = match device_type {
+        None => array.device().device_type,
+        Some(code) => DeviceType::from_dlpack(code)?,
+    };
+    Ok(match device_type {
+        DeviceType::Cpu => {
+            if let Some(id) = device_id.filter(|&id| id != 0) {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!("kDLCPU has device id 0 only, got {id}")));
+            }
+            Device::CPU
+        }
+        DeviceType::Cuda => Device { device_type, id: device_id.unwrap_or(array.device_id()) },
+        DeviceType::CudaHost => {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "arrays move to kDLCPU or kDLCUDA; for pinned host memory create the array with pinned=True",
+            ))
+        }
+    })
+}
+
+impl MemArrayBase {
+    fn has_flag(&self, flag: u32) -> bool {
+        self.header().placement().flags & flag != 0
+    }
+
+    fn dims(&self) -> &[i64] {
+        self.header().dims()
+    }
+}
+
+#[pymethods]
+impl MemArrayBase {
+    // ---- facts: read from the header, without waiting for a move in progress ----
+
+    /// The dimensions.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.dims())
+    }
+
+    /// The number of dimensions.
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.dims().len()
+    }
+
+    /// The number of elements.
+    #[getter]
+    fn size(&self) -> i64 {
+        self.dims().iter().product()
+    }
+
+    /// Bytes of element data.
+    #[getter]
+    fn nbytes(&self) -> i64 {
+        self.size() * self.element_type().itemsize() as i64
+    }
+
+    /// Bytes per element.
+    #[getter]
+    fn itemsize(&self) -> usize {
+        self.element_type().itemsize()
+    }
+
+    /// The element type as a NumPy dtype.
+    #[getter]
+    fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        numpy_dtype(py, self.element_type())
+    }
+
+    /// The CUDA device this array moves to.
+    #[getter]
+    fn device_id(&self, py: Python<'_>) -> i32 {
+        self.read(py, |array| array.raw_view().device_id())
+    }
+
+    /// Whether the current data is in device memory.
+    #[getter]
+    fn on_device(&self) -> bool {
+        self.has_flag(FLAG_ON_DEVICE)
+    }
+
+    /// Whether a `get_dlpack()` context holds the array.
+    #[getter]
+    fn locked(&self) -> bool {
+        self.header().placement().lock_id != 0
+    }
+
+    /// How many DLPack exports (capsules and the views made from them) hold the memory.
+    #[getter]
+    fn export_count(&self, py: Python<'_>) -> usize {
+        self.read(py, |array| array.export_count())
+    }
+
+    /// Whether writes are refused.
+    #[getter]
+    fn readonly(&self) -> bool {
+        self.has_flag(FLAG_READONLY)
+    }
+
+    /// Whether the host buffer is page-locked (pinned=True at construction).
+    #[getter]
+    fn pinned(&self) -> bool {
+        self.has_flag(FLAG_PINNED)
+    }
+
+    fn __len__(&self) -> usize {
+        self.dims()[0] as usize
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let this = slf.get();
+        let placement = this.header().placement();
+        let place = match placement.device_type {
+            2 => format!("cuda:{}", placement.device_id),
+            _ => "cpu".to_string(),
+        };
+        let shape = this.shape(slf.py())?.repr()?.to_string();
+        let mut flags = String::new();
+        for (set, text) in [
+            (this.readonly(), ", readonly=True"),
+            (this.pinned(), ", pinned=True"),
+            (this.locked(), ", locked=True"),
+        ] {
+            if set {
+                flags.push_str(text);
+            }
+        }
+        Ok(format!("{}(shape={shape}, dtype={}, device='{place}'{flags})", slf.get_type().name()?, this.element_type().name))
+    }
+
+    // ---- items ----
+
+    fn __getitem__<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let index = parse_index(key)?;
+        let value = self.read(py, |array| array.get_scalar(&index, None))?;
+        scalar_to_py(py, value)
+    }
+
+    fn __setitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let index = parse_index(key)?;
+        let scalar = scalar_from_py(value, self.element_type())?;
+        Ok(self.modify(py, |array| array.set_scalar(&index, scalar, None))?)
+    }
+
+    // ---- DLPack ----
+
+    /// How other amso runtimes (other crates' extension modules) recognise this class: a
+    /// capsule naming the function that finds an object's header (see `recognize`).
+    #[classattr]
+    fn __amso_type__(py: Python<'_>) -> PyResult<Py<PyAny>> {
+        super::recognize::type_capsule(py)
+    }
+
+    /// The DLPack C exchange API (DLPack >= 1.2): a "dlpack_exchange_api" capsule.
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyAny>> {
+        super::exchange::api_capsule(py)
+    }
+
+    /// The same table's address as an integer (the DLPack 1.2 name, for older consumers).
+    #[classattr]
+    fn __c_dlpack_exchange_api__() -> usize {
+        super::exchange::api_address()
+    }
+
+    /// Export through DLPack, as the Python array API standard specifies.
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<i64>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
+        let request = DlpackRequest { stream, max_version, dl_device, copy };
+        warn_ambiguous_stream(py, self.on_device(), &request)?;
+        let tensor = self.read(py, |array| export_tensor(array, None, &request))?;
+        into_capsule(py, tensor)
+    }
+
+    /// `(device type, device id)` of the current data, as DLPack codes.
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        let placement = self.header().placement();
+        (placement.device_type, placement.device_id)
+    }
+
+    /// A context manager that moves the data to the requested device, locks the array for
+    /// the `with` block and exports it through DLPack.
+    #[pyo3(signature = (device_type = None, device_id = None, stream = None))]
+    fn get_dlpack(
+        slf: &Bound<'_, Self>,
+        device_type: Option<i32>,
+        device_id: Option<i32>,
+        stream: Option<i64>,
+    ) -> PyResult<DLPackContext> {
+        let (py, this) = (slf.py(), slf.get());
+        let target = this.read(py, |array| target_device(&array.raw_view(), device_type, device_id))?;
+        let stream = crate::stream_context::resolve(stream);
+        this.modify_detached(py, |array| array.move_memory(target, stream, false, None))?;
+        Ok(DLPackContext::new(slf.clone().unbind(), LockId::next()))
+    }
+
+    // ---- moves and kernels ----
+
+    /// Move the current data to `device_type` (kDLCPU or kDLCUDA) on `stream` (0 or 1: legacy
+    /// default stream, 2: per-thread default stream, else a stream handle); returns at once
+    /// when it is already there, and without waiting for the copy when `async_copy`.
+    #[pyo3(signature = (device_type, device_id = None, stream = None, async_copy = false))]
+    fn move_memory(
+        &self,
+        py: Python<'_>,
+        device_type: i32,
+        device_id: Option<i32>,
+        stream: Option<i64>,
+        async_copy: bool,
+    ) -> PyResult<()> {
+        let target = self.read(py, |array| target_device(&array.raw_view(), Some(device_type), device_id))?;
+        let stream = crate::stream_context::resolve(stream);
+        Ok(self.modify_detached(py, |array| array.move_memory(target, stream, async_copy, None))?)
+    }
+
+    /// The MemArray design's kernel: add the sum of each element's indices to it, on the GPU
+    /// (moving the data there first), queued on `stream`.
+    #[pyo3(signature = (stream = None))]
+    fn add_index_tuple(&self, py: Python<'_>, stream: Option<i64>) -> PyResult<()> {
+        let stream = crate::stream_context::resolve(stream);
+        Ok(self.modify_detached(py, |array| array.add_index_tuple(stream, None))?)
+    }
+
+    // ---- the CUDA array interface ----
+
+    /// The CUDA Array Interface (version 3) of device-resident data; AttributeError while the
+    /// data is on the host, so consumers fall back to other protocols.
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        super::interface::cuda_array_interface(self, py)
+    }
+
+    // ---- NumPy copies ----
+
+    /// Copy `array` in: same shape; values cast as NumPy's `same_kind` rule allows.
+    fn read_numpy_array(&self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<()> {
+        super::numpy_io::read_numpy_array(self, py, array)
+    }
+
+    /// A NumPy array holding a copy of the data.
+    fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        super::numpy_io::to_numpy(self, py)
+    }
+}

@@ -1,0 +1,64 @@
+//! Copies between an amso array and NumPy: `read_numpy_array` (any array-like in, NumPy's
+//! `same_kind` casting) and `to_numpy` (a fresh NumPy array out). The Python work happens
+//! before or after the copy, never under the array's lock; the copy itself runs detached.
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use super::array::MemArrayBase;
+use super::convert::{numpy, numpy_dtype};
+
+/// `a.read_numpy_array(x)`.
+pub(super) fn read_numpy_array(array: &MemArrayBase, py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<()> {
+    let np = numpy(py)?;
+    let source = np.call_method1(intern!(py, "asarray"), (source,))?;
+    let shape = PyTuple::new(py, array.header().dims())?;
+    let source_shape = source.getattr(intern!(py, "shape"))?;
+    if !source_shape.eq(&shape)? {
+        return Err(PyValueError::new_err(format!(
+            "shape mismatch: the input has shape {}, the MemArray has shape {}",
+            source_shape.repr()?,
+            shape.repr()?
+        )));
+    }
+    let target = numpy_dtype(py, array.element_type())?;
+    let source_dtype = source.getattr(intern!(py, "dtype"))?;
+    let castable: bool = np.call_method1(intern!(py, "can_cast"), (&source_dtype, &target, "same_kind"))?.extract()?;
+    if !castable {
+        return Err(PyTypeError::new_err(format!(
+            "cannot cast {} to {} under the 'same_kind' rule; convert it first, e.g. with .astype()",
+            source_dtype.str()?,
+            target.str()?
+        )));
+    }
+    let contiguous = np.call_method1(intern!(py, "ascontiguousarray"), (&source, &target))?;
+    let buffer = PyBuffer::<u8>::get(&raw_bytes(py, &contiguous)?)?;
+    let (address, len) = (buffer.buf_ptr() as usize, buffer.len_bytes());
+    // SAFETY: the buffer is a live C-contiguous run of `len` bytes, held by `buffer` for the
+    // call; it may be this array's own memory (a view of it), which the copy allows.
+    array.modify_detached(py, |object| unsafe { object.copy_from(address as *const u8, len, None) })?;
+    Ok(())
+}
+
+/// `a.to_numpy()`.
+pub(super) fn to_numpy<'py>(array: &MemArrayBase, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    let np = numpy(py)?;
+    let shape = PyTuple::new(py, array.header().dims())?;
+    let out = np.call_method1(intern!(py, "empty"), (shape, numpy_dtype(py, array.element_type())?))?;
+    let buffer = PyBuffer::<u8>::get(&raw_bytes(py, &out)?)?;
+    let (address, len) = (buffer.buf_ptr() as usize, buffer.len_bytes());
+    // SAFETY: `out` is a fresh, writable, C-contiguous NumPy array of `len` bytes that nothing
+    // else references yet.
+    array.read_detached(py, |object| unsafe { object.raw_view().copy_to(address as *mut u8, len, None) })?;
+    Ok(out)
+}
+
+/// A flat uint8 view of a C-contiguous NumPy array, for byte copies of any dtype (NumPy's
+/// buffer export refuses some, such as ml_dtypes' bfloat16).
+fn raw_bytes<'py>(py: Python<'py>, array: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let flat = array.call_method1(intern!(py, "reshape"), (-1,))?;
+    flat.call_method1(intern!(py, "view"), (numpy(py)?.getattr(intern!(py, "uint8"))?,))
+}

@@ -12,8 +12,8 @@ use dlpark::ffi::{
 };
 use dlpark::DlpackFlags;
 
-use crate::error::{Error, Result};
 use crate::device::{Device, DeviceType};
+use crate::error::{Error, Result};
 use crate::MAX_NDIM;
 
 /// The DLPack version amso produces.

@@ -164,6 +164,11 @@ impl<T: Element, const N: usize> DeviceIndexer<'_, T, N> {
     }
 }
 
+// SAFETY: `#[repr(C)]` plain data (a device address and 64-bit dimensions), which is what
+// the kernel parameter `amso::Indexer<T, N>` expects by value.
+#[cfg(feature = "cuda")]
+unsafe impl<T: Element, const N: usize> cudarc::driver::DeviceRepr for DeviceIndexer<'_, T, N> {}
+
 // The layout kernels see: a device pointer, then N 64-bit dimensions, no padding.
 const _: () = {
     assert!(std::mem::offset_of!(DeviceIndexer<'static, f64, 3>, data) == 0);
@@ -179,10 +184,11 @@ mod tests {
     #[test]
     fn host_indexers_read_and_write_in_bounds_only() {
         let mut array = MemArray::<i32, 2>::new([2, 3]).unwrap();
-        let mut writer = array.indexer_mut().unwrap();
-        assert_eq!(writer.set([1, 2], 7), Some(()));
-        assert_eq!(writer.set([2, 0], 1), None);
-        drop(writer);
+        {
+            let mut writer = array.indexer_mut().unwrap();
+            assert_eq!(writer.set([1, 2], 7), Some(()));
+            assert_eq!(writer.set([2, 0], 1), None);
+        }
         let reader = array.indexer().unwrap();
         assert_eq!((reader.get([1, 2]), reader.get([0, 3])), (Some(7), None));
         assert_eq!(reader.unravel(5), [1, 2]);

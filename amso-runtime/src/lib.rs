@@ -74,7 +74,7 @@ pub mod __private {
     pub use crate::memarray::access::RawView;
     pub use crate::memarray::foreign::{check_major_version, claim};
     pub use crate::object::{ArrayObject, ArrayType};
-    pub use crate::shape::unravel;
     #[cfg(feature = "python")]
     pub use crate::python::__private::*;
+    pub use crate::shape::unravel;
 }

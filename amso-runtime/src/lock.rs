@@ -27,7 +27,6 @@ impl LockId {
     pub fn get(self) -> u64 {
         self.0.get()
     }
-
 }
 
 /// Check that an access presenting `requested` may touch an array held by `holder`.

@@ -12,7 +12,8 @@ pub fn current() -> Option<i64> {
     CURRENT.with(Cell::get)
 }
 
-/// Set the current thread's stream, returning the previous one.
+/// Set the current thread's stream, returning the previous one (`amso.cuda.stream(...)`).
+#[cfg(feature = "python")]
 pub fn replace(stream: Option<i64>) -> Option<i64> {
     CURRENT.with(|c| c.replace(stream))
 }

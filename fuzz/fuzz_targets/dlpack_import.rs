@@ -9,9 +9,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use amso_runtime::dlpack::{plan_export, DlpackRequest, ManagedTensor};
-use amso_runtime::foreign::{check_major_version, claim, ForeignMemory};
-use amso_runtime::{ArrayObject, Element, MemArray};
+use amso_runtime::__private::{
+    check_major_version, claim, plan_export, unravel, ArrayObject, DlpackRequest, ManagedTensor,
+};
+use amso_runtime::{Element, ForeignMemory, MemArray};
 use dlpark::ffi::{DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLTensor};
 use libfuzzer_sys::fuzz_target;
 
@@ -126,12 +127,12 @@ fn exercise<T: Element, const N: usize>(dims: &[i64], memory: ForeignMemory) {
         Err(_) => return,
     };
     for linear in 0..array.size().min(4096) {
-        let index = amso_runtime::shape::unravel(array.shape(), linear).map(|i| i as i64);
+        let index = unravel(array.shape(), linear).map(|i| i as i64);
         let scalar = array.get_scalar(&index, None).expect("in-bounds read of an accepted tensor");
         let _ = format!("{scalar:?}");
     }
     let request = DlpackRequest { max_version: Some((1, 3)), ..Default::default() };
-    let plan = plan_export(ArrayObject::device(&array), array.pinned(), &request).expect("a host export");
+    let plan = plan_export(array.device(), array.pinned(), &request).expect("a host export");
     let source = array.export_source(&plan, None).expect("exporting an accepted tensor");
     drop(ManagedTensor::new(source, plan.format));
 }

@@ -53,6 +53,17 @@ int describe(PyObject *obj, description *d) {
     return AMSO_OK;
 }
 
+/* obj's data address and device type, read through one handle in one call, with the GIL held
+ * throughout (as the C API requires): a pair that must always agree. */
+int placement(PyObject *obj, void **data, int32_t *device_type) {
+    if (ensure_import() < 0) return -1;
+    amso_handle h;
+    int rc = amso_get_handle(obj, &h);
+    if (rc != AMSO_OK) return rc;
+    if ((rc = amso_data(h, data)) || (rc = amso_device_type(h, device_type))) return rc;
+    return AMSO_OK;
+}
+
 /* amso_get_handle's code for obj (NULL allowed). */
 int handle_code(PyObject *obj) {
     if (ensure_import() < 0) return -1;

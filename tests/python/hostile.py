@@ -96,3 +96,71 @@ def interface(**fields):
         else:
             d[key] = value
     return d
+
+
+# --- Objects that pretend to be amso arrays (the C ABI and the exchange API must say no) ---
+class _FakeHeaderAttribute:
+    _amso_header = 0x10  # once read and dereferenced as a header address
+
+
+class _RaisingHeaderAttribute:
+    @property
+    def _amso_header(self):
+        raise RuntimeError("boom")
+
+
+class _HugeHeaderAttribute:
+    _amso_header = 1 << 200
+    __amso_type__ = 1 << 200
+
+
+class _RaisingTypeAttribute(type):
+    def __getattr__(cls, name):
+        raise RuntimeError(f"no {name} here")
+
+
+class _RaisingTypeMeta(metaclass=_RaisingTypeAttribute):
+    pass
+
+
+class DLPackExchangeAPI(ctypes.Structure):
+    """DLPack 1.3's exchange table: a version header, then five function pointers."""
+
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("prev_api", ctypes.c_void_p),
+                ("managed_tensor_allocator", ctypes.c_void_p),
+                ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+                ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+                ("dltensor_from_py_object_no_sync", ctypes.c_void_p), ("current_work_stream", ctypes.c_void_p)]
+
+
+def amso_c_functions():
+    """`amso_get_handle` and the exchange table's `dltensor_from_py_object_no_sync`, called from
+    Python through ctypes (the GIL held, a raised exception propagated)."""
+    import amso
+
+    module = ctypes.PyDLL(amso._amso.__file__)
+    get_handle = module.amso_get_handle
+    get_handle.argtypes, get_handle.restype = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p)], ctypes.c_int
+    table = DLPackExchangeAPI.from_address(type(amso.MemArray(1, "float32")).__c_dlpack_exchange_api__)
+    dltensor = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(DLTensor))(
+        table.dltensor_from_py_object_no_sync)
+    return get_handle, dltensor
+
+
+def impostors() -> list[tuple[str, object]]:
+    """(id, object) pairs of non-arrays dressed up as amso arrays."""
+    import amso
+
+    real = type(amso.MemArray(2, "float32"))
+    other_capsule = type("OtherCapsule", (), {"__amso_type__": real.__dlpack_c_exchange_api__})
+    copied_capsule = type("CopiedCapsule", (), {"__amso_type__": real.__amso_type__})
+    return [
+        ("fake-header-attribute", _FakeHeaderAttribute()),
+        ("raising-header-attribute", _RaisingHeaderAttribute()),
+        ("huge-integer-attributes", _HugeHeaderAttribute()),
+        ("raising-type-attribute", _RaisingTypeMeta()),
+        ("capsule-of-another-name", other_capsule()),
+        ("copied-amso-capsule", copied_capsule()),
+        ("the-class-itself", real),
+        ("a-dlpack-capsule", amso.MemArray(2, "float32").__dlpack__()),
+    ]

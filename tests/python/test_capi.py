@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hostile import impostors
 from test_dlpack import DLTensor, versioned
 
 import amso
@@ -53,6 +54,7 @@ def lib(tmp_path_factory):
     signatures = {
         "describe": [py, ctypes.POINTER(Description)],
         "handle_code": [py],
+        "placement": [py, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int32)],
         "null_argument_codes": [py],
         "exchange_version": [py, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32)],
         "exchange_dltensor": [py, ctypes.POINTER(DLTensor)],
@@ -115,6 +117,44 @@ def test_error_codes_for_non_amso_objects_and_null(lib):
     null_call.argtypes, null_call.restype = [ctypes.c_void_p], ctypes.c_int
     assert null_call(None) == NULL_ARGUMENT
     assert lib.null_argument_codes(amso.MemArray(2, np.float32)) == 0b11111
+
+
+def placement(lib, array) -> tuple[int, int]:
+    """(data address, device type) of `array`, read by C in one call."""
+    data, device_type = ctypes.c_void_p(), ctypes.c_int32()
+    assert lib.placement(array, ctypes.byref(data), ctypes.byref(device_type)) == OK, lib.last_error()
+    return data.value or 0, device_type.value
+
+
+@pytest.mark.parametrize("case, impostor", impostors(), ids=[case for case, _ in impostors()])
+def test_impostors_are_not_amso_arrays(lib, case, impostor):
+    # Before: an int `_amso_header` attribute was dereferenced as a header (SIGSEGV).
+    assert lib.handle_code(impostor) == NOT_AN_AMSO_ARRAY
+    assert b"is not an amso array" in lib.last_error()
+
+
+def test_python_subclasses_are_amso_arrays(lib):
+    base = amso.class_for((2, 3), np.float32)
+    subclass = type("Positions", (base,), {"label": "mine"})
+    a = subclass((2, 3))
+    a[1, 2] = 4.0
+    assert isinstance(a, base) and a.label == "mine"
+    d = describe(lib, a)
+    assert tuple(d.shape[: d.ndim]) == (2, 3)
+    assert d.data == versioned(a.__dlpack__(max_version=(1, 0))).dl_tensor.data
+
+
+def test_arrays_of_another_crate_are_recognised(lib):
+    # The user-crate module links its own copy of amso's runtime; amso's C API (the bundled
+    # module's) recognises its arrays through their `__amso_type__` capsule.
+    ue = pytest.importorskip("amso_user_example")
+    density = ue.Density((2, 3, 4))
+    d = describe(lib, density)
+    assert (d.ndim, tuple(d.shape[:3]), (d.code, d.bits)) == (3, (2, 3, 4), (2, 64))
+    assert d.data == versioned(density.__dlpack__(max_version=(1, 0))).dl_tensor.data
+    tensor = DLTensor()
+    assert lib.exchange_dltensor(density, ctypes.byref(tensor)) == 0
+    assert (tensor.data, tensor.ndim) == (d.data, 3)
 
 
 def test_typed_exports(lib):

@@ -5,13 +5,15 @@ behind. (Spec files with mistakes: amso-codegen/tests/spec_corpus.rs; the C ABI:
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import pickle
 import threading
 
 import numpy as np
 import pytest
-from hostile import Interface, Tensor, interface
+from hostile import Interface, Tensor, amso_c_functions, impostors, interface
+from test_dlpack import DLTensor
 
 import amso
 
@@ -280,11 +282,25 @@ def test_bad_python_api_calls(case, action, error, message):
     intact(a)
 
 
+IMPOSTORS = impostors()
+
+
+@pytest.mark.parametrize("case, impostor", IMPOSTORS, ids=[case for case, _ in IMPOSTORS])
+def test_impostors_from_python_through_the_c_functions(case, impostor):
+    a = witness()
+    get_handle, dltensor = amso_c_functions()
+    handle = ctypes.c_void_p()
+    assert get_handle(impostor, ctypes.byref(handle)) == 2  # AMSO_ERR_NOT_AN_AMSO_ARRAY
+    with pytest.raises(TypeError, match="is not an amso array"):
+        dltensor(impostor, ctypes.byref(DLTensor()))
+    intact(a)
+
+
 def test_corpus_size():
     """The issue asks for at least 60 distinct cases across the paths; count them here."""
     from test_bad_input import test_bad_indices, test_bad_shapes, test_bad_values_keep_the_old_value
 
     parametrized = sum(len(m.args[1]) for f in (test_bad_shapes, test_bad_indices, test_bad_values_keep_the_old_value)
                        for m in f.pytestmark if m.name == "parametrize")
-    here = len(CAPSULES) + len(INTERFACES) + len(EXPORTS) + len(PYTHON_API) + 4
+    here = len(CAPSULES) + len(INTERFACES) + len(EXPORTS) + len(PYTHON_API) + len(IMPOSTORS) + 4
     assert here + parametrized >= 60, (here, parametrized)

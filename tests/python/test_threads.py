@@ -56,3 +56,147 @@ def test_threads_share_and_own_arrays():
     assert not shared.locked and shared.export_count == 0
     counts = shared.to_numpy()
     assert counts[:THREADS].sum() > 0 and (counts[:THREADS] <= ITERATIONS).all() and counts[THREADS:].sum() == 0
+
+
+def run_threads(*targets, timeout: float = 300) -> list[BaseException]:
+    """Run each target in its own thread; the exceptions they raised."""
+    errors: list[BaseException] = []
+
+    def guarded(target):
+        def run():
+            try:
+                target()
+            except BaseException as error:  # noqa: BLE001 - reported by the caller
+                errors.append(error)
+        return run
+
+    threads = [threading.Thread(target=guarded(t)) for t in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+    assert not any(thread.is_alive() for thread in threads), "deadlock: a thread did not finish"
+    return errors
+
+
+def test_sixteen_threads_create_read_write_export_and_lock_shared_arrays():
+    threads, iterations = 16, 200
+    counters = amso.MemArray((threads,), np.int64)  # slot i belongs to thread i
+    table = amso.MemArray((8, 8), np.float64)
+    table.read_numpy_array(np.arange(64.0).reshape(8, 8))
+    successes = [0] * threads
+    lock_refusals = [0] * threads
+    start = threading.Barrier(threads)
+
+    def worker(me: int):
+        def run():
+            rng = np.random.default_rng(me)
+            start.wait()
+            for i in range(iterations):
+                assert (counters.shape, counters.ndim, counters.nbytes, counters.dtype) == ((threads,), 1, 128, np.int64)
+                assert table.to_numpy().sum() == 2016.0 and np.from_dlpack(table)[7, 7] == 63.0
+                try:
+                    counters[me] = counters[me] + 1
+                    successes[me] += 1
+                except BufferError as error:  # the documented refusal while another thread holds the lock
+                    assert "locked" in str(error)
+                    lock_refusals[me] += 1
+                if i % 10 == me % 10:
+                    try:
+                        with counters.get_dlpack() as ctx:
+                            view = np.from_dlpack(ctx)
+                            assert view.shape == (threads,) and counters.locked
+                    except BufferError as error:
+                        assert "locked" in str(error)
+                private = amso.MemArray((int(rng.integers(1, 50)),), np.float32)
+                private[0] = float(i)
+                assert np.from_dlpack(private)[0] == i
+        return run
+
+    errors = run_threads(*(worker(me) for me in range(threads)))
+    assert not errors, errors[:3]
+    assert not counters.locked and counters.export_count == 0 and table.export_count == 0
+    np.testing.assert_array_equal(counters.to_numpy(), successes)
+    np.testing.assert_array_equal(table.to_numpy(), np.arange(64.0).reshape(8, 8))
+    assert sum(successes) > 0
+
+
+@pytest.fixture(scope="module")
+def capi(tmp_path_factory):
+    import ctypes
+
+    from test_capi import ROOT, build
+
+    output = tmp_path_factory.mktemp("c") / "test_capi.so"
+    library = ctypes.PyDLL(str(build(ROOT / "tests" / "c" / "test_capi.c", output)))
+    library.placement.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int32)]
+    library.placement.restype = ctypes.c_int
+    return library
+
+
+def readers_during(long_operation, array, capi, allowed: dict[int, set[int]]):
+    """While `long_operation` runs, one thread reads the array's facts from Python and another
+    reads its (data, device type) from C; both must succeed every time and every C reading must
+    be one of `allowed` (device type -> data addresses). Returns the errors and the readings."""
+    import ctypes
+
+    done = threading.Event()
+    seen: list[tuple[int, int]] = []
+    shape = array.shape
+
+    def python_reader():
+        while not done.is_set():
+            assert array.shape == shape and array.ndim == len(shape)
+            assert array.nbytes == array.size * array.itemsize
+            assert array.on_device in (True, False) and not array.locked
+
+    def c_reader():
+        data, device_type = ctypes.c_void_p(), ctypes.c_int32()
+        while not done.is_set():
+            assert capi.placement(array, ctypes.byref(data), ctypes.byref(device_type)) == 0
+            seen.append((device_type.value, data.value or 0))
+
+    def writer():
+        try:
+            long_operation()
+        finally:
+            done.set()
+
+    errors = run_threads(writer, python_reader, c_reader)
+    bad = [(kind, hex(address)) for kind, address in set(seen) if address not in allowed.get(kind, set())]
+    return errors, seen, bad
+
+
+def test_facts_and_c_header_stay_readable_during_a_long_copy_in(capi):
+    n = 32 << 20  # 256 MiB of float64: each copy in takes a while, detached
+    array = amso.MemArray((n,), np.float64)
+    host = np.from_dlpack(array).ctypes.data
+    source = np.ones(n)
+    errors, seen, bad = readers_during(lambda: [array.read_numpy_array(source * k) for k in range(4)], array, capi,
+                                       {1: {host}})
+    assert not errors, errors
+    assert seen and not bad, bad
+    assert array[n - 1] == 3.0
+
+
+@pytest.mark.skipif(not amso.cuda.is_available(), reason="needs a CUDA device")
+def test_moves_of_one_gib_while_python_and_c_read(capi):
+    # Before the frozen object model: `RuntimeError: Already mutably borrowed` in the reader.
+    n = 1 << 28  # 1 GiB of float32
+    array = amso.MemArray((n,), np.float32)
+    array[n - 1] = 7.0
+    host = np.from_dlpack(array).ctypes.data
+    array.move_memory(amso.dlpack.kDLCUDA)
+    device = array.__cuda_array_interface__["data"][0]
+    array.move_memory(amso.dlpack.kDLCPU)
+
+    def moves():
+        for _ in range(4):
+            array.move_memory(amso.dlpack.kDLCUDA)
+            array.move_memory(amso.dlpack.kDLCPU)
+
+    errors, seen, bad = readers_during(moves, array, capi, {1: {host}, 2: {device}})
+    assert not errors, errors
+    assert not bad, f"torn header readings: {bad}"
+    assert {kind for kind, _ in seen} == {1, 2}, "the C reader saw both placements"
+    assert array[n - 1] == 7.0

@@ -3,6 +3,9 @@
 //! configurable). Another library's allocator can be plugged in (`set_allocator`); each
 //! allocation remembers its allocator and is returned to it. Frees go through the deferred
 //! queue (`deferred.rs`); an allocation that fails for lack of memory flushes it and retries.
+// The knobs here (allocators, deferral limits) are driven from Python (`amso.set_allocator`,
+// `amso.defer_cleanup`, ...); a Rust-only build keeps them for the pool's own use.
+#![cfg_attr(not(feature = "python"), allow(dead_code))]
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -1,51 +1,50 @@
-//! Primary contexts, one per device, retained once for the life of the process. Each amso
-//! call pushes the device's context and pops it afterwards, so the caller's current context
-//! (PyTorch's, CuPy's) is left as it was.
+//! Primary contexts, one `cudarc::driver::CudaContext` per device, created once and kept for
+//! the life of the process. Each amso call pushes the device's context and pops it afterwards,
+//! so the caller's current context (PyTorch's, CuPy's) is left as it was.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{result, sys};
+use cudarc::driver::{result, sys, CudaContext};
 
 use super::driver::{check_device, cuda_error};
 use crate::error::Result;
 
-#[derive(Clone, Copy)]
-struct Context(sys::CUcontext);
+static CONTEXTS: Mutex<Vec<Option<&'static Arc<CudaContext>>>> = Mutex::new(Vec::new());
 
-// SAFETY: a CUcontext handle may be used from any thread; the driver synchronises access.
-unsafe impl Send for Context {}
-
-static CONTEXTS: Mutex<Vec<Option<Context>>> = Mutex::new(Vec::new());
-
-fn primary(device_id: i32) -> Result<sys::CUcontext> {
+/// The primary context of `device_id`.
+pub(crate) fn context(device_id: i32) -> Result<&'static Arc<CudaContext>> {
     check_device(device_id)?;
     let mut contexts = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
     let slot = device_id as usize;
     if contexts.len() <= slot {
         contexts.resize(slot + 1, None);
     }
-    if let Some(Context(ctx)) = contexts[slot] {
-        return Ok(ctx);
+    if let Some(context) = contexts[slot] {
+        return Ok(context);
     }
-    let device = result::device::get(device_id).map_err(cuda_error)?;
-    // SAFETY: `device` is a valid ordinal (checked); the retained context is never released,
-    // so handles derived from it stay valid for the process.
-    let ctx = unsafe { result::primary_ctx::retain(device) }.map_err(cuda_error)?;
-    contexts[slot] = Some(Context(ctx));
-    Ok(ctx)
+    // `CudaContext::new` makes the context current (cuCtxSetCurrent); put the caller's back.
+    let previous = result::ctx::get_current().map_err(cuda_error)?;
+    let created = CudaContext::new(slot);
+    // SAFETY: `previous` was current on this thread a moment ago (or there was none).
+    unsafe { result::ctx::set_current(previous.unwrap_or(std::ptr::null_mut())) }.map_err(cuda_error)?;
+    let context: &'static Arc<CudaContext> = Box::leak(Box::new(created.map_err(cuda_error)?));
+    contexts[slot] = Some(context);
+    Ok(context)
 }
 
 /// The device's primary context is current on this thread while this guard lives.
-pub struct Current {
+pub(crate) struct Current {
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Current {
     /// Make `device_id`'s primary context current until the guard drops.
-    pub fn enter(device_id: i32) -> Result<Current> {
-        let ctx = primary(device_id)?;
-        // SAFETY: `ctx` is a retained primary context.
-        unsafe { sys::cuCtxPushCurrent_v2(ctx) }.result().map_err(cuda_error)?;
+    pub(crate) fn enter(device_id: i32) -> Result<Current> {
+        let context = context(device_id)?;
+        // Raw push/pop: cudarc binds contexts with cuCtxSetCurrent, which would leave the
+        // caller's thread on amso's device afterwards; pushing restores it on drop.
+        // SAFETY: a retained primary context, kept for the process.
+        unsafe { sys::cuCtxPushCurrent_v2(context.cu_ctx()) }.result().map_err(cuda_error)?;
         Ok(Current { _not_send: std::marker::PhantomData })
     }
 }

@@ -4,13 +4,13 @@
 //! `(dtype, ndim, index width, device)`, and cached for the life of the process.
 
 use std::collections::HashMap;
-use std::ffi::{c_void, CString};
-use std::sync::Mutex;
+use std::ffi::CString;
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys;
-use cudarc::nvrtc::sys as nvrtc;
+use cudarc::driver::{sys, CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::{sys as nvrtc, Ptx};
 
-use super::context::Current;
+use super::context::{context, Current};
 use super::driver::cuda_error;
 use super::stream::StreamHandle;
 use crate::element::DType;
@@ -83,7 +83,7 @@ pub fn add_index_source(dtype: &DType, ndim: usize, wide: bool) -> Result<String
         r#"// amso add_index for {name}, {ndim}-D ({index} indices, {vec} elements per vector).
 typedef {storage} elem_t;
 typedef {index} index_t;
-// Mirror of amso_runtime::ArrayIndexer<T, {ndim}>: #[repr(C)] {{ *mut T, [u64; {ndim}] }}.
+// Mirror of amso_runtime::DeviceIndexer<T, {ndim}>: #[repr(C)] {{ u64, [u64; {ndim}] }}.
 struct Indexer {{ elem_t* data; unsigned long long shape[{ndim}]; }};
 struct __align__({align}) Vec {{ elem_t v[{vec}]; }};
 
@@ -147,15 +147,9 @@ extern "C" __global__ void amso_add_index(const Indexer a) {{
     ))
 }
 
-#[derive(Clone, Copy)]
-struct Function(sys::CUfunction);
-
-// SAFETY: a CUfunction handle is usable from any thread; its module is never unloaded.
-unsafe impl Send for Function {}
-
 type Key = (&'static str, usize, bool, i32);
 
-static CACHE: Mutex<Option<HashMap<Key, Function>>> = Mutex::new(None);
+static CACHE: Mutex<Option<HashMap<Key, Arc<CudaFunction>>>> = Mutex::new(None);
 
 fn nvrtc_available() -> Result<()> {
     // SAFETY: only probes whether libnvrtc can be opened; catch_unwind guards cudarc panics.
@@ -172,19 +166,12 @@ fn nvrtc_available() -> Result<()> {
 }
 
 fn compute_capability(device_id: i32) -> Result<(i32, i32)> {
-    let device = cudarc::driver::result::device::get(device_id).map_err(cuda_error)?;
-    let attribute = |a| {
-        let mut value = 0;
-        // SAFETY: valid out-pointer and device.
-        unsafe { sys::cuDeviceGetAttribute(&mut value, a, device) }.result().map(|_| value).map_err(cuda_error)
-    };
-    Ok((
-        attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-        attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-    ))
+    context(device_id)?.compute_capability().map_err(cuda_error)
 }
 
-/// Compile `source` for the device's exact architecture and return the CUBIN.
+/// Compile `source` for the device's exact architecture and return the CUBIN. Raw NVRTC
+/// calls: cudarc's `compile_ptx` returns PTX only, and a CUBIN for the exact architecture
+/// loads without a JIT step.
 fn compile(source: &str, device_id: i32) -> Result<Vec<u8>> {
     nvrtc_available()?;
     let (major, minor) = compute_capability(device_id)?;
@@ -235,76 +222,62 @@ fn compile(source: &str, device_id: i32) -> Result<Vec<u8>> {
     }
 }
 
-fn function(dtype: &DType, ndim: usize, wide: bool, device_id: i32) -> Result<sys::CUfunction> {
+fn function(dtype: &DType, ndim: usize, wide: bool, device_id: i32) -> Result<Arc<CudaFunction>> {
     let key: Key = (dtype.name, ndim, wide, device_id);
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(Function(f)) = cache.get_or_insert_with(HashMap::new).get(&key) {
-        return Ok(*f);
+    if let Some(function) = cache.get_or_insert_with(HashMap::new).get(&key) {
+        return Ok(Arc::clone(function));
     }
     let cubin = compile(&add_index_source(dtype, ndim, wide)?, device_id)?;
     let _ctx = Current::enter(device_id)?;
-    let mut module: sys::CUmodule = std::ptr::null_mut();
-    let mut f: sys::CUfunction = std::ptr::null_mut();
-    // SAFETY: `cubin` is a complete image; the module is kept loaded for the process.
-    unsafe {
-        sys::cuModuleLoadData(&mut module, cubin.as_ptr().cast()).result().map_err(cuda_error)?;
-        sys::cuModuleGetFunction(&mut f, module, c"amso_add_index".as_ptr()).result().map_err(cuda_error)?;
-    }
-    cache.get_or_insert_with(HashMap::new).insert(key, Function(f));
-    Ok(f)
+    let module = context(device_id)?.load_module(Ptx::from_binary(cubin)).map_err(cuda_error)?;
+    let function = Arc::new(module.load_function("amso_add_index").map_err(cuda_error)?);
+    cache.get_or_insert_with(HashMap::new).insert(key, Arc::clone(&function));
+    Ok(function)
 }
 
-/// Launch `add_index` over `size` elements described by `indexer` (an `ArrayIndexer` over
-/// device memory, passed by value) on `stream`.
+/// `add_index`'s one parameter: a device indexer of any rank. The kernel reads its own
+/// `{ data, shape[ndim] }` prefix of this struct.
+#[repr(C)]
+pub(crate) struct AnyRankIndexer {
+    pub(crate) data: u64,
+    pub(crate) shape: [u64; crate::MAX_NDIM],
+}
+
+// SAFETY: `#[repr(C)]` plain data; see above for what the kernel reads.
+unsafe impl DeviceRepr for AnyRankIndexer {}
+
+/// Launch `add_index` over the `ndim`-dimensional array of `dtype` that `indexer` describes,
+/// on `stream`.
 ///
 /// # Safety
-/// `indexer` points to a `#[repr(C)]` `{ data, shape[ndim] }` describing live device memory
-/// of `dtype` on `device_id` with `size` elements.
-pub unsafe fn launch_add_index(
+/// `indexer` describes live device memory of `dtype` on `device_id`, with its first `ndim`
+/// dimensions.
+pub(crate) unsafe fn launch_add_index(
     dtype: &DType,
     ndim: usize,
-    indexer: *const c_void,
-    size: usize,
+    indexer: &AnyRankIndexer,
     device_id: i32,
     stream: StreamHandle,
 ) -> Result<()> {
+    let size: u64 = indexer.shape[..ndim].iter().product();
     if size == 0 {
         return Ok(());
     }
     // 32-bit indices are cheaper; below 2^31 elements a grid-stride step cannot wrap them.
     let wide = size >= 1 << 31;
-    let f = function(dtype, ndim, wide, device_id)?;
+    let function = function(dtype, ndim, wide, device_id)?;
     let _ctx = Current::enter(device_id)?;
-    const BLOCK: usize = 256;
-    let mut sms = 0;
-    let device = cudarc::driver::result::device::get(device_id).map_err(cuda_error)?;
-    // SAFETY: valid out-pointer and device.
-    unsafe {
-        sys::cuDeviceGetAttribute(&mut sms, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device)
-    }
-    .result()
-    .map_err(cuda_error)?;
-    let grid = size.div_ceil(BLOCK).min(sms.max(1) as usize * 32) as u32;
-    let mut params = [indexer.cast_mut()];
-    // SAFETY: one kernel parameter, the indexer struct, as the kernel declares; the caller
-    // guarantees the memory it describes.
-    unsafe {
-        sys::cuLaunchKernel(
-            f,
-            grid,
-            1,
-            1,
-            BLOCK as u32,
-            1,
-            1,
-            0,
-            stream.raw(),
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    }
-    .result()
-    .map_err(cuda_error)
+    const BLOCK: u64 = 256;
+    let sms = context(device_id)?
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(cuda_error)?;
+    let grid = size.div_ceil(BLOCK).min(sms.max(1) as u64 * 32) as u32;
+    let config = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (BLOCK as u32, 1, 1), shared_mem_bytes: 0 };
+    let stream = stream.borrow(device_id)?;
+    // SAFETY: the kernel takes one by-value `{ data, shape[ndim] }`, the prefix of `indexer`,
+    // and the caller guarantees the memory it describes.
+    unsafe { stream.launch_builder(&function).arg(indexer).launch(config) }.map(drop).map_err(cuda_error)
 }
 
 #[cfg(test)]

@@ -5,22 +5,19 @@
 //! Only [`is_available`] and [`device_count`] are public; arrays reach the rest through
 //! `MemArray::move_memory` and friends.
 //!
-//! Where raw `cudarc::driver::sys` calls remain, and why cudarc's safe layer cannot serve:
-//! - streams: amso orders work on streams it does not own (a caller's `torch` or CuPy stream,
-//!   given as a handle); cudarc's `CudaStream` only wraps streams it created (borrowing a
-//!   foreign stream is cudarc pull request 597, still open), so `stream.rs` records and waits
-//!   on events over raw handles.
-//! - memory: device memory comes from amso's own pool, from stream-ordered `cuMemAllocAsync`
-//!   with a release threshold, or from a user's allocator, and foreign memory is wrapped by
-//!   address; cudarc's `CudaSlice` owns its allocation and frees it itself, so `memory.rs` and
-//!   `alloc.rs` keep raw device pointers. Pinned host memory (`cuMemHostAlloc`) likewise.
-//! - transfers: copies run between those raw pointers, on those foreign streams, so
-//!   `transfer.rs` calls the `cuMemcpy*Async` functions directly.
-//! - pointer queries (`cuPointerGetAttribute`) that check foreign memory have no safe wrapper.
-//! - kernels: `add_index` launches on those foreign streams too, and its modules are cached
-//!   per device next to amso's own contexts (`kernels.rs`).
-//! - contexts: amso makes a device's primary context current around each call without
-//!   holding a `CudaContext` per thread (`context.rs`).
+//! cudarc's safe layer carries contexts (`CudaContext`, one primary context per device),
+//! amso's own streams and borrowed foreign ones (`CudaStream`, `wrap_borrowed_stream`),
+//! events (`CudaEvent`), modules (`CudaModule`) and kernel launches (the launch builder, with
+//! `DeviceRepr` for amso's device indexers). Raw `cudarc::driver::sys` calls remain where
+//! that layer cannot serve, each with its reason at the call:
+//! - context push/pop (`context.rs`): cudarc binds with `cuCtxSetCurrent`, which would leave
+//!   the caller's thread (PyTorch's, CuPy's) on amso's device afterwards;
+//! - device memory, pinned memory and transfers (`memory.rs`, `alloc.rs`, `transfer.rs`):
+//!   amso's memory comes from its own pool, from `cuMemAllocAsync` with a release threshold,
+//!   from a user's allocator, or from a foreign producer by address, while cudarc's
+//!   `CudaSlice` owns and frees its allocation itself; copies run between those raw pointers;
+//! - pointer and stream queries (`driver.rs`, `stream.rs`), which cudarc does not wrap;
+//! - NVRTC to CUBIN (`kernels.rs`): cudarc's `compile_ptx` returns PTX only.
 
 pub(crate) mod alloc;
 pub(crate) mod context;

@@ -1,11 +1,12 @@
 //! Streams: the integer handles the protocols use, amso's own stream per device, and
-//! ordering between streams with events (no host blocking).
+//! ordering between streams with events (no host blocking). Streams of other libraries are
+//! borrowed through cudarc (`wrap_borrowed_stream`) for the duration of one call.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys;
+use cudarc::driver::{sys, CudaStream};
 
-use super::context::Current;
+use super::context::{context, Current};
 use super::driver::cuda_error;
 use crate::error::{Error, Result};
 
@@ -42,6 +43,14 @@ impl StreamHandle {
         self.0 as sys::CUstream
     }
 
+    /// The stream as cudarc's `CudaStream` of `device_id`'s context, borrowed: dropping it
+    /// leaves the stream alone.
+    pub(crate) fn borrow(self, device_id: i32) -> Result<Arc<CudaStream>> {
+        // SAFETY: a special handle, amso's own stream or a caller's handle of this device
+        // (checked by `check` where it came from a caller), alive for this call.
+        Ok(unsafe { context(device_id)?.wrap_borrowed_stream(self.raw()) })
+    }
+
     /// The value to publish in protocols (1 legacy, 2 per-thread, else the handle).
     pub fn as_int(self) -> i64 {
         self.0 as i64
@@ -53,7 +62,7 @@ impl StreamHandle {
             return Ok(());
         }
         let _ctx = Current::enter(device_id)?;
-        // SAFETY: cuStreamQuery only reads the handle; a destroyed or foreign handle makes it
+        // Raw: cudarc's `CudaStream` has no query. SAFETY: cuStreamQuery only reads the handle; a destroyed or foreign handle makes it
         // return an error code, which is reported.
         match unsafe { sys::cuStreamQuery(self.raw()) } {
             sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_NOT_READY => Ok(()),
@@ -65,30 +74,25 @@ impl StreamHandle {
     }
 }
 
-struct Owned(Vec<Option<StreamHandle>>);
-
-static AMSO_STREAMS: Mutex<Owned> = Mutex::new(Owned(Vec::new()));
+static AMSO_STREAMS: Mutex<Vec<Option<StreamHandle>>> = Mutex::new(Vec::new());
 
 /// amso's own non-blocking stream on `device_id`, created once and never destroyed, so the
 /// handle it publishes (in `__cuda_array_interface__`) stays valid.
 pub fn amso_stream(device_id: i32) -> Result<StreamHandle> {
     let mut streams = AMSO_STREAMS.lock().unwrap_or_else(|e| e.into_inner());
     let slot = device_id as usize;
-    if streams.0.len() <= slot {
-        streams.0.resize(slot + 1, None);
+    if streams.len() <= slot {
+        streams.resize(slot + 1, None);
     }
-    if let Some(stream) = streams.0[slot] {
+    if let Some(stream) = streams[slot] {
         return Ok(stream);
     }
     let _ctx = Current::enter(device_id)?;
-    let mut raw: sys::CUstream = std::ptr::null_mut();
-    // SAFETY: `raw` is a valid out-pointer; the device's context is current.
-    unsafe { sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }
-        .result()
-        .map_err(cuda_error)?;
-    let stream = StreamHandle(raw as usize);
-    streams.0[slot] = Some(stream);
-    Ok(stream)
+    let stream = context(device_id)?.new_stream().map_err(cuda_error)?;
+    let handle = StreamHandle(stream.cu_stream() as usize);
+    std::mem::forget(stream); // kept for the process: its handle is published
+    streams[slot] = Some(handle);
+    Ok(handle)
 }
 
 /// Make work submitted later to `later` wait for all work submitted so far to `earlier`.
@@ -97,23 +101,13 @@ pub fn order(device_id: i32, earlier: StreamHandle, later: StreamHandle) -> Resu
         return Ok(());
     }
     let _ctx = Current::enter(device_id)?;
-    let mut event: sys::CUevent = std::ptr::null_mut();
-    // SAFETY: valid out-pointer; context current; the event is destroyed after being waited
-    // on, which the driver allows (its resources go once the wait completes).
-    unsafe {
-        sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
-            .result()
-            .map_err(cuda_error)?;
-        let recorded = sys::cuEventRecord(event, earlier.raw()).result();
-        let waited = recorded.and_then(|_| sys::cuStreamWaitEvent(later.raw(), event, 0).result());
-        let _ = sys::cuEventDestroy_v2(event);
-        waited.map_err(cuda_error)
-    }
+    // The event is destroyed (dropped) after being waited on, which the driver allows.
+    let event = earlier.borrow(device_id)?.record_event(None).map_err(cuda_error)?;
+    later.borrow(device_id)?.wait(&event).map_err(cuda_error)
 }
 
 /// Block the host until `stream`'s work is done.
 pub fn synchronize(device_id: i32, stream: StreamHandle) -> Result<()> {
     let _ctx = Current::enter(device_id)?;
-    // SAFETY: the handle was checked or is a special handle; context current.
-    unsafe { sys::cuStreamSynchronize(stream.raw()) }.result().map_err(cuda_error)
+    stream.borrow(device_id)?.synchronize().map_err(cuda_error)
 }

@@ -9,8 +9,8 @@ use crate::cuda::memory::DeviceMemory;
 use crate::cuda::stream::{self, StreamHandle};
 use crate::cuda::transfer;
 use crate::cuda::{context::Current, driver::check_device};
-use crate::error::{Error, Result};
 use crate::device::Residence;
+use crate::error::{Error, Result};
 
 /// Device memory and stream state of one array.
 #[derive(Debug)]
@@ -182,7 +182,14 @@ impl DeviceSide {
     ///
     /// # Safety
     /// `host` holds `len` bytes; `offset + len` is within the device memory.
-    pub(crate) unsafe fn access(&self, device_id: i32, offset: usize, host: *mut u8, len: usize, write: bool) -> Result<()> {
+    pub(crate) unsafe fn access(
+        &self,
+        device_id: i32,
+        offset: usize,
+        host: *mut u8,
+        len: usize,
+        write: bool,
+    ) -> Result<()> {
         let memory = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory".into()))?;
         let address = memory.ptr() + offset as u64;
         let _ctx = Current::enter(device_id)?;

@@ -119,7 +119,9 @@ fn copy_to_device(
             let own = stream::amso_stream(target.id)?;
             if residence == Residence::Host {
                 // SAFETY: both hold `bytes`; synchronised below before the host buffer can change.
-                unsafe { transfer::host_to_device(target.id, memory.ptr(), view.raw.host, bytes, view.raw.pinned, own) }?;
+                unsafe {
+                    transfer::host_to_device(target.id, memory.ptr(), view.raw.host, bytes, view.raw.pinned, own)
+                }?;
             } else {
                 stream::synchronize(view.raw.device_id, view.raw.device.stream())?;
                 // SAFETY: both hold `bytes`; the source's earlier work is complete.

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use dlpark::ffi::DLTensor;
 
+use crate::device::{Device, DeviceType, Residence};
 use crate::dlpack::DLPACK_VERSION;
 use crate::element::{DType, Element};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
-use crate::device::{Device, DeviceType, Residence};
 use crate::memarray::{ArrayOptions, MemArray};
 use crate::shape::{self, checked_shape};
 use crate::MAX_NDIM;
@@ -232,6 +232,38 @@ mod tests {
         assert_eq!(read, [Scalar::Bool(false), Scalar::Bool(true), Scalar::Bool(true), Scalar::Bool(true)]);
         drop(array);
         assert_eq!(drops.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn foreign_bool_bytes_are_valid_through_every_safe_api() {
+        // Each safe path that makes a Rust `bool` from the producer's bytes: typed reads, whole
+        // copies, indexers (read-only and writable) and a lock guard. Miri checks validity.
+        let mut bytes = [0u8, 2, 255, 1, 0, 7];
+        let mut shape = [2i64, 3];
+        let mut t = tensor(bytes.as_mut_ptr(), &mut shape);
+        t.ndim = 2;
+        // SAFETY: shape holds ndim entries.
+        let (dims, address, device) = unsafe { claim(&t) }.unwrap();
+        let memory = ForeignMemory { address, device, owner: Box::new(()) };
+        // SAFETY: six initialised bytes that outlive the array.
+        let mut array = unsafe { MemArray::<bool, 2>::from_foreign(&dims, memory, false) }.unwrap();
+        let expected = [false, true, true, true, false, true];
+        assert_eq!(array.to_vec().unwrap(), expected);
+        assert_eq!((array.get([0, 1]), array.get([1, 2])), (Ok(true), Ok(true)));
+        let reader = array.indexer().unwrap();
+        assert_eq!(reader.get([0, 2]), Some(true));
+        // SAFETY: 4 < size.
+        assert!(unsafe { reader.get_unchecked(4) } == expected[4]);
+        let writer = array.indexer_mut().unwrap();
+        assert_eq!(writer.get([0, 1]), Some(true));
+        let guard = array.lock().unwrap();
+        assert_eq!(guard.to_vec().unwrap(), expected);
+        assert_eq!(guard.indexer().unwrap().get([1, 2]), Some(true));
+        drop(guard);
+        // Writes through amso store canonical bytes.
+        array.write([0, 1], true).unwrap();
+        drop(array);
+        assert_eq!(bytes[1], 1);
     }
 
     /// `claim` of a test tensor whose shape holds its ndim entries.

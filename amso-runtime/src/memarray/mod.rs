@@ -454,18 +454,12 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         let device_id = self.device_id;
         let stream = self.device.begin(device_id, stream)?;
         let indexer = self.device_indexer_unchecked();
-        // SAFETY: the indexer describes this array's live device memory of `size()` elements
-        // of T::DTYPE on `device_id`; the launch copies it by value before returning.
-        unsafe {
-            crate::cuda::kernels::launch_add_index(
-                &T::DTYPE,
-                N,
-                (&indexer as *const crate::indexer::DeviceIndexer<T, N>).cast(),
-                self.size(),
-                device_id,
-                stream,
-            )
-        }?;
+        let mut any_rank =
+            crate::cuda::kernels::AnyRankIndexer { data: indexer.device_address(), shape: [0; MAX_NDIM] };
+        any_rank.shape[..N].copy_from_slice(&indexer.shape().map(|d| d as u64));
+        // SAFETY: the indexer describes this array's live device memory of T::DTYPE on
+        // `device_id`; the launch copies it by value before returning.
+        unsafe { crate::cuda::kernels::launch_add_index(&T::DTYPE, N, &any_rank, device_id, stream) }?;
         self.device.end(device_id, stream, false)
     }
 

@@ -81,17 +81,17 @@ impl MemArrayBase {
     }
 
     /// Read the array through `f` (no Python code in `f`).
-    pub fn read<R>(&self, py: Python<'_>, f: impl FnOnce(&dyn ArrayObject) -> R) -> R {
+    pub(crate) fn read<R>(&self, py: Python<'_>, f: impl FnOnce(&dyn ArrayObject) -> R) -> R {
         f(&**self.read_guard(py))
     }
 
     /// Read the array through `f` with the GIL released (long reads: copies out).
-    pub fn read_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&dyn ArrayObject) -> R + Send) -> R {
+    pub(crate) fn read_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&dyn ArrayObject) -> R + Send) -> R {
         py.detach(|| f(&**self.state.read().unwrap_or_else(|e| e.into_inner())))
     }
 
     /// Change the array through `f` (no Python code in `f`), then republish the header.
-    pub fn modify<R>(&self, py: Python<'_>, f: impl FnOnce(&mut dyn ArrayObject) -> R) -> R {
+    pub(crate) fn modify<R>(&self, py: Python<'_>, f: impl FnOnce(&mut dyn ArrayObject) -> R) -> R {
         let mut guard = self.write_guard(py);
         let result = f(&mut **guard);
         self.header.publish(py, &guard.raw_view());
@@ -100,7 +100,7 @@ impl MemArrayBase {
 
     /// Change the array through `f` with the GIL released (moves, large copies in), then
     /// republish the header. Other threads meanwhile read the old placement, or wait.
-    pub fn modify_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut dyn ArrayObject) -> R + Send) -> R {
+    pub(crate) fn modify_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut dyn ArrayObject) -> R + Send) -> R {
         let result = py.detach(|| f(&mut **self.state.write().unwrap_or_else(|e| e.into_inner())));
         self.read(py, |array| self.header.publish(py, &array.raw_view()));
         result

@@ -14,8 +14,8 @@ use pyo3::prelude::*;
 use super::recognize;
 use super::registry;
 use super::Instantiation;
-use crate::header::{Header, HEADER_MAGIC, HEADER_VERSION};
 use crate::error::code;
+use crate::header::{Header, HEADER_MAGIC, HEADER_VERSION};
 use crate::object::ArrayType;
 
 /// The opaque handle C sees.

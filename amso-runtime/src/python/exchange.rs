@@ -196,7 +196,8 @@ unsafe extern "C" fn managed_tensor_allocator(
             // SAFETY: the caller's prototype tensor.
             let t = unsafe { &*prototype };
             // SAFETY: the caller's prototype holds ndim shape entries (DLPack's contract).
-            let dims = unsafe { crate::memarray::foreign::tensor_dims(&DLTensor { strides: std::ptr::null_mut(), ..*t }) }?;
+            let dims =
+                unsafe { crate::memarray::foreign::tensor_dims(&DLTensor { strides: std::ptr::null_mut(), ..*t }) }?;
             let registration =
                 registry::find(t.dtype.code.0, t.dtype.bits, t.dtype.lanes, dims.len()).ok_or_else(|| {
                     Error::WrongValueType(format!(

@@ -12,8 +12,8 @@ use pyo3::types::PyDict;
 
 use super::array::MemArrayBase;
 use super::registry;
-use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::device::{Device, DeviceType};
+use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::memarray::foreign::{check_c_contiguous, check_dims, check_major_version, claim, ForeignMemory};
 
 /// An amso array over the tensor `owner` owns (its deleter runs exactly once, also when the

@@ -36,11 +36,11 @@ pub(super) fn cuda_array_interface<'py>(array: &MemArrayBase, py: Python<'py>) -
     interface.set_item(intern!(py, "version"), 3)?;
     interface.set_item(intern!(py, "strides"), py.None())?;
     interface.set_item(intern!(py, "stream"), stream)?;
-    let replaced = array
-        .interface_cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .replace((address, stream, interface.clone().unbind()));
+    let replaced = array.interface_cache.lock().unwrap_or_else(|e| e.into_inner()).replace((
+        address,
+        stream,
+        interface.clone().unbind(),
+    ));
     drop(replaced); // outside the cache's lock
     interface.copy()
 }

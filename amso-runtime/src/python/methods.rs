@@ -136,16 +136,18 @@ impl MemArrayBase {
         };
         let shape = this.shape(slf.py())?.repr()?.to_string();
         let mut flags = String::new();
-        for (set, text) in [
-            (this.readonly(), ", readonly=True"),
-            (this.pinned(), ", pinned=True"),
-            (this.locked(), ", locked=True"),
-        ] {
+        for (set, text) in
+            [(this.readonly(), ", readonly=True"), (this.pinned(), ", pinned=True"), (this.locked(), ", locked=True")]
+        {
             if set {
                 flags.push_str(text);
             }
         }
-        Ok(format!("{}(shape={shape}, dtype={}, device='{place}'{flags})", slf.get_type().name()?, this.element_type().name))
+        Ok(format!(
+            "{}(shape={shape}, dtype={}, device='{place}'{flags})",
+            slf.get_type().name()?,
+            this.element_type().name
+        ))
     }
 
     // ---- items ----

@@ -36,7 +36,8 @@ pub(crate) mod __private {
     pub use super::{new_base, register_runtime, Instantiation};
 }
 
-/// What a generated class says about itself: the typed array it holds.
+/// What a generated class says about itself: the typed array it holds. `#[amso_array]`
+/// implements it; `register` takes any class that does.
 pub trait Instantiation: PyClass<BaseType = MemArrayBase> + PyTypeInfo + Default {
     /// The typed array, e.g. `MemArray<f32, 3>`.
     type Array: ArrayType;
@@ -44,6 +45,7 @@ pub trait Instantiation: PyClass<BaseType = MemArrayBase> + PyTypeInfo + Default
 
 /// The base-class part of a new instance of class `C`, from the constructor's arguments;
 /// generated constructors add their (empty) subclass to it.
+#[doc(hidden)]
 pub fn new_base<C: Instantiation>(
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, PyDict>>,
@@ -75,6 +77,7 @@ pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> 
 
 /// Add the shared classes (the base class and the DLPack context) and constants to `module`
 /// (the bundled `amso._amso` module).
+#[doc(hidden)]
 pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<MemArrayBase>()?;
     module.add_class::<DLPackContext>()?;

@@ -34,7 +34,8 @@ static INFO: ArrayTypeInfo =
 /// The `__amso_type__` capsule of this runtime's classes.
 pub(super) fn type_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
     // SAFETY: a static table and a static name; no destructor is needed.
-    let capsule = unsafe { ffi::PyCapsule_New((&INFO as *const ArrayTypeInfo).cast_mut().cast(), TYPE_CAPSULE.as_ptr(), None) };
+    let capsule =
+        unsafe { ffi::PyCapsule_New((&INFO as *const ArrayTypeInfo).cast_mut().cast(), TYPE_CAPSULE.as_ptr(), None) };
     // SAFETY: a new reference or NULL with an exception set.
     Ok(unsafe { Bound::from_owned_ptr_or_err(py, capsule) }?.unbind())
 }

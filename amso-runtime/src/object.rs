@@ -39,6 +39,10 @@ pub trait ArrayObject: Send + Sync + 'static {
     fn move_memory(&mut self, target: Device, stream: i64, async_copy: bool, lock: Option<LockId>) -> Result<()>;
     /// Run the add-index kernel on the device (see `MemArray::add_index_tuple`).
     fn add_index_tuple(&mut self, stream: i64, lock: Option<LockId>) -> Result<()>;
+    /// An independent copy on the same device (see `MemArray::try_clone`), presenting `lock`.
+    fn duplicate(&self, lock: Option<LockId>) -> Result<Box<dyn ArrayObject>>;
+    /// Refuse writes from now on (a new array being restored, such as an unpickled one).
+    fn make_readonly(&mut self);
     /// The concrete `MemArray<T, N>`, for typed fast paths (`downcast_ref`).
     fn as_any(&self) -> &dyn Any;
     /// The concrete `MemArray<T, N>`, mutable.
@@ -88,6 +92,13 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
             let _ = (stream, lock);
             Err(crate::Error::Unavailable("add_index_tuple runs on CUDA, which this build does not include".into()))
         }
+    }
+    fn duplicate(&self, lock: Option<LockId>) -> Result<Box<dyn ArrayObject>> {
+        crate::lock::check_access(self.lock_id(), lock)?;
+        Ok(Box::new(self.try_clone()?))
+    }
+    fn make_readonly(&mut self) {
+        MemArray::make_readonly(self);
     }
     fn as_any(&self) -> &dyn Any {
         self

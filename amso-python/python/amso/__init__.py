@@ -15,6 +15,7 @@ import numpy as np
 
 from . import allocators, cuda, dlpack
 from ._amso import __amso_dispatch__, __version__, DLPackContext, MAX_NDIM, MemArrayBase, from_cuda_array_interface
+from ._amso import _is_amso_array, _is_amso_class
 from ._amso import from_dlpack as _from_dlpack
 
 try:  # the memory-management API exists in builds with the CUDA layer
@@ -30,6 +31,11 @@ __all__ = [
 
 _DISPATCH: dict[tuple[str, int], type[MemArrayBase]] = dict(__amso_dispatch__)
 _DTYPE_NAMES = frozenset(name for name, _ in _DISPATCH)
+
+# dtypes NumPy does not define come from the package the spec names (bfloat16: ml_dtypes, a
+# dependency of this wheel); importing it makes every name in supported() a valid np.dtype.
+if "bfloat16" in _DTYPE_NAMES:
+    import ml_dtypes  # noqa: F401
 
 
 def supported() -> list[tuple[str, int]]:
@@ -110,10 +116,12 @@ class _MemArrayMeta(type):
         return _cached_class(shape, dtype)(shape, device_id, readonly=readonly, pinned=pinned, on_device=on_device)
 
     def __instancecheck__(cls, instance: Any) -> bool:
-        return isinstance(instance, MemArrayBase)
+        # Arrays of every crate's classes: each extension module links its own copy of amso's
+        # runtime (and so its own base class); recognised without trusting object attributes.
+        return _is_amso_array(instance)
 
     def __subclasscheck__(cls, subclass: type) -> bool:
-        return issubclass(subclass, MemArrayBase)
+        return subclass is cls or _is_amso_class(subclass)
 
 
 class MemArray(metaclass=_MemArrayMeta):
@@ -121,7 +129,8 @@ class MemArray(metaclass=_MemArrayMeta):
     a zero-filled array, on the host or (``on_device=True``) on CUDA device ``device_id``.
 
     Dispatches to the compiled class for ``(np.dtype(dtype).name, len(shape))``; ``dtype``
-    defaults to float64, as in NumPy. Every amso array is an instance of ``MemArray``.
+    defaults to float64, as in NumPy. Every amso array, of this package or of any other
+    extension built with amso, is an instance of ``MemArray``.
     """
 
 

@@ -14,10 +14,10 @@ from ._amso import set_current_stream as _set_current_stream
 __all__ = ["is_available", "device_count", "memory_info", "stream"]
 
 
-def _stream_value(stream: Any) -> int | None:
-    if stream is None or isinstance(stream, int):
-        return stream
-    for attribute in ("cuda_stream", "ptr", "handle"):  # torch, cupy, cuda.core streams
+def _stream_value(stream: Any) -> Any:
+    if stream is None or isinstance(stream, int) or hasattr(type(stream), "__cuda_stream__"):
+        return stream  # amso reads __cuda_stream__ itself (torch and cuda.core streams)
+    for attribute in ("cuda_stream", "ptr", "handle"):  # older torch, cupy, cuda.core streams
         value = getattr(stream, attribute, None)
         if isinstance(value, int):
             return value
@@ -28,7 +28,8 @@ def _stream_value(stream: Any) -> int | None:
 def stream(value: Any) -> Iterator[None]:
     """Within the block, amso works on `value` when a call names no stream (move_memory,
     add_index_tuple, get_dlpack), and reports it as the DLPack exchange API's current work
-    stream. Accepts an int handle (1 legacy, 2 per-thread default) or a torch/cupy stream."""
+    stream. Accepts an int handle (1 legacy, 2 per-thread default), any object with
+    ``__cuda_stream__`` (torch and cuda.core streams), or a CuPy stream."""
     previous = _set_current_stream(_stream_value(value))
     try:
         yield

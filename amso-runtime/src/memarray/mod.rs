@@ -204,6 +204,12 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         self.readonly
     }
 
+    /// Refuse writes from now on, as NumPy's `setflags(write=False)` (exports made before
+    /// keep the access they were given).
+    pub fn make_readonly(&mut self) {
+        self.readonly = true;
+    }
+
     /// Whether the host buffer is page-locked.
     pub fn pinned(&self) -> bool {
         self.host.is_pinned()

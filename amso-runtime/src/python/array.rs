@@ -13,6 +13,7 @@
 //! - every change goes through `modify` or `modify_detached`, which republish the header
 //!   (with the GIL held) once the change is complete.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use pyo3::prelude::*;
@@ -30,6 +31,8 @@ pub struct MemArrayBase {
     header: Header,
     dtype: &'static DType,
     state: RwLock<Box<dyn ArrayObject>>,
+    /// Live buffer-protocol exports; while any lives, the data stays where it is.
+    pub(super) buffer_exports: AtomicUsize,
     /// The last `__cuda_array_interface__` built, with the (address, stream) it describes;
     /// each access hands out a copy, never this dict itself.
     pub(super) interface_cache: Mutex<Option<CachedInterface>>,
@@ -46,7 +49,13 @@ impl MemArrayBase {
     pub(crate) fn new(array: Box<dyn ArrayObject>) -> Self {
         let view = array.raw_view();
         let (header, dtype) = (Header::of(&view), view.dtype());
-        MemArrayBase { header, dtype, state: RwLock::new(array), interface_cache: Mutex::new(None) }
+        MemArrayBase {
+            header,
+            dtype,
+            state: RwLock::new(array),
+            buffer_exports: AtomicUsize::new(0),
+            interface_cache: Mutex::new(None),
+        }
     }
 
     /// The C header (valid while this object lives; see generated/amso.h).
@@ -100,10 +109,28 @@ impl MemArrayBase {
 
     /// Change the array through `f` with the GIL released (moves, large copies in), then
     /// republish the header. Other threads meanwhile read the old placement, or wait.
-    pub(crate) fn modify_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut dyn ArrayObject) -> R + Send) -> R {
+    pub(crate) fn modify_detached<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut dyn ArrayObject) -> R + Send,
+    ) -> R {
         let result = py.detach(|| f(&mut **self.state.write().unwrap_or_else(|e| e.into_inner())));
         self.read(py, |array| self.header.publish(py, &array.raw_view()));
         result
+    }
+
+    /// Refuse to change where the data lives (or to overwrite it by a move) while buffer
+    /// exports describe the host copy. Called with the array locked for writing, so no new
+    /// buffer appears meanwhile.
+    pub(crate) fn check_unpinned(&self) -> crate::Result<()> {
+        match self.buffer_exports.load(Ordering::Acquire) {
+            0 => Ok(()),
+            n => Err(crate::Error::ExportRefused(format!(
+                "{n} live buffer export{} (a memoryview, np.frombuffer, an out-of-band pickle buffer...) \
+                 describe this array's host memory; release them before moving the data",
+                if n == 1 { "" } else { "s" }
+            ))),
+        }
     }
 
     /// Read the typed array through `f`, if this object holds a `MemArray<T, N>`.

@@ -1,14 +1,18 @@
 //! The Python methods of `MemArrayBase`, written once for every instantiation. Each is a thin
-//! delegation, grouped by concern: facts, items, DLPack, moves and kernels, the CUDA array
-//! interface, NumPy copies.
+//! delegation, grouped by concern: facts, items and iteration, DLPack, moves and kernels, the
+//! CUDA array interface, NumPy and the buffer protocol, pickle and copy.
 
+use std::ffi::c_int;
+
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use super::array::MemArrayBase;
 use super::capsule::{export_tensor, into_capsule, warn_ambiguous_stream};
 use super::context::DLPackContext;
-use super::convert::{numpy_dtype, parse_index, scalar_from_py, scalar_to_py};
+use super::convert::{numpy_dtype, parse_index, scalar_from_py, scalar_to_py, StreamArg};
+use super::iteration::ArrayIterator;
 use crate::device::{Device, DeviceType};
 use crate::dlpack::DlpackRequest;
 use crate::header::{FLAG_ON_DEVICE, FLAG_PINNED, FLAG_READONLY};
@@ -164,6 +168,11 @@ impl MemArrayBase {
         Ok(self.modify(py, |array| array.set_scalar(&index, scalar, None))?)
     }
 
+    /// The elements of a 1-D array; the rows (NumPy views) of a host array of higher rank.
+    fn __iter__(slf: &Bound<'_, Self>) -> PyResult<ArrayIterator> {
+        super::iteration::iterate(slf)
+    }
+
     // ---- DLPack ----
 
     /// How other amso runtimes (other crates' extension modules) recognise this class: a
@@ -210,17 +219,16 @@ impl MemArrayBase {
 
     /// A context manager that moves the data to the requested device, locks the array for
     /// the `with` block and exports it through DLPack.
-    #[pyo3(signature = (device_type = None, device_id = None, stream = None))]
+    #[pyo3(signature = (device_type = None, device_id = None, stream = StreamArg(None)))]
     fn get_dlpack(
         slf: &Bound<'_, Self>,
         device_type: Option<i32>,
         device_id: Option<i32>,
-        stream: Option<i64>,
+        stream: StreamArg,
     ) -> PyResult<DLPackContext> {
         let (py, this) = (slf.py(), slf.get());
         let target = this.read(py, |array| target_device(&array.raw_view(), device_type, device_id))?;
-        let stream = crate::stream_context::resolve(stream);
-        this.modify_detached(py, |array| array.move_memory(target, stream, false, None))?;
+        this.move_to(py, target, stream, false)?;
         Ok(DLPackContext::new(slf.clone().unbind(), LockId::next()))
     }
 
@@ -229,26 +237,28 @@ impl MemArrayBase {
     /// Move the current data to `device_type` (kDLCPU or kDLCUDA) on `stream` (0 or 1: legacy
     /// default stream, 2: per-thread default stream, else a stream handle); returns at once
     /// when it is already there, and without waiting for the copy when `async_copy`.
-    #[pyo3(signature = (device_type, device_id = None, stream = None, async_copy = false))]
+    #[pyo3(signature = (device_type, device_id = None, stream = StreamArg(None), async_copy = false))]
     fn move_memory(
         &self,
         py: Python<'_>,
         device_type: i32,
         device_id: Option<i32>,
-        stream: Option<i64>,
+        stream: StreamArg,
         async_copy: bool,
     ) -> PyResult<()> {
         let target = self.read(py, |array| target_device(&array.raw_view(), Some(device_type), device_id))?;
-        let stream = crate::stream_context::resolve(stream);
-        Ok(self.modify_detached(py, |array| array.move_memory(target, stream, async_copy, None))?)
+        self.move_to(py, target, stream, async_copy)
     }
 
     /// The MemArray design's kernel: add the sum of each element's indices to it, on the GPU
     /// (moving the data there first), queued on `stream`.
-    #[pyo3(signature = (stream = None))]
-    fn add_index_tuple(&self, py: Python<'_>, stream: Option<i64>) -> PyResult<()> {
-        let stream = crate::stream_context::resolve(stream);
-        Ok(self.modify_detached(py, |array| array.add_index_tuple(stream, None))?)
+    #[pyo3(signature = (stream = StreamArg(None)))]
+    fn add_index_tuple(&self, py: Python<'_>, stream: StreamArg) -> PyResult<()> {
+        let stream = crate::stream_context::resolve(stream.0);
+        Ok(self.modify_detached(py, |array| {
+            self.check_unpinned()?;
+            array.add_index_tuple(stream, None)
+        })?)
     }
 
     // ---- the CUDA array interface ----
@@ -270,5 +280,59 @@ impl MemArrayBase {
     /// A NumPy array holding a copy of the data.
     fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         super::numpy_io::to_numpy(self, py)
+    }
+
+    /// A zero-copy NumPy view of host data (`np.asarray(a)`), with NumPy 2's `dtype` and
+    /// `copy` rules; device data is a TypeError.
+    #[pyo3(signature = (dtype = None, copy = None))]
+    fn __array__<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        super::numpy_io::array_view(slf, dtype, copy)
+    }
+
+    /// The buffer protocol, for host data (see `buffer`).
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        // SAFETY: forwarded from Python's buffer protocol.
+        unsafe { super::buffer::get_buffer(slf.as_any(), slf.get(), view, flags, false) }
+    }
+
+    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
+        // SAFETY: forwarded from Python's buffer protocol.
+        unsafe { super::buffer::release_buffer(self, view) }
+    }
+
+    // ---- pickle and copy ----
+
+    fn __reduce_ex__<'py>(slf: &Bound<'py, Self>, protocol: i64) -> PyResult<Bound<'py, PyTuple>> {
+        super::pickle::reduce(slf, protocol)
+    }
+
+    /// An independent copy on the same device.
+    fn copy(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        super::pickle::duplicate(slf)
+    }
+
+    fn __copy__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        super::pickle::duplicate(slf)
+    }
+
+    fn __deepcopy__(slf: &Bound<'_, Self>, _memo: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        super::pickle::duplicate(slf)
+    }
+}
+
+impl MemArrayBase {
+    /// Move the data to `target` on `stream` (detached), unless buffers pin it on the host.
+    fn move_to(&self, py: Python<'_>, target: Device, stream: StreamArg, async_copy: bool) -> PyResult<()> {
+        let stream = crate::stream_context::resolve(stream.0);
+        Ok(self.modify_detached(py, |array| {
+            if array.raw_view().device() != target {
+                self.check_unpinned()?;
+            }
+            array.move_memory(target, stream, async_copy, None)
+        })?)
     }
 }

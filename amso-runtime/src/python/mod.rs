@@ -6,6 +6,7 @@
 //! The `amso-macros` crate's documentation shows a complete extension module.
 
 mod array;
+mod buffer;
 pub(crate) mod capi;
 mod capsule;
 mod context;
@@ -14,10 +15,12 @@ mod error;
 mod exchange;
 mod import;
 mod interface;
+mod iteration;
 #[cfg(feature = "cuda")]
 mod memory;
 mod methods;
 mod numpy_io;
+mod pickle;
 mod recognize;
 mod registry;
 
@@ -71,7 +74,10 @@ pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> 
         }
     };
     dispatch.set_item((C::Array::DTYPE.name, C::Array::NDIM), C::type_object(py))?;
-    registry::add::<C>(py);
+    registry::add::<C>(py, &module.name()?.to_cow()?);
+    if !module.hasattr(pickle::REBUILD)? {
+        module.add_function(pyo3::wrap_pyfunction!(pickle::rebuild, module)?)?;
+    }
     Ok(())
 }
 
@@ -81,6 +87,9 @@ pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> 
 pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<MemArrayBase>()?;
     module.add_class::<DLPackContext>()?;
+    module.add_class::<iteration::ArrayIterator>()?;
+    module.add_function(pyo3::wrap_pyfunction!(recognize::is_amso_array, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(recognize::is_amso_class, module)?)?;
     module.add("MAX_NDIM", crate::MAX_NDIM)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_is_available, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_device_count, module)?)?;
@@ -136,10 +145,12 @@ fn cuda_memory_info(device_id: i32) -> PyResult<(usize, usize)> {
     }
 }
 
-/// Set this thread's current stream (None: the legacy default); returns the previous one.
+/// Set this thread's current stream (None: the legacy default; an int handle or an object with
+/// `__cuda_stream__`); returns the previous one.
 #[pyfunction]
 #[pyo3(signature = (stream))]
-fn set_current_stream(stream: Option<i64>) -> PyResult<Option<i64>> {
+fn set_current_stream(stream: convert::StreamArg) -> PyResult<Option<i64>> {
+    let stream = stream.0;
     if let Some(value) = stream.filter(|&v| v < 0) {
         return Err(crate::Error::InvalidArgument(format!("stream {value} is not a CUDA stream")).into());
     }

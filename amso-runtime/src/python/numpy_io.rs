@@ -1,6 +1,7 @@
-//! Copies between an amso array and NumPy: `read_numpy_array` (any array-like in, NumPy's
-//! `same_kind` casting) and `to_numpy` (a fresh NumPy array out). The Python work happens
-//! before or after the copy, never under the array's lock; the copy itself runs detached.
+//! An amso array and NumPy: `__array__` (a zero-copy view of host data, NumPy 2's rules),
+//! `read_numpy_array` (any array-like in, NumPy's `same_kind` casting) and `to_numpy` (a fresh
+//! NumPy array out). The Python work happens before or after a copy, never under the array's
+//! lock; the copy itself runs detached.
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -10,6 +11,53 @@ use pyo3::types::PyTuple;
 
 use super::array::MemArrayBase;
 use super::convert::{numpy, numpy_dtype};
+
+/// `a.__array__(dtype=None, copy=None)`, which `np.asarray(a)` and `np.array(a)` call: a view
+/// of host data that holds the memory (read-only for read-only arrays), a copy where `dtype`
+/// needs a conversion or `copy=True`, a `ValueError` where a copy is needed but `copy=False`.
+/// Device data is a `TypeError`, as in CuPy: NumPy would need a silent device-to-host copy.
+pub(super) fn array_view<'py>(
+    slf: &Bound<'py, MemArrayBase>,
+    dtype: Option<&Bound<'py, PyAny>>,
+    copy: Option<bool>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (py, array) = (slf.py(), slf.get());
+    if array.header().placement().device_type == crate::DeviceType::Cuda as i32 {
+        return Err(PyTypeError::new_err(
+            "the array is in CUDA device memory, and NumPy reads host memory: use a.to_numpy() for a host copy, \
+             or a.move_memory(amso.dlpack.kDLCPU) first",
+        ));
+    }
+    let np = numpy(py)?;
+    let own = numpy_dtype(py, array.element_type())?;
+    let target = match dtype {
+        Some(dtype) if !dtype.is_none() => np.getattr(intern!(py, "dtype"))?.call1((dtype,))?,
+        _ => own.clone(),
+    };
+    let converts = !target.eq(&own)?;
+    if converts && copy == Some(false) {
+        return Err(PyValueError::new_err(format!(
+            "converting {} to {} needs a copy, but copy=False was given",
+            own.str()?,
+            target.str()?
+        )));
+    }
+    let view = if array.element_type().numpy_module.is_none() {
+        np.call_method1(intern!(py, "from_dlpack"), (slf,))?
+    } else {
+        // NumPy cannot import this dtype through DLPack or a typed buffer (bfloat16): view the
+        // raw bytes, then the dtype.
+        let raw = Bound::new(py, super::buffer::RawBytes::from(slf))?;
+        let bytes = np.call_method1(intern!(py, "frombuffer"), (raw, np.getattr(intern!(py, "uint8"))?))?;
+        let typed = bytes.call_method1(intern!(py, "view"), (&own,))?;
+        typed.call_method1(intern!(py, "reshape"), (PyTuple::new(py, array.header().dims())?,))?
+    };
+    match (converts, copy) {
+        (false, Some(true)) => view.call_method0(intern!(py, "copy")),
+        (false, _) => Ok(view),
+        (true, _) => view.call_method1(intern!(py, "astype"), (target,)),
+    }
+}
 
 /// `a.read_numpy_array(x)`.
 pub(super) fn read_numpy_array(array: &MemArrayBase, py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<()> {

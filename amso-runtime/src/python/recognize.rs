@@ -26,10 +26,12 @@ struct ArrayTypeInfo {
     header_size: u32,
     /// The object's header, or NULL if it is not an array of this runtime.
     header_of: unsafe extern "C" fn(*mut ffi::PyObject) -> *const Header,
+    /// 1 if the type is this runtime's base class or a subclass of it, else 0.
+    is_array_type: unsafe extern "C" fn(*mut ffi::PyObject) -> std::ffi::c_int,
 }
 
 static INFO: ArrayTypeInfo =
-    ArrayTypeInfo { header_version: HEADER_VERSION, header_size: size_of::<Header>() as u32, header_of };
+    ArrayTypeInfo { header_version: HEADER_VERSION, header_size: size_of::<Header>() as u32, header_of, is_array_type };
 
 /// The `__amso_type__` capsule of this runtime's classes.
 pub(super) fn type_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -53,26 +55,62 @@ unsafe extern "C" fn header_of(object: *mut ffi::PyObject) -> *const Header {
     .unwrap_or(std::ptr::null())
 }
 
+/// # Safety
+/// `type_object` is a live object and the GIL is held (the capsule's contract).
+unsafe extern "C" fn is_array_type(type_object: *mut ffi::PyObject) -> std::ffi::c_int {
+    std::panic::catch_unwind(|| {
+        // SAFETY: the caller holds the GIL.
+        let py = unsafe { Python::assume_attached() };
+        // SAFETY: a live object, borrowed.
+        let object = unsafe { Bound::from_borrowed_ptr(py, type_object) };
+        let base = py.get_type::<MemArrayBase>();
+        object.cast::<pyo3::types::PyType>().is_ok_and(|t| t.is_subclass(&base).unwrap_or(false))
+    })
+    .map_or(0, std::ffi::c_int::from)
+}
+
+/// The `ArrayTypeInfo` a class's `__amso_type__` capsule names, if it is a genuine one of this
+/// header layout. Only says which runtime to ask: it vouches for nothing about an object.
+fn type_info(class: &Bound<'_, PyAny>) -> Option<&'static ArrayTypeInfo> {
+    let capsule = class.getattr(intern!(class.py(), "__amso_type__")).ok()?;
+    // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
+    if unsafe { ffi::PyCapsule_IsValid(capsule.as_ptr(), TYPE_CAPSULE.as_ptr()) } != 1 {
+        return None;
+    }
+    // SAFETY: valid under this name, so this is a non-null pointer to a runtime's static
+    // `ArrayTypeInfo`, which lives for the process (extension modules are never unloaded).
+    let info = unsafe { &*ffi::PyCapsule_GetPointer(capsule.as_ptr(), TYPE_CAPSULE.as_ptr()).cast::<ArrayTypeInfo>() };
+    (info.header_version == HEADER_VERSION && info.header_size as usize == size_of::<Header>()).then_some(info)
+}
+
 /// The header of `object` if it is an amso array of any runtime copy, borrowed for as long
 /// as `object` is.
 pub(crate) fn header_of_object<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a Header> {
     if let Ok(array) = object.cast::<MemArrayBase>() {
         return Some(array.get().header());
     }
-    let capsule = object.get_type().getattr(intern!(object.py(), "__amso_type__")).ok()?;
-    // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
-    if unsafe { ffi::PyCapsule_IsValid(capsule.as_ptr(), TYPE_CAPSULE.as_ptr()) } != 1 {
-        return None;
-    }
-    // SAFETY: valid under this name, so this is a non-null pointer to another runtime's
-    // static `ArrayTypeInfo`.
-    let info = unsafe { &*ffi::PyCapsule_GetPointer(capsule.as_ptr(), TYPE_CAPSULE.as_ptr()).cast::<ArrayTypeInfo>() };
-    if info.header_version != HEADER_VERSION || info.header_size as usize != size_of::<Header>() {
-        return None;
-    }
+    let info = type_info(object.get_type().as_any())?;
     // SAFETY: a live object, the GIL held; the other runtime checks the type itself.
     let header = unsafe { (info.header_of)(object.as_ptr()) };
     // SAFETY: NULL or a header inside `object`, alive while it is.
     let header = unsafe { header.as_ref() }?;
     (header.magic == HEADER_MAGIC && header.version == HEADER_VERSION).then_some(header)
+}
+
+/// `isinstance(x, amso.MemArray)`: whether `obj` is an amso array of any crate.
+#[pyfunction]
+#[pyo3(name = "_is_amso_array")]
+pub(super) fn is_amso_array(obj: &Bound<'_, PyAny>) -> bool {
+    header_of_object(obj).is_some()
+}
+
+/// `issubclass(cls, amso.MemArray)`: whether `cls` is an amso array class of any crate.
+#[pyfunction]
+#[pyo3(name = "_is_amso_class")]
+pub(super) fn is_amso_class(cls: &Bound<'_, PyAny>) -> bool {
+    if cls.cast::<pyo3::types::PyType>().is_err() {
+        return false;
+    }
+    // SAFETY: a live type object, the GIL held; its runtime checks the type itself.
+    type_info(cls).is_some_and(|info| unsafe { (info.is_array_type)(cls.as_ptr()) } == 1)
 }

@@ -33,6 +33,8 @@ pub struct Registration {
     pub wrap: WrapFn,
     /// A Python instance of the class holding `base`.
     pub instance: fn(Python<'_>, MemArrayBase) -> PyResult<Py<PyAny>>,
+    /// The module that registered the class (where pickles find `_amso_rebuild`).
+    pub module: &'static str,
 }
 
 const MAX_TYPES: usize = 256;
@@ -53,8 +55,8 @@ fn instance<C: Instantiation>(py: Python<'_>, base: MemArrayBase) -> PyResult<Py
     Ok(Py::new(py, PyClassInitializer::from(base).add_subclass(C::default()))?.into_any())
 }
 
-/// Record class `C` (called by `register`).
-pub(super) fn add<C: Instantiation>(py: Python<'_>) {
+/// Record class `C` of `module` (called by `register`).
+pub(super) fn add<C: Instantiation>(py: Python<'_>, module: &str) {
     let type_object = C::type_object_raw(py) as usize;
     if !is_known_type(type_object) {
         let slot = TYPE_COUNT.fetch_add(1, Ordering::AcqRel);
@@ -68,8 +70,20 @@ pub(super) fn add<C: Instantiation>(py: Python<'_>) {
         create: create::<C>,
         wrap: wrap::<C>,
         instance: instance::<C>,
+        module: known_module(module),
     };
     REGISTRY.write().unwrap_or_else(|e| e.into_inner()).push(registration);
+}
+
+/// `module` as a string that lives for the process (one per registering module).
+fn known_module(module: &str) -> &'static str {
+    static MODULES: RwLock<Vec<&'static str>> = RwLock::new(Vec::new());
+    if let Some(known) = MODULES.read().unwrap_or_else(|e| e.into_inner()).iter().find(|m| **m == module) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(module.to_owned().into_boxed_str());
+    MODULES.write().unwrap_or_else(|e| e.into_inner()).push(leaked);
+    leaked
 }
 
 /// Whether `type_object` is one of this module's array classes (a few pointer compares).
@@ -85,6 +99,12 @@ pub fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<Registration>
         .iter()
         .find(|r| r.ndim == ndim && r.dtype.code == code && r.dtype.bits == bits && r.dtype.lanes == lanes)
         .copied()
+}
+
+/// The registered class for a dtype name (`float32`) and ndim.
+pub fn find_name(name: &str, ndim: usize) -> Option<Registration> {
+    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
+    registry.iter().find(|r| r.ndim == ndim && r.dtype.name == name).copied()
 }
 
 /// The registered class for an array-interface typestr and ndim.

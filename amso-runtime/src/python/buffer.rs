@@ -1,0 +1,175 @@
+//! The buffer protocol for host data: `memoryview(a)`, `bytes(a)`, `np.asarray(a)` (NumPy
+//! tries buffers first), `struct.unpack_from`, mpi4py. A buffer counts as an export, and pins
+//! the data: while one lives, amso refuses to move the array (`BufferError` naming the live
+//! buffers), so the memory a buffer describes is never freed, moved away or overwritten by a
+//! move. `RawBytes` exports the same memory as plain bytes, for element types PEP 3118 has no
+//! format for (bfloat16) and for pickle's out-of-band buffers.
+
+use std::ffi::{c_int, CStr};
+use std::sync::atomic::Ordering;
+
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+use super::array::MemArrayBase;
+use crate::element::DType;
+use crate::MAX_NDIM;
+
+/// The PEP 3118 format of an element type, from its DLPack facts; `None` where PEP 3118 has
+/// no character for it (bfloat16).
+fn format_of(dtype: &DType) -> Option<&'static CStr> {
+    Some(match (dtype.code, dtype.bits, dtype.lanes) {
+        (0, 8, 1) => c"b",
+        (0, 16, 1) => c"h",
+        (0, 32, 1) => c"i",
+        (0, 64, 1) => c"q",
+        (1, 8, 1) => c"B",
+        (1, 16, 1) => c"H",
+        (1, 32, 1) => c"I",
+        (1, 64, 1) => c"Q",
+        (2, 16, 1) => c"e",
+        (2, 32, 1) => c"f",
+        (2, 64, 1) => c"d",
+        (5, 64, 1) => c"Zf",
+        (5, 128, 1) => c"Zd",
+        (6, 8, 1) => c"?",
+        _ => return None,
+    })
+}
+
+/// The shape and byte strides a buffer points at, kept alive in `Py_buffer.internal` until
+/// the consumer releases the buffer.
+struct Layout {
+    shape: [ffi::Py_ssize_t; MAX_NDIM],
+    strides: [ffi::Py_ssize_t; MAX_NDIM],
+}
+
+/// Fill `view` for `flags` (`__getbuffer__`): the array's elements, or with `raw` its bytes.
+/// `owner` goes into `view.obj` and must release the buffer through `release_buffer`.
+///
+/// # Safety
+/// `view` is the consumer's writable `Py_buffer`; the GIL is held.
+pub(super) unsafe fn get_buffer(
+    owner: &Bound<'_, PyAny>,
+    array: &MemArrayBase,
+    view: *mut ffi::Py_buffer,
+    flags: c_int,
+    raw: bool,
+) -> PyResult<()> {
+    let py = owner.py();
+    let nbytes = array.header().dims().iter().product::<i64>() * array.element_type().itemsize() as i64;
+    let raw_dims = [nbytes];
+    let (dtype, dims) = if raw {
+        (&<u8 as crate::Element>::DTYPE, &raw_dims[..])
+    } else {
+        (array.element_type(), array.header().dims())
+    };
+    let writable = flags & ffi::PyBUF_WRITABLE != 0;
+    let with_shape = flags & ffi::PyBUF_ND == ffi::PyBUF_ND;
+    let with_format = flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT;
+    let format = match (with_format, format_of(dtype)) {
+        (false, _) => None,
+        (true, Some(format)) => Some(format),
+        (true, None) => {
+            return Err(PyBufferError::new_err(format!(
+                "{} has no buffer-protocol (PEP 3118) format character, so memoryview() cannot describe it; \
+                 np.asarray(a) gives a zero-copy NumPy view (ml_dtypes), and DLPack works too",
+                dtype.name
+            )))
+        }
+    };
+    let f_contiguous_only = flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS
+        && flags & ffi::PyBUF_ANY_CONTIGUOUS != ffi::PyBUF_ANY_CONTIGUOUS;
+    if f_contiguous_only && dims.iter().filter(|&&d| d > 1).count() > 1 {
+        return Err(PyBufferError::new_err(
+            "amso arrays are C-contiguous; a Fortran-contiguous buffer of this shape does not exist",
+        ));
+    }
+    let (address, readonly) = array.read(py, |object| -> PyResult<(usize, bool)> {
+        let raw = object.raw_view();
+        if raw.residence() != crate::Residence::Host {
+            return Err(PyBufferError::new_err(
+                "the data is in device memory; the buffer protocol describes host memory: \
+                 move_memory(kDLCPU) first, or use DLPack / __cuda_array_interface__",
+            ));
+        }
+        if writable && raw.readonly() {
+            return Err(PyBufferError::new_err("the array is read-only; a writable buffer was requested"));
+        }
+        let address = raw.data_address(None)?;
+        // Counted under the lock, so a move (which takes it exclusively) sees every buffer.
+        array.buffer_exports.fetch_add(1, Ordering::AcqRel);
+        Ok((address, raw.readonly()))
+    })?;
+    let itemsize = dtype.itemsize() as ffi::Py_ssize_t;
+    let mut layout = Box::new(Layout { shape: [0; MAX_NDIM], strides: [0; MAX_NDIM] });
+    let mut stride = itemsize;
+    for axis in (0..dims.len()).rev() {
+        layout.shape[axis] = dims[axis] as ffi::Py_ssize_t;
+        layout.strides[axis] = stride;
+        stride *= dims[axis].max(1) as ffi::Py_ssize_t;
+    }
+    let layout = Box::into_raw(layout);
+    // SAFETY: `view` is the consumer's buffer struct; `layout` lives until `release_buffer`,
+    // and the new reference in `obj` keeps this array (and its host memory) alive as long.
+    unsafe {
+        (*view).buf = address as *mut std::ffi::c_void;
+        (*view).obj = owner.clone().into_ptr();
+        (*view).len = nbytes as ffi::Py_ssize_t;
+        (*view).readonly = c_int::from(readonly);
+        (*view).itemsize = if with_shape || with_format { itemsize } else { 1 };
+        (*view).format = format.map_or(std::ptr::null_mut(), |f| f.as_ptr().cast_mut());
+        (*view).ndim = if with_shape { dims.len() as c_int } else { 1 };
+        (*view).shape = if with_shape { (*layout).shape.as_mut_ptr() } else { std::ptr::null_mut() };
+        (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+            (*layout).strides.as_mut_ptr()
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).suboffsets = std::ptr::null_mut();
+        (*view).internal = layout.cast();
+    }
+    Ok(())
+}
+
+/// Release what `get_buffer` handed out (`__releasebuffer__`).
+///
+/// # Safety
+/// `view` was filled by `get_buffer` and is released once.
+pub(super) unsafe fn release_buffer(array: &MemArrayBase, view: *mut ffi::Py_buffer) {
+    // SAFETY: `internal` is the `Layout` `get_buffer` leaked for this view.
+    let layout = unsafe { (*view).internal.cast::<Layout>() };
+    if !layout.is_null() {
+        // SAFETY: as above, released once.
+        drop(unsafe { Box::from_raw(layout) });
+    }
+    array.buffer_exports.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// The raw bytes of an amso array's host data, as a buffer (Python name
+/// `amso._amso.RawBytes`): `np.frombuffer(RawBytes(a), np.uint8)` views any dtype's memory.
+#[pyclass(frozen, module = "amso._amso", name = "RawBytes")]
+pub struct RawBytes {
+    array: Py<MemArrayBase>,
+}
+
+impl From<&Bound<'_, MemArrayBase>> for RawBytes {
+    fn from(array: &Bound<'_, MemArrayBase>) -> Self {
+        RawBytes { array: array.clone().unbind() }
+    }
+}
+
+#[pymethods]
+impl RawBytes {
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        let array = slf.get().array.get();
+        // SAFETY: forwarded from Python's buffer protocol.
+        unsafe { get_buffer(slf.as_any(), array, view, flags, true) }
+    }
+
+    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
+        // SAFETY: forwarded from Python's buffer protocol.
+        unsafe { release_buffer(self.array.get(), view) }
+    }
+}

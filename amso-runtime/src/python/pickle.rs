@@ -1,0 +1,145 @@
+//! Pickle and copy. `__reduce_ex__` hands host data out of band (protocol 5: a `PickleBuffer`
+//! over the array's own memory) or inline (protocols 2-4: bytes), and device data through a
+//! host copy. The module that registered the class carries `_amso_rebuild`, which restores the
+//! array, checking everything it reads: a truncated or altered pickle is a clear error.
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyRuntimeWarning, PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use super::array::MemArrayBase;
+use super::buffer::RawBytes;
+use super::convert::ShapeArg;
+use super::registry::{self, Registration};
+use crate::device::{Device, Residence};
+use crate::memarray::foreign::check_dims;
+use crate::memarray::ArrayOptions;
+
+/// The name of the rebuild function in a registering module.
+pub(super) const REBUILD: &str = "_amso_rebuild";
+
+/// This runtime's registration of `array`'s class.
+fn registration_of(array: &MemArrayBase) -> PyResult<Registration> {
+    let dtype = array.element_type();
+    let ndim = array.header().dims().len();
+    registry::find(dtype.code, dtype.bits, dtype.lanes, ndim)
+        .ok_or_else(|| PyTypeError::new_err(format!("no registered class for {} with ndim {ndim}", dtype.name)))
+}
+
+/// `a.__reduce_ex__(protocol)`.
+pub(super) fn reduce<'py>(slf: &Bound<'py, MemArrayBase>, protocol: i64) -> PyResult<Bound<'py, PyTuple>> {
+    let (py, array) = (slf.py(), slf.get());
+    let rebuild = py.import(registration_of(array)?.module)?.getattr(REBUILD)?;
+    let (readonly, pinned, device, nbytes) = array.read(py, |object| {
+        let raw = object.raw_view();
+        let device = (raw.residence() == Residence::Device).then(|| raw.device_id());
+        (raw.readonly(), raw.pinned(), device, raw.nbytes())
+    });
+    let pickle_buffer = || py.import(intern!(py, "pickle"))?.getattr(intern!(py, "PickleBuffer"));
+    let data = if protocol >= 5 && device.is_none() {
+        // Out of band, no copy: the array's own host memory, as a raw byte buffer.
+        pickle_buffer()?.call1((Bound::new(py, RawBytes::from(slf))?,))?
+    } else {
+        let bytes = PyBytes::new_with(py, nbytes, |out| {
+            // SAFETY: `out` is a fresh bytes object of `nbytes` writable bytes.
+            Ok(array.read(py, |object| unsafe { object.raw_view().copy_to(out.as_mut_ptr(), nbytes, None) })?)
+        })?
+        .into_any();
+        if protocol >= 5 {
+            pickle_buffer()?.call1((bytes,))?
+        } else {
+            bytes
+        }
+    };
+    let dims = PyTuple::new(py, array.header().dims())?;
+    let arguments = (array.element_type().name, dims, readonly, pinned, device, data).into_pyobject(py)?;
+    PyTuple::new(py, [rebuild, arguments.into_any()])
+}
+
+/// `_amso_rebuild(dtype, shape, readonly, pinned, device, data)`: the array a pickle describes.
+#[pyfunction]
+#[pyo3(name = "_amso_rebuild")]
+pub(super) fn rebuild(
+    py: Python<'_>,
+    dtype: &str,
+    shape: ShapeArg,
+    readonly: bool,
+    pinned: bool,
+    device: Option<i32>,
+    data: &Bound<'_, PyAny>,
+) -> PyResult<Py<PyAny>> {
+    let dims = shape.0;
+    check_dims(&dims)?;
+    let registration = registry::find_name(dtype, dims.len()).ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "the pickle holds a {dtype} array with ndim {}, which this module does not compile; compiled: {}",
+            dims.len(),
+            registry::compiled()
+        ))
+    })?;
+    let buffer = PyBuffer::<u8>::get(data).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "the pickled array data must be a bytes-like object, got {}",
+            data.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })?;
+    let expected = dims
+        .iter()
+        .try_fold(registration.dtype.itemsize(), |bytes, &d| bytes.checked_mul(d as usize))
+        .filter(|&bytes| bytes <= isize::MAX as usize);
+    if expected != Some(buffer.len_bytes()) || !buffer.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!(
+            "the pickled data holds {} bytes, but a {dtype} array of shape {dims:?} needs {}: the pickle is \
+             truncated or altered",
+            buffer.len_bytes(),
+            expected.map_or_else(|| "more than any address space".to_string(), |b| b.to_string())
+        )));
+    }
+    let cuda = cuda_devices();
+    if pinned && cuda == 0 {
+        warn(py, c"the pickled array used pinned memory, which needs a CUDA driver; unpickled into pageable memory")?;
+    }
+    let options = ArrayOptions { pinned: pinned && cuda > 0, ..Default::default() };
+    let mut array = (registration.create)(&dims, options)?;
+    // SAFETY: the buffer is a live C-contiguous run of exactly the array's bytes.
+    unsafe { array.copy_from(buffer.buf_ptr().cast(), buffer.len_bytes(), None) }?;
+    if readonly {
+        array.make_readonly();
+    }
+    match device {
+        Some(id) if id >= 0 && id < cuda => {
+            array.move_memory(Device::cuda(id), crate::stream_context::resolve(None), false, None)?
+        }
+        Some(id) => warn(
+            py,
+            &std::ffi::CString::new(format!(
+                "the array was pickled on CUDA device {id}, which this process does not have; unpickled on the host"
+            ))?,
+        )?,
+        None => {}
+    }
+    (registration.instance)(py, MemArrayBase::new(array))
+}
+
+/// `a.copy()`, `copy.copy(a)`, `copy.deepcopy(a)`: an independent array on the same device
+/// (a device-to-device copy for device data).
+pub(super) fn duplicate(slf: &Bound<'_, MemArrayBase>) -> PyResult<Py<PyAny>> {
+    let (py, array) = (slf.py(), slf.get());
+    let registration = registration_of(array)?;
+    let copy = array.read_detached(py, |object| object.duplicate(None))?;
+    (registration.instance)(py, MemArrayBase::new(copy))
+}
+
+/// Number of CUDA devices (0 without a driver or the CUDA layer).
+fn cuda_devices() -> i32 {
+    #[cfg(feature = "cuda")]
+    return crate::cuda::device_count().unwrap_or(0);
+    #[cfg(not(feature = "cuda"))]
+    0
+}
+
+fn warn(py: Python<'_>, message: &std::ffi::CStr) -> PyResult<()> {
+    PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), message, 1)
+}

@@ -1,0 +1,315 @@
+"""amso arrays behave as NumPy, CuPy and PyTorch users expect: np.asarray, the buffer protocol,
+len and iteration, pickle, copy, dtype names, isinstance across crates, stream objects.
+References are NumPy's own arrays and memoryviews, and values written on one side."""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import gc
+import pickle
+import struct
+
+import numpy as np
+import pytest
+from conftest import np_dtype, sample
+
+import amso
+
+GPU = amso.cuda.is_available()
+
+
+def filled(name, shape, seed=0):
+    a = amso.MemArray(shape, name)
+    a.read_numpy_array(sample(name, shape, seed))
+    return a
+
+
+def address(a) -> int:
+    """The host address of `a`'s data, through DLPack (an independent path)."""
+    return np.from_dlpack(a).ctypes.data if a.dtype.name != "bfloat16" else a.__array__().ctypes.data
+
+
+# --- np.asarray / __array__ ---
+
+
+def test_asarray_is_a_zero_copy_view_for_every_compiled_pair(case):
+    name, shape = case
+    a = filled(name, shape)
+    view = np.asarray(a)
+    assert (view.shape, view.dtype) == (shape, np_dtype(name))
+    np.testing.assert_array_equal(view, sample(name, shape))
+    if a.size:
+        assert view.ctypes.data == address(a)
+        view.reshape(-1)[-1] = sample(name, shape, seed=1).reshape(-1)[-1]
+        assert a[tuple(d - 1 for d in shape)] == sample(name, shape, seed=1).reshape(-1)[-1]
+
+
+def test_asarray_of_a_readonly_array_is_readonly():
+    a = amso.MemArray((2, 3), np.float32, readonly=True)
+    assert not np.asarray(a).flags.writeable
+    assert not a.__array__().flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        np.asarray(a)[0, 0] = 1
+
+
+def test_array_dtype_and_copy_follow_numpy_2():
+    a = filled("int32", (2, 3))
+    same = a.__array__(copy=False)
+    assert same.ctypes.data == address(a)
+    converted = a.__array__(np.float64)
+    assert converted.dtype == np.float64 and converted.ctypes.data != address(a)
+    np.testing.assert_array_equal(converted, sample("int32", (2, 3)).astype(np.float64))
+    with pytest.raises(ValueError, match="needs a copy, but copy=False"):
+        a.__array__(np.float64, copy=False)
+    private = a.__array__(copy=True)
+    private[0, 0] += 1
+    assert a[0, 0] == sample("int32", (2, 3))[0, 0]
+    assert np.array(a, copy=True).ctypes.data != address(a)
+
+
+def test_views_outlive_the_array():
+    a = filled("float64", (4, 4))
+    view, buffer_view = np.asarray(a), memoryview(a)
+    del a
+    gc.collect()
+    np.testing.assert_array_equal(view, sample("float64", (4, 4)))
+    assert buffer_view.tolist() == sample("float64", (4, 4)).tolist()
+
+
+# --- the buffer protocol ---
+
+
+@pytest.mark.parametrize("name", sorted({n for n, _ in amso.supported()} - {"bfloat16"}))
+def test_memoryview_matches_numpys_own(name):
+    ndim = max(d for n, d in amso.supported() if n == name)
+    shape = (3, 2, 4)[:ndim]
+    a = filled(name, shape)
+    reference = memoryview(sample(name, shape))
+    mine = memoryview(a)
+    assert (mine.shape, mine.strides, mine.itemsize, mine.nbytes) == (
+        reference.shape, reference.strides, reference.itemsize, reference.nbytes)
+    assert np.asarray(mine).dtype == np_dtype(name)  # NumPy's own reading of the PEP 3118 format
+    assert bytes(a) == sample(name, shape).tobytes()
+    assert not mine.readonly and mine.c_contiguous
+
+
+def test_bfloat16_has_no_buffer_format_but_a_numpy_view():
+    a = filled("bfloat16", (5,))
+    with pytest.raises(BufferError, match="no buffer-protocol .* format"):
+        memoryview(a)
+    view = np.asarray(a)
+    assert view.dtype == np_dtype("bfloat16") and view.ctypes.data == a.__array__().ctypes.data
+
+
+def test_struct_frombuffer_and_ctypes_read_and_write_through_the_buffer():
+    a = filled("float32", (2, 3))
+    assert struct.unpack_from("3f", a, 12) == tuple(sample("float32", (2, 3))[1])
+    np.testing.assert_array_equal(np.frombuffer(a, np.float32), sample("float32", (2, 3)).reshape(-1))
+    cell = (ctypes.c_float * 6).from_buffer(a)  # a writable buffer request
+    cell[5] = 99.5
+    assert a[1, 2] == 99.5
+
+
+def test_readonly_arrays_refuse_writable_buffers():
+    a = amso.MemArray(4, np.float64, readonly=True)
+    assert memoryview(a).readonly
+    get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+    get_buffer.argtypes, get_buffer.restype = [ctypes.py_object, ctypes.c_void_p, ctypes.c_int], ctypes.c_int
+    view = ctypes.create_string_buffer(256)  # room for a Py_buffer
+    with pytest.raises(BufferError, match="read-only; a writable buffer"):
+        get_buffer(a, view, 1)  # PyBUF_WRITABLE
+    with pytest.raises(TypeError, match="not writable"):
+        (ctypes.c_double * 4).from_buffer(a)
+
+
+def test_a_live_buffer_pins_the_data_on_the_host():
+    a = filled("float64", (8,))
+    view = memoryview(a)
+    with pytest.raises(BufferError, match="1 live buffer export"):
+        a.move_memory(amso.dlpack.kDLCUDA)
+    with pytest.raises(BufferError, match="live buffer export"):
+        a.add_index_tuple()
+    a.move_memory(amso.dlpack.kDLCPU)  # staying on the host is fine
+    assert not a.on_device and view.tolist() == sample("float64", (8,)).tolist()
+    view.release()
+    if GPU:
+        a.move_memory(amso.dlpack.kDLCUDA)
+        assert a.on_device
+    else:
+        with pytest.raises(RuntimeError, match="no CUDA driver"):
+            a.move_memory(amso.dlpack.kDLCUDA)
+
+
+def test_locked_arrays_refuse_buffers():
+    a = amso.MemArray(3, np.float64)
+    with a.get_dlpack():
+        with pytest.raises(BufferError, match="locked"):
+            memoryview(a)
+    assert memoryview(a).nbytes == 24
+
+
+# --- len and iteration ---
+
+
+def test_len_and_iteration_for_every_compiled_pair(case):
+    name, shape = case
+    a = filled(name, shape)
+    assert len(a) == shape[0]
+    items = list(a)
+    reference = sample(name, shape)
+    assert len(items) == shape[0]
+    if len(shape) == 1:
+        assert [a[i] for i in range(shape[0])] == items
+        np.testing.assert_array_equal(np.array(items, dtype=reference.dtype), reference)
+    else:
+        for row, expected in zip(items, reference):
+            assert isinstance(row, np.ndarray)
+            np.testing.assert_array_equal(row, expected)
+
+
+def test_rows_are_views_writable_unless_readonly():
+    a = filled("int64", (3, 2))
+    first = next(iter(a))
+    first[1] = -7
+    assert a[0, 1] == -7
+    readonly = amso.MemArray((2, 2), np.int64, readonly=True)
+    assert not any(row.flags.writeable for row in readonly)
+
+
+# --- pickle and copy ---
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_pickle_round_trip_for_every_compiled_pair(case, protocol):
+    name, shape = case
+    a = filled(name, shape)
+    b = pickle.loads(pickle.dumps(a, protocol=protocol))
+    assert type(b) is type(a) and (b.shape, b.dtype, b.readonly, b.pinned) == (a.shape, a.dtype, False, False)
+    np.testing.assert_array_equal(b.to_numpy(), sample(name, shape))
+    if a.size:
+        assert address(b) != address(a)
+
+
+def test_protocol_5_hands_the_data_out_of_band():
+    a = filled("float64", (256, 256))
+    buffers = []
+    payload = pickle.dumps(a, protocol=5, buffer_callback=buffers.append)
+    assert len(payload) < 4096 and [buffer.raw().nbytes for buffer in buffers] == [512 * 1024]
+    assert np.frombuffer(buffers[0], np.float64).ctypes.data == address(a), "no copy on the way out"
+    b = pickle.loads(payload, buffers=buffers)
+    np.testing.assert_array_equal(b.to_numpy(), sample("float64", (256, 256)))
+    inline = pickle.dumps(a, protocol=4)
+    assert len(inline) > 512 * 1024
+
+
+def test_pickle_keeps_readonly_and_drops_exports_and_locks():
+    a = amso.MemArray((2, 2), np.float32, readonly=True)
+    view = np.from_dlpack(a)
+    b = pickle.loads(pickle.dumps(a))
+    assert b.readonly and b.export_count == 0 and a.export_count == 1
+    del view
+    with a.get_dlpack():
+        with pytest.raises(BufferError, match="locked"):
+            pickle.dumps(a)  # reading a locked array is refused, as every other read
+    assert not pickle.loads(pickle.dumps(a)).locked
+
+
+def test_copies_are_independent():
+    a = filled("complex64", (2, 3))
+    for duplicate in (copy.copy(a), copy.deepcopy(a), a.copy()):
+        assert type(duplicate) is type(a) and duplicate.shape == a.shape
+        np.testing.assert_array_equal(duplicate.to_numpy(), a.to_numpy())
+        duplicate[0, 0] = 5 + 5j
+        assert a[0, 0] == sample("complex64", (2, 3))[0, 0]
+    assert amso.MemArray(2, np.float32, readonly=True).copy().readonly
+
+
+# --- dtypes, classes, streams ---
+
+
+def test_every_supported_name_is_a_numpy_dtype():
+    for name, _ in amso.supported():
+        assert np.dtype(name) == np_dtype(name)
+
+
+def test_isinstance_spans_crates_and_subclasses():
+    a = amso.MemArray(2, np.float32)
+    subclass = type("Mine", (type(amso.MemArray((2, 2), np.float32)),), {})
+    assert isinstance(a, amso.MemArray) and isinstance(subclass((2, 2)), amso.MemArray)
+    assert issubclass(subclass, amso.MemArray) and issubclass(type(a), amso.MemArray)
+    fake = type("Fake", (), {"__amso_type__": type(a).__amso_type__})
+    for other in (np.zeros(2), 3, None, fake(), a.__dlpack__()):
+        assert not isinstance(other, amso.MemArray)
+    assert not issubclass(fake, amso.MemArray) and not issubclass(np.ndarray, amso.MemArray)
+    ue = pytest.importorskip("amso_user_example")
+    density = ue.Density((2, 2, 2))
+    assert isinstance(density, amso.MemArray) and issubclass(ue.Density, amso.MemArray)
+    density[1, 1, 1] = 3.0
+    restored = pickle.loads(pickle.dumps(density, protocol=5))
+    assert type(restored) is ue.Density and restored[1, 1, 1] == 3.0
+
+
+class LegacyStream:
+    """The smallest `__cuda_stream__` object: the legacy default stream."""
+
+    def __cuda_stream__(self):
+        return (0, 1)
+
+
+def test_stream_objects_are_accepted_wherever_a_stream_is():
+    a = amso.MemArray(4, np.float64)
+    a.move_memory(amso.dlpack.kDLCPU, stream=LegacyStream())
+    with a.get_dlpack(stream=LegacyStream()):
+        pass
+    with amso.cuda.stream(LegacyStream()):
+        assert amso._amso.set_current_stream(None) == 1
+    bad = type("Bad", (), {"__cuda_stream__": lambda self: "nope"})()
+    with pytest.raises(TypeError, match="must return a \\(version, handle\\) tuple"):
+        a.move_memory(amso.dlpack.kDLCPU, stream=bad)
+    with pytest.raises(TypeError, match="expected a stream"):
+        a.move_memory(amso.dlpack.kDLCPU, stream=1.5)
+
+
+# --- on the GPU ---
+
+gpu = pytest.mark.skipif(not GPU, reason="needs a CUDA device")
+
+
+@gpu
+def test_device_arrays_refuse_numpy_and_say_what_to_do():
+    a = amso.MemArray((2, 3), np.float32, on_device=True)
+    with pytest.raises(TypeError, match="to_numpy"):
+        np.asarray(a)
+    with pytest.raises(TypeError, match="to_numpy"):
+        list(a)
+    with pytest.raises(BufferError, match="device memory"):
+        memoryview(a)
+    assert list(amso.MemArray(3, np.int32, on_device=True)) == [0, 0, 0]
+
+
+@gpu
+def test_device_pickle_and_copy_stay_on_the_device():
+    a = filled("float32", (64, 3))
+    a.move_memory(amso.dlpack.kDLCUDA)
+    for protocol in (2, 5):
+        b = pickle.loads(pickle.dumps(a, protocol=protocol))
+        assert b.on_device and b.device_id == a.device_id
+        np.testing.assert_array_equal(b.to_numpy(), sample("float32", (64, 3)))
+    c = a.copy()
+    assert c.on_device and c.__cuda_array_interface__["data"][0] != a.__cuda_array_interface__["data"][0]
+    np.testing.assert_array_equal(c.to_numpy(), a.to_numpy())
+    pinned = amso.MemArray(4, np.float64, pinned=True)
+    assert pickle.loads(pickle.dumps(pinned)).pinned
+
+
+@gpu
+def test_torch_streams_as_objects():
+    torch = pytest.importorskip("torch")
+    stream = torch.cuda.Stream()
+    a = filled("float64", (1000,))
+    a.move_memory(amso.dlpack.kDLCUDA, stream=stream)
+    a.add_index_tuple(stream=stream)
+    with amso.cuda.stream(stream):
+        a.move_memory(amso.dlpack.kDLCPU)
+    np.testing.assert_array_equal(a.to_numpy(), sample("float64", (1000,)) + np.arange(1000))

@@ -118,7 +118,22 @@ def test_job() -> None:
     build_extensions()
     quickstart()
     run(venv_bin("python"), "-m", "pytest", "-q", "-rs", "tests/python", env=venv_env())  # -rs: say what was skipped (GPU tests here)
+    wheel_check()
     fuzz_smoke()
+
+
+def wheel_check() -> None:
+    """The conventions tests against the built wheel, installed into a fresh virtual environment
+    with nothing but its declared dependencies (and pytest): what `pip install amso` gives."""
+    out = ROOT / "target" / "wheel-check"
+    shutil.rmtree(out, ignore_errors=True)
+    run(venv_bin("python"), "-m", "maturin", "build", "--release", "--quiet", "-m", EXTENSIONS[0], "-o", out / "dist",
+        env=venv_env())
+    run(sys.executable, "-m", "venv", out / "venv")
+    python = out / "venv" / ("Scripts" if os.name == "nt" else "bin") / "python"
+    run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *sorted((out / "dist").glob("*.whl")),
+        "pytest>=8")
+    run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python/test_conventions.py")
 
 
 FUZZ = ROOT / "fuzz"

@@ -27,5 +27,5 @@ def test_rust_function_on_the_typed_array_matches_numpy():
 
 
 def test_rust_function_rejects_other_arrays():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="expected a writable float64 array with 3 dimensions, got a float32 array"):
         ue.add_index_sum(ue.Positions((2, 3)))

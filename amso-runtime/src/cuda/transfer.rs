@@ -272,3 +272,16 @@ fn with_workers(
         outcome
     })
 }
+
+/// Zero `bytes` of device memory at `dst`, queued on `stream`.
+///
+/// # Safety
+/// `dst` holds `bytes` bytes of device memory of `device_id`, not in use by other work.
+pub unsafe fn zero(device_id: i32, dst: u64, bytes: usize, stream: StreamHandle) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let _ctx = Current::enter(device_id)?;
+    // SAFETY: forwarded from the caller; the memset is queued on `stream`.
+    unsafe { sys::cuMemsetD8Async(dst, 0, bytes, stream.raw()) }.result().map_err(cuda_error)
+}

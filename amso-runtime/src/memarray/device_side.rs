@@ -96,12 +96,9 @@ impl DeviceSide {
     pub(crate) fn allocate(&mut self, device_id: i32, bytes: usize, stream: i64, zeroed: bool) -> Result<()> {
         let stream = self.begin(device_id, stream)?;
         let memory = self.ensure(device_id, bytes, stream)?;
-        if zeroed && bytes > 0 {
-            let _ctx = crate::cuda::context::Current::enter(device_id)?;
-            // SAFETY: the allocation holds `bytes`; the memset is queued on `stream`.
-            unsafe { cudarc::driver::sys::cuMemsetD8Async(memory.ptr(), 0, bytes, stream.raw()) }
-                .result()
-                .map_err(crate::cuda::driver::cuda_error)?;
+        if zeroed {
+            // SAFETY: the new allocation holds `bytes`; the memset is queued on `stream`.
+            unsafe { transfer::zero(device_id, memory.ptr(), bytes, stream) }?;
         }
         self.end(device_id, stream, false)
     }

@@ -40,6 +40,11 @@ static API: Table = Table(DLPackExchangeAPI {
     current_work_stream: Some(current_work_stream),
 });
 
+/// amso's own table: arrays made through it are amso arrays of this runtime's classes.
+pub(crate) fn api() -> &'static DLPackExchangeAPI {
+    &API.0
+}
+
 /// Address of the static table (`__c_dlpack_exchange_api__`).
 pub fn api_address() -> usize {
     &API.0 as *const DLPackExchangeAPI as usize

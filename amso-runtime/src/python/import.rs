@@ -121,11 +121,22 @@ pub fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<bool>) -
     wrap_capsule(py, &capsule)
 }
 
-/// `amso._amso.from_cuda_array_interface(obj)`: an amso array over the device memory `obj`
-/// describes with `__cuda_array_interface__` (version 2 or 3), keeping `obj` alive. A v3
-/// `stream` is honoured: amso's work on the array waits for it.
-#[pyfunction]
-pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+/// What a `__cuda_array_interface__` dict (version 2 or 3) describes, checked field by field.
+pub(crate) struct Interface {
+    pub(crate) dims: Vec<i64>,
+    pub(crate) typestr: String,
+    pub(crate) address: usize,
+    pub(crate) readonly: bool,
+    /// Byte strides, if given.
+    pub(crate) strides: Option<Vec<i64>>,
+    /// The producer's stream (v3), which consumers order after.
+    pub(crate) stream: Option<i64>,
+    /// The CUDA device holding the data.
+    pub(crate) device_id: i32,
+}
+
+/// Read and check `obj.__cuda_array_interface__`.
+pub(crate) fn parse_interface(obj: &Bound<'_, PyAny>) -> PyResult<Interface> {
     let interface = obj.getattr("__cuda_array_interface__")?;
     let interface =
         interface.cast::<PyDict>().map_err(|_| PyTypeError::new_err("__cuda_array_interface__ must be a dict"))?;
@@ -158,6 +169,16 @@ pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyRe
         optional("strides")?.map(|s| typed(s, "strides", "None or a tuple of ints")).transpose()?;
     let stream: Option<i64> = optional("stream")?.map(|s| typed(s, "stream", "None or an int")).transpose()?;
     check_dims(&dims)?;
+    let device_id = device_of(address)?;
+    Ok(Interface { dims, typestr, address, readonly, strides, stream, device_id })
+}
+
+/// `amso._amso.from_cuda_array_interface(obj)`: an amso array over the device memory `obj`
+/// describes with `__cuda_array_interface__` (version 2 or 3), keeping `obj` alive. A v3
+/// `stream` is honoured: amso's work on the array waits for it.
+#[pyfunction]
+pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let Interface { dims, typestr, address, readonly, strides, stream, device_id } = parse_interface(obj)?;
     let registration = registry::find_typestr(&typestr, dims.len()).ok_or_else(|| {
         PyTypeError::new_err(format!(
             "no compiled amso array for typestr {typestr:?} with ndim {}; compiled: {}",
@@ -168,7 +189,6 @@ pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyRe
     if let Some(strides) = &strides {
         check_c_contiguous(&dims, strides, registration.dtype.itemsize() as i64)?;
     }
-    let device_id = device_of(address)?;
     #[cfg(feature = "cuda")]
     if let Some(stream) = stream {
         use crate::cuda::stream::{order, StreamHandle};

@@ -5,6 +5,7 @@
 //!
 //! The `amso-macros` crate's documentation shows a complete extension module.
 
+mod args;
 mod array;
 mod buffer;
 pub(crate) mod capi;
@@ -28,6 +29,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyModule, PyTuple};
 use pyo3::{PyClass, PyClassInitializer, PyTypeInfo};
 
+pub use args::{new_array, ArrayMut, ArrayRef, NewArray};
 pub use array::MemArrayBase;
 pub use context::DLPackContext;
 

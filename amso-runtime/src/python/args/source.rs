@@ -1,0 +1,263 @@
+//! Where a typed argument's memory comes from, in order of preference:
+//! 1. the producer type's DLPack C exchange API (`__dlpack_c_exchange_api__`: PyTorch, TVM-FFI,
+//!    amso arrays of any crate), with no Python call; the work stream is the producer's
+//!    `current_work_stream` (inside `with torch.cuda.stream(s):` that is `s`);
+//! 2. `__dlpack__` (NumPy, CuPy, JAX): the versioned capsule, the legacy one as a fallback, with
+//!    the array API stream handshake on the stream this call works on;
+//! 3. `__cuda_array_interface__`, ordered after the producer's stream.
+//!
+//! What comes back holds the memory: a managed tensor (its deleter runs exactly once, when the
+//! argument drops, also if a later check refuses it) or the producer object itself.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+use dlpark::ffi::{DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI, DLTensor};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyType};
+use pyo3::{ffi, intern};
+
+use crate::device::{Device, DeviceType};
+use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
+
+/// What keeps an argument's memory alive; held only for its `Drop`.
+#[allow(dead_code)]
+pub(crate) enum Holder {
+    /// A managed tensor, deleted once on drop.
+    Tensor(ManagedTensor),
+    /// The producer object (the CUDA array interface has no tensor to own).
+    Object(Py<PyAny>),
+}
+
+/// An argument's memory as its producer describes it, before the typed checks.
+pub(crate) struct Source {
+    #[allow(dead_code)] // held for its Drop: the producer's memory stays alive as long
+    pub(crate) holder: Holder,
+    /// Address of the first element (the producer's byte offset applied).
+    pub(crate) data: usize,
+    pub(crate) dims: Vec<i64>,
+    /// Strides in elements; `None` for C order.
+    pub(crate) strides: Option<Vec<i64>>,
+    /// DLPack (code, bits, lanes).
+    pub(crate) dtype: (u8, u8, u16),
+    pub(crate) device: Device,
+    pub(crate) readonly: bool,
+    /// For device data: the stream this call works on.
+    pub(crate) stream: Option<i64>,
+    /// The producer type's exchange table, for results in the caller's framework.
+    pub(crate) api: Option<&'static DLPackExchangeAPI>,
+}
+
+/// The exchange tables of the types seen so far (`None`: the type has none). The types are
+/// held, so an address is never reused by another type while cached.
+type TableCache = Vec<(Py<PyType>, usize)>;
+static TABLES: Mutex<TableCache> = Mutex::new(Vec::new());
+
+/// `type.__dlpack_c_exchange_api__`, if the type has a DLPack 1.x table (cached per type).
+pub(crate) fn exchange_table(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static DLPackExchangeAPI>> {
+    {
+        let tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&(_, address)) = tables.iter().find(|(known, _)| known.as_ptr() == ty.as_ptr()) {
+            // SAFETY: 0 or the address of a table that lives for the process (see below).
+            return Ok(unsafe { (address as *const DLPackExchangeAPI).as_ref() });
+        }
+    }
+    let table = match ty.getattr_opt(intern!(ty.py(), "__dlpack_c_exchange_api__"))? {
+        // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
+        Some(capsule) if unsafe { ffi::PyCapsule_IsValid(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr()) } == 1 => {
+            // SAFETY: a valid capsule of that name points at a table that lives for the
+            // process (the DLPack contract for `__dlpack_c_exchange_api__`).
+            let table = unsafe {
+                &*ffi::PyCapsule_GetPointer(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr())
+                    .cast::<DLPackExchangeAPI>()
+            };
+            (table.header.version.major == DLPACK_VERSION.0).then_some(table)
+        }
+        _ => None,
+    };
+    let mut tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+    if tables.len() < 64 {
+        tables.push((ty.clone().unbind(), table.map_or(0, |t| t as *const DLPackExchangeAPI as usize)));
+    }
+    Ok(table)
+}
+
+/// The argument's memory, by the first protocol `obj` speaks.
+pub(crate) fn acquire(obj: &Bound<'_, PyAny>) -> PyResult<Option<Source>> {
+    if let Some(api) = exchange_table(&obj.get_type())? {
+        if let Some(from_object) = api.managed_tensor_from_py_object_no_sync {
+            let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+            // SAFETY: `obj` is of the type the table came from, alive for the call, GIL held.
+            if unsafe { from_object(obj.as_ptr().cast(), &mut out) } != 0 {
+                return Err(PyErr::fetch(obj.py()));
+            }
+            let tensor = NonNull::new(out)
+                .ok_or_else(|| PyValueError::new_err("the producer's exchange API returned no tensor"))?;
+            // SAFETY: the producer hands the tensor over; we delete it once.
+            let tensor = unsafe { ManagedTensor::from_raw(RawManaged::Versioned(tensor)) };
+            let mut source = from_tensor(tensor)?;
+            source.api = Some(api);
+            if source.device.device_type == DeviceType::Cuda {
+                source.stream = Some(producer_stream(obj.py(), api, source.device.id)?);
+            }
+            return Ok(Some(source));
+        }
+    }
+    let py = obj.py();
+    if obj.hasattr(intern!(py, "__dlpack__"))? {
+        return from_dlpack(obj).map(Some);
+    }
+    if obj.hasattr(intern!(py, "__cuda_array_interface__"))? {
+        return from_interface(obj).map(Some);
+    }
+    Ok(None)
+}
+
+/// The producer's current work stream on CUDA device `device_id` (NULL: the legacy default).
+fn producer_stream(py: Python<'_>, api: &DLPackExchangeAPI, device_id: i32) -> PyResult<i64> {
+    let Some(current) = api.current_work_stream else { return Ok(1) };
+    let mut stream: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the producer's function with a writable output; the GIL is held.
+    if unsafe { current(DLDeviceType::CUDA, device_id, &mut stream) } != 0 {
+        return Err(
+            PyErr::take(py).unwrap_or_else(|| PyValueError::new_err("the producer's current_work_stream failed"))
+        );
+    }
+    Ok(if stream.is_null() { 1 } else { stream as i64 })
+}
+
+/// The stream this call works on for a producer without the exchange API: amso's stream
+/// context, else amso's own stream of the device.
+fn work_stream(device_id: i32) -> PyResult<i64> {
+    if let Some(stream) = crate::stream_context::current().filter(|&s| s > 0) {
+        return Ok(stream);
+    }
+    #[cfg(feature = "cuda")]
+    return Ok(crate::cuda::stream::amso_stream(device_id)?.as_int());
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = device_id;
+        Ok(1)
+    }
+}
+
+fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
+    let py = obj.py();
+    let (device_type, device_id): (i32, i32) = match obj.getattr_opt(intern!(py, "__dlpack_device__"))? {
+        Some(method) => method.call0()?.extract()?,
+        None => (DeviceType::Cpu as i32, 0),
+    };
+    let stream = (device_type == DeviceType::Cuda as i32).then(|| work_stream(device_id)).transpose()?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item(intern!(py, "max_version"), DLPACK_VERSION)?;
+    if let Some(stream) = stream {
+        kwargs.set_item(intern!(py, "stream"), stream)?;
+    }
+    let capsule = match obj.call_method(intern!(py, "__dlpack__"), (), Some(&kwargs)) {
+        Ok(capsule) => capsule,
+        // Producers older than the array API's keywords: ask again without them (legacy).
+        Err(error) if error.is_instance_of::<PyTypeError>(py) => {
+            kwargs.del_item(intern!(py, "max_version"))?;
+            obj.call_method(intern!(py, "__dlpack__"), (), Some(&kwargs))?
+        }
+        Err(error) => return Err(error),
+    };
+    let mut source = from_tensor(super::super::import::take_capsule(py, &capsule)?)?;
+    source.stream = stream;
+    Ok(source)
+}
+
+fn from_interface(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
+    let interface = super::super::import::parse_interface(obj)?;
+    let (dtype, itemsize) = dlpack_of_typestr(&interface.typestr).ok_or_else(|| {
+        PyTypeError::new_err(format!("__cuda_array_interface__ typestr {:?} is not a DLPack type", interface.typestr))
+    })?;
+    let strides = match interface.strides {
+        Some(bytes) if bytes.iter().any(|&s| s % itemsize != 0) => {
+            return Err(PyValueError::new_err(format!(
+                "__cuda_array_interface__ strides {bytes:?} are not multiples of the itemsize {itemsize}"
+            )))
+        }
+        Some(bytes) => Some(bytes.iter().map(|&s| s / itemsize).collect()),
+        None => None,
+    };
+    let stream = Some(work_stream(interface.device_id)?);
+    #[cfg(feature = "cuda")]
+    if let (Some(producer), Some(work)) = (interface.stream, stream) {
+        use crate::cuda::stream::{order, StreamHandle};
+        let producer = StreamHandle::from_int(producer)?;
+        producer.check(interface.device_id)?;
+        order(interface.device_id, producer, StreamHandle::from_int(work)?)?;
+    }
+    Ok(Source {
+        holder: Holder::Object(obj.clone().unbind()),
+        data: interface.address,
+        dims: interface.dims,
+        strides,
+        dtype,
+        device: Device::cuda(interface.device_id),
+        readonly: interface.readonly,
+        stream,
+        api: None,
+    })
+}
+
+/// DLPack (code, bits, lanes) and the itemsize of a little-endian array-interface typestr.
+fn dlpack_of_typestr(typestr: &str) -> Option<((u8, u8, u16), i64)> {
+    let bytes = typestr.as_bytes();
+    if bytes.len() < 3 || !matches!(bytes[0], b'<' | b'|') {
+        return None;
+    }
+    let size: u8 = typestr[2..].parse().ok()?;
+    let code = match bytes[1] {
+        b'b' => 6,
+        b'i' => 0,
+        b'u' => 1,
+        b'f' => 2,
+        b'c' => 5,
+        _ => return None,
+    };
+    Some(((code, size.checked_mul(8)?, 1), size as i64))
+}
+
+/// The fields of a producer's managed tensor, checked enough to be read safely.
+fn from_tensor(tensor: ManagedTensor) -> PyResult<Source> {
+    // SAFETY: a live tensor we own.
+    let (t, readonly, major): (&DLTensor, bool, u32) = unsafe {
+        match tensor.raw() {
+            RawManaged::Versioned(p) => {
+                let m: &DLManagedTensorVersioned = p.as_ref();
+                (&m.dl_tensor, m.flags.contains(dlpark::DlpackFlags::READ_ONLY), m.version.major)
+            }
+            RawManaged::Legacy(p) => {
+                let m: &DLManagedTensor = p.as_ref();
+                (&m.dl_tensor, false, DLPACK_VERSION.0)
+            }
+        }
+    };
+    crate::memarray::foreign::check_major_version(major)?;
+    if !(0..=64).contains(&t.ndim) || (t.ndim > 0 && t.shape.is_null()) {
+        return Err(PyValueError::new_err(format!("the producer's tensor has ndim {} and no usable shape", t.ndim)));
+    }
+    let ndim = t.ndim as usize;
+    // SAFETY: a DLTensor's shape and (non-NULL) strides hold ndim entries.
+    let dims = if ndim == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(t.shape, ndim) }.to_vec() };
+    let strides = (!t.strides.is_null() && ndim > 0)
+        // SAFETY: as above.
+        .then(|| unsafe { std::slice::from_raw_parts(t.strides, ndim) }.to_vec());
+    if let Some(&negative) = dims.iter().find(|&&d| d < 0) {
+        return Err(PyValueError::new_err(format!("the producer's tensor has a negative dimension {negative}")));
+    }
+    let kind = DeviceType::from_dlpack(t.device.device_type.0 as i32)?;
+    let device = match kind {
+        DeviceType::CudaHost => Device::CPU, // page-locked host memory reads as host memory
+        _ => Device { device_type: kind, id: t.device.device_id },
+    };
+    let data = (t.data as usize)
+        .checked_add(usize::try_from(t.byte_offset).unwrap_or(usize::MAX))
+        .ok_or_else(|| PyValueError::new_err("the producer's byte_offset overflows its data pointer"))?;
+    let dtype = (t.dtype.code.0, t.dtype.bits, t.dtype.lanes);
+    Ok(Source { holder: Holder::Tensor(tensor), data, dims, strides, dtype, device, readonly, stream: None, api: None })
+}

@@ -1,0 +1,252 @@
+"""Typed array arguments of a Rust extension (the user-crate example's `deposit` and
+`cic_density`): arrays from NumPy, amso (bundled and user-crate classes), TVM-FFI and, where
+installed, PyTorch, checked against a NumPy cloud-in-cell reference written from the formula."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+from hostile import Tensor
+
+import amso
+
+ue = pytest.importorskip("amso_user_example")
+SHAPE, BOX = (8, 6, 4), 10.0
+
+
+def reference(positions, shape=SHAPE, box=BOX):
+    """Cloud-in-cell by the formula: for each axis u = p / h - 0.5, i0 = floor(u), f = u - i0;
+    weight 1 - f to cell i0 mod n and f to (i0 + 1) mod n; the 8 corners take the products."""
+    density = np.zeros(shape)
+    u = positions.astype(np.float64) / (box / np.array(shape)) - 0.5
+    lower = np.floor(u)
+    fraction, lower = u - lower, lower.astype(np.int64)
+    for corner in np.ndindex(2, 2, 2):
+        weight = np.prod([fraction[:, d] if up else 1 - fraction[:, d] for d, up in enumerate(corner)], axis=0)
+        cells = tuple((lower[:, d] + up) % shape[d] for d, up in enumerate(corner))
+        np.add.at(density, cells, weight)
+    return density
+
+
+def particles(n=500, seed=0):
+    rng = np.random.default_rng(seed)
+    inside = rng.uniform(0, BOX, size=(n, 3))
+    h = BOX / np.array(SHAPE)
+    special = np.array([
+        [0.0, 0.0, 0.0], [BOX, BOX, BOX], h * 0.5, h * 1.5, h * 3,  # exactly 0, the far edge, cell centres and edges
+        [-0.25, 12.5, 5.0], [-BOX - 1, 2 * BOX + 3, -7.5],  # outside the box: wrapped
+    ])
+    return np.concatenate([inside, special]).astype(np.float32)
+
+
+def torch_cpu():
+    torch = pytest.importorskip("torch")
+    return torch
+
+
+# --- inputs from every framework, against the reference ---
+
+def numpy_pair(p):
+    return p, np.zeros(SHAPE)
+
+
+def amso_pair(p):
+    density = amso.MemArray(SHAPE, np.float64)
+    return amso.asarray(p), density
+
+
+def user_crate_pair(p):
+    positions = ue.Positions(p.shape)
+    positions.read_numpy_array(p)
+    return positions, ue.Density(SHAPE)
+
+
+def tvm_pair(p):
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    return tvm_ffi.from_dlpack(p), tvm_ffi.from_dlpack(np.zeros(SHAPE))
+
+
+def torch_pair(p):
+    torch = torch_cpu()
+    return torch.from_numpy(p.copy()), torch.zeros(SHAPE, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("pair", [numpy_pair, amso_pair, user_crate_pair, tvm_pair, torch_pair],
+                         ids=["numpy", "amso", "user-crate", "tvm-ffi", "torch"])
+def test_deposit_matches_the_reference_and_accumulates_in_place(pair):
+    p = particles()
+    positions, density = pair(p)
+    ue.deposit(positions, density, BOX)
+    ue.deposit(positions, density, BOX)  # accumulates
+    got = np.from_dlpack(density) if not isinstance(density, np.ndarray) else density
+    np.testing.assert_allclose(got, 2 * reference(p), rtol=1e-12, atol=1e-12)
+    assert np.isclose(got.sum(), 2 * len(p))
+
+
+def test_mixed_frameworks_in_one_call():
+    p = particles()
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    density = amso.MemArray(SHAPE, np.float64)
+    ue.deposit(tvm_ffi.from_dlpack(p), density, BOX)
+    ue.deposit(p, ue.Density(SHAPE), BOX)
+    np.testing.assert_allclose(density.to_numpy(), reference(p), rtol=1e-12)
+
+
+@pytest.mark.parametrize("given, expected", [
+    (lambda p: p, ue.Density),  # NumPy has no exchange API: an array of the function's own crate
+    (lambda p: amso.asarray(p), type(amso.MemArray(SHAPE, np.float64))),  # bundled amso in, bundled amso out
+    (lambda p: user_crate_pair(p)[0], ue.Density),
+], ids=["numpy", "amso", "user-crate"])
+def test_cic_density_returns_the_callers_framework(given, expected):
+    p = particles()
+    out = ue.cic_density(given(p), list(SHAPE), BOX)
+    assert type(out) is expected
+    np.testing.assert_allclose(np.from_dlpack(out), reference(p), rtol=1e-12)
+
+
+def test_cic_density_with_tvm_ffi_and_torch_inputs():
+    p = particles()
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    tensor = tvm_ffi.from_dlpack(p)
+    out = ue.cic_density(tensor, SHAPE, BOX)
+    # The caller's type when it has the DLPack exchange API, else an amso array of this crate.
+    has_api = hasattr(type(tensor), "__dlpack_c_exchange_api__")
+    assert isinstance(out, type(tensor)) if has_api else type(out) is ue.Density
+    np.testing.assert_allclose(np.from_dlpack(out), reference(p), rtol=1e-12)
+    torch = torch_cpu()
+    out = ue.cic_density(torch.from_numpy(p), SHAPE, BOX)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float64
+    np.testing.assert_allclose(out.numpy(), reference(p), rtol=1e-12)
+
+
+# --- layouts ---
+
+def test_strided_inputs_are_read_correctly():
+    p = particles()
+    transposed = np.ascontiguousarray(p.T).T  # Fortran order: strides (1, n)
+    wide = np.zeros((len(p), 5), np.float32)
+    wide[:, 1:4] = p  # every row 5 apart, starting at column 1
+    for positions in (transposed, wide[:, 1:4]):
+        density = np.zeros(SHAPE)
+        ue.deposit(positions, density, BOX)
+        np.testing.assert_allclose(density, reference(p), rtol=1e-12)
+    big = np.zeros((8, 12, 4))
+    ue.deposit(p, big[:, ::2, :], BOX)  # a writable strided view of the density
+    np.testing.assert_allclose(big[:, ::2, :], reference(p), rtol=1e-12)
+    assert not big[:, 1::2, :].any()
+
+
+def test_reversed_and_overlapping_layouts_are_refused_with_contiguous_in_the_message():
+    p = particles()
+    with pytest.raises(ValueError, match="negative stride .* contiguous"):
+        ue.deposit(p[::-1], np.zeros(SHAPE), BOX)
+    broadcast = np.broadcast_to(np.zeros((1, 6, 4)), SHAPE)
+    broadcast.flags.writeable  # noqa: B018 - NumPy marks broadcasts read-only
+    with pytest.raises(ValueError, match="read-only"):
+        ue.deposit(p, broadcast, BOX)
+
+
+def test_overlapping_arguments_are_refused():
+    memory = np.zeros(96, np.uint8)
+    with pytest.raises(BufferError, match="overlaps another array argument"):
+        ue.deposit(memory.view(np.float32).reshape(8, 3), memory.view(np.float64).reshape(2, 2, 3), 1.0)
+    assert not memory.any()
+
+
+# --- read-only, locks, wrong arguments ---
+
+def test_readonly_positions_are_accepted():
+    p = particles()
+    frozen = p.copy()
+    frozen.flags.writeable = False
+    density = np.zeros(SHAPE)
+    ue.deposit(frozen, density, BOX)
+    readonly_amso = amso.MemArray(p.shape, np.float32, readonly=True)
+    ue.deposit(readonly_amso, density, BOX)  # all zeros: every particle at the origin
+    expected = reference(p) + reference(np.zeros_like(p))
+    np.testing.assert_allclose(density, expected, rtol=1e-12)
+
+
+def test_readonly_or_locked_density_is_refused_and_left_untouched():
+    p = particles()
+    frozen = np.ones(SHAPE)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="expected a writable float64 array with 3 dimensions, got a read-only one") as error:
+        ue.deposit(p, frozen, BOX)
+    assert "while processing 'density'" in error.value.__notes__
+    assert (frozen == 1).all()
+    locked = amso.MemArray(SHAPE, np.float64)
+    with locked.get_dlpack():
+        with pytest.raises(BufferError, match="locked"):
+            ue.deposit(p, locked, BOX)
+    assert not locked.to_numpy().any() and not locked.locked
+    readonly = amso.MemArray(SHAPE, np.float64, readonly=True)
+    with pytest.raises(ValueError, match="read-only"):
+        ue.deposit(p, readonly, BOX)
+
+
+@pytest.mark.parametrize("positions, error, message, argument", [
+    (np.zeros((4, 3), np.float64), TypeError, "expected a float32 array with 2 dimensions, got a float64 array with 2 "
+     "dimensions \\(numpy.ndarray on cpu\\)", "positions"),
+    (np.zeros(12, np.float32), TypeError, "expected a float32 array with 2 dimensions, got a float32 array with 1 "
+     "dimension \\(numpy.ndarray on cpu\\)", "positions"),
+    ([[0.0, 0.0, 0.0]], TypeError, "expected a float32 array with 2 dimensions \\(an object with __dlpack__.*got list",
+     "positions"),
+    (np.zeros((4, 4), np.float32), ValueError, "deposit\\(\\): argument 'positions' must have shape \\(n, 3\\)", None),
+])
+def test_wrong_arguments_name_what_was_expected_and_what_arrived(positions, error, message, argument):
+    density = np.full(SHAPE, 2.0)
+    with pytest.raises(error, match=message) as raised:
+        ue.deposit(positions, density, BOX)
+    if argument:
+        assert f"while processing '{argument}'" in raised.value.__notes__
+    assert (density == 2.0).all()
+    with pytest.raises(TypeError, match="expected a writable float64 array with 3 dimensions, got a float64 array with 2"):
+        ue.deposit(particles(), np.zeros((2, 2)), BOX)
+
+
+def test_bool_bytes_other_than_0_and_1_are_refused():
+    raw = np.frombuffer(bytearray(b"\x00\x02\x01"), dtype=bool)
+    with pytest.raises(ValueError, match="bytes other than 0 and 1"):
+        ue.count_true(raw)
+    assert ue.count_true(np.array([True, False, True])) == 2
+
+
+# --- producers' deleters ---
+
+@pytest.mark.parametrize("fields, error", [
+    (dict(shape=(4, 3), dtype=(2, 32, 1)), None),  # accepted: deleted when the call returns
+    (dict(shape=(4, 3), dtype=(2, 64, 1)), TypeError),  # wrong dtype, refused after the capsule was taken
+    (dict(shape=(12,), dtype=(2, 32, 1)), TypeError),  # wrong ndim
+    (dict(shape=(4, 3), dtype=(2, 32, 1), strides=(-3, 1)), ValueError),  # refused layout
+])
+def test_producer_deleters_run_exactly_once(fields, error):
+    tensor = Tensor(**fields)
+    density = np.zeros(SHAPE)
+    if error is None:
+        ue.deposit(tensor.producer(), density, BOX)
+    else:
+        with pytest.raises(error):
+            ue.deposit(tensor.producer(), density, BOX)
+    gc.collect()
+    assert tensor.deleted == 1
+
+
+def test_deleters_run_when_a_later_argument_fails():
+    first = Tensor(shape=(4, 3), dtype=(2, 32, 1))
+    second = Tensor(shape=(2, 2), dtype=(2, 64, 1))  # the density argument, wrong ndim
+    with pytest.raises(TypeError):
+        ue.deposit(first.producer(), second.producer(), BOX)
+    gc.collect()
+    assert (first.deleted, second.deleted) == (1, 1)
+
+
+# --- on the GPU ---
+
+@pytest.mark.skipif(not amso.cuda.is_available(), reason="needs a CUDA device")
+def test_host_and_device_arguments_mixed_are_refused():
+    density = amso.MemArray(SHAPE, np.float64, on_device=True)
+    with pytest.raises(ValueError, match="'positions' and 'density' must be on the same device"):
+        ue.deposit(particles(), density, BOX)

@@ -131,8 +131,6 @@ pub(crate) struct Interface {
     pub(crate) strides: Option<Vec<i64>>,
     /// The producer's stream (v3), which consumers order after.
     pub(crate) stream: Option<i64>,
-    /// The CUDA device holding the data.
-    pub(crate) device_id: i32,
 }
 
 /// Read and check `obj.__cuda_array_interface__`.
@@ -169,8 +167,7 @@ pub(crate) fn parse_interface(obj: &Bound<'_, PyAny>) -> PyResult<Interface> {
         optional("strides")?.map(|s| typed(s, "strides", "None or a tuple of ints")).transpose()?;
     let stream: Option<i64> = optional("stream")?.map(|s| typed(s, "stream", "None or an int")).transpose()?;
     check_dims(&dims)?;
-    let device_id = device_of(address)?;
-    Ok(Interface { dims, typestr, address, readonly, strides, stream, device_id })
+    Ok(Interface { dims, typestr, address, readonly, strides, stream })
 }
 
 /// `amso._amso.from_cuda_array_interface(obj)`: an amso array over the device memory `obj`
@@ -178,7 +175,7 @@ pub(crate) fn parse_interface(obj: &Bound<'_, PyAny>) -> PyResult<Interface> {
 /// `stream` is honoured: amso's work on the array waits for it.
 #[pyfunction]
 pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-    let Interface { dims, typestr, address, readonly, strides, stream, device_id } = parse_interface(obj)?;
+    let Interface { dims, typestr, address, readonly, strides, stream } = parse_interface(obj)?;
     let registration = registry::find_typestr(&typestr, dims.len()).ok_or_else(|| {
         PyTypeError::new_err(format!(
             "no compiled amso array for typestr {typestr:?} with ndim {}; compiled: {}",
@@ -189,6 +186,7 @@ pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyRe
     if let Some(strides) = &strides {
         check_c_contiguous(&dims, strides, registration.dtype.itemsize() as i64)?;
     }
+    let device_id = device_of(address)?;
     #[cfg(feature = "cuda")]
     if let Some(stream) = stream {
         use crate::cuda::stream::{order, StreamHandle};
@@ -206,7 +204,7 @@ pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyRe
 }
 
 /// The CUDA device holding `address` (0 for a NULL address of an empty array).
-fn device_of(address: usize) -> PyResult<i32> {
+pub(crate) fn device_of(address: usize) -> PyResult<i32> {
     if address == 0 {
         return Ok(0);
     }

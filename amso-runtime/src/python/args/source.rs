@@ -183,13 +183,14 @@ fn from_interface(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
         Some(bytes) => Some(bytes.iter().map(|&s| s / itemsize).collect()),
         None => None,
     };
-    let stream = Some(work_stream(interface.device_id)?);
+    let device_id = super::super::import::device_of(interface.address)?;
+    let stream = Some(work_stream(device_id)?);
     #[cfg(feature = "cuda")]
     if let (Some(producer), Some(work)) = (interface.stream, stream) {
         use crate::cuda::stream::{order, StreamHandle};
         let producer = StreamHandle::from_int(producer)?;
-        producer.check(interface.device_id)?;
-        order(interface.device_id, producer, StreamHandle::from_int(work)?)?;
+        producer.check(device_id)?;
+        order(device_id, producer, StreamHandle::from_int(work)?)?;
     }
     Ok(Source {
         holder: Holder::Object(obj.clone().unbind()),
@@ -197,7 +198,7 @@ fn from_interface(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
         dims: interface.dims,
         strides,
         dtype,
-        device: Device::cuda(interface.device_id),
+        device: Device::cuda(device_id),
         readonly: interface.readonly,
         stream,
         api: None,

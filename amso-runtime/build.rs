@@ -1,4 +1,5 @@
-//! Writes the `Element` impls for every dtype of `specs/types.yaml` into OUT_DIR. They must
+//! Writes the `Element` impls for every dtype of `specs/types.yaml`, and the CUDA header
+//! kernels include, into OUT_DIR. They must
 //! live in this crate (the orphan rule), and generating them here means an edit of the spec
 //! and a rebuild is all a new dtype needs.
 
@@ -12,6 +13,8 @@ fn main() {
         }
     };
     let tokens = amso_codegen::expand::traits::element_impls(&spec);
-    let out = std::path::Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("element_impls.rs");
-    std::fs::write(&out, tokens.to_string()).expect("OUT_DIR is writable");
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    std::fs::write(out.join("element_impls.rs"), tokens.to_string()).expect("OUT_DIR is writable");
+    // The CUDA header kernels include, the same text as generated/amso.cuh.
+    std::fs::write(out.join("amso.cuh"), amso_codegen::cuda_header::cuda_header(&spec)).expect("OUT_DIR is writable");
 }

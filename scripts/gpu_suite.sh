@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository with the wheels built here in wheels/:
 #   here:   python3 scripts/amso.py wheels      (builds wheels/ for amso and the user-crate example)
-#   there:  bash scripts/gpu_suite.sh [pytest|sanitizer|soak|bench|report|all]
+#   there:  bash scripts/gpu_suite.sh [pytest|sanitizer|soak|bench|report|nvrtc12|all]
 # (all = pytest, sanitizer, soak; bench and report are separate runs)
 # Installs the wheels into /tmp/site and writes logs and reports to $OUT (or results/).
 set -uo pipefail
@@ -28,17 +28,33 @@ if [[ $what == sanitizer || $what == all ]]; then
   # kernel and transfer tests. API errors are not reported: the corpus and OOM tests provoke
   # them on purpose (a host pointer given to cuPointerGetAttribute, an allocation too large).
   compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
-    tests/python/test_cuda.py tests/python/test_corpus.py \
+    tests/python/test_cuda.py tests/python/test_corpus.py tests/python/test_kernels.py \
     tests/python/test_memory.py tests/python/test_threads.py -k "not out_of_device_memory" \
     2>&1 | tail -n 25 | tee "$out/memcheck.log"
   status=$((status | ${PIPESTATUS[0]}))
   compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
-    tests/python/test_cuda.py -k "add_index or design_sequence or pinned or move" \
+    tests/python/test_cuda.py tests/python/test_kernels.py -k "add_index or design_sequence or pinned or move or kernel or deposit" \
     2>&1 | tail -n 25 | tee "$out/racecheck.log"
   status=$((status | ${PIPESTATUS[0]}))
 fi
 if [[ $what == soak || $what == all ]]; then
   python3 tests/soak.py --cycles 1000000 2>&1 | tee "$out/soak.log"
+  status=$((status | ${PIPESTATUS[0]}))
+fi
+if [[ $what == nvrtc12 ]]; then
+  # The kernel tests against NVRTC 12 from PyPI (nvidia-cuda-nvrtc-cu12, carried as
+  # wheels_extra/nvrtc12.tar.xz): CUDA 13's libnvrtc is hidden in a private mount namespace.
+  mkdir -p /tmp/nvrtc12 && tar xJf wheels_extra/nvrtc12.tar.xz -C /tmp/nvrtc12
+  unshare -m bash -c '
+    for lib in $(ldconfig -p | grep -o "/[^ ]*libnvrtc\.so[.0-9]*$" | sort -u) /usr/local/cuda*/lib64/libnvrtc.so*; do
+      [[ -e $lib && $lib != *.so.12* ]] && mount --bind /dev/null "$lib"
+    done
+    export LD_LIBRARY_PATH=/tmp/nvrtc12/nvidia/cuda_nvrtc/lib
+    python3 -c "import amso, numpy as np; a = amso.MemArray(4, np.float32, on_device=True); a.add_index_tuple(); \
+print(\"libnvrtc loaded:\", sorted({l.split()[-1] for l in open(\"/proc/self/maps\") if \"nvrtc\" in l}))"
+    python3 -m pytest -q -p no:cacheprovider tests/python/test_kernels.py tests/python/test_cuda.py -k "kernel or add_index or deposit"
+    [[ -x wheels/cuda_design ]] && wheels/cuda_design --nocapture
+  ' 2>&1 | tee "$out/nvrtc12.log"
   status=$((status | ${PIPESTATUS[0]}))
 fi
 if [[ $what == bench ]]; then
@@ -47,6 +63,8 @@ if [[ $what == bench ]]; then
   python3 benchmarks/bench_capi.py --out "$out" 2>&1 | tee -a "$out/bench.log"
   status=$((status | ${PIPESTATUS[0]}))
   python3 benchmarks/bench_alloc.py --out "$out" 2>&1 | tee -a "$out/bench.log"
+  status=$((status | ${PIPESTATUS[0]}))
+  python3 benchmarks/bench_cic.py --out "$out" 2>&1 | tee -a "$out/bench.log"
   status=$((status | ${PIPESTATUS[0]}))
 fi
 if [[ $what == report ]]; then

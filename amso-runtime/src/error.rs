@@ -76,6 +76,9 @@ pub enum Error {
     /// A CUDA driver or NVRTC call failed.
     #[error("CUDA error: {0}")]
     Cuda(String),
+    /// A kernel's source did not compile (the message carries NVRTC's log).
+    #[error("{0}")]
+    Compile(String),
     /// An argument of a valid type but an invalid value.
     #[error("{0}")]
     InvalidArgument(String),
@@ -121,7 +124,7 @@ impl Error {
             Error::WrongValueType(_) => code::TYPE,
             Error::OutOfMemory { .. } => code::MEMORY,
             Error::Locked { .. } | Error::StaleLock { .. } | Error::ExportRefused(_) => code::BUFFER,
-            Error::Unavailable(_) | Error::Cuda(_) => code::RUNTIME,
+            Error::Unavailable(_) | Error::Cuda(_) | Error::Compile(_) => code::RUNTIME,
         }
     }
 }

@@ -39,6 +39,8 @@ pub trait ArrayObject: Send + Sync + 'static {
     fn move_memory(&mut self, target: Device, stream: i64, async_copy: bool, lock: Option<LockId>) -> Result<()>;
     /// Run the add-index kernel on the device (see `MemArray::add_index_tuple`).
     fn add_index_tuple(&mut self, stream: i64, lock: Option<LockId>) -> Result<()>;
+    /// Note work queued on `stream` over the device data: amso's later work waits for it.
+    fn record_work(&mut self, stream: i64) -> Result<()>;
     /// An independent copy on the same device (see `MemArray::try_clone`), presenting `lock`.
     fn duplicate(&self, lock: Option<LockId>) -> Result<Box<dyn ArrayObject>>;
     /// Refuse writes from now on (a new array being restored, such as an unpickled one).
@@ -92,6 +94,14 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
             let _ = (stream, lock);
             Err(crate::Error::Unavailable("add_index_tuple runs on CUDA, which this build does not include".into()))
         }
+    }
+    fn record_work(&mut self, stream: i64) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        if self.on_device() {
+            return MemArray::record_work(self, stream);
+        }
+        let _ = stream;
+        Ok(())
     }
     fn duplicate(&self, lock: Option<LockId>) -> Result<Box<dyn ArrayObject>> {
         crate::lock::check_access(self.lock_id(), lock)?;

@@ -65,3 +65,47 @@ fn clone_of_a_device_array_is_deep() {
     assert_eq!(b.get([0]).unwrap(), 1.0);
     assert!(b.on_device());
 }
+
+/// A kernel of the user's own, compiled with amso.cuh and launched through the Rust API on a
+/// stream, ordered after amso's work on the array and recorded for amso's later work.
+#[test]
+fn your_own_kernel_through_the_rust_api() {
+    use amso_runtime::cuda::{with_stream, Kernel, LaunchConfig, PushKernelArg};
+    if !gpu() {
+        return;
+    }
+    static SCALE: Kernel = Kernel::new(
+        r#"#include "amso.cuh"
+        extern "C" __global__ void scale(amso::Indexer<double, 2> x, double by) {
+            const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+            for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < x.size(); i += stride) {
+                uint64_t at[2];
+                x.unravel(i, at);
+                x(at[0], at[1]) = x(at[0], at[1]) * by + (double)(10 * at[0] + at[1]);
+            }
+        }"#,
+        "scale",
+    );
+    let values: Vec<f64> = (0..210).map(f64::from).collect();
+    let mut array = MemArray::<f64, 2>::from_slice([30, 7], &values).unwrap();
+    array.add_index_tuple(0).unwrap(); // pending work on amso's stream, which the kernel must follow
+    let stream = 2; // the per-thread default stream: not amso's
+    let function = SCALE.function(0).unwrap();
+    let x = array.device_indexer_on(stream).unwrap();
+    with_stream(0, stream, |s| {
+        // SAFETY: the kernel takes (Indexer<double, 2>, double); the array is live device memory.
+        unsafe { s.launch_builder(&function).arg(&x).arg(&2.0f64).launch(LaunchConfig::for_num_elems(210)) }.map(drop)
+    })
+    .unwrap();
+    array.record_work(stream).unwrap();
+    array.move_memory(Device::CPU, 0, false).unwrap();
+    let got = array.to_vec().unwrap();
+    for (offset, value) in got.into_iter().enumerate() {
+        let (i, j) = (offset / 7, offset % 7);
+        let expected = (values[offset] + (i + j) as f64) * 2.0 + (10 * i + j) as f64;
+        assert_eq!(value, expected, "at ({i}, {j})");
+    }
+    let broken = Kernel::from_source("extern \"C\" __global__ void broken() { undefined_name; }", "broken");
+    let error = broken.function(0).unwrap_err().to_string();
+    assert!(error.contains("could not compile kernel `broken`") && error.contains("undefined_name"), "{error}");
+}

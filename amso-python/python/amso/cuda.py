@@ -11,7 +11,12 @@ from ._amso import cuda_is_available as is_available
 from ._amso import cuda_memory_info as memory_info
 from ._amso import set_current_stream as _set_current_stream
 
-__all__ = ["is_available", "device_count", "memory_info", "stream"]
+try:  # builds with the CUDA layer
+    from ._amso import Kernel
+except ImportError:  # pragma: no cover - a host-only build
+    pass
+
+__all__ = ["is_available", "device_count", "memory_info", "stream", "Kernel"]
 
 
 def _stream_value(stream: Any) -> Any:

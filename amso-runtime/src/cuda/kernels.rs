@@ -1,14 +1,11 @@
 //! The MemArray design's kernel, `add_index`: adds the sum of an element's indices to it. The
 //! CUDA C is written from the element's DLPack facts (so a dtype added to the spec needs no
-//! Rust edit), compiled by NVRTC to a CUBIN for the device's architecture on first use per
-//! `(dtype, ndim, index width, device)`, and cached for the life of the process.
+//! Rust edit) against amso.cuh's `Indexer`, compiled by NVRTC (`compile.rs`) for the device's
+//! architecture on first use per `(dtype, ndim, index width, device)`, and cached.
 
-use std::collections::HashMap;
-use std::ffi::CString;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::{sys as nvrtc, Ptx};
 
 use super::context::{context, Current};
 use super::driver::cuda_error;
@@ -81,10 +78,11 @@ pub fn add_index_source(dtype: &DType, ndim: usize, wide: bool) -> Result<String
     let align = vec * dtype.itemsize();
     Ok(format!(
         r#"// amso add_index for {name}, {ndim}-D ({index} indices, {vec} elements per vector).
+#include "amso.cuh"
 typedef {storage} elem_t;
 typedef {index} index_t;
-// Mirror of amso_runtime::DeviceIndexer<T, {ndim}>: #[repr(C)] {{ u64, [u64; {ndim}] }}.
-struct Indexer {{ elem_t* data; unsigned long long shape[{ndim}]; }};
+// The element's bits as the arithmetic below reads them, in amso's indexer.
+typedef amso::Indexer<elem_t, {ndim}> Indexer;
 struct __align__({align}) Vec {{ elem_t v[{vec}]; }};
 
 __device__ __forceinline__ elem_t add_index(elem_t x, unsigned long long s) {{ {body} }}
@@ -147,93 +145,8 @@ extern "C" __global__ void amso_add_index(const Indexer a) {{
     ))
 }
 
-type Key = (&'static str, usize, bool, i32);
-
-static CACHE: Mutex<Option<HashMap<Key, Arc<CudaFunction>>>> = Mutex::new(None);
-
-fn nvrtc_available() -> Result<()> {
-    // SAFETY: only probes whether libnvrtc can be opened; catch_unwind guards cudarc panics.
-    let present = std::panic::catch_unwind(|| unsafe { nvrtc::is_culib_present() }).unwrap_or(false);
-    if present {
-        Ok(())
-    } else {
-        Err(Error::Unavailable(
-            "NVRTC was not found (libnvrtc.so, .so.13 or .so.12); amso compiles its CUDA kernels with it at run time: \
-             install the CUDA runtime compiler (e.g. pip install nvidia-cuda-nvrtc-cu12) or add it to LD_LIBRARY_PATH"
-                .into(),
-        ))
-    }
-}
-
-fn compute_capability(device_id: i32) -> Result<(i32, i32)> {
-    context(device_id)?.compute_capability().map_err(cuda_error)
-}
-
-/// Compile `source` for the device's exact architecture and return the CUBIN. Raw NVRTC
-/// calls: cudarc's `compile_ptx` returns PTX only, and a CUBIN for the exact architecture
-/// loads without a JIT step.
-fn compile(source: &str, device_id: i32) -> Result<Vec<u8>> {
-    nvrtc_available()?;
-    let (major, minor) = compute_capability(device_id)?;
-    let source = CString::new(source).expect("generated source has no NUL");
-    let check = |code: nvrtc::nvrtcResult, what: &str| {
-        if code == nvrtc::nvrtcResult::NVRTC_SUCCESS {
-            Ok(())
-        } else {
-            Err(Error::Cuda(format!("NVRTC {what} failed: {code:?}")))
-        }
-    };
-    let mut program: nvrtc::nvrtcProgram = std::ptr::null_mut();
-    // SAFETY: NUL-terminated source; null name and no headers are allowed; `program` is
-    // destroyed below on every path.
-    unsafe {
-        check(
-            nvrtc::nvrtcCreateProgram(
-                &mut program,
-                source.as_ptr(),
-                c"amso_add_index.cu".as_ptr(),
-                0,
-                std::ptr::null(),
-                std::ptr::null(),
-            ),
-            "create",
-        )?;
-        let arch = CString::new(format!("--gpu-architecture=sm_{major}{minor}")).expect("no NUL");
-        let options = [arch.as_ptr(), c"--std=c++17".as_ptr()];
-        let compiled = nvrtc::nvrtcCompileProgram(program, options.len() as i32, options.as_ptr());
-        let result = if compiled == nvrtc::nvrtcResult::NVRTC_SUCCESS {
-            let mut size = 0usize;
-            check(nvrtc::nvrtcGetCUBINSize(program, &mut size), "cubin size").and_then(|_| {
-                let mut cubin = vec![0u8; size];
-                check(nvrtc::nvrtcGetCUBIN(program, cubin.as_mut_ptr().cast()), "cubin").map(|_| cubin)
-            })
-        } else {
-            let mut size = 0usize;
-            let _ = nvrtc::nvrtcGetProgramLogSize(program, &mut size);
-            let mut log = vec![0u8; size.max(1)];
-            let _ = nvrtc::nvrtcGetProgramLog(program, log.as_mut_ptr().cast());
-            Err(Error::Cuda(format!(
-                "NVRTC could not compile amso's kernel for sm_{major}{minor} ({compiled:?}):\n{}",
-                String::from_utf8_lossy(&log).trim_end_matches('\0')
-            )))
-        };
-        let _ = nvrtc::nvrtcDestroyProgram(&mut program);
-        result
-    }
-}
-
 fn function(dtype: &DType, ndim: usize, wide: bool, device_id: i32) -> Result<Arc<CudaFunction>> {
-    let key: Key = (dtype.name, ndim, wide, device_id);
-    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(function) = cache.get_or_insert_with(HashMap::new).get(&key) {
-        return Ok(Arc::clone(function));
-    }
-    let cubin = compile(&add_index_source(dtype, ndim, wide)?, device_id)?;
-    let _ctx = Current::enter(device_id)?;
-    let module = context(device_id)?.load_module(Ptx::from_binary(cubin)).map_err(cuda_error)?;
-    let function = Arc::new(module.load_function("amso_add_index").map_err(cuda_error)?);
-    cache.get_or_insert_with(HashMap::new).insert(key, Arc::clone(&function));
-    Ok(function)
+    super::compile::function(&add_index_source(dtype, ndim, wide)?, "amso_add_index", &[], device_id)
 }
 
 /// `add_index`'s one parameter: a device indexer of any rank. The kernel reads its own

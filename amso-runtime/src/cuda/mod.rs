@@ -2,7 +2,8 @@
 //! instead of cudarc's panic), primary contexts, streams, device and pinned memory,
 //! transfers, and the NVRTC-compiled kernels.
 //!
-//! Only [`is_available`] and [`device_count`] are public; arrays reach the rest through
+//! Public: [`is_available`], [`device_count`], and your own kernels ([`Kernel`],
+//! [`with_stream`], with cudarc's launch builder); arrays reach the rest through
 //! `MemArray::move_memory` and friends.
 //!
 //! cudarc's safe layer carries contexts (`CudaContext`, one primary context per device),
@@ -17,15 +18,20 @@
 //!   from a user's allocator, or from a foreign producer by address, while cudarc's
 //!   `CudaSlice` owns and frees its allocation itself; copies run between those raw pointers;
 //! - pointer and stream queries (`driver.rs`, `stream.rs`), which cudarc does not wrap;
-//! - NVRTC to CUBIN (`kernels.rs`): cudarc's `compile_ptx` returns PTX only.
+//! - NVRTC to CUBIN (`compile.rs`): cudarc's `compile_ptx` returns PTX only.
 
 pub(crate) mod alloc;
+pub(crate) mod compile;
 pub(crate) mod context;
 pub(crate) mod deferred;
 pub(crate) mod driver;
+mod kernel;
 pub(crate) mod kernels;
 pub(crate) mod memory;
 pub(crate) mod stream;
 pub(crate) mod transfer;
 
 pub use driver::{device_count, is_available};
+pub use kernel::{
+    order_streams, with_stream, CudaFunction, CudaStream, DriverError, Kernel, LaunchConfig, PushKernelArg,
+};

@@ -488,6 +488,29 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         Ok(self.device_indexer_unchecked())
     }
 
+    /// The device indexer for a kernel launched on `stream` (a protocol value), which is first
+    /// ordered after amso's pending work on the array. Call `record_work(stream)` after the
+    /// launch so that amso's later work on the array waits for the kernel.
+    #[cfg(feature = "cuda")]
+    pub fn device_indexer_on(&mut self, stream: i64) -> Result<crate::indexer::DeviceIndexer<'_, T, N>> {
+        check_access(self.lock, None)?;
+        if self.residence != Residence::Device {
+            return Err(Error::Unavailable(
+                "the data is in host memory; move_memory(Device::cuda(id)) first to launch kernels on it".into(),
+            ));
+        }
+        self.device.begin(self.device_id, stream)?;
+        Ok(self.device_indexer_unchecked())
+    }
+
+    /// Note work queued on `stream` (a kernel over `device_indexer_on(stream)`): amso's later
+    /// work on the array, and its consumers, wait for it.
+    #[cfg(feature = "cuda")]
+    pub fn record_work(&mut self, stream: i64) -> Result<()> {
+        let handle = crate::cuda::stream::StreamHandle::from_int(stream)?;
+        self.device.end(self.device_id, handle, false)
+    }
+
     #[cfg(feature = "cuda")]
     fn device_indexer_unchecked(&self) -> crate::indexer::DeviceIndexer<'static, T, N> {
         let data = self.device.memory().map_or(0, |memory| memory.ptr());

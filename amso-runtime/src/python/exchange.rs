@@ -131,8 +131,12 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
         }
         // SAFETY: a live object (the table's contract).
         let object = unsafe { Bound::from_borrowed_ptr(py, object.cast()) };
-        let request = DlpackRequest { stream: Some(-1), max_version: Some(DLPACK_VERSION), ..Default::default() };
         if let Ok(array) = object.cast::<MemArrayBase>() {
+            // "No sync" means the consumer works on `current_work_stream`; amso orders its own
+            // pending work on the array before that stream, so the consumer needs nothing else.
+            let on_device = array.get().header().placement().device_type == DeviceType::Cuda as i32;
+            let stream = on_device.then(|| crate::stream_context::current().filter(|&s| s > 1).unwrap_or(1));
+            let request = DlpackRequest { stream, max_version: Some(DLPACK_VERSION), ..Default::default() };
             let tensor = array.get().read(py, |array| export_tensor(array, None, &request))?;
             let RawManaged::Versioned(raw) = tensor.into_raw() else { unreachable!("asked for a versioned tensor") };
             // SAFETY: checked non-null above.

@@ -18,6 +18,8 @@ mod import;
 mod interface;
 mod iteration;
 #[cfg(feature = "cuda")]
+mod kernel;
+#[cfg(feature = "cuda")]
 mod memory;
 mod methods;
 mod numpy_io;
@@ -101,6 +103,7 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(pyo3::wrap_pyfunction!(import::from_cuda_array_interface, module)?)?;
     #[cfg(feature = "cuda")]
     {
+        module.add_class::<kernel::Kernel>()?;
         module.add_function(pyo3::wrap_pyfunction!(memory::set_allocator, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(memory::deferred_limits, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(memory::set_release_threshold, module)?)?;

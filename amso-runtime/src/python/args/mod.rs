@@ -106,7 +106,13 @@ fn describe(object: &Bound<'_, PyAny>, device: Option<Device>) -> String {
 
 impl<'py, T: Element, const N: usize> ArrayRef<'py, T, N> {
     fn check(object: Bound<'py, PyAny>, writable: bool) -> PyResult<Self> {
-        let Some(source) = source::acquire(&object)? else {
+        Self::check_on(object, writable, None)
+    }
+
+    /// Extract `object`, for device data from producers without the exchange API on `stream`
+    /// (the array API handshake), else on the stream amso's rule picks.
+    pub(crate) fn check_on(object: Bound<'py, PyAny>, writable: bool, stream: Option<i64>) -> PyResult<Self> {
+        let Some(source) = source::acquire(&object, stream)? else {
             return Err(PyTypeError::new_err(format!(
                 "expected {} (an object with __dlpack__, __cuda_array_interface__ or the DLPack C exchange API), got {}",
                 wanted::<T, N>(writable),
@@ -262,6 +268,20 @@ impl<'py, T: Element, const N: usize> ArrayRef<'py, T, N> {
         // SAFETY: shape and non-negative strides (checked at extraction) describe initialised,
         // aligned elements of host memory this argument holds and borrows for the view's life.
         Ok(unsafe { ndarray::ArrayView::from_shape_ptr(shape, data) })
+    }
+
+    /// What a CUDA kernel receives for this argument's device data (C order); launch it on
+    /// `stream()`.
+    #[cfg(feature = "cuda")]
+    pub fn device_indexer(&self) -> PyResult<crate::DeviceIndexer<'_, T, N>> {
+        if self.source.device.device_type != DeviceType::Cuda {
+            return Err(PyValueError::new_err(format!(
+                "a device indexer needs CUDA device data; this array is in host memory ({})",
+                describe(&self.object, Some(self.source.device))
+            )));
+        }
+        self.require_c_contiguous()?;
+        Ok(crate::DeviceIndexer::new(self.source.data as u64, self.shape))
     }
 
     /// A new zeroed array of `shape` on this argument's device, in the caller's framework when

@@ -141,6 +141,15 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
         Ok(if size == 0 { NonNull::dangling().as_ptr() } else { self.data as *mut T })
     }
 
+    /// What a CUDA kernel receives for the new array's device data; launch it on `stream()`.
+    #[cfg(feature = "cuda")]
+    pub fn device_indexer(&mut self) -> PyResult<crate::DeviceIndexer<'_, T, N>> {
+        if self.device.device_type != DeviceType::Cuda {
+            return Err(PyValueError::new_err("a device indexer needs CUDA device data; the new array is on the host"));
+        }
+        Ok(crate::DeviceIndexer::new(self.data as u64, self.shape))
+    }
+
     /// The elements, writable, in C order (host data).
     pub fn as_slice_mut(&mut self) -> PyResult<&mut [T]> {
         let data = self.host_ptr()?;

@@ -84,8 +84,9 @@ pub(crate) fn exchange_table(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static
     Ok(table)
 }
 
-/// The argument's memory, by the first protocol `obj` speaks.
-pub(crate) fn acquire(obj: &Bound<'_, PyAny>) -> PyResult<Option<Source>> {
+/// The argument's memory, by the first protocol `obj` speaks; device data of producers
+/// without the exchange API is handed over on `stream` (default: amso's stream rule).
+pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<Option<Source>> {
     if let Some(api) = exchange_table(&obj.get_type())? {
         if let Some(from_object) = api.managed_tensor_from_py_object_no_sync {
             let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
@@ -107,10 +108,10 @@ pub(crate) fn acquire(obj: &Bound<'_, PyAny>) -> PyResult<Option<Source>> {
     }
     let py = obj.py();
     if obj.hasattr(intern!(py, "__dlpack__"))? {
-        return from_dlpack(obj).map(Some);
+        return from_dlpack(obj, stream).map(Some);
     }
     if obj.hasattr(intern!(py, "__cuda_array_interface__"))? {
-        return from_interface(obj).map(Some);
+        return from_interface(obj, stream).map(Some);
     }
     Ok(None)
 }
@@ -143,13 +144,16 @@ fn work_stream(device_id: i32) -> PyResult<i64> {
     }
 }
 
-fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
+fn from_dlpack(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<Source> {
     let py = obj.py();
     let (device_type, device_id): (i32, i32) = match obj.getattr_opt(intern!(py, "__dlpack_device__"))? {
         Some(method) => method.call0()?.extract()?,
         None => (DeviceType::Cpu as i32, 0),
     };
-    let stream = (device_type == DeviceType::Cuda as i32).then(|| work_stream(device_id)).transpose()?;
+    let stream = match stream {
+        Some(stream) if device_type == DeviceType::Cuda as i32 => Some(stream),
+        _ => (device_type == DeviceType::Cuda as i32).then(|| work_stream(device_id)).transpose()?,
+    };
     let kwargs = PyDict::new(py);
     kwargs.set_item(intern!(py, "max_version"), DLPACK_VERSION)?;
     if let Some(stream) = stream {
@@ -169,7 +173,7 @@ fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
     Ok(source)
 }
 
-fn from_interface(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
+fn from_interface(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<Source> {
     let interface = super::super::import::parse_interface(obj)?;
     let (dtype, itemsize) = dlpack_of_typestr(&interface.typestr).ok_or_else(|| {
         PyTypeError::new_err(format!("__cuda_array_interface__ typestr {:?} is not a DLPack type", interface.typestr))
@@ -184,7 +188,10 @@ fn from_interface(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
         None => None,
     };
     let device_id = super::super::import::device_of(interface.address)?;
-    let stream = Some(work_stream(device_id)?);
+    let stream = Some(match stream {
+        Some(stream) => stream,
+        None => work_stream(device_id)?,
+    });
     #[cfg(feature = "cuda")]
     if let (Some(producer), Some(work)) = (interface.stream, stream) {
         use crate::cuda::stream::{order, StreamHandle};
@@ -221,6 +228,14 @@ fn dlpack_of_typestr(typestr: &str) -> Option<((u8, u8, u16), i64)> {
         _ => return None,
     };
     Some(((code, size.checked_mul(8)?, 1), size as i64))
+}
+
+/// A source over `tensor` (amso's own export, say), whose device data is on `stream`.
+#[cfg(feature = "cuda")]
+pub(crate) fn from_managed(tensor: ManagedTensor, stream: Option<i64>) -> PyResult<Source> {
+    let mut source = from_tensor(tensor)?;
+    source.stream = stream.filter(|_| source.device.device_type == DeviceType::Cuda);
+    Ok(source)
 }
 
 /// The fields of a producer's managed tensor, checked enough to be read safely.

@@ -5,9 +5,14 @@
 mod cic;
 
 use amso_macros::amso_array;
+use amso_runtime::cuda::{order_streams, with_stream, Kernel, LaunchConfig, PushKernelArg};
 use amso_runtime::python::{ArrayMut, ArrayRef};
+use amso_runtime::{DeviceIndexer, DeviceType};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+
+/// The GPU deposit, written against amso.cuh (compiled by NVRTC per device on first use).
+static CIC_KERNEL: Kernel = Kernel::new(include_str!("cic.cu"), "cic_deposit");
 
 /// Particle positions: one row of x, y, z per particle.
 #[amso_array(f32, 2)]
@@ -39,8 +44,39 @@ fn deposit(
             density.device()
         )));
     }
+    if density.device().device_type == DeviceType::Cuda {
+        let stream = density.stream().unwrap_or(1);
+        return deposit_on_device(&positions, density.device_indexer()?, box_size, stream);
+    }
     let (positions, density) = (positions.as_array()?, density.as_array_mut()?);
     py.detach(|| cic::deposit(positions, density, box_size));
+    Ok(())
+}
+
+/// Launch the deposit kernel on `stream` (the density's: the caller's current stream for
+/// PyTorch, amso's stream rule otherwise), after the positions' stream if it differs.
+fn deposit_on_device(
+    positions: &ArrayRef<'_, f32, 2>,
+    density: DeviceIndexer<'_, f64, 3>,
+    box_size: f64,
+    stream: i64,
+) -> PyResult<()> {
+    let device_id = positions.device().id;
+    if let Some(earlier) = positions.stream().filter(|&s| s != stream) {
+        order_streams(device_id, earlier, stream)?;
+    }
+    let particles = positions.device_indexer()?;
+    if particles.size() == 0 || density.size() == 0 {
+        return Ok(());
+    }
+    let function = CIC_KERNEL.function(device_id)?;
+    let blocks = (particles.shape()[0] as u64).div_ceil(256).min(65_535 * 32) as u32;
+    let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    with_stream(device_id, stream, |s| {
+        // SAFETY: the kernel takes (Indexer<float, 2>, Indexer<double, 3>, double), which these
+        // are; both arrays are live device memory their arguments hold.
+        unsafe { s.launch_builder(&function).arg(&particles).arg(&density).arg(&box_size).launch(config) }.map(drop)
+    })?;
     Ok(())
 }
 
@@ -55,6 +91,11 @@ fn cic_density<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     check_positions("cic_density", &positions, box_size)?;
     let mut density = positions.new_array::<f64, 3>(shape)?;
+    if density.device().device_type == DeviceType::Cuda {
+        let stream = density.stream().unwrap_or(1);
+        deposit_on_device(&positions, density.device_indexer()?, box_size, stream)?;
+        return density.into_object();
+    }
     {
         let (positions, density) = (positions.as_array()?, density.as_array_mut()?);
         py.detach(|| cic::deposit(positions, density, box_size));

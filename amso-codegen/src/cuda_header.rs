@@ -1,0 +1,162 @@
+//! `generated/amso.cuh`: what a CUDA kernel over amso arrays includes. The element types of
+//! the spec's table under their spec names (`amso::float16` is `__half`, `amso::complex64` a
+//! pair of floats), and `amso::Indexer<T, N>`, the by-value kernel argument whose layout equals
+//! the Rust `DeviceIndexer<T, N>` (asserted on both sides). The runtime embeds the same text
+//! and hands it to NVRTC, so `#include "amso.cuh"` works with no options.
+
+use std::fmt::Write as _;
+
+use crate::{DType, Spec, TypeCode};
+
+/// The CUDA type of one element type, from its DLPack facts.
+fn cuda_type(dtype: &DType) -> String {
+    match (dtype.code, dtype.bits, dtype.lanes) {
+        (TypeCode::Float, 16, 1) => "AMSO_HALF".into(),
+        (TypeCode::Bfloat, 16, 1) => "AMSO_BFLOAT16".into(),
+        (TypeCode::Complex, 64, 1) => "complex64_t".into(),
+        (TypeCode::Complex, 128, 1) => "complex128_t".into(),
+        (TypeCode::Bool, 8, 1) => "bool".into(),
+        (TypeCode::Int, bits, 1) => format!("int{bits}_t"),
+        (TypeCode::UInt, bits, 1) => format!("uint{bits}_t"),
+        (TypeCode::Float, 32, 1) => "float".into(),
+        (TypeCode::Float, 64, 1) => "double".into(),
+        _ => format!("struct {{ unsigned char bytes[{}]; }}", dtype.itemsize()),
+    }
+}
+
+/// The header's text.
+pub fn cuda_header(spec: &Spec) -> String {
+    let mut types = String::new();
+    for dtype in spec.dtypes.iter().filter(|d| cuda_type(d) != d.name) {
+        let _ = writeln!(types, "typedef {} {};", cuda_type(dtype), dtype.name);
+    }
+    format!("{PRELUDE}{types}{INDEXER}", PRELUDE = PRELUDE.replace("{note}", crate::write::HEADER_NOTE))
+}
+
+const PRELUDE: &str = r#"// {note}
+// amso's CUDA header: the spec's element types and amso::Indexer<T, N>, the by-value kernel
+// argument for an amso array (or any C-contiguous CUDA array amso passes to a kernel).
+#pragma once
+
+#if defined(__CUDACC_RTC__)
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#else
+#include <stdint.h>
+#endif
+
+// Half types come from CUDA's headers where the compiler finds them (amso adds the toolkit's
+// include folder for NVRTC when it exists); otherwise a 16-bit storage type of the same layout.
+#if defined(__has_include)
+#if __has_include(<cuda_fp16.h>) && __has_include(<cuda_bf16.h>)
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#define AMSO_HALF __half
+#define AMSO_BFLOAT16 __nv_bfloat16
+#endif
+#endif
+#ifndef AMSO_HALF
+struct amso_half_bits { unsigned short bits; };
+struct amso_bfloat16_bits { unsigned short bits; };
+#define AMSO_HALF amso_half_bits
+#define AMSO_BFLOAT16 amso_bfloat16_bits
+#endif
+
+namespace amso {
+
+struct complex64_t { float re, im; };
+struct complex128_t { double re, im; };
+
+// The element types of specs/types.yaml, by their spec names (bool is C++'s own).
+"#;
+
+const INDEXER: &str = r#"
+// A C-order array: its data pointer and shape, passed to a kernel by value.
+template <class T, int N>
+struct Indexer {
+    static_assert(N >= 1 && N <= 8, "amso arrays have 1 to 8 dimensions");
+    T *data;
+    uint64_t shape[N];
+
+    // Number of elements.
+    __host__ __device__ uint64_t size() const {
+        uint64_t count = 1;
+        for (int d = 0; d < N; ++d) count *= shape[d];
+        return count;
+    }
+
+    // Linear offset of an index (no bounds check).
+    template <class... I>
+    __host__ __device__ uint64_t offset(I... index) const {
+        static_assert(sizeof...(I) == N, "an Indexer<T, N> takes N indices");
+        const uint64_t at[N] = {static_cast<uint64_t>(index)...};
+        uint64_t linear = 0;
+        for (int d = 0; d < N; ++d) linear = linear * shape[d] + at[d];
+        return linear;
+    }
+
+    // The element at an index (no bounds check).
+    template <class... I>
+    __device__ T &operator()(I... index) const { return data[offset(index...)]; }
+
+    // The index of linear offset `linear`, into `index[N]`.
+    __host__ __device__ void unravel(uint64_t linear, uint64_t *index) const {
+        for (int d = N - 1; d >= 0; --d) {
+            index[d] = linear % shape[d];
+            linear /= shape[d];
+        }
+    }
+};
+
+// The layout of the Rust DeviceIndexer<T, N>: a pointer, then N 64-bit dimensions.
+static_assert(sizeof(Indexer<double, 3>) == 32, "amso::Indexer layout");
+static_assert(sizeof(Indexer<uint8_t, 1>) == 16, "amso::Indexer layout");
+static_assert(__builtin_offsetof(Indexer<float, 2>, shape) == 8, "amso::Indexer layout");
+
+}  // namespace amso
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dtype_has_its_cuda_type_and_the_header_compiles_as_host_cpp() {
+        let spec = crate::bundled_spec().unwrap();
+        let header = cuda_header(&spec);
+        assert!(header.contains("typedef float float32;") && header.contains("typedef AMSO_HALF float16;"));
+        assert!(!header.contains("typedef bool bool"));
+        // The same text through the host's C++ compiler (CUDA's qualifiers defined away): the
+        // syntax and the layout asserts hold on a 64-bit host as on the device.
+        let Some(compiler) = ["c++", "g++", "clang++"]
+            .into_iter()
+            .find(|c| std::process::Command::new(c).arg("--version").output().is_ok())
+        else {
+            eprintln!("skipped: no C++ compiler");
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("amso-cuh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("amso.cuh"), &header).unwrap();
+        std::fs::write(
+            dir.join("use.cpp"),
+            "#include \"amso.cuh\"\nint main() { double d[6] = {0}; amso::Indexer<double, 2> a{d, {2, 3}};\n             uint64_t i[2]; a.unravel(5, i); return int(a.size() + a.offset(1, 2) + i[0] + i[1]) == 6 + 5 + 1 + 2 ? 0 : 1; }\n",
+        )
+        .unwrap();
+        let status = std::process::Command::new(compiler)
+            .args(["-std=c++17", "-D__host__=", "-D__device__=", "-o"])
+            .arg(dir.join("use"))
+            .arg(dir.join("use.cpp"))
+            .status()
+            .unwrap();
+        assert!(status.success(), "the generated header does not compile as C++");
+        assert!(std::process::Command::new(dir.join("use")).status().unwrap().success(), "Indexer arithmetic");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

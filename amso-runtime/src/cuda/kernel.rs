@@ -1,0 +1,91 @@
+//! Your own CUDA kernels, from Rust: CUDA C++ compiled by NVRTC for each device it runs on
+//! (cached per source, options and device), with `#include "amso.cuh"` available, and launched
+//! through cudarc's launch builder on the stream amso's stream rule picks (README, "Your own
+//! kernels"). Array arguments are `DeviceIndexer`s, which implement cudarc's `DeviceRepr`.
+//!
+//! ```ignore
+//! use amso_runtime::cuda::{with_stream, Kernel, LaunchConfig, PushKernelArg};
+//!
+//! static SCALE: Kernel = Kernel::new(r#"
+//!     #include "amso.cuh"
+//!     extern "C" __global__ void scale(amso::Indexer<double, 1> x, double by) {
+//!         uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+//!         if (i < x.size()) x(i) *= by;
+//!     }"#, "scale");
+//!
+//! let function = SCALE.function(device_id)?;
+//! let x = array.device_indexer_on(stream)?;                  // ordered after amso's work on it
+//! let config = LaunchConfig::for_num_elems(x.size() as u32);
+//! with_stream(device_id, stream, |s| unsafe { s.launch_builder(&function).arg(&x).arg(&2.0f64).launch(config) })?;
+//! array.record_work(stream)?;                                // amso's later work waits for it
+//! ```
+
+use std::sync::Arc;
+
+pub use cudarc::driver::{CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg};
+
+use super::context::Current;
+use super::driver::cuda_error;
+use super::stream::StreamHandle;
+use crate::error::Result;
+
+/// A kernel's CUDA C++ source and entry point, compiled on first use on each device.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    source: std::borrow::Cow<'static, str>,
+    name: std::borrow::Cow<'static, str>,
+    options: Vec<String>,
+}
+
+impl Kernel {
+    /// The kernel `name` (an `extern "C" __global__` function) of `source`.
+    pub const fn new(source: &'static str, name: &'static str) -> Kernel {
+        Kernel {
+            source: std::borrow::Cow::Borrowed(source),
+            name: std::borrow::Cow::Borrowed(name),
+            options: Vec::new(),
+        }
+    }
+
+    /// A kernel from owned text (a source built at run time).
+    pub fn from_source(source: impl Into<String>, name: impl Into<String>) -> Kernel {
+        Kernel { source: source.into().into(), name: name.into().into(), options: Vec::new() }
+    }
+
+    /// The same kernel compiled with extra NVRTC options (`-DWIDTH=4`, `--use_fast_math`).
+    pub fn with_options(mut self, options: impl IntoIterator<Item = impl Into<String>>) -> Kernel {
+        self.options = options.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The entry point's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The kernel compiled for `device_id` (NVRTC, cached); a compile error carries NVRTC's log.
+    pub fn function(&self, device_id: i32) -> Result<Arc<CudaFunction>> {
+        super::compile::function(&self.source, &self.name, &self.options, device_id)
+    }
+}
+
+/// Run `launch` with `stream` (a protocol value: 1 legacy, 2 per-thread, else a handle) of
+/// `device_id` as cudarc's stream, with the device's context current and the caller's context
+/// restored afterwards.
+pub fn with_stream<R>(
+    device_id: i32,
+    stream: i64,
+    launch: impl FnOnce(&Arc<CudaStream>) -> std::result::Result<R, DriverError>,
+) -> Result<R> {
+    let _ctx = Current::enter(device_id)?;
+    let stream = StreamHandle::from_int(stream)?;
+    stream.check(device_id)?;
+    launch(&stream.borrow(device_id)?).map_err(cuda_error)
+}
+
+/// Make work queued later on stream `later` wait for the work queued so far on `earlier`
+/// (protocol values, device `device_id`), without blocking the host: for arguments that
+/// arrived on different streams.
+pub fn order_streams(device_id: i32, earlier: i64, later: i64) -> Result<()> {
+    super::stream::order(device_id, StreamHandle::from_int(earlier)?, StreamHandle::from_int(later)?)
+}

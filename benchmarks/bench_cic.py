@@ -1,0 +1,126 @@
+"""Cloud-in-cell deposit of 16M uniform particles into a 256^3 float64 grid, in one process:
+the user crate's CUDA kernel (amso.cuh, launched from Rust on torch's current stream) against
+the best PyTorch formulation (index_put_ with accumulate over the 8 corners, and index_add_ on
+the flattened grid) and CuPy's cupyx.scatter_add. Results are checked against each other.
+
+    python3 benchmarks/bench_cic.py --out results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def corners(xp, positions, cells, box):
+    """(flat cell index, weight) of the 8 corners of every particle, float64 weights."""
+    u = positions.astype(xp.float64) / (box / cells) - 0.5
+    lower = xp.floor(u)
+    fraction = u - lower
+    lower = lower.astype(xp.int64) % cells
+    upper = (lower + 1) % cells
+    out = []
+    for a in (0, 1):
+        for b in (0, 1):
+            for c in (0, 1):
+                ix = upper[:, 0] if a else lower[:, 0]
+                iy = upper[:, 1] if b else lower[:, 1]
+                iz = upper[:, 2] if c else lower[:, 2]
+                w = ((fraction[:, 0] if a else 1 - fraction[:, 0]) * (fraction[:, 1] if b else 1 - fraction[:, 1])
+                     * (fraction[:, 2] if c else 1 - fraction[:, 2]))
+                out.append(((ix * cells + iy) * cells + iz, w))
+    return out
+
+
+def timed(run, sync, repeats):
+    run()  # warm-up: compile, allocate
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--particles", type=int, default=16 << 20)
+    parser.add_argument("--cells", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    import cupy
+    import cupyx
+    import torch
+
+    import amso_user_example as ue
+
+    n, cells, box = args.particles, args.cells, 1.0
+    rng = np.random.default_rng(0)
+    host = rng.random((n, 3), dtype=np.float32)
+    positions = torch.from_numpy(host).cuda()
+    grid = torch.zeros((cells,) * 3, dtype=torch.float64, device="cuda")
+    sync = torch.cuda.synchronize
+
+    def amso_kernel():
+        grid.zero_()
+        ue.deposit(positions, grid, box)
+
+    def torch_index_put():
+        grid.zero_()
+        flat = grid.view(-1)
+        for index, weight in corners(torch, positions, cells, box):
+            flat.index_put_((index,), weight, accumulate=True)
+
+    def torch_index_add():
+        grid.zero_()
+        flat = grid.view(-1)
+        for index, weight in corners(torch, positions, cells, box):
+            flat.index_add_(0, index, weight)
+
+    cupy_positions = cupy.asarray(host)
+    cupy_grid = cupy.zeros(cells ** 3, dtype=cupy.float64)
+
+    def cupy_scatter_add():
+        cupy_grid.fill(0)
+        for index, weight in corners(cupy, cupy_positions, cells, box):
+            cupyx.scatter_add(cupy_grid, index, weight)
+
+    results = {}
+    amso_kernel(); sync()
+    reference = grid.clone()
+    for name, run, synchronize in [
+        ("amso kernel", amso_kernel, sync), ("torch index_put_", torch_index_put, sync),
+        ("torch index_add_", torch_index_add, sync),
+        ("cupyx.scatter_add", cupy_scatter_add, cupy.cuda.runtime.deviceSynchronize),
+    ]:
+        seconds = timed(run, synchronize, args.repeats)
+        got = grid if name != "cupyx.scatter_add" else torch.from_dlpack(cupy_grid).view((cells,) * 3)
+        error = float((got - reference).abs().max() / reference.abs().max())
+        results[name] = {"seconds": seconds, "particles_per_second": n / seconds, "max_relative_difference": error}
+    best_peer = min(v["seconds"] for k, v in results.items() if k != "amso kernel")
+    ratio = best_peer / results["amso kernel"]["seconds"]
+    report = {"particles": n, "cells": cells, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "cupy": cupy.__version__, "results": results, "speedup_over_best_peer": ratio,
+              "fp64_atomics_per_second": 8 * n / results["amso kernel"]["seconds"]}
+    lines = [f"CIC deposit, {n} particles into {cells}^3 float64, {report['gpu']} (median of {args.repeats})", "",
+             "| implementation | ms | particles/s | max rel. diff vs amso |", "|---|---|---|---|"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['seconds'] * 1e3:.2f} | {r['particles_per_second']:.3g} | {r['max_relative_difference']:.1e} |")
+    lines += ["", f"amso is {ratio:.2f}x the fastest peer; {report['fp64_atomics_per_second']:.3g} FP64 atomicAdd/s."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from output import write
+    write(args.out, "bench_cic", report, text)
+
+
+if __name__ == "__main__":
+    main()

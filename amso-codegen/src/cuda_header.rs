@@ -77,47 +77,49 @@ struct complex128_t { double re, im; };
 "#;
 
 const INDEXER: &str = r#"
-// A C-order array: its data pointer and shape, passed to a kernel by value.
-template <class T, int N>
+// A C-order array: its data pointer and shape, passed to a kernel by value. (Parameter names
+// are long so that a kernel's own -DN=... or -DT=... macros cannot rewrite them.)
+template <class Element, int Rank>
 struct Indexer {
-    static_assert(N >= 1 && N <= 8, "amso arrays have 1 to 8 dimensions");
-    T *data;
-    uint64_t shape[N];
+    static_assert(Rank >= 1 && Rank <= 8, "amso arrays have 1 to 8 dimensions");
+    Element *data;
+    uint64_t shape[Rank];
 
     // Number of elements.
     __host__ __device__ uint64_t size() const {
         uint64_t count = 1;
-        for (int d = 0; d < N; ++d) count *= shape[d];
+        for (int d = 0; d < Rank; ++d) count *= shape[d];
         return count;
     }
 
     // Linear offset of an index (no bounds check).
     template <class... I>
     __host__ __device__ uint64_t offset(I... index) const {
-        static_assert(sizeof...(I) == N, "an Indexer<T, N> takes N indices");
-        const uint64_t at[N] = {static_cast<uint64_t>(index)...};
+        static_assert(sizeof...(I) == Rank, "an Indexer<T, N> takes N indices");
+        const uint64_t at[Rank] = {static_cast<uint64_t>(index)...};
         uint64_t linear = 0;
-        for (int d = 0; d < N; ++d) linear = linear * shape[d] + at[d];
+        for (int d = 0; d < Rank; ++d) linear = linear * shape[d] + at[d];
         return linear;
     }
 
     // The element at an index (no bounds check).
     template <class... I>
-    __device__ T &operator()(I... index) const { return data[offset(index...)]; }
+    __device__ Element &operator()(I... index) const { return data[offset(index...)]; }
 
     // The index of linear offset `linear`, into `index[N]`.
     __host__ __device__ void unravel(uint64_t linear, uint64_t *index) const {
-        for (int d = N - 1; d >= 0; --d) {
+        for (int d = Rank - 1; d >= 0; --d) {
             index[d] = linear % shape[d];
             linear /= shape[d];
         }
     }
 };
 
-// The layout of the Rust DeviceIndexer<T, N>: a pointer, then N 64-bit dimensions.
+// The layout of the Rust DeviceIndexer<T, N>: a pointer, then N 64-bit dimensions, no padding
+// (with 8-byte members, these sizes fix the shape's offset at 8).
 static_assert(sizeof(Indexer<double, 3>) == 32, "amso::Indexer layout");
 static_assert(sizeof(Indexer<uint8_t, 1>) == 16, "amso::Indexer layout");
-static_assert(__builtin_offsetof(Indexer<float, 2>, shape) == 8, "amso::Indexer layout");
+static_assert(sizeof(Indexer<complex128_t, 8>) == 72, "amso::Indexer layout");
 
 }  // namespace amso
 "#;

@@ -22,7 +22,7 @@ extern "C" __global__ void index_sum(amso::Indexer<ELEMENT, N> x, double scale) 
     uint64_t at[N];
     x.unravel(i, at);
     uint64_t sum = 0;
-    for (int d = 0; d < N; ++d) sum += at[d];
+    for (int d = 0; d < N; ++d) sum += at[d];  // N: a -D macro of this kernel's own
     x.data[i] = CONVERT(scale * (double)sum);
 }
 """

@@ -22,6 +22,7 @@ def test_soak_leaves_memory_where_it_was():
     cycles = "1000000" if os.environ.get("AMSO_LONG") else "20000"
     run = subprocess.run([sys.executable, str(SOAK), "--cycles", cycles, "--warmup", "5000"],
                          capture_output=True, text=True, timeout=1800)
+    assert run.stdout.strip(), f"the soak printed no report (exit {run.returncode}):\n{run.stderr[-3000:]}"
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert run.returncode == 0 and report["ok"], report
     assert report["cycles"] == int(cycles)

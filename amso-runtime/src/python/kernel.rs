@@ -254,8 +254,12 @@ impl Kernel {
                 source
             } else if let Ok(own) = arg.cast::<MemArrayBase>() {
                 // Ordered after amso's pending work on the array, handed to the launch stream.
-                let request =
-                    DlpackRequest { stream: Some(launch), max_version: Some(DLPACK_VERSION), ..Default::default() };
+                let on_device = own.get().header().placement().device_type == DeviceType::Cuda as i32;
+                let request = DlpackRequest {
+                    stream: on_device.then_some(launch),
+                    max_version: Some(DLPACK_VERSION),
+                    ..Default::default()
+                };
                 let tensor = own.get().read(py, |array| super::capsule::export_tensor(array, None, &request))?;
                 held.push(Held::Own(own.clone().unbind()));
                 source::from_managed(tensor, Some(launch))?

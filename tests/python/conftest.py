@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
+import os
+
+# JAX takes 75% of the GPU's memory at its first device array unless told not to; the suite
+# shares the GPU with PyTorch, CuPy, amso and the soak's own process.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import numpy as np  # noqa: E402
 import pytest
 
 import amso

@@ -21,7 +21,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
-REQUIREMENTS = ["maturin>=1.9,<2", "numpy>=1.26", "pytest>=8", "ml_dtypes>=0.4", "apache-tvm-ffi>=0.1"]
+REQUIREMENTS = [
+    "maturin>=1.9,<2", "numpy>=1.26", "pytest>=8", "ml_dtypes>=0.4", "apache-tvm-ffi>=0.1",
+    "mpi4py>=4", "mpich", "dask[distributed]>=2024",  # the distributed examples' engines
+]
 EXTENSIONS = [ROOT / "amso-python" / "Cargo.toml", ROOT / "examples" / "rust" / "user-crate" / "Cargo.toml"]
 
 
@@ -53,7 +56,8 @@ def venv_env() -> dict[str, str]:
 
 
 def ensure_venv() -> None:
-    """Create .venv with maturin, numpy, pytest, ml_dtypes and TVM-FFI unless it already has them."""
+    """Create .venv with what the tests use (maturin, numpy, pytest, ml_dtypes, TVM-FFI, mpi4py
+    with MPICH, Dask) unless it already has them."""
     marker = VENV / ".amso-requirements"
     wanted = "\n".join(REQUIREMENTS)
     if venv_bin("python").exists() and marker.exists() and marker.read_text() == wanted:

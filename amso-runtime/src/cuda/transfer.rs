@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys;
 
-use super::context::Current;
+use super::context::{context, Current};
 use super::driver::cuda_error;
 use super::memory::PinnedMemory;
 use super::stream::StreamHandle;
@@ -205,6 +205,34 @@ pub unsafe fn device_to_device(
     let _ctx = Current::enter(device_id)?;
     // SAFETY: the caller guarantees both ranges.
     unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream.raw()) }.result().map_err(cuda_error)
+}
+
+/// Copy `bytes` from device memory of `src_device` to device memory of `dst_device`, queued on
+/// `stream` of `dst_device`. Between devices this names both contexts (`cuMemcpyPeerAsync`):
+/// memory from a stream-ordered pool is not addressable from another device, so a plain copy
+/// through unified addressing is refused (CUDA_ERROR_INVALID_VALUE); the peer copy works with
+/// or without peer access.
+///
+/// # Safety
+/// Both ranges hold `bytes` bytes of their devices' memory.
+pub unsafe fn device_to_peer(
+    dst_device: i32,
+    dst: sys::CUdeviceptr,
+    src_device: i32,
+    src: sys::CUdeviceptr,
+    bytes: usize,
+    stream: StreamHandle,
+) -> Result<()> {
+    if dst_device == src_device {
+        // SAFETY: forwarded from the caller.
+        return unsafe { device_to_device(dst_device, dst, src, bytes, stream) };
+    }
+    let _ctx = Current::enter(dst_device)?;
+    let (dst_context, src_context) = (context(dst_device)?.cu_ctx(), context(src_device)?.cu_ctx());
+    // SAFETY: the caller guarantees both ranges; both contexts are retained for the process.
+    unsafe { sys::cuMemcpyPeerAsync(dst, dst_context, src, src_context, bytes, stream.raw()) }
+        .result()
+        .map_err(cuda_error)
 }
 
 fn chunks(bytes: usize) -> Vec<(usize, usize)> {

@@ -159,7 +159,7 @@ impl DeviceSide {
         let stream = self.begin(target, stream)?;
         let dst = Arc::new(DeviceMemory::alloc_on(target, bytes, stream)?);
         // SAFETY: both allocations hold `bytes`; the source's earlier work is complete.
-        unsafe { transfer::device_to_device(target, dst.ptr(), source.ptr(), bytes, stream) }?;
+        unsafe { transfer::device_to_peer(target, dst.ptr(), from, source.ptr(), bytes, stream) }?;
         self.memory = Some(dst);
         self.end(target, stream, synchronize)
     }

@@ -126,9 +126,10 @@ fn copy_to_device(
                 stream::synchronize(view.raw.device_id, view.raw.device.stream())?;
                 // SAFETY: both hold `bytes`; the source's earlier work is complete.
                 unsafe {
-                    transfer::device_to_device(
+                    transfer::device_to_peer(
                         target.id,
                         memory.ptr(),
+                        view.raw.device_id,
                         view.raw.device.memory().expect("resident").ptr(),
                         bytes,
                         own,

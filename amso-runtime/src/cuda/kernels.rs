@@ -202,7 +202,8 @@ mod tests {
     fn every_spec_dtype_has_a_kernel_source() {
         crate::element::for_each_element(&mut |dtype, _| {
             let source = add_index_source(dtype, 3, false).unwrap();
-            assert!(source.contains("amso_add_index") && source.contains("shape[3]"), "{}", dtype.name);
+            assert!(source.contains("amso_add_index") && source.contains("amso::Indexer<elem_t, 3>"), "{}", dtype.name);
+            assert!(source.contains("#include \"amso.cuh\""), "the kernel is written against the generated header");
         });
         let wide = add_index_source(&<f32 as Element>::DTYPE, 1, true).unwrap();
         assert!(wide.contains("typedef unsigned long long index_t"));

@@ -42,7 +42,9 @@ impl DType {
 /// # Safety
 /// `DTYPE` must describe `Self` exactly (size = bits x lanes / 8, same representation as the
 /// DLPack type), and the all-zero bit pattern must be a valid value equal to `Default`:
-/// arrays are allocated zeroed and shared with foreign code through DLPack.
+/// arrays are allocated zeroed and shared with foreign code through DLPack. Every bit pattern
+/// must be a valid value too, except for kDLBool (one byte, 0 or 1), which amso normalises
+/// when it reads foreign memory (`read_element`).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an amso element type",
     note = "element types come from the dtype table of specs/types.yaml; add one there and rebuild"

@@ -40,7 +40,10 @@ pub trait ArrayObject: Send + Sync + 'static {
     /// Run the add-index kernel on the device (see `MemArray::add_index_tuple`).
     fn add_index_tuple(&mut self, stream: i64, lock: Option<LockId>) -> Result<()>;
     /// Note work queued on `stream` over the device data: amso's later work waits for it.
-    fn record_work(&mut self, stream: i64) -> Result<()>;
+    ///
+    /// # Safety
+    /// As `MemArray::record_work`.
+    unsafe fn record_work(&mut self, stream: i64) -> Result<()>;
     /// An independent copy on the same device (see `MemArray::try_clone`), presenting `lock`.
     fn duplicate(&self, lock: Option<LockId>) -> Result<Box<dyn ArrayObject>>;
     /// Refuse writes from now on (a new array being restored, such as an unpickled one).
@@ -95,10 +98,11 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
             Err(crate::Error::Unavailable("add_index_tuple runs on CUDA, which this build does not include".into()))
         }
     }
-    fn record_work(&mut self, stream: i64) -> Result<()> {
+    unsafe fn record_work(&mut self, stream: i64) -> Result<()> {
         #[cfg(feature = "cuda")]
         if self.on_device() {
-            return MemArray::record_work(self, stream);
+            // SAFETY: forwarded from the caller.
+            return unsafe { MemArray::record_work(self, stream) };
         }
         let _ = stream;
         Ok(())

@@ -91,13 +91,16 @@ fn your_own_kernel_through_the_rust_api() {
     array.add_index_tuple(0).unwrap(); // pending work on amso's stream, which the kernel must follow
     let stream = 2; // the per-thread default stream: not amso's
     let function = SCALE.function(0).unwrap();
-    let x = array.device_indexer_on(stream).unwrap();
-    with_stream(0, stream, |s| {
+    // SAFETY: the per-thread default stream is always valid.
+    let x = unsafe { array.device_indexer_on(stream) }.unwrap();
+    let queue = |s: &amso_runtime::cuda::CudaStream| {
         // SAFETY: the kernel takes (Indexer<double, 2>, double); the array is live device memory.
         unsafe { s.launch_builder(&function).arg(&x).arg(&2.0f64).launch(LaunchConfig::for_num_elems(210)) }.map(drop)
-    })
-    .unwrap();
-    array.record_work(stream).unwrap();
+    };
+    // SAFETY: as above.
+    unsafe { with_stream(0, stream, queue) }.unwrap();
+    // SAFETY: as above.
+    unsafe { array.record_work(stream) }.unwrap();
     array.move_memory(Device::CPU, 0, false).unwrap();
     let got = array.to_vec().unwrap();
     for (offset, value) in got.into_iter().enumerate() {

@@ -145,8 +145,12 @@ def test_deposit_with_cupy_jax_amso_and_mixed_inputs():
     p = particles(20_000)
     expected = reference(p)
     density = cupy.zeros(SHAPE, dtype=cupy.float64)
-    ue.deposit(cupy.asarray(p), density, BOX)
+    with amso.cuda.stream(cupy.cuda.get_current_stream().ptr):  # CuPy's stream: its later reads wait
+        ue.deposit(cupy.asarray(p), density, BOX)
     np.testing.assert_allclose(cupy.asnumpy(density), expected, rtol=1e-9)
+    made = ue.cic_density(cupy.asarray(p), SHAPE, BOX)  # an amso array, written on amso's stream
+    assert isinstance(made, ue.Density) and made.on_device
+    np.testing.assert_allclose(made.to_numpy(), expected, rtol=1e-9)
     mine = amso.asarray(p)
     mine.move_memory(amso.dlpack.kDLCUDA)
     grid = amso.MemArray(SHAPE, np.float64, on_device=True)

@@ -66,3 +66,16 @@ def test_lock_ids_are_unique():
     a = amso.MemArray(1, np.float32)
     ids = {a.get_dlpack().lock_id for _ in range(100)}
     assert len(ids) == 100 and 0 not in ids
+
+
+def test_a_context_dropped_while_entered_releases_its_lock():
+    import gc
+
+    a = amso.MemArray(3, np.float64)
+    context = a.get_dlpack()
+    context.__enter__()
+    assert a.locked
+    del context  # never exited: its lock id exists nowhere else
+    gc.collect()
+    assert not a.locked
+    a[0] = 1.0

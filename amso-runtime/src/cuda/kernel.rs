@@ -14,10 +14,11 @@
 //!     }"#, "scale");
 //!
 //! let function = SCALE.function(device_id)?;
-//! let x = array.device_indexer_on(stream)?;                  // ordered after amso's work on it
+//! // SAFETY (all three): `stream` is a live stream of the device.
+//! let x = unsafe { array.device_indexer_on(stream) }?;        // ordered after amso's work on it
 //! let config = LaunchConfig::for_num_elems(x.size() as u32);
-//! with_stream(device_id, stream, |s| unsafe { s.launch_builder(&function).arg(&x).arg(&2.0f64).launch(config) })?;
-//! array.record_work(stream)?;                                // amso's later work waits for it
+//! unsafe { with_stream(device_id, stream, |s| s.launch_builder(&function).arg(&x).arg(&2.0f64).launch(config)) }?;
+//! unsafe { array.record_work(stream) }?;                       // amso's later work waits for it
 //! ```
 
 use std::sync::Arc;
@@ -71,21 +72,29 @@ impl Kernel {
 
 /// Run `launch` with `stream` (a protocol value: 1 legacy, 2 per-thread, else a handle) of
 /// `device_id` as cudarc's stream, with the device's context current and the caller's context
-/// restored afterwards.
-pub fn with_stream<R>(
+/// restored afterwards. The stream is lent for the call only.
+///
+/// # Safety
+/// `stream` is 0, 1, 2 or a live stream of `device_id` (the driver dereferences handles): a
+/// typed argument's `stream()`, a `NewArray::stream()`, or a handle its owner keeps alive.
+pub unsafe fn with_stream<R>(
     device_id: i32,
     stream: i64,
-    launch: impl FnOnce(&Arc<CudaStream>) -> std::result::Result<R, DriverError>,
+    launch: impl FnOnce(&CudaStream) -> std::result::Result<R, DriverError>,
 ) -> Result<R> {
     let _ctx = Current::enter(device_id)?;
     let stream = StreamHandle::from_int(stream)?;
     stream.check(device_id)?;
-    launch(&stream.borrow(device_id)?).map_err(cuda_error)
+    let borrowed = stream.borrow(device_id)?;
+    launch(&borrowed).map_err(cuda_error)
 }
 
 /// Make work queued later on stream `later` wait for the work queued so far on `earlier`
 /// (protocol values, device `device_id`), without blocking the host: for arguments that
 /// arrived on different streams.
-pub fn order_streams(device_id: i32, earlier: i64, later: i64) -> Result<()> {
+///
+/// # Safety
+/// Both are 0, 1, 2 or live streams of `device_id` (as for `with_stream`).
+pub unsafe fn order_streams(device_id: i32, earlier: i64, later: i64) -> Result<()> {
     super::stream::order(device_id, StreamHandle::from_int(earlier)?, StreamHandle::from_int(later)?)
 }

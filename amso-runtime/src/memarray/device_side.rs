@@ -144,15 +144,8 @@ impl DeviceSide {
         self.end(device_id, stream, synchronize)
     }
 
-    /// Move the device data to `target` device (peer copy where possible).
-    pub(crate) fn change_device(
-        &mut self,
-        from: i32,
-        target: i32,
-        bytes: usize,
-        stream: i64,
-        synchronize: bool,
-    ) -> Result<()> {
+    /// Move the device data to `target` device (a peer copy, complete when this returns).
+    pub(crate) fn change_device(&mut self, from: i32, target: i32, bytes: usize, stream: i64) -> Result<()> {
         let source = self.memory.clone().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
         stream::synchronize(from, self.last)?;
         self.last = StreamHandle::LEGACY;
@@ -161,7 +154,10 @@ impl DeviceSide {
         // SAFETY: both allocations hold `bytes`; the source's earlier work is complete.
         unsafe { transfer::device_to_peer(target, dst.ptr(), from, source.ptr(), bytes, stream) }?;
         self.memory = Some(dst);
-        self.end(target, stream, synchronize)
+        // The source is freed (stream-ordered, on its own device) once `source` drops below;
+        // nothing on that device is ordered after this copy, so a move between devices
+        // completes before returning, `async_copy` or not.
+        self.end(target, stream, true)
     }
 
     /// A copy of the device memory (on the same device), complete when this returns.

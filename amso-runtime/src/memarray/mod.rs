@@ -421,7 +421,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             }
             #[cfg(feature = "cuda")]
             (DeviceType::Cuda, Residence::Device) => {
-                self.device.change_device(self.device_id, target.id, self.nbytes(), stream, !async_copy)?;
+                self.device.change_device(self.device_id, target.id, self.nbytes(), stream)?;
                 self.device_id = target.id;
                 Ok(())
             }
@@ -491,8 +491,12 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// The device indexer for a kernel launched on `stream` (a protocol value), which is first
     /// ordered after amso's pending work on the array. Call `record_work(stream)` after the
     /// launch so that amso's later work on the array waits for the kernel.
+    ///
+    /// # Safety
+    /// `stream` is 0, 1, 2 or a live stream of the array's device (the driver dereferences
+    /// handles).
     #[cfg(feature = "cuda")]
-    pub fn device_indexer_on(&mut self, stream: i64) -> Result<crate::indexer::DeviceIndexer<'_, T, N>> {
+    pub unsafe fn device_indexer_on(&mut self, stream: i64) -> Result<crate::indexer::DeviceIndexer<'_, T, N>> {
         check_access(self.lock, None)?;
         if self.residence != Residence::Device {
             return Err(Error::Unavailable(
@@ -505,9 +509,13 @@ impl<T: Element, const N: usize> MemArray<T, N> {
 
     /// Note work queued on `stream` (a kernel over `device_indexer_on(stream)`): amso's later
     /// work on the array, and its consumers, wait for it.
+    ///
+    /// # Safety
+    /// As `device_indexer_on`.
     #[cfg(feature = "cuda")]
-    pub fn record_work(&mut self, stream: i64) -> Result<()> {
+    pub unsafe fn record_work(&mut self, stream: i64) -> Result<()> {
         let handle = crate::cuda::stream::StreamHandle::from_int(stream)?;
+        handle.check(self.device_id)?;
         self.device.end(self.device_id, handle, false)
     }
 

@@ -133,20 +133,23 @@ impl MemArrayBase {
         }
     }
 
-    /// Read the typed array through `f`, if this object holds a `MemArray<T, N>`.
+    /// Read the typed array through `f`, if this object holds a `MemArray<T, N>`. `f` runs with
+    /// the array locked, so it is `Send`: it cannot capture Python objects and call back into
+    /// Python (which could touch the same array and wait for itself).
     pub fn with_typed<T: Element, const N: usize, R>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&MemArray<T, N>) -> R,
+        f: impl FnOnce(&MemArray<T, N>) -> R + Send,
     ) -> Option<R> {
         self.read(py, |array| array.as_any().downcast_ref().map(f))
     }
 
-    /// Change the typed array through `f`, if this object holds a `MemArray<T, N>`.
+    /// Change the typed array through `f`, if this object holds a `MemArray<T, N>` (`Send`, as
+    /// for `with_typed`).
     pub fn with_typed_mut<T: Element, const N: usize, R>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut MemArray<T, N>) -> R,
+        f: impl FnOnce(&mut MemArray<T, N>) -> R + Send,
     ) -> Option<R> {
         self.modify(py, |array| array.as_any_mut().downcast_mut().map(f))
     }

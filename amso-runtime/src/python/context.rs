@@ -26,6 +26,19 @@ impl DLPackContext {
     }
 }
 
+impl Drop for DLPackContext {
+    /// A context dropped while entered (its `with` block never reached `__exit__`, e.g. a
+    /// generator that was not finished) releases its lock: the id exists nowhere else.
+    fn drop(&mut self) {
+        if *self.entered.get_mut() {
+            let lock = self.lock;
+            Python::attach(|py| {
+                let _ = self.array.get().modify(py, |array| array.exit(lock));
+            });
+        }
+    }
+}
+
 #[pymethods]
 impl DLPackContext {
     /// The lock id this context holds while entered.

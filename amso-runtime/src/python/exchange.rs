@@ -134,10 +134,16 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
         if let Ok(array) = object.cast::<MemArrayBase>() {
             // "No sync" means the consumer works on `current_work_stream`; amso orders its own
             // pending work on the array before that stream, so the consumer needs nothing else.
-            let on_device = array.get().header().placement().device_type == DeviceType::Cuda as i32;
-            let stream = on_device.then(|| crate::stream_context::current().filter(|&s| s > 1).unwrap_or(1));
-            let request = DlpackRequest { stream, max_version: Some(DLPACK_VERSION), ..Default::default() };
-            let tensor = array.get().read(py, |array| export_tensor(array, None, &request))?;
+            let work = crate::stream_context::current().filter(|&s| s > 1).unwrap_or(1);
+            let tensor = array.get().read(py, |array| {
+                let on_device = array.raw_view().device().device_type == DeviceType::Cuda;
+                let request = DlpackRequest {
+                    stream: on_device.then_some(work),
+                    max_version: Some(DLPACK_VERSION),
+                    ..Default::default()
+                };
+                export_tensor(array, None, &request)
+            })?;
             let RawManaged::Versioned(raw) = tensor.into_raw() else { unreachable!("asked for a versioned tensor") };
             // SAFETY: checked non-null above.
             unsafe { *out = raw.as_ptr() };

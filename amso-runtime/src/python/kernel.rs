@@ -62,6 +62,25 @@ enum Held {
     Foreign(#[allow(dead_code)] Holder),
 }
 
+/// The device of an array argument, from what it says without handing anything over: an amso
+/// header, `__dlpack_device__`, or the interface's address.
+fn device_of_argument(arg: &Bound<'_, PyAny>) -> Option<crate::Device> {
+    if let Some(header) = super::recognize::header_of_object(arg) {
+        let placement = header.placement();
+        return Some(crate::Device {
+            device_type: DeviceType::from_dlpack(placement.device_type).unwrap_or(DeviceType::Cpu),
+            id: placement.device_id,
+        });
+    }
+    let py = arg.py();
+    if let Ok(Some(method)) = arg.getattr_opt(intern!(py, "__dlpack_device__")) {
+        let (kind, id): (i32, i32) = method.call0().ok()?.extract().ok()?;
+        return Some(crate::Device { device_type: DeviceType::from_dlpack(kind).ok()?, id });
+    }
+    let interface = super::import::parse_interface(arg).ok()?;
+    Some(crate::Device::cuda(super::import::device_of(interface.address).ok()?))
+}
+
 /// Grid or block dimensions: an int or a tuple of 1 to 3 ints.
 struct Dims(u32, u32, u32);
 
@@ -218,15 +237,7 @@ impl Kernel {
             .iter()
             .flatten()
             .map(|s| s.device)
-            .chain(args.iter().filter_map(|arg| {
-                super::recognize::header_of_object(arg).map(|h| {
-                    let p = h.placement();
-                    crate::Device {
-                        device_type: DeviceType::from_dlpack(p.device_type).unwrap_or(DeviceType::Cpu),
-                        id: p.device_id,
-                    }
-                })
-            }))
+            .chain(args.iter().filter_map(|arg| device_of_argument(arg)))
             .find(|d| d.device_type == DeviceType::Cuda)
             .map_or(0, |d| d.id);
         let launch = match stream.0 {
@@ -242,7 +253,10 @@ impl Kernel {
         // Pass 2: every argument, arrays on the launch stream.
         let mut prepared = Vec::with_capacity(args.len());
         let mut held = Vec::new();
-        let mut foreign_amso = false;
+        // Another crate's amso arrays (whose streams this runtime cannot record on), and
+        // DLPack or interface producers (whose pools may free a temporary on their own stream):
+        // the launch completes before they are let go.
+        let mut complete_before_release = false;
         let mut producer_streams = Vec::new();
         for (position, (arg, early)) in args.iter().zip(early).enumerate() {
             if let Some(value) = scalar(position, arg)? {
@@ -250,21 +264,22 @@ impl Kernel {
                 continue;
             }
             let source = if let Some(source) = early {
-                producer_streams.extend(source.stream.filter(|&s| s != launch));
                 source
             } else if let Ok(own) = arg.cast::<MemArrayBase>() {
                 // Ordered after amso's pending work on the array, handed to the launch stream.
-                let on_device = own.get().header().placement().device_type == DeviceType::Cuda as i32;
-                let request = DlpackRequest {
-                    stream: on_device.then_some(launch),
-                    max_version: Some(DLPACK_VERSION),
-                    ..Default::default()
-                };
-                let tensor = own.get().read(py, |array| super::capsule::export_tensor(array, None, &request))?;
+                let tensor = own.get().read(py, |array| {
+                    let on_device = array.raw_view().device().device_type == DeviceType::Cuda;
+                    let request = DlpackRequest {
+                        stream: on_device.then_some(launch),
+                        max_version: Some(DLPACK_VERSION),
+                        ..Default::default()
+                    };
+                    super::capsule::export_tensor(array, None, &request)
+                })?;
                 held.push(Held::Own(own.clone().unbind()));
                 source::from_managed(tensor, Some(launch))?
             } else {
-                foreign_amso |= super::recognize::header_of_object(arg).is_some();
+                complete_before_release = true;
                 source::acquire(arg, Some(launch))?.ok_or_else(|| {
                     position_error::<PyTypeError>(
                         position,
@@ -275,6 +290,9 @@ impl Kernel {
                     )
                 })?
             };
+            // Arguments that arrived on another stream (a framework's current one, another
+            // crate's amso array) are ordered before the launch, and after it.
+            producer_streams.extend(source.stream.filter(|&s| s != launch && !producer_streams.contains(&s)));
             if source.device.device_type == DeviceType::Cuda && source.device.id != device {
                 return Err(position_error::<PyValueError>(
                     position,
@@ -285,7 +303,8 @@ impl Kernel {
             held.push(Held::Foreign(source.holder));
         }
         for &producer in &producer_streams {
-            crate::cuda::order_streams(device, producer, launch)?;
+            // SAFETY: a stream a producer reported for its live data on this device.
+            unsafe { crate::cuda::order_streams(device, producer, launch) }?;
         }
         let function = self.kernel.function(device)?;
         let config = LaunchConfig {
@@ -293,7 +312,7 @@ impl Kernel {
             block_dim: (block.0, block.1, block.2),
             shared_mem_bytes: shared_mem,
         };
-        with_stream(device, launch, |stream| {
+        let queue = |stream: &cudarc::driver::CudaStream| {
             let mut builder = stream.launch_builder(&function);
             for argument in &prepared {
                 match argument {
@@ -316,21 +335,27 @@ impl Kernel {
             // SAFETY: the arguments are what the caller's kernel declares (the caller's
             // contract, as with CuPy's RawKernel); arrays are live device memory held above.
             unsafe { builder.launch(config) }.map(drop)
-        })?;
+        };
+        // SAFETY: the caller's explicit stream (Python callers vouch for handles, as everywhere
+        // in amso), a producer's current stream, the stream context's, or amso's own.
+        unsafe { with_stream(device, launch, queue) }?;
         // Later work waits for the kernel: amso's own arrays record it, a framework's current
         // stream is ordered after it, and another crate's arrays (whose streams this runtime
         // cannot reach) see it complete.
         for holder in &held {
             if let Held::Own(array) = holder {
-                array.get().modify(py, |array| array.record_work(launch))?;
+                // SAFETY: the launch stream, checked by `with_stream` above.
+                array.get().modify(py, |array| unsafe { array.record_work(launch) })?;
             }
         }
         for &producer in &producer_streams {
-            crate::cuda::order_streams(device, launch, producer)?;
+            // SAFETY: as above.
+            unsafe { crate::cuda::order_streams(device, launch, producer) }?;
         }
-        if foreign_amso {
+        if complete_before_release {
             crate::cuda::stream::synchronize(device, crate::cuda::stream::StreamHandle::from_int(launch)?)?;
         }
+        drop(held);
         Ok(())
     }
 

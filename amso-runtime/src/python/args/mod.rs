@@ -158,10 +158,24 @@ impl<'py, T: Element, const N: usize> ArrayRef<'py, T, N> {
             ))
         })?;
         let host = source.device.device_type != DeviceType::Cuda;
-        let span = (size > 0).then(|| {
-            let last: usize = shape.iter().zip(&strides).map(|(&d, &s)| (d - 1) * s).sum();
-            (last + 1) * size_of::<T>()
-        });
+        let span = if size == 0 {
+            None
+        } else {
+            let last =
+                shape.iter().zip(&strides).try_fold(0usize, |sum, (&d, &s)| sum.checked_add((d - 1).checked_mul(s)?));
+            let span = last.and_then(|l| l.checked_add(1)?.checked_mul(size_of::<T>()));
+            let end = span.and_then(|span| source.data.checked_add(span));
+            match (span, end) {
+                (Some(span), Some(_)) => Some(span),
+                _ => {
+                    return Err(PyValueError::new_err(format!(
+                        "the array's strides {:?} for shape {shape:?} reach past the address space ({})",
+                        strides,
+                        here()
+                    )))
+                }
+            }
+        };
         if host && T::DTYPE.code == dlpark::ffi::DLDataTypeCode::BOOL.0 && size > 0 {
             // Only 0 and 1 are Rust bools; views hand out `&bool`, so check every element.
             // SAFETY: the producer's host memory holds `span` bytes from `data`.
@@ -366,7 +380,10 @@ fn layout<const N: usize>(shape: &[usize; N], given: Option<&[i64]>, writable: b
             if strides[axis] <= reach {
                 return Err(format!("overlapping strides (axis {axis}) in a writable array"));
             }
-            reach += strides[axis] * (shape[axis] - 1);
+            reach = strides[axis]
+                .checked_mul(shape[axis] - 1)
+                .and_then(|step| reach.checked_add(step))
+                .ok_or_else(|| format!("strides too large (axis {axis})"))?;
         }
     }
     Ok(strides)

@@ -105,10 +105,19 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
                 ok
             })
         };
-        if t.ndim != N as i32 || !contiguous || (bytes > 0 && t.data.is_null()) {
-            return Err(PyRuntimeError::new_err("the producer's allocator returned a tensor unlike the prototype"));
+        // SAFETY: a DLTensor's shape holds ndim entries (checked to be N first).
+        let same_shape = t.ndim == N as i32 && unsafe { std::slice::from_raw_parts(t.shape, N) } == &dims[..];
+        let same_place = t.device.device_type.0 == device.device_type as u32 && t.device.device_id == device.id;
+        let same_type = (t.dtype.code.0, t.dtype.bits, t.dtype.lanes) == (T::DTYPE.code, T::DTYPE.bits, T::DTYPE.lanes);
+        let address = (t.data as usize).checked_add(t.byte_offset as usize);
+        let usable = address.is_some_and(|a| bytes == 0 || (a != 0 && a % align_of::<T>() == 0));
+        if !(same_shape && same_place && same_type && contiguous && usable) {
+            return Err(PyRuntimeError::new_err(
+                "the producer's allocator returned a tensor unlike the prototype (shape, dtype, device, layout or \
+                 alignment)",
+            ));
         }
-        let data = t.data as usize + t.byte_offset as usize;
+        let data = address.unwrap_or(0);
         zero(data, bytes, device, stream)?;
         Ok(NewArray { py, api, tensor, data, shape, device, stream, _element: PhantomData })
     }
@@ -184,7 +193,14 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
                 .unwrap_or_else(|| PyRuntimeError::new_err("the producer could not wrap the tensor")));
         }
         // SAFETY: a new reference from the producer.
-        Ok(unsafe { Bound::from_owned_ptr(self.py, out.cast()) })
+        let object = unsafe { Bound::from_owned_ptr(self.py, out.cast()) };
+        // An amso array of this runtime learns the stream its contents were written on, so
+        // amso's later work on it, and its consumers, wait for that work.
+        if let (Ok(array), Some(stream)) = (object.cast::<super::super::array::MemArrayBase>(), self.stream) {
+            // SAFETY: the stream the array was zeroed on and handed out for its work.
+            array.get().modify(self.py, |array| unsafe { array.record_work(stream) })?;
+        }
+        Ok(object)
     }
 }
 

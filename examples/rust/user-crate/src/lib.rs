@@ -63,7 +63,8 @@ fn deposit_on_device(
 ) -> PyResult<()> {
     let device_id = positions.device().id;
     if let Some(earlier) = positions.stream().filter(|&s| s != stream) {
-        order_streams(device_id, earlier, stream)?;
+        // SAFETY: both are streams the arguments' producers reported for their live data.
+        unsafe { order_streams(device_id, earlier, stream) }?;
     }
     let particles = positions.device_indexer()?;
     if particles.size() == 0 || density.size() == 0 {
@@ -72,11 +73,13 @@ fn deposit_on_device(
     let function = CIC_KERNEL.function(device_id)?;
     let blocks = (particles.shape()[0] as u64).div_ceil(256).min(65_535 * 32) as u32;
     let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-    with_stream(device_id, stream, |s| {
+    let queue = |s: &amso_runtime::cuda::CudaStream| {
         // SAFETY: the kernel takes (Indexer<float, 2>, Indexer<double, 3>, double), which these
         // are; both arrays are live device memory their arguments hold.
         unsafe { s.launch_builder(&function).arg(&particles).arg(&density).arg(&box_size).launch(config) }.map(drop)
-    })?;
+    };
+    // SAFETY: `stream` is the density's: its producer's current stream, or amso's.
+    unsafe { with_stream(device_id, stream, queue) }?;
     Ok(())
 }
 

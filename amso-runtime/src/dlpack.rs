@@ -209,6 +209,21 @@ impl ManagedTensor {
         self.raw
     }
 
+    /// The tensor's `DLTensor`, whether it is read-only (DLPack's flag; legacy tensors have
+    /// none), and the DLPack major version it declares (legacy: amso's).
+    pub fn describe(&self) -> (&DLTensor, bool, u32) {
+        // SAFETY: a live tensor this value owns, borrowed for as long as `self` is.
+        unsafe {
+            match self.raw {
+                RawManaged::Versioned(p) => {
+                    let m: &DLManagedTensorVersioned = &*p.as_ptr();
+                    (&m.dl_tensor, m.flags.contains(DlpackFlags::READ_ONLY), m.version.major)
+                }
+                RawManaged::Legacy(p) => (&(*p.as_ptr()).dl_tensor, false, DLPACK_VERSION.0),
+            }
+        }
+    }
+
     /// Give up ownership: the caller must call the deleter exactly once.
     pub fn into_raw(self) -> RawManaged {
         let raw = self.raw;

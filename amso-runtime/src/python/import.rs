@@ -4,7 +4,6 @@
 
 use std::ptr::NonNull;
 
-use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -19,20 +18,7 @@ use crate::memarray::foreign::{check_c_contiguous, check_dims, check_major_versi
 /// An amso array over the tensor `owner` owns (its deleter runs exactly once, also when the
 /// tensor is refused).
 pub(super) fn wrap_tensor(py: Python<'_>, owner: ManagedTensor) -> PyResult<Py<PyAny>> {
-    let raw = owner.raw();
-    // SAFETY: a live tensor we own.
-    let (t, readonly, major) = unsafe {
-        match raw {
-            RawManaged::Versioned(p) => {
-                let m: &DLManagedTensorVersioned = p.as_ref();
-                (&m.dl_tensor, m.flags.contains(dlpark::DlpackFlags::READ_ONLY), m.version.major)
-            }
-            RawManaged::Legacy(p) => {
-                let m: &DLManagedTensor = p.as_ref();
-                (&m.dl_tensor, false, DLPACK_VERSION.0)
-            }
-        }
-    };
+    let (t, readonly, major) = owner.describe();
     check_major_version(major)?;
     // SAFETY: a producer's tensor: shape and strides hold ndim entries.
     let (dims, address, device) = unsafe { claim(t) }?;

@@ -13,7 +13,7 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
-use dlpark::ffi::{DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI, DLTensor};
+use dlpark::ffi::{DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
@@ -240,19 +240,7 @@ pub(crate) fn from_managed(tensor: ManagedTensor, stream: Option<i64>) -> PyResu
 
 /// The fields of a producer's managed tensor, checked enough to be read safely.
 fn from_tensor(tensor: ManagedTensor) -> PyResult<Source> {
-    // SAFETY: a live tensor we own.
-    let (t, readonly, major): (&DLTensor, bool, u32) = unsafe {
-        match tensor.raw() {
-            RawManaged::Versioned(p) => {
-                let m: &DLManagedTensorVersioned = p.as_ref();
-                (&m.dl_tensor, m.flags.contains(dlpark::DlpackFlags::READ_ONLY), m.version.major)
-            }
-            RawManaged::Legacy(p) => {
-                let m: &DLManagedTensor = p.as_ref();
-                (&m.dl_tensor, false, DLPACK_VERSION.0)
-            }
-        }
-    };
+    let (t, readonly, major) = tensor.describe();
     crate::memarray::foreign::check_major_version(major)?;
     if !(0..=64).contains(&t.ndim) || (t.ndim > 0 && t.shape.is_null()) {
         return Err(PyValueError::new_err(format!("the producer's tensor has ndim {} and no usable shape", t.ndim)));

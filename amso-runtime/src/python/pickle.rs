@@ -20,18 +20,22 @@ use crate::memarray::ArrayOptions;
 /// The name of the rebuild function in a registering module.
 pub(super) const REBUILD: &str = "_amso_rebuild";
 
-/// This runtime's registration of `array`'s class.
-fn registration_of(array: &MemArrayBase) -> PyResult<Registration> {
-    let dtype = array.element_type();
-    let ndim = array.header().dims().len();
-    registry::find(dtype.code, dtype.bits, dtype.lanes, ndim)
-        .ok_or_else(|| PyTypeError::new_err(format!("no registered class for {} with ndim {ndim}", dtype.name)))
+/// This runtime's registration of `slf`'s class (for a Python subclass, the amso class it
+/// derives from: pickles and copies are of that class).
+fn registration_of(slf: &Bound<'_, MemArrayBase>) -> PyResult<Registration> {
+    registry::of_object(slf.as_any()).ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "{} is not a registered amso class",
+            slf.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })
 }
 
 /// `a.__reduce_ex__(protocol)`.
 pub(super) fn reduce<'py>(slf: &Bound<'py, MemArrayBase>, protocol: i64) -> PyResult<Bound<'py, PyTuple>> {
     let (py, array) = (slf.py(), slf.get());
-    let rebuild = py.import(registration_of(array)?.module)?.getattr(REBUILD)?;
+    let registration = registration_of(slf)?;
+    let rebuild = py.import(registration.module)?.getattr(REBUILD)?;
     let (readonly, pinned, device, nbytes) = array.read(py, |object| {
         let raw = object.raw_view();
         let device = (raw.residence() == Residence::Device).then(|| raw.device_id());
@@ -54,13 +58,16 @@ pub(super) fn reduce<'py>(slf: &Bound<'py, MemArrayBase>, protocol: i64) -> PyRe
         }
     };
     let dims = PyTuple::new(py, array.header().dims())?;
-    let arguments = (array.element_type().name, dims, readonly, pinned, device, data).into_pyobject(py)?;
+    // The class's name picks the same class when a module registers several of one dtype/ndim.
+    let arguments =
+        (array.element_type().name, dims, readonly, pinned, device, data, registration.name).into_pyobject(py)?;
     PyTuple::new(py, [rebuild, arguments.into_any()])
 }
 
 /// `_amso_rebuild(dtype, shape, readonly, pinned, device, data)`: the array a pickle describes.
 #[pyfunction]
-#[pyo3(name = "_amso_rebuild")]
+#[pyo3(name = "_amso_rebuild", signature = (dtype, shape, readonly, pinned, device, data, class = None))]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn rebuild(
     py: Python<'_>,
     dtype: &str,
@@ -69,10 +76,12 @@ pub(super) fn rebuild(
     pinned: bool,
     device: Option<i32>,
     data: &Bound<'_, PyAny>,
+    class: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
     let dims = shape.0;
     check_dims(&dims)?;
-    let registration = registry::find_name(dtype, dims.len()).ok_or_else(|| {
+    let by_class = class.and_then(|name| registry::find_class_name(name, dtype, dims.len()));
+    let registration = by_class.or_else(|| registry::find_name(dtype, dims.len())).ok_or_else(|| {
         PyTypeError::new_err(format!(
             "the pickle holds a {dtype} array with ndim {}, which this module does not compile; compiled: {}",
             dims.len(),
@@ -127,7 +136,7 @@ pub(super) fn rebuild(
 /// (a device-to-device copy for device data).
 pub(super) fn duplicate(slf: &Bound<'_, MemArrayBase>) -> PyResult<Py<PyAny>> {
     let (py, array) = (slf.py(), slf.get());
-    let registration = registration_of(array)?;
+    let registration = registration_of(slf)?;
     let copy = array.read_detached(py, |object| object.duplicate(None))?;
     (registration.instance)(py, MemArrayBase::new(copy))
 }

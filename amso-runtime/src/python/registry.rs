@@ -35,6 +35,10 @@ pub struct Registration {
     pub instance: fn(Python<'_>, MemArrayBase) -> PyResult<Py<PyAny>>,
     /// The module that registered the class (where pickles find `_amso_rebuild`).
     pub module: &'static str,
+    /// The class's type object (a class lives for the process once registered).
+    pub type_object: usize,
+    /// The class's Python name.
+    pub name: &'static str,
 }
 
 const MAX_TYPES: usize = 256;
@@ -70,19 +74,21 @@ pub(super) fn add<C: Instantiation>(py: Python<'_>, module: &str) {
         create: create::<C>,
         wrap: wrap::<C>,
         instance: instance::<C>,
-        module: known_module(module),
+        module: interned(module),
+        type_object,
+        name: interned(&C::type_object(py).name().map(|n| n.to_string()).unwrap_or_default()),
     };
     REGISTRY.write().unwrap_or_else(|e| e.into_inner()).push(registration);
 }
 
-/// `module` as a string that lives for the process (one per registering module).
-fn known_module(module: &str) -> &'static str {
-    static MODULES: RwLock<Vec<&'static str>> = RwLock::new(Vec::new());
-    if let Some(known) = MODULES.read().unwrap_or_else(|e| e.into_inner()).iter().find(|m| **m == module) {
+/// `text` as a string that lives for the process (module and class names, one each).
+fn interned(text: &str) -> &'static str {
+    static STRINGS: RwLock<Vec<&'static str>> = RwLock::new(Vec::new());
+    if let Some(known) = STRINGS.read().unwrap_or_else(|e| e.into_inner()).iter().find(|s| **s == text) {
         return known;
     }
-    let leaked: &'static str = Box::leak(module.to_owned().into_boxed_str());
-    MODULES.write().unwrap_or_else(|e| e.into_inner()).push(leaked);
+    let leaked: &'static str = Box::leak(text.to_owned().into_boxed_str());
+    STRINGS.write().unwrap_or_else(|e| e.into_inner()).push(leaked);
     leaked
 }
 
@@ -99,6 +105,19 @@ pub fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<Registration>
         .iter()
         .find(|r| r.ndim == ndim && r.dtype.code == code && r.dtype.bits == bits && r.dtype.lanes == lanes)
         .copied()
+}
+
+/// The registered class that `object`'s type is, or derives from (a Python subclass).
+pub fn of_object(object: &Bound<'_, PyAny>) -> Option<Registration> {
+    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
+    let mro = object.get_type().mro();
+    mro.iter().find_map(|class| registry.iter().find(|r| r.type_object == class.as_ptr() as usize).copied())
+}
+
+/// The registered class of Python name `class` holding `dtype` arrays with `ndim` dimensions.
+pub fn find_class_name(class: &str, dtype: &str, ndim: usize) -> Option<Registration> {
+    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
+    registry.iter().find(|r| r.ndim == ndim && r.dtype.name == dtype && r.name == class).copied()
 }
 
 /// The registered class for a dtype name (`float32`) and ndim.

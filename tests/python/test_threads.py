@@ -80,6 +80,12 @@ def run_threads(*targets, timeout: float = 300) -> list[BaseException]:
 
 
 def test_sixteen_threads_create_read_write_export_and_lock_shared_arrays():
+    import pickle
+
+    try:
+        import amso_user_example as typed  # typed array arguments from many threads
+    except ImportError:
+        typed = None
     threads, iterations = 16, 200
     counters = amso.MemArray((threads,), np.int64)  # slot i belongs to thread i
     table = amso.MemArray((8, 8), np.float64)
@@ -111,11 +117,22 @@ def test_sixteen_threads_create_read_write_export_and_lock_shared_arrays():
                 private = amso.MemArray((int(rng.integers(1, 50)),), np.float32)
                 private[0] = float(i)
                 assert np.from_dlpack(private)[0] == i
+                # The newer paths on the shared arrays: buffers (export counting), copies, pickle.
+                with memoryview(table) as view:
+                    assert view[7, 7] == 63.0
+                assert table.copy()[7, 7] == 63.0
+                assert pickle.loads(pickle.dumps(table, protocol=5))[3, 3] == 27.0
+                if typed is not None:
+                    assert typed.count_true(np.array([True, False, bool(i % 2)])) == 1 + i % 2
         return run
 
     errors = run_threads(*(worker(me) for me in range(threads)))
     assert not errors, errors[:3]
     assert not counters.locked and counters.export_count == 0 and table.export_count == 0
+    table.move_memory(amso.dlpack.kDLCPU)  # no buffer export left behind: nothing pins the table
+    with memoryview(table):
+        with pytest.raises(BufferError, match="1 live buffer export"):
+            table.move_memory(amso.dlpack.kDLCUDA)
     np.testing.assert_array_equal(counters.to_numpy(), successes)
     np.testing.assert_array_equal(table.to_numpy(), np.arange(64.0).reshape(8, 8))
     assert sum(successes) > 0

@@ -125,6 +125,26 @@ class ArrayIterator:
     def __next__(self) -> Any: ...
     def __length_hint__(self) -> int: ...
 
+class RawBytes:
+    """An amso array's host memory as a plain byte buffer (for any dtype, bfloat16 included)."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+class Kernel:
+    """A CUDA kernel compiled by NVRTC (with amso.cuh) on first use per device; exported as
+    `amso.cuda.Kernel`, called as CuPy's RawKernel is."""
+
+    def __init__(self, source: str, name: str, *, options: Sequence[str] = ()) -> None: ...
+    def __call__(
+        self,
+        grid: int | tuple[int, ...],
+        block: int | tuple[int, ...],
+        args: Sequence[Any],
+        *,
+        stream: _Stream = None,
+        shared_mem: int = 0,
+    ) -> None: ...
+
 class DLPackContext:
     """Locks an array for the duration of a `with` block and exports it through DLPack."""
 

@@ -250,7 +250,24 @@ def test_stale_and_unbalanced_contexts():
 
 
 # --- The Python API ---
+def _move_while_viewed(a):
+    with memoryview(a):
+        a.move_memory(amso.dlpack.kDLCUDA)
+
+
+def _typed_argument(a):
+    ue = pytest.importorskip("amso_user_example")
+    ue.deposit(a, a, 1.0)  # positions must be float32 (n, 3)
+
+
 PYTHON_API = [
+    ("array-conversion-without-copy", lambda a: a.__array__(np.int8, copy=False), ValueError, "needs a copy, but copy=False"),
+    ("move-while-a-buffer-lives", _move_while_viewed, BufferError, "1 live buffer export"),
+    ("stream-object-returns-junk", lambda a: a.move_memory(1, stream=type("S", (), {"__cuda_stream__": lambda s: None})()),
+     TypeError, "must return a \\(version, handle\\) tuple"),
+    ("typed-argument-wrong-dtype", _typed_argument, TypeError, "expected a float32 array with 2 dimensions, got a float64"),
+    ("rebuild-short-data", lambda a: amso._amso._amso_rebuild("float64", (2, 3), False, False, None, b"short"),
+     ValueError, "holds 5 bytes, but a float64 array of shape \\[2, 3\\] needs 48"),
     ("read-wrong-shape", lambda a: a.read_numpy_array(np.zeros((3, 2))), ValueError, "shape"),
     ("read-wrong-dtype", lambda a: a.read_numpy_array(np.zeros((2, 3), np.complex128)), TypeError, "cannot cast complex128 to float64"),
     ("read-not-an-array", lambda a: a.read_numpy_array("abc"), ValueError, "shape mismatch"),

@@ -7,6 +7,7 @@ use std::ffi::CStr;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
+use super::array::MemArrayBase;
 use crate::dlpack::{plan_export, DlpackRequest, ManagedTensor, RawManaged};
 use crate::lock::LockId;
 use crate::object::ArrayObject;
@@ -32,9 +33,40 @@ pub(crate) fn export_tensor(
     Ok(ManagedTensor::new(source, plan.format))
 }
 
+/// A `__dlpack__` call on `array` (the array API's arguments), presenting `lock`: the one body
+/// of `MemArray.__dlpack__` and `DLPackContext.__dlpack__`.
+pub(crate) fn dlpack_call<'py>(
+    py: Python<'py>,
+    array: &MemArrayBase,
+    lock: Option<LockId>,
+    stream: Option<i64>,
+    max_version: Option<&Bound<'py, PyAny>>,
+    dl_device: Option<(i32, i32)>,
+    copy: Option<bool>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
+    let request = DlpackRequest { stream, max_version, dl_device, copy };
+    let on_device = array.header().placement().device_type == crate::DeviceType::Cuda as i32;
+    warn_ambiguous_stream(py, on_device, &request)?;
+    let tensor = array.read(py, |array| export_tensor(array, lock, &request))?;
+    into_capsule(py, tensor)
+}
+
+/// A versioned export of `array` whose device data is handed to `stream` (amso's pending work
+/// on it ordered first); host data has no stream. For the exchange API and kernel launches.
+pub(crate) fn export_for_stream(array: &dyn ArrayObject, stream: i64) -> crate::Result<ManagedTensor> {
+    let on_device = array.raw_view().device().device_type == crate::DeviceType::Cuda;
+    let request = DlpackRequest {
+        stream: on_device.then_some(stream),
+        max_version: Some(crate::dlpack::DLPACK_VERSION),
+        ..Default::default()
+    };
+    export_tensor(array, None, &request)
+}
+
 /// Warn about `stream=0` for device data: the array API standard forbids it as ambiguous,
 /// older consumers still send it, and amso treats it as the legacy default stream.
-pub(crate) fn warn_ambiguous_stream(py: Python<'_>, on_device: bool, request: &DlpackRequest) -> PyResult<()> {
+fn warn_ambiguous_stream(py: Python<'_>, on_device: bool, request: &DlpackRequest) -> PyResult<()> {
     if request.stream == Some(0) && on_device {
         PyErr::warn(
             py,

@@ -8,8 +8,7 @@ use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 
 use super::array::MemArrayBase;
-use super::capsule::{export_tensor, into_capsule, warn_ambiguous_stream};
-use crate::dlpack::DlpackRequest;
+use super::capsule::dlpack_call;
 use crate::lock::LockId;
 
 /// A locking DLPack exporter for one array (Python name `amso._amso.DLPackContext`).
@@ -81,13 +80,7 @@ impl DLPackContext {
                 "this DLPack context is not entered; use it as `with array.get_dlpack() as view: np.from_dlpack(view)`",
             ));
         }
-        let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
-        let request = DlpackRequest { stream, max_version, dl_device, copy };
-        let array = self.array.get();
-        let on_device = array.header().placement().device_type == crate::DeviceType::Cuda as i32;
-        warn_ambiguous_stream(py, on_device, &request)?;
-        let tensor = array.read(py, |array| export_tensor(array, Some(self.lock), &request))?;
-        into_capsule(py, tensor)
+        dlpack_call(py, self.array.get(), Some(self.lock), stream, max_version, dl_device, copy)
     }
 
     /// `(device type, device id)` of the array's current data.

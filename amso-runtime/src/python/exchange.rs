@@ -16,10 +16,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::array::MemArrayBase;
-use super::capsule::export_tensor;
+use super::capsule::export_for_stream;
 use super::registry;
 use crate::device::{Device, DeviceType};
-use crate::dlpack::{DlpackRequest, Format, ManagedTensor, RawManaged, DLPACK_VERSION};
+use crate::dlpack::{Format, ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::error::{code, Error, Result};
 use crate::memarray::ArrayOptions;
 
@@ -135,15 +135,7 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
             // "No sync" means the consumer works on `current_work_stream`; amso orders its own
             // pending work on the array before that stream, so the consumer needs nothing else.
             let work = crate::stream_context::current().filter(|&s| s > 1).unwrap_or(1);
-            let tensor = array.get().read(py, |array| {
-                let on_device = array.raw_view().device().device_type == DeviceType::Cuda;
-                let request = DlpackRequest {
-                    stream: on_device.then_some(work),
-                    max_version: Some(DLPACK_VERSION),
-                    ..Default::default()
-                };
-                export_tensor(array, None, &request)
-            })?;
+            let tensor = array.get().read(py, |array| export_for_stream(array, work))?;
             let RawManaged::Versioned(raw) = tensor.into_raw() else { unreachable!("asked for a versioned tensor") };
             // SAFETY: checked non-null above.
             unsafe { *out = raw.as_ptr() };

@@ -16,7 +16,7 @@ use super::convert::StreamArg;
 use crate::cuda::kernels::AnyRankIndexer;
 use crate::cuda::{with_stream, LaunchConfig, PushKernelArg};
 use crate::device::DeviceType;
-use crate::dlpack::{DlpackRequest, DLPACK_VERSION};
+use crate::memarray::foreign::check_c_contiguous;
 
 /// A CUDA kernel compiled from source on first use per device (Python name
 /// `amso._amso.Kernel`, exported as `amso.cuda.Kernel`).
@@ -174,14 +174,7 @@ fn indexer(position: usize, source: &Source) -> PyResult<AnyRankIndexer> {
             "the array is in host memory; kernels take CUDA device arrays (move_memory(kDLCUDA), or .cuda())",
         ));
     }
-    let mut expected = 1i64;
-    let contiguous = source.strides.as_ref().is_none_or(|strides| {
-        (0..source.dims.len()).rev().all(|axis| {
-            let ok = source.dims[axis] <= 1 || strides[axis] == expected;
-            expected *= source.dims[axis].max(1);
-            ok
-        })
-    });
+    let contiguous = source.strides.as_ref().is_none_or(|strides| check_c_contiguous(&source.dims, strides, 1).is_ok());
     if !contiguous || source.dims.is_empty() || source.dims.len() > crate::MAX_NDIM {
         return Err(position_error::<PyValueError>(
             position,
@@ -267,15 +260,7 @@ impl Kernel {
                 source
             } else if let Ok(own) = arg.cast::<MemArrayBase>() {
                 // Ordered after amso's pending work on the array, handed to the launch stream.
-                let tensor = own.get().read(py, |array| {
-                    let on_device = array.raw_view().device().device_type == DeviceType::Cuda;
-                    let request = DlpackRequest {
-                        stream: on_device.then_some(launch),
-                        max_version: Some(DLPACK_VERSION),
-                        ..Default::default()
-                    };
-                    super::capsule::export_tensor(array, None, &request)
-                })?;
+                let tensor = own.get().read(py, |array| super::capsule::export_for_stream(array, launch))?;
                 held.push(Held::Own(own.clone().unbind()));
                 source::from_managed(tensor, Some(launch))?
             } else {

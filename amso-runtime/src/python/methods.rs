@@ -9,12 +9,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use super::array::MemArrayBase;
-use super::capsule::{export_tensor, into_capsule, warn_ambiguous_stream};
+use super::capsule::dlpack_call;
 use super::context::DLPackContext;
 use super::convert::{numpy_dtype, parse_index, scalar_from_py, scalar_to_py, StreamArg};
 use super::iteration::ArrayIterator;
 use crate::device::{Device, DeviceType};
-use crate::dlpack::DlpackRequest;
 use crate::header::{FLAG_ON_DEVICE, FLAG_PINNED, FLAG_READONLY};
 use crate::lock::LockId;
 use crate::memarray::access::RawView;
@@ -204,11 +203,7 @@ impl MemArrayBase {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
-        let request = DlpackRequest { stream, max_version, dl_device, copy };
-        warn_ambiguous_stream(py, self.on_device(), &request)?;
-        let tensor = self.read(py, |array| export_tensor(array, None, &request))?;
-        into_capsule(py, tensor)
+        dlpack_call(py, self, None, stream, max_version, dl_device, copy)
     }
 
     /// `(device type, device id)` of the current data, as DLPack codes.

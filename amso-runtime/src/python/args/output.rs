@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use crate::device::{Device, DeviceType};
 use crate::dlpack::{ManagedTensor, RawManaged};
 use crate::element::Element;
+use crate::memarray::foreign::check_c_contiguous;
 
 /// A new array of `T` with `N` dimensions, zeroed, owned until `into_object` hands it to
 /// Python as its framework's array object.
@@ -95,18 +96,13 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
         // SAFETY: a live versioned tensor we own.
         let t = unsafe { &raw.as_ref().dl_tensor };
         let bytes = shape.iter().product::<usize>() * size_of::<T>();
-        let contiguous = t.strides.is_null() || {
-            // SAFETY: a DLTensor's non-NULL strides hold ndim entries.
-            let given = unsafe { std::slice::from_raw_parts(t.strides, N) };
-            let mut stride = 1i64;
-            (0..N).rev().all(|axis| {
-                let ok = shape[axis] <= 1 || given[axis] == stride;
-                stride *= shape[axis].max(1) as i64;
-                ok
-            })
-        };
-        // SAFETY: a DLTensor's shape holds ndim entries (checked to be N first).
+        // SAFETY: a DLTensor's shape and (non-NULL) strides hold ndim entries, checked to be N
+        // before either is read.
         let same_shape = t.ndim == N as i32 && unsafe { std::slice::from_raw_parts(t.shape, N) } == &dims[..];
+        let contiguous = same_shape
+            && (t.strides.is_null()
+                // SAFETY: as above.
+                || check_c_contiguous(&dims, unsafe { std::slice::from_raw_parts(t.strides, N) }, 1).is_ok());
         let same_place = t.device.device_type.0 == device.device_type as u32 && t.device.device_id == device.id;
         let same_type = (t.dtype.code.0, t.dtype.bits, t.dtype.lanes) == (T::DTYPE.code, T::DTYPE.bits, T::DTYPE.lanes);
         let address = (t.data as usize).checked_add(t.byte_offset as usize);

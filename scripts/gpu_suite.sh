@@ -29,7 +29,7 @@ if [[ $what == sanitizer || $what == all ]]; then
   # them on purpose (a host pointer given to cuPointerGetAttribute, an allocation too large).
   compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
     tests/python/test_cuda.py tests/python/test_corpus.py tests/python/test_kernels.py \
-    tests/python/test_memory.py tests/python/test_threads.py -k "not out_of_device_memory" \
+    tests/python/test_memory.py tests/python/test_threads.py tests/python/test_graphs.py -k "not out_of_device_memory" \
     2>&1 | tail -n 25 | tee "$out/memcheck.log"
   status=$((status | ${PIPESTATUS[0]}))
   compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \

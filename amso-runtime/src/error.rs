@@ -82,6 +82,9 @@ pub enum Error {
     /// An argument of a valid type but an invalid value.
     #[error("{0}")]
     InvalidArgument(String),
+    /// An operation a CUDA graph capture in progress does not allow (`cuda/capture.rs`).
+    #[error("{0}")]
+    Capture(String),
 }
 
 /// C error codes (generated/amso.h), one per Python exception kind; 0 is success.
@@ -124,7 +127,7 @@ impl Error {
             Error::WrongValueType(_) => code::TYPE,
             Error::OutOfMemory { .. } => code::MEMORY,
             Error::Locked { .. } | Error::StaleLock { .. } | Error::ExportRefused(_) => code::BUFFER,
-            Error::Unavailable(_) | Error::Cuda(_) | Error::Compile(_) => code::RUNTIME,
+            Error::Unavailable(_) | Error::Cuda(_) | Error::Compile(_) | Error::Capture(_) => code::RUNTIME,
         }
     }
 }

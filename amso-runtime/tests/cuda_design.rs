@@ -5,12 +5,15 @@
 
 use amso_runtime::{Device, MemArray};
 
-fn gpu() -> bool {
-    let available = amso_runtime::cuda::is_available();
-    if !available {
+/// The GPU, one test at a time (a CUDA graph capture forbids host waits in other threads),
+/// or None (the test skips, and says so) where no CUDA driver is present.
+fn gpu() -> Option<std::sync::MutexGuard<'static, ()>> {
+    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if !amso_runtime::cuda::is_available() {
         eprintln!("skipped: no CUDA driver on this machine");
+        return None;
     }
-    available
+    Some(GPU.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 fn design_sequence<T: amso_runtime::Element + PartialEq, const N: usize>(
@@ -43,9 +46,9 @@ fn design_sequence<T: amso_runtime::Element + PartialEq, const N: usize>(
 
 #[test]
 fn add_index_on_the_device_matches_the_host_computation() {
-    if !gpu() {
+    let Some(_gpu) = gpu() else {
         return;
-    }
+    };
     design_sequence::<f32, 3>([7, 33, 65], 2.0, |x, s| x + s as f32);
     design_sequence::<f64, 2>([129, 3], -1.5, |x, s| x + s as f64);
     design_sequence::<i32, 1>([1000], 5, |x, s| x + s as i32);
@@ -55,9 +58,9 @@ fn add_index_on_the_device_matches_the_host_computation() {
 
 #[test]
 fn clone_of_a_device_array_is_deep() {
-    if !gpu() {
+    let Some(_gpu) = gpu() else {
         return;
-    }
+    };
     let mut a = MemArray::<f32, 1>::from_slice([4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
     a.move_memory(Device::cuda(0), 0, false).unwrap();
     let b = a.clone();
@@ -71,9 +74,9 @@ fn clone_of_a_device_array_is_deep() {
 #[test]
 fn your_own_kernel_through_the_rust_api() {
     use amso_runtime::cuda::{with_stream, Kernel, LaunchConfig, PushKernelArg};
-    if !gpu() {
+    let Some(_gpu) = gpu() else {
         return;
-    }
+    };
     static SCALE: Kernel = Kernel::new(
         r#"#include "amso.cuh"
         extern "C" __global__ void scale(amso::Indexer<double, 2> x, double by) {
@@ -111,4 +114,68 @@ fn your_own_kernel_through_the_rust_api() {
     let broken = Kernel::from_source("extern \"C\" __global__ void broken() { undefined_name; }", "broken");
     let error = broken.function(0).unwrap_err().to_string();
     assert!(error.contains("could not compile kernel `broken`") && error.contains("undefined_name"), "{error}");
+}
+
+/// CUDA graph capture without any framework: `cuStreamBeginCapture` (cudarc) on a stream of
+/// the caller's, amso's pinned moves, `add_index_tuple` and a kernel of the caller's captured
+/// on it, a pageable move refused with the capture left valid, and the graph launched three
+/// times; each launch copies up, adds, scales and copies back.
+#[test]
+fn operations_captured_into_a_cuda_graph_run_once_per_launch() {
+    use amso_runtime::cuda::{with_stream, Kernel, LaunchConfig, PushKernelArg};
+    use amso_runtime::ArrayOptions;
+    use cudarc::driver::{sys, CudaContext};
+    let Some(_gpu) = gpu() else {
+        return;
+    };
+    static SCALE: Kernel = Kernel::new(
+        r#"#include "amso.cuh"
+        extern "C" __global__ void twice_plus_one(amso::Indexer<float, 2> x) {
+            const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < x.size()) x.data[i] = 2.0f * x.data[i] + 1.0f;
+        }"#,
+        "twice_plus_one",
+    );
+    let shape = [9, 13];
+    let values: Vec<f32> = (0..117).map(|v| v as f32 * 0.25 - 7.0).collect();
+    let mut array =
+        MemArray::<f32, 2>::with_options(shape, ArrayOptions { pinned: true, ..Default::default() }).unwrap();
+    array.copy_from_slice(&values).unwrap();
+    let mut pageable = MemArray::<f32, 2>::from_slice(shape, &values).unwrap();
+    let context = CudaContext::new(0).unwrap();
+    let stream = context.new_stream().unwrap();
+    let handle = stream.cu_stream() as i64;
+    let function = SCALE.function(0).unwrap();
+
+    stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+    let refused = pageable.move_memory(Device::cuda(0), handle, true).unwrap_err().to_string();
+    array.move_memory(Device::cuda(0), handle, true).unwrap();
+    array.add_index_tuple(handle).unwrap();
+    // SAFETY: `handle` is the live capturing stream; the kernel takes one Indexer<float, 2>.
+    let x = unsafe { array.device_indexer_on(handle) }.unwrap();
+    let queue = |s: &amso_runtime::cuda::CudaStream| {
+        // SAFETY: as above; the array's device memory outlives the graph's launches.
+        unsafe { s.launch_builder(&function).arg(&x).launch(LaunchConfig::for_num_elems(117)) }.map(drop)
+    };
+    // SAFETY: as above.
+    unsafe { with_stream(0, handle, queue) }.unwrap();
+    // SAFETY: as above.
+    unsafe { array.record_work(handle) }.unwrap();
+    array.move_memory(Device::CPU, handle, true).unwrap();
+    assert_eq!(stream.capture_status().unwrap(), sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0)).unwrap().expect("a graph");
+
+    assert!(refused.contains("pageable host memory") && refused.contains("capture is still valid"), "{refused}");
+    assert!(!pageable.on_device());
+    assert_eq!(array.to_vec().unwrap(), values, "capturing runs nothing");
+    for _ in 0..3 {
+        graph.launch().unwrap();
+    }
+    stream.synchronize().unwrap();
+    let got = array.to_vec().unwrap();
+    for (offset, value) in got.into_iter().enumerate() {
+        let (i, j) = (offset / 13, offset % 13);
+        let expected = (0..3).fold(values[offset], |v, _| 2.0 * (v + (i + j) as f32) + 1.0);
+        assert_eq!(value, expected, "at ({i}, {j})");
+    }
 }

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use cudarc::driver::sys;
 
+use super::capture;
 use super::context::Current;
 use super::deferred::{Deferred, Limits};
 use super::driver::{cuda_error, map_error};
@@ -119,6 +120,9 @@ impl DeviceAllocator for PoolAllocator {
             }
         }
         STATS.misses.fetch_add(1, Ordering::Relaxed);
+        // Never on a capturing stream (`DeviceMemory::alloc_for`); relaxed so that neither the
+        // pool's configuration nor the allocation invalidates a capture elsewhere.
+        let _relaxed = capture::Relaxed::enter();
         self.configure(device_id)?;
         let _ctx = Current::enter(device_id)?;
         let mut ptr: sys::CUdeviceptr = 0;
@@ -171,20 +175,58 @@ pub fn set_release_threshold(bytes: u64) {
     default_pool().set_release_threshold(bytes);
 }
 
+/// What a free waits for.
+#[derive(Debug, Clone, Copy)]
+pub enum After {
+    /// The work queued so far on this stream.
+    Stream(StreamHandle),
+    /// All work on the device (memory handed to consumers whose streams are unknown).
+    Device,
+}
+
 /// A pending free.
 pub struct PendingFree {
     allocator: Arc<dyn DeviceAllocator>,
     device_id: i32,
     ptr: u64,
     bytes: usize,
-    stream: StreamHandle,
+    after: After,
 }
 
 impl PendingFree {
     fn run(self) {
-        self.allocator.free(self.device_id, self.ptr, self.bytes, self.stream);
+        let stream = match self.after {
+            After::Stream(stream) => stream,
+            After::Device => {
+                if let Ok(_ctx) = Current::enter(self.device_id) {
+                    // Raw: cudarc's context synchronise binds the context to the thread.
+                    // SAFETY: a context is current. Never during a capture amso has seen
+                    // (`run_all`), which this would invalidate.
+                    let _ = unsafe { sys::cuCtxSynchronize() };
+                }
+                StreamHandle::LEGACY
+            }
+        };
+        self.allocator.free(self.device_id, self.ptr, self.bytes, stream);
         STATS.in_use.fetch_sub(self.bytes, Ordering::Relaxed);
     }
+}
+
+/// Run `frees` in the relaxed capture mode: a free on a stream that is not capturing leaves a
+/// capture elsewhere valid.
+fn run_all(frees: Vec<PendingFree>) {
+    if frees.is_empty() {
+        return;
+    }
+    let _relaxed = capture::Relaxed::enter();
+    for free in frees {
+        free.run();
+    }
+}
+
+/// Whether a capture amso has seen is in progress, which holds every deferred free.
+fn capturing() -> bool {
+    capture::in_progress(None)
 }
 
 /// The deferred-free queue.
@@ -207,9 +249,7 @@ pub fn allocate(device_id: i32, bytes: usize, stream: StreamHandle) -> Result<(u
     let allocator = current();
     let ptr = match allocator.allocate(device_id, bytes, stream) {
         Err(Error::OutOfMemory { .. }) => {
-            for free in DEFERRED.take_all() {
-                free.run();
-            }
+            run_all(DEFERRED.take_all(capturing()));
             allocator.allocate(device_id, bytes, stream)?
         }
         other => other?,
@@ -219,11 +259,9 @@ pub fn allocate(device_id: i32, bytes: usize, stream: StreamHandle) -> Result<(u
 }
 
 /// Return memory to `allocator` through the deferred queue.
-pub fn release(allocator: Arc<dyn DeviceAllocator>, device_id: i32, ptr: u64, bytes: usize, stream: StreamHandle) {
-    let pending = PendingFree { allocator, device_id, ptr, bytes, stream };
-    for free in DEFERRED.push(pending, bytes, capacity(device_id)) {
-        free.run();
-    }
+pub fn release(allocator: Arc<dyn DeviceAllocator>, device_id: i32, ptr: u64, bytes: usize, after: After) {
+    let pending = PendingFree { allocator, device_id, ptr, bytes, after };
+    run_all(DEFERRED.push(pending, bytes, capacity(device_id), capturing()));
 }
 
 /// Begin a `defer_cleanup` block.
@@ -233,16 +271,12 @@ pub fn hold_frees() {
 
 /// End a `defer_cleanup` block, running the frees that are due.
 pub fn release_frees(device_id: i32) {
-    for free in DEFERRED.release(capacity(device_id)) {
-        free.run();
-    }
+    run_all(DEFERRED.release(capacity(device_id), capturing()));
 }
 
-/// Run every pending free now (unless a `defer_cleanup` block holds them).
+/// Run every pending free now (unless a `defer_cleanup` block or a capture holds them).
 pub fn flush() {
-    for free in DEFERRED.take_all() {
-        free.run();
-    }
+    run_all(DEFERRED.take_all(capturing()));
 }
 
 /// Set the deferred-free limits.

@@ -56,6 +56,9 @@ pub(crate) fn function(source: &str, name: &str, options: &[String], device_id: 
     }
     let cubin = compile(source, name, options, device_id)?;
     let _ctx = Current::enter(device_id)?;
+    // A first launch may come inside a CUDA graph capture: loading a module there is allowed
+    // in the relaxed capture mode (it touches no stream).
+    let _relaxed = super::capture::Relaxed::enter();
     let module = context(device_id)?.load_module(Ptx::from_binary(cubin)).map_err(cuda_error)?;
     let function = Arc::new(module.load_function(name).map_err(|e| {
         Error::InvalidArgument(format!(

@@ -27,7 +27,12 @@ pub(crate) fn context(device_id: i32) -> Result<&'static Arc<CudaContext>> {
     let created = CudaContext::new(slot);
     // SAFETY: `previous` was current on this thread a moment ago (or there was none).
     unsafe { result::ctx::set_current(previous.unwrap_or(std::ptr::null_mut())) }.map_err(cuda_error)?;
-    let context: &'static Arc<CudaContext> = Box::leak(Box::new(created.map_err(cuda_error)?));
+    let created = created.map_err(cuda_error)?;
+    // amso owns no `CudaSlice`, whose reads and writes event tracking orders; with it on,
+    // cudarc's `new_stream` synchronises the whole context, which a CUDA graph capture in
+    // progress forbids. SAFETY: no cudarc slice of this context exists.
+    unsafe { created.disable_event_tracking() };
+    let context: &'static Arc<CudaContext> = Box::leak(Box::new(created));
     contexts[slot] = Some(context);
     Ok(context)
 }

@@ -1,8 +1,9 @@
 //! Deferred deallocation, as Numba does it: frees are queued and flushed together when the
 //! queue holds `count` frees or `fraction` of the device's memory, or when an allocation
 //! fails for lack of memory; `defer_cleanup` holds all flushing until its block ends, so a
-//! chain of asynchronous work is never broken by a free. The policy is generic over what a
-//! pending free is, so it is tested without a GPU.
+//! chain of asynchronous work is never broken by a free. A CUDA graph capture in progress
+//! holds them too (the caller says so: `capture`). The policy is generic over what a pending
+//! free is, so it is tested without a GPU.
 // The knobs here (allocators, deferral limits) are driven from Python (`amso.set_allocator`,
 // `amso.defer_cleanup`, ...); a Rust-only build keeps them for the pool's own use.
 #![cfg_attr(not(feature = "python"), allow(dead_code))]
@@ -53,19 +54,20 @@ impl<F> Deferred<F> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queue `free` (of `bytes`); returns the frees to run now, if a limit was reached and no
-    /// `defer_cleanup` holds them. `capacity` is the device's memory in bytes.
-    pub fn push(&self, free: F, bytes: usize, capacity: usize) -> Vec<F> {
+    /// Queue `free` (of `bytes`); returns the frees to run now, if a limit was reached and
+    /// neither a `defer_cleanup` block nor a `capture` in progress holds them. `capacity` is
+    /// the device's memory in bytes.
+    pub fn push(&self, free: F, bytes: usize, capacity: usize, capture: bool) -> Vec<F> {
         let mut state = self.lock();
         state.pending.push((free, bytes));
         state.pending_bytes += bytes;
-        Self::due(&mut state, capacity)
+        Self::due(&mut state, capacity, capture)
     }
 
-    fn due(state: &mut State<F>, capacity: usize) -> Vec<F> {
+    fn due(state: &mut State<F>, capacity: usize, capture: bool) -> Vec<F> {
         let over_count = state.pending.len() >= state.limits.count;
         let over_size = state.pending_bytes as f64 >= state.limits.fraction * capacity as f64;
-        if state.holds == 0 && (over_count || over_size) {
+        if state.holds == 0 && !capture && (over_count || over_size) {
             Self::drain(state)
         } else {
             Vec::new()
@@ -78,10 +80,10 @@ impl<F> Deferred<F> {
     }
 
     /// Every pending free, to run now (after an allocation failed for lack of memory), unless a
-    /// `defer_cleanup` holds them.
-    pub fn take_all(&self) -> Vec<F> {
+    /// `defer_cleanup` block or a `capture` in progress holds them.
+    pub fn take_all(&self, capture: bool) -> Vec<F> {
         let mut state = self.lock();
-        if state.holds == 0 {
+        if state.holds == 0 && !capture {
             Self::drain(&mut state)
         } else {
             Vec::new()
@@ -93,11 +95,11 @@ impl<F> Deferred<F> {
         self.lock().holds += 1;
     }
 
-    /// Stop holding; returns the frees due once the last hold ends.
-    pub fn release(&self, capacity: usize) -> Vec<F> {
+    /// Stop holding; returns the frees due once the last hold ends (and no `capture` holds them).
+    pub fn release(&self, capacity: usize, capture: bool) -> Vec<F> {
         let mut state = self.lock();
         state.holds = state.holds.saturating_sub(1);
-        Self::due(&mut state, capacity)
+        Self::due(&mut state, capacity, capture)
     }
 
     /// Set the limits.
@@ -131,20 +133,20 @@ mod tests {
     fn flushes_by_count() {
         let queue = Deferred::new();
         for i in 0..9 {
-            assert!(queue.push(i, 1, 1 << 30).is_empty());
+            assert!(queue.push(i, 1, 1 << 30, false).is_empty());
         }
-        assert_eq!(queue.push(9, 1, 1 << 30), (0..10).collect::<Vec<_>>());
+        assert_eq!(queue.push(9, 1, 1 << 30, false), (0..10).collect::<Vec<_>>());
         assert_eq!(queue.pending(), (0, 0));
     }
 
     #[test]
     fn flushes_by_share_of_memory() {
         let queue = Deferred::new();
-        assert!(queue.push("a", 100, 1000).is_empty());
-        assert_eq!(queue.push("b", 100, 1000), vec!["a", "b"], "200 bytes is 20% of 1000");
+        assert!(queue.push("a", 100, 1000, false).is_empty());
+        assert_eq!(queue.push("b", 100, 1000, false), vec!["a", "b"], "200 bytes is 20% of 1000");
         queue.set_limits(Limits { count: 100, fraction: 0.5 });
-        assert!(queue.push("c", 400, 1000).is_empty());
-        assert_eq!(queue.push("d", 100, 1000), vec!["c", "d"]);
+        assert!(queue.push("c", 400, 1000, false).is_empty());
+        assert_eq!(queue.push("d", 100, 1000, false), vec!["c", "d"]);
     }
 
     #[test]
@@ -153,19 +155,29 @@ mod tests {
         queue.hold();
         queue.hold();
         for i in 0..25 {
-            assert!(queue.push(i, 1, 1000).is_empty());
+            assert!(queue.push(i, 1, 1000, false).is_empty());
         }
-        assert!(queue.take_all().is_empty(), "held even under memory pressure");
-        assert!(queue.release(1000).is_empty(), "the outer block still holds");
-        assert_eq!(queue.release(1000).len(), 25);
+        assert!(queue.take_all(false).is_empty(), "held even under memory pressure");
+        assert!(queue.release(1000, false).is_empty(), "the outer block still holds");
+        assert_eq!(queue.release(1000, false).len(), 25);
+    }
+
+    #[test]
+    fn a_capture_in_progress_holds_every_flush_until_it_ends() {
+        let queue = Deferred::new();
+        for i in 0..12 {
+            assert!(queue.push(i, 1, 1 << 30, true).is_empty(), "over the count limit, but capturing");
+        }
+        assert!(queue.take_all(true).is_empty(), "held even under memory pressure");
+        assert_eq!(queue.push(12, 1, 1 << 30, false).len(), 13, "the first push after the capture flushes");
     }
 
     #[test]
     fn memory_pressure_flushes_below_the_limits() {
         let queue = Deferred::new();
-        queue.push(1, 1, 1 << 30);
-        queue.push(2, 1, 1 << 30);
-        assert_eq!(queue.take_all(), vec![1, 2]);
-        assert!(queue.take_all().is_empty());
+        queue.push(1, 1, 1 << 30, false);
+        queue.push(2, 1, 1 << 30, false);
+        assert_eq!(queue.take_all(false), vec![1, 2]);
+        assert!(queue.take_all(false).is_empty());
     }
 }

@@ -96,5 +96,5 @@ pub unsafe fn with_stream<R>(
 /// # Safety
 /// Both are 0, 1, 2 or live streams of `device_id` (as for `with_stream`).
 pub unsafe fn order_streams(device_id: i32, earlier: i64, later: i64) -> Result<()> {
-    super::stream::order(device_id, StreamHandle::from_int(earlier)?, StreamHandle::from_int(later)?)
+    super::stream::order(device_id, StreamHandle::from_int(earlier)?, StreamHandle::from_int(later)?.check(device_id)?)
 }

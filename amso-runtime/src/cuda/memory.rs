@@ -62,6 +62,19 @@ impl DeviceMemory {
         })
     }
 
+    /// Allocate `bytes` on `device_id` for work on `stream`. For a capturing stream the memory
+    /// is allocated outside the capture, on amso's own stream, and ready before this returns,
+    /// so that it belongs to the array rather than to the graph (`capture.rs`).
+    pub(crate) fn alloc_for(device_id: i32, bytes: usize, stream: super::stream::Checked) -> Result<DeviceMemory> {
+        if !stream.capturing() {
+            return Self::alloc_on(device_id, bytes, stream.handle);
+        }
+        let own = super::stream::amso_stream(device_id)?;
+        let memory = Self::alloc_on(device_id, bytes, own)?;
+        super::stream::synchronize(device_id, own)?;
+        Ok(memory)
+    }
+
     /// Record the stream of the latest work on this memory.
     pub fn used_on(&self, stream: super::stream::StreamHandle) {
         self.last_stream.store(stream.as_int(), std::sync::atomic::Ordering::Relaxed);
@@ -114,18 +127,16 @@ impl Drop for DeviceMemory {
         let Some(allocator) = self.allocator.take() else {
             return; // nothing allocated, or the foreign owner releases the memory
         };
-        let mut stream =
-            super::stream::StreamHandle::from_int(self.last_stream.load(std::sync::atomic::Ordering::Relaxed))
-                .unwrap_or(super::stream::StreamHandle::LEGACY);
-        if self.shared.load(std::sync::atomic::Ordering::Relaxed) {
-            // A consumer may still have work queued on streams amso does not know.
-            if let Ok(_ctx) = Current::enter(self.device_id) {
-                // SAFETY: a context is current.
-                let _ = unsafe { sys::cuCtxSynchronize() };
-            }
-            stream = super::stream::StreamHandle::LEGACY;
-        }
-        super::alloc::release(allocator, self.device_id, self.ptr, self.bytes, stream);
+        let stream = super::stream::StreamHandle::from_int(self.last_stream.load(std::sync::atomic::Ordering::Relaxed))
+            .unwrap_or(super::stream::StreamHandle::LEGACY);
+        // A consumer may still have work queued on streams amso does not know: the free then
+        // waits for the whole device (when the deferred queue runs it, never during a capture).
+        let after = if self.shared.load(std::sync::atomic::Ordering::Relaxed) {
+            super::alloc::After::Device
+        } else {
+            super::alloc::After::Stream(stream)
+        };
+        super::alloc::release(allocator, self.device_id, self.ptr, self.bytes, after);
     }
 }
 

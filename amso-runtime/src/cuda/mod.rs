@@ -17,10 +17,12 @@
 //!   amso's memory comes from its own pool, from `cuMemAllocAsync` with a release threshold,
 //!   from a user's allocator, or from a foreign producer by address, while cudarc's
 //!   `CudaSlice` owns and frees its allocation itself; copies run between those raw pointers;
-//! - pointer and stream queries (`driver.rs`, `stream.rs`), which cudarc does not wrap;
+//! - pointer and stream queries (`driver.rs`, `stream.rs`, `capture.rs`), which cudarc does
+//!   not wrap or wraps only behind a context bind on every call;
 //! - NVRTC to CUBIN (`compile.rs`): cudarc's `compile_ptx` returns PTX only.
 
 pub(crate) mod alloc;
+pub(crate) mod capture;
 pub(crate) mod compile;
 pub(crate) mod context;
 pub(crate) mod deferred;

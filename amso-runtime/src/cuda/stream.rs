@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{sys, CudaStream};
 
+use super::capture::{self, Capture};
 use super::context::{context, Current};
 use super::driver::cuda_error;
 use crate::error::{Error, Result};
@@ -56,21 +57,34 @@ impl StreamHandle {
         self.0 as i64
     }
 
-    /// Check that a handle names a live stream of `device_id`'s context.
-    pub fn check(self, device_id: i32) -> Result<()> {
-        if self.0 <= PER_THREAD_HANDLE {
-            return Ok(());
+    /// Check that a handle names a live stream of `device_id`'s context, and whether it is
+    /// capturing a CUDA graph (`capture.rs`); a capturing stream is noted for deferred frees.
+    pub(crate) fn check(self, device_id: i32) -> Result<Checked> {
+        if self == StreamHandle::LEGACY {
+            return Ok(Checked { handle: self, capture: Capture::Idle });
         }
         let _ctx = Current::enter(device_id)?;
-        // Raw: cudarc's `CudaStream` has no query. SAFETY: cuStreamQuery only reads the handle; a destroyed or foreign handle makes it
-        // return an error code, which is reported.
-        match unsafe { sys::cuStreamQuery(self.raw()) } {
-            sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_NOT_READY => Ok(()),
-            code => Err(Error::InvalidArgument(format!(
-                "stream 0x{:x} is not a live CUDA stream of device {device_id} ({code:?})",
-                self.0
-            ))),
+        // The driver dereferences handles: a made-up number is undefined behaviour here, as in
+        // every CUDA library; destroyed or foreign handles are reported.
+        let capture = capture::state(self).map_err(|code| capture::state_error(self, device_id, code))?;
+        if let Capture::Active(id) = capture {
+            capture::note(device_id, self, id)?;
         }
+        Ok(Checked { handle: self, capture })
+    }
+}
+
+/// A stream checked by `StreamHandle::check`, with its capture state at that moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Checked {
+    pub(crate) handle: StreamHandle,
+    pub(crate) capture: Capture,
+}
+
+impl Checked {
+    /// Whether work queued on it is captured rather than run.
+    pub(crate) fn capturing(self) -> bool {
+        self.capture != Capture::Idle
     }
 }
 
@@ -95,19 +109,48 @@ pub fn amso_stream(device_id: i32) -> Result<StreamHandle> {
     Ok(handle)
 }
 
-/// Make work submitted later to `later` wait for all work submitted so far to `earlier`.
-pub fn order(device_id: i32, earlier: StreamHandle, later: StreamHandle) -> Result<()> {
-    if earlier == later {
+/// Make work submitted later to `later` wait for all work submitted so far to `earlier`,
+/// without blocking the host, except under capture (`capture.rs`): when `later` is capturing
+/// and `earlier` is not, `earlier`'s work is completed on the host first; when `earlier` is
+/// capturing and `later` is not, there is nothing to wait for (captured work has not run);
+/// two streams of one capture are ordered with a captured event.
+pub(crate) fn order(device_id: i32, earlier: StreamHandle, later: Checked) -> Result<()> {
+    if earlier == later.handle {
         return Ok(());
     }
     let _ctx = Current::enter(device_id)?;
-    // The event is destroyed (dropped) after being waited on, which the driver allows.
-    let event = earlier.borrow(device_id)?.record_event(None).map_err(cuda_error)?;
-    later.borrow(device_id)?.wait(&event).map_err(cuda_error)
+    match (earlier.check(device_id)?.capture, later.capture) {
+        (Capture::Active(_), Capture::Idle) => Ok(()),
+        (Capture::Idle, Capture::Active(_)) => {
+            let _relaxed = capture::Relaxed::enter();
+            earlier.borrow(device_id)?.synchronize().map_err(cuda_error)
+        }
+        (Capture::Active(a), Capture::Active(b)) if a != b => Err(Error::Capture(format!(
+            "streams 0x{:x} and 0x{:x} are capturing two different CUDA graphs; work cannot be ordered across them",
+            earlier.as_int(),
+            later.handle.as_int()
+        ))),
+        _ => {
+            // The event is destroyed (dropped) after being waited on, which the driver allows.
+            let event = earlier.borrow(device_id)?.record_event(None).map_err(cuda_error)?;
+            later.handle.borrow(device_id)?.wait(&event).map_err(cuda_error)
+        }
+    }
 }
 
-/// Block the host until `stream`'s work is done.
-pub fn synchronize(device_id: i32, stream: StreamHandle) -> Result<()> {
+/// Block the host until `stream`'s work is done. A capturing stream cannot be waited for
+/// (its work has not run); the wait itself runs in the relaxed capture mode, so that it does
+/// not invalidate a capture on another stream.
+pub(crate) fn synchronize(device_id: i32, stream: StreamHandle) -> Result<()> {
+    let checked = stream.check(device_id)?;
+    if checked.capturing() {
+        return Err(capture::refused(
+            "waiting on the host for a capturing stream",
+            stream,
+            "wait after the capture ends, or pass async_copy=True / a stream that is not capturing",
+        ));
+    }
     let _ctx = Current::enter(device_id)?;
+    let _relaxed = capture::Relaxed::enter();
     stream.borrow(device_id)?.synchronize().map_err(cuda_error)
 }

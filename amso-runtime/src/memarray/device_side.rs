@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
+use crate::cuda::capture;
 use crate::cuda::memory::DeviceMemory;
-use crate::cuda::stream::{self, StreamHandle};
+use crate::cuda::stream::{self, Checked, StreamHandle};
 use crate::cuda::transfer;
 use crate::cuda::{context::Current, driver::check_device};
 use crate::device::Residence;
@@ -41,24 +42,29 @@ impl DeviceSide {
         self.last
     }
 
-    /// Resolve the caller's stream value for work on `device_id`, ordered after earlier work.
-    pub(crate) fn begin(&mut self, device_id: i32, stream: i64) -> Result<StreamHandle> {
+    /// Resolve the caller's stream value for work on `device_id`, ordered after earlier work
+    /// (under capture: earlier work completed first, see `cuda/capture.rs`).
+    pub(crate) fn begin(&mut self, device_id: i32, stream: i64) -> Result<Checked> {
         check_device(device_id)?;
-        let stream = StreamHandle::from_int(stream)?;
-        stream.check(device_id)?;
+        let stream = StreamHandle::from_int(stream)?.check(device_id)?;
         stream::order(device_id, self.last, stream)?;
         Ok(stream)
     }
 
     /// Record that work was queued on `stream`; a caller's own stream is handed over to
-    /// amso's stream so later consumers are given a stream that stays alive.
-    pub(crate) fn end(&mut self, device_id: i32, stream: StreamHandle, synchronize: bool) -> Result<()> {
+    /// amso's stream so later consumers are given a stream that stays alive. Captured work
+    /// has not run, so nothing is recorded for it.
+    pub(crate) fn end(&mut self, device_id: i32, stream: Checked, synchronize: bool) -> Result<()> {
+        if stream.capturing() {
+            return Ok(());
+        }
+        let stream = stream.handle;
         self.last = if stream == StreamHandle::LEGACY || stream == StreamHandle::PER_THREAD {
             stream
         } else {
             let own = stream::amso_stream(device_id)?;
             if stream != own {
-                stream::order(device_id, stream, own)?;
+                stream::order(device_id, stream, own.check(device_id)?)?;
             }
             own
         };
@@ -73,10 +79,10 @@ impl DeviceSide {
 
     /// Device memory of `bytes` on `device_id`, allocated on first use or when the array
     /// changes device; the old memory stays alive while exports hold it.
-    pub(crate) fn ensure(&mut self, device_id: i32, bytes: usize, stream: StreamHandle) -> Result<&Arc<DeviceMemory>> {
+    pub(crate) fn ensure(&mut self, device_id: i32, bytes: usize, stream: Checked) -> Result<&Arc<DeviceMemory>> {
         let fits = self.memory.as_ref().is_some_and(|m| m.device_id() == device_id && m.bytes() == bytes);
         if !fits {
-            self.memory = Some(Arc::new(DeviceMemory::alloc_on(device_id, bytes, stream)?));
+            self.memory = Some(Arc::new(DeviceMemory::alloc_for(device_id, bytes, stream)?));
         }
         Ok(self.memory.as_ref().expect("just ensured"))
     }
@@ -98,7 +104,7 @@ impl DeviceSide {
         let memory = self.ensure(device_id, bytes, stream)?;
         if zeroed {
             // SAFETY: the new allocation holds `bytes`; the memset is queued on `stream`.
-            unsafe { transfer::zero(device_id, memory.ptr(), bytes, stream) }?;
+            unsafe { transfer::zero(device_id, memory.ptr(), bytes, stream.handle) }?;
         }
         self.end(device_id, stream, false)
     }
@@ -117,9 +123,10 @@ impl DeviceSide {
         synchronize: bool,
     ) -> Result<()> {
         let stream = self.begin(device_id, stream)?;
+        refuse_uncapturable(stream, pinned, synchronize)?;
         let dst = self.ensure(device_id, bytes, stream)?.ptr();
         // SAFETY: `dst` holds `bytes` (ensured); the caller vouches for `src`.
-        unsafe { transfer::host_to_device(device_id, dst, src, bytes, pinned, stream) }?;
+        unsafe { transfer::host_to_device(device_id, dst, src, bytes, pinned, stream.handle) }?;
         self.end(device_id, stream, synchronize)
     }
 
@@ -138,21 +145,30 @@ impl DeviceSide {
         synchronize: bool,
     ) -> Result<()> {
         let stream = self.begin(device_id, stream)?;
+        refuse_uncapturable(stream, pinned, synchronize)?;
         let src = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?.ptr();
         // SAFETY: the device memory holds `bytes`; the caller vouches for `dst`.
-        unsafe { transfer::device_to_host(device_id, dst, src, bytes, pinned, stream) }?;
+        unsafe { transfer::device_to_host(device_id, dst, src, bytes, pinned, stream.handle) }?;
         self.end(device_id, stream, synchronize)
     }
 
     /// Move the device data to `target` device (a peer copy, complete when this returns).
     pub(crate) fn change_device(&mut self, from: i32, target: i32, bytes: usize, stream: i64) -> Result<()> {
         let source = self.memory.clone().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
+        let checked = StreamHandle::from_int(stream)?.check(target)?;
+        if checked.capturing() {
+            return Err(capture::refused(
+                "a move between devices (complete when it returns)",
+                checked.handle,
+                "move the array before the capture begins",
+            ));
+        }
         stream::synchronize(from, self.last)?;
         self.last = StreamHandle::LEGACY;
         let stream = self.begin(target, stream)?;
-        let dst = Arc::new(DeviceMemory::alloc_on(target, bytes, stream)?);
+        let dst = Arc::new(DeviceMemory::alloc_on(target, bytes, stream.handle)?);
         // SAFETY: both allocations hold `bytes`; the source's earlier work is complete.
-        unsafe { transfer::device_to_peer(target, dst.ptr(), from, source.ptr(), bytes, stream) }?;
+        unsafe { transfer::device_to_peer(target, dst.ptr(), from, source.ptr(), bytes, stream.handle) }?;
         self.memory = Some(dst);
         // The source is freed (stream-ordered, on its own device) once `source` drops below;
         // nothing on that device is ordered after this copy, so a move between devices
@@ -186,6 +202,9 @@ impl DeviceSide {
         let memory = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory".into()))?;
         let address = memory.ptr() + offset as u64;
         let _ctx = Current::enter(device_id)?;
+        // Synchronous copies on the legacy stream: relaxed, so that a capture in progress on
+        // another stream stays valid (they see the data as it is, see `cuda/capture.rs`).
+        let _relaxed = capture::Relaxed::enter();
         stream::synchronize(device_id, self.last)?;
         // SAFETY: the caller guarantees both ranges; the copies are synchronous.
         unsafe {
@@ -207,7 +226,29 @@ impl DeviceSide {
 
     /// Make `consumer` wait for the array's pending work (DLPack's stream handshake).
     pub(crate) fn hand_to(&self, device_id: i32, consumer: StreamHandle) -> Result<()> {
-        consumer.check(device_id)?;
-        stream::order(device_id, self.last, consumer)
+        stream::order(device_id, self.last, consumer.check(device_id)?)
+    }
+}
+
+/// Refuse, before anything is queued, a host <-> device copy that a capture on `stream`
+/// cannot hold: pageable host memory is staged on the host, and a synchronous copy would
+/// wait for work that has not run.
+fn refuse_uncapturable(stream: Checked, pinned: bool, synchronize: bool) -> Result<()> {
+    if !stream.capturing() {
+        Ok(())
+    } else if !pinned {
+        Err(capture::refused(
+            "a move between pageable host memory and the device (amso stages it through pinned buffers on the host)",
+            stream.handle,
+            "create the array with pinned=True, or move it before the capture begins",
+        ))
+    } else if synchronize {
+        Err(capture::refused(
+            "a synchronous move (complete when it returns)",
+            stream.handle,
+            "pass async_copy=True: the copy then runs at each launch of the graph",
+        ))
+    } else {
+        Ok(())
     }
 }

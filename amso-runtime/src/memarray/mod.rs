@@ -465,7 +465,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         any_rank.shape[..N].copy_from_slice(&indexer.shape().map(|d| d as u64));
         // SAFETY: the indexer describes this array's live device memory of T::DTYPE on
         // `device_id`; the launch copies it by value before returning.
-        unsafe { crate::cuda::kernels::launch_add_index(&T::DTYPE, N, &any_rank, device_id, stream) }?;
+        unsafe { crate::cuda::kernels::launch_add_index(&T::DTYPE, N, &any_rank, device_id, stream.handle) }?;
         self.device.end(device_id, stream, false)
     }
 
@@ -514,8 +514,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// As `device_indexer_on`.
     #[cfg(feature = "cuda")]
     pub unsafe fn record_work(&mut self, stream: i64) -> Result<()> {
-        let handle = crate::cuda::stream::StreamHandle::from_int(stream)?;
-        handle.check(self.device_id)?;
+        let handle = crate::cuda::stream::StreamHandle::from_int(stream)?.check(self.device_id)?;
         self.device.end(self.device_id, handle, false)
     }
 

@@ -21,7 +21,9 @@ impl From<Error> for PyErr {
             Error::WrongValueType(_) => PyTypeError::new_err(message),
             Error::OutOfMemory { .. } => PyMemoryError::new_err(message),
             Error::Locked { .. } | Error::StaleLock { .. } | Error::ExportRefused(_) => PyBufferError::new_err(message),
-            Error::Unavailable(_) | Error::Cuda(_) | Error::Compile(_) => PyRuntimeError::new_err(message),
+            Error::Unavailable(_) | Error::Cuda(_) | Error::Compile(_) | Error::Capture(_) => {
+                PyRuntimeError::new_err(message)
+            }
         }
     }
 }

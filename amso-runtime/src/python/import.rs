@@ -176,9 +176,7 @@ pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyRe
     #[cfg(feature = "cuda")]
     if let Some(stream) = stream {
         use crate::cuda::stream::{order, StreamHandle};
-        let producer = StreamHandle::from_int(stream)?;
-        producer.check(device_id)?;
-        order(device_id, producer, StreamHandle::LEGACY)?;
+        order(device_id, StreamHandle::from_int(stream)?, StreamHandle::LEGACY.check(device_id)?)?;
     }
     #[cfg(not(feature = "cuda"))]
     let _ = stream;

@@ -20,7 +20,11 @@ pub(super) fn cuda_array_interface<'py>(array: &MemArrayBase, py: Python<'py>) -
         }
         let address = view.data_address(None)?;
         view.share_device_memory();
-        Ok((address, object.stream(), view.readonly()))
+        #[cfg(feature = "cuda")]
+        let stream = published_stream(view.device().id, object.stream())?;
+        #[cfg(not(feature = "cuda"))]
+        let stream = object.stream();
+        Ok((address, stream, view.readonly()))
     })?;
     let cached = {
         let cache = array.interface_cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -43,4 +47,19 @@ pub(super) fn cuda_array_interface<'py>(array: &MemArrayBase, py: Python<'py>) -
     ));
     drop(replaced); // outside the cache's lock
     interface.copy()
+}
+
+/// The stream to publish. While a capture amso has seen is in progress on the device, the
+/// array's pending work is completed first and no stream is published: a capturing consumer
+/// would otherwise wait on a stream outside its capture, which invalidates it.
+#[cfg(feature = "cuda")]
+fn published_stream(device_id: i32, stream: Option<i64>) -> crate::Result<Option<i64>> {
+    use crate::cuda::{capture, stream as streams};
+    match stream {
+        Some(value) if capture::in_progress(Some(device_id)) => {
+            streams::synchronize(device_id, streams::StreamHandle::from_int(value)?)?;
+            Ok(None)
+        }
+        other => Ok(other),
+    }
 }

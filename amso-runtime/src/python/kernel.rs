@@ -337,8 +337,11 @@ impl Kernel {
             // SAFETY: as above.
             unsafe { crate::cuda::order_streams(device, launch, producer) }?;
         }
-        if complete_before_release {
-            crate::cuda::stream::synchronize(device, crate::cuda::stream::StreamHandle::from_int(launch)?)?;
+        // Under a CUDA graph capture the kernel has not run: its arguments must outlive the
+        // graph's launches (the caller keeps them, as with any captured framework op).
+        let launch = crate::cuda::stream::StreamHandle::from_int(launch)?;
+        if complete_before_release && !launch.check(device)?.capturing() {
+            crate::cuda::stream::synchronize(device, launch)?;
         }
         drop(held);
         Ok(())

@@ -195,9 +195,7 @@ fn from_interface(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<Sourc
     #[cfg(feature = "cuda")]
     if let (Some(producer), Some(work)) = (interface.stream, stream) {
         use crate::cuda::stream::{order, StreamHandle};
-        let producer = StreamHandle::from_int(producer)?;
-        producer.check(device_id)?;
-        order(device_id, producer, StreamHandle::from_int(work)?)?;
+        order(device_id, StreamHandle::from_int(producer)?, StreamHandle::from_int(work)?.check(device_id)?)?;
     }
     Ok(Source {
         holder: Holder::Object(obj.clone().unbind()),

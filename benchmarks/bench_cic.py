@@ -49,20 +49,15 @@ def timed(run, sync, repeats):
     return statistics.median(times)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=Path("results"))
-    parser.add_argument("--particles", type=int, default=16 << 20)
-    parser.add_argument("--cells", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+def collect(n: int = 16 << 20, cells: int = 256, repeats: int = 5) -> tuple[dict, str]:
+    """The measurement and its markdown (benchmarks/run.py's CIC rows)."""
     import cupy
     import cupyx
     import torch
 
     import amso_user_example as ue
 
-    n, cells, box = args.particles, args.cells, 1.0
+    box = 1.0
     rng = np.random.default_rng(0)
     host = rng.random((n, 3), dtype=np.float32)
     positions = torch.from_numpy(host).cuda()
@@ -110,7 +105,7 @@ def main() -> None:
         ("torch index_add_", torch_index_add, sync),
         ("cupyx.scatter_add", cupy_scatter_add, cupy.cuda.runtime.deviceSynchronize),
     ]:
-        seconds = timed(run, synchronize, args.repeats)
+        seconds = timed(run, synchronize, repeats)
         got = grid if name != "cupyx.scatter_add" else torch.from_dlpack(cupy_grid).view((cells,) * 3)
         error = float((got - reference).abs().max() / reference.abs().max())
         results[name] = {"seconds": seconds, "particles_per_second": n / seconds, "max_relative_difference": error}
@@ -120,14 +115,24 @@ def main() -> None:
               "cupy": cupy.__version__, "results": results, "speedup_over_best_peer": ratio,
               "total_mass": mass, "max_relative_difference_vs_numpy_on_100k": numpy_error,
               "fp64_atomics_per_second": 8 * n / results["amso kernel"]["seconds"]}
-    lines = [f"CIC deposit, {n} particles into {cells}^3 float64, {report['gpu']} (median of {args.repeats})", "",
+    lines = [f"CIC deposit, {n} particles into {cells}^3 float64, {report['gpu']} (median of {repeats})", "",
              "| implementation | ms | particles/s | max rel. diff vs amso |", "|---|---|---|---|"]
     for name, r in results.items():
         lines.append(f"| {name} | {r['seconds'] * 1e3:.2f} | {r['particles_per_second']:.3g} | {r['max_relative_difference']:.1e} |")
     lines += ["", f"amso is {ratio:.2f}x the fastest peer; {report['fp64_atomics_per_second']:.3g} FP64 atomicAdd/s.",
               f"Checks: total mass {mass:.6g} (particles: {n}); against NumPy's np.add.at on 100,000 particles, "
               f"max relative difference {numpy_error:.1e}."]
-    text = "\n".join(lines) + "\n"
+    return report, "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--particles", type=int, default=16 << 20)
+    parser.add_argument("--cells", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    report, text = collect(args.particles, args.cells, args.repeats)
     print(text)
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parent))

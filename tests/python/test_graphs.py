@@ -185,6 +185,7 @@ def test_arrays_made_in_the_stream_context_and_frees_deferred_during_capture():
     exported = [torch.from_dlpack(s) for s in shared]  # handed to a consumer: freeing waits for the device
     del exported
     amso.flush_frees()
+    host = [amso.MemArray((1024,), np.float32, pinned=True)]  # pinned: its free synchronises the device
     made = {}
 
     def body(side):
@@ -192,6 +193,7 @@ def test_arrays_made_in_the_stream_context_and_frees_deferred_during_capture():
             made["z"] = amso.MemArray(SHAPE, np.float32, on_device=True)  # zero-filled on the capture
         made["z"].add_index_tuple(stream=side)
         shared.clear()  # 24 frees, over the flush limit: queued, not run, while capturing
+        host.clear()  # held until the capture ends
         gc.collect()
         assert amso.memory_info()["pending_frees"] >= 24
 

@@ -49,8 +49,8 @@ def timed(run, sync, repeats):
     return statistics.median(times)
 
 
-def collect(n: int = 16 << 20, cells: int = 256, repeats: int = 5) -> tuple[dict, str]:
-    """The measurement and its markdown (benchmarks/run.py's CIC rows)."""
+def collect(n: int = 16 << 20, cells: int = 256, repeats: int = 5) -> dict:
+    """The measurement (benchmarks/run.py's CIC rows)."""
     import cupy
     import cupyx
     import torch
@@ -114,15 +114,22 @@ def collect(n: int = 16 << 20, cells: int = 256, repeats: int = 5) -> tuple[dict
     report = {"particles": n, "cells": cells, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "cupy": cupy.__version__, "results": results, "speedup_over_best_peer": ratio,
               "total_mass": mass, "max_relative_difference_vs_numpy_on_100k": numpy_error,
-              "fp64_atomics_per_second": 8 * n / results["amso kernel"]["seconds"]}
-    lines = [f"CIC deposit, {n} particles into {cells}^3 float64, {report['gpu']} (median of {repeats})", "",
-             "| implementation | ms | particles/s | max rel. diff vs amso |", "|---|---|---|---|"]
+              "fp64_atomics_per_second": 8 * n / results["amso kernel"]["seconds"], "repeats": repeats}
+    return report
+
+
+def markdown(report: dict) -> str:
+    """The report as markdown (also rendered by benchmarks/run.py from a saved report)."""
+    n, results = report["particles"], report["results"]
+    lines = [f"CIC deposit, {n} particles into {report['cells']}^3 float64, {report['gpu']} (median of {report['repeats']})",
+             "", "| implementation | ms | particles/s | max rel. diff vs amso |", "|---|---|---|---|"]
     for name, r in results.items():
         lines.append(f"| {name} | {r['seconds'] * 1e3:.2f} | {r['particles_per_second']:.3g} | {r['max_relative_difference']:.1e} |")
-    lines += ["", f"amso is {ratio:.2f}x the fastest peer; {report['fp64_atomics_per_second']:.3g} FP64 atomicAdd/s.",
-              f"Checks: total mass {mass:.6g} (particles: {n}); against NumPy's np.add.at on 100,000 particles, "
-              f"max relative difference {numpy_error:.1e}."]
-    return report, "\n".join(lines) + "\n"
+    lines += ["", f"amso is {report['speedup_over_best_peer']:.2f}x the fastest peer; "
+              f"{report['fp64_atomics_per_second']:.3g} FP64 atomicAdd/s.",
+              f"Checks: total mass {report['total_mass']:.6g} (particles: {n}); against NumPy's np.add.at on 100,000 "
+              f"particles, max relative difference {report['max_relative_difference_vs_numpy_on_100k']:.1e}."]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -132,7 +139,8 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    report, text = collect(args.particles, args.cells, args.repeats)
+    report = collect(args.particles, args.cells, args.repeats)
+    text = markdown(report)
     print(text)
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parent))

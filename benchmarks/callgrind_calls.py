@@ -9,18 +9,18 @@ import amso_user_example as ue
 import tvm_ffi
 which = sys.argv[1]
 N = int(sys.argv[2])
-a = [amso.MemArray(64, np.float32) for _ in range(3)]
+a0, a1, a2 = (amso.MemArray(64, np.float32) for _ in range(3))
 x = np.zeros(64, np.float32)
 nop = tvm_ffi.get_global_func("testing.nop")
 calls = {
-    "amso_dlpack": lambda: a[0].__dlpack__(),
-    "amso_dlpack_v": lambda: a[0].__dlpack__(max_version=(1, 0)),
+    "amso_dlpack": lambda: a0.__dlpack__(),
+    "amso_dlpack_v": lambda: a0.__dlpack__(max_version=(1, 0)),
     "numpy_dlpack": lambda: x.__dlpack__(),
     "numpy_dlpack_v": lambda: x.__dlpack__(max_version=(1, 0)),
-    "extract_three": lambda: ue.extract_three(a[0], a[1], a[2]),
-    "tvm_nop_three": lambda: nop(a[0], a[1], a[2]),
-    "extract_one": lambda: ue.extract_one(a[0]),
-    "tvm_nop_one": lambda: nop(a[0]),
+    "extract_three": lambda: ue.extract_three(a0, a1, a2),
+    "tvm_nop_three": lambda: nop(a0, a1, a2),
+    "extract_one": lambda: ue.extract_one(a0),
+    "tvm_nop_one": lambda: nop(a0),
     "empty": lambda: None,
 }
 f = calls[which]

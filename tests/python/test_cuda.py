@@ -69,6 +69,18 @@ def test_add_index_moves_data_and_runs_on_large_arrays():
     np.testing.assert_array_equal(a.to_numpy(), expected)
 
 
+def test_pageable_moves_through_the_staging_pipeline_keep_every_element_in_place():
+    # 80 MiB and a bit: six 16 MiB staging chunks, so every one of the 4 slots is reused, and a
+    # short last chunk. float64 keeps value + position exact.
+    n = (80 << 20) // 8 + 1237
+    x = np.random.default_rng(3).integers(0, 1 << 20, n).astype(np.float64)
+    a = amso.asarray(x.copy())
+    a.move_memory(kDLCUDA)
+    a.add_index_tuple()  # adds each element's position: a chunk staged to the wrong place shows
+    a.move_memory(kDLCPU)
+    np.testing.assert_array_equal(a.to_numpy(), x + np.arange(n, dtype=np.float64))
+
+
 def test_device_id_out_of_range_names_the_device_count():
     count = amso.cuda.device_count()
     with pytest.raises(ValueError, match=f"this machine has {count} CUDA device"):

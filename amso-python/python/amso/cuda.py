@@ -33,8 +33,9 @@ def _stream_value(stream: Any) -> Any:
 def stream(value: Any) -> Iterator[None]:
     """Within the block, amso works on `value` when a call names no stream (move_memory,
     add_index_tuple, get_dlpack), and reports it as the DLPack exchange API's current work
-    stream. Accepts an int handle (1 legacy, 2 per-thread default), any object with
-    ``__cuda_stream__`` (torch and cuda.core streams), or a CuPy stream."""
+    stream. Accepts an int handle (0 or 1: the legacy default stream, 2: the per-thread
+    default), any object with ``__cuda_stream__`` (torch and cuda.core streams), or a CuPy
+    stream."""
     previous = _set_current_stream(_stream_value(value))
     try:
         yield

@@ -13,10 +13,18 @@ use super::memory::PinnedMemory;
 use super::stream::StreamHandle;
 use crate::error::Result;
 
-/// Bytes per staging chunk.
-pub const CHUNK: usize = 8 << 20;
+/// Bytes per staging chunk. With `DEPTH` and `MAX_WORKERS`, chosen by a sweep on the H100
+/// machine (16 cores, 256 MiB copies; `benchmarks/results/2026-11-22-h100-issue15-levers/
+/// staging_sweep.md`): 8 MiB chunks, 3 in flight and 8 threads reached 0.61-0.68 of pinned
+/// bandwidth; 16 MiB, 4 and 12 reached 0.69-0.83 (process-to-process noise is large); 64 MiB
+/// chunks or 16 threads were slower. Copies below `PIPELINE_MIN` (32 MiB) use the driver's own
+/// staging. The staging memory is kept for reuse: DEPTH * CHUNK = 64 MiB of pinned memory per
+/// pageable copy running at the same time.
+pub const CHUNK: usize = 16 << 20;
 /// Staging chunks in flight per pageable copy.
-const DEPTH: usize = 3;
+const DEPTH: usize = 4;
+/// Most host threads copying one chunk (fewer when the machine has fewer cores).
+const MAX_WORKERS: usize = 12;
 /// Below this, a pageable copy goes through the driver's own staging.
 const PIPELINE_MIN: usize = 2 * CHUNK;
 
@@ -251,7 +259,7 @@ fn with_workers(
 ) -> Result<()> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Barrier;
-    let workers = std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(2, 8);
+    let workers = std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(2, MAX_WORKERS);
     let start = Barrier::new(workers + 1);
     let done = Barrier::new(workers + 1);
     let stop = AtomicBool::new(false);

@@ -49,8 +49,14 @@ impl<'a, 'py> FromPyObject<'a, 'py> for ShapeArg {
 
 /// A stream as Python gives it: `None`, an integer handle (1 legacy default, 2 per-thread
 /// default, else a `CUstream`), or any object with `__cuda_stream__` (PyTorch and cuda.core
-/// streams), which returns `(version, handle)`.
+/// streams), which returns `(version, handle)`. A NULL handle (0: CuPy's and PyTorch's
+/// default stream) is the legacy default stream and reads as 1, so that no reader mistakes it
+/// for "no stream given".
 pub struct StreamArg(pub Option<i64>);
+
+fn handle(value: i64) -> StreamArg {
+    StreamArg(Some(if value == 0 { 1 } else { value }))
+}
 
 impl<'a, 'py> FromPyObject<'a, 'py> for StreamArg {
     type Error = PyErr;
@@ -60,21 +66,21 @@ impl<'a, 'py> FromPyObject<'a, 'py> for StreamArg {
             return Ok(StreamArg(None));
         }
         if let Ok(value) = obj.extract::<i64>() {
-            return Ok(StreamArg(Some(value)));
+            return Ok(handle(value));
         }
         let wanted = "a stream: None, an int handle, or an object with __cuda_stream__ (a torch or cuda.core stream)";
         let protocol = obj
             .getattr_opt(intern!(obj.py(), "__cuda_stream__"))?
             .ok_or_else(|| PyTypeError::new_err(format!("expected {wanted}, got {}", type_name(&obj))))?;
         let returned = protocol.call0()?;
-        let handle = returned.extract::<(i64, i64)>().map(|(_version, handle)| handle).map_err(|_| {
+        let value = returned.extract::<(i64, i64)>().map(|(_version, handle)| handle).map_err(|_| {
             PyTypeError::new_err(format!(
                 "{}.__cuda_stream__() must return a (version, handle) tuple of ints, got {}",
                 type_name(&obj),
                 returned.repr().map(|r| r.to_string()).unwrap_or_default()
             ))
         })?;
-        Ok(StreamArg(Some(handle)))
+        Ok(handle(value))
     }
 }
 

@@ -174,20 +174,21 @@ fn indexer(position: usize, source: &Source) -> PyResult<AnyRankIndexer> {
             "the array is in host memory; kernels take CUDA device arrays (move_memory(kDLCUDA), or .cuda())",
         ));
     }
-    let contiguous = source.strides.as_ref().is_none_or(|strides| check_c_contiguous(&source.dims, strides, 1).is_ok());
-    if !contiguous || source.dims.is_empty() || source.dims.len() > crate::MAX_NDIM {
+    let dims = source.dims();
+    let contiguous = source.strides().is_none_or(|strides| check_c_contiguous(dims, strides, 1).is_ok());
+    if !contiguous || dims.is_empty() || dims.len() > crate::MAX_NDIM {
         return Err(position_error::<PyValueError>(
             position,
             format!(
                 "kernels take C-contiguous arrays of 1 to {} dimensions, got shape {:?} with strides {:?}",
                 crate::MAX_NDIM,
-                source.dims,
-                source.strides
+                dims,
+                source.strides()
             ),
         ));
     }
     let mut shape = [0u64; crate::MAX_NDIM];
-    for (axis, &dim) in source.dims.iter().enumerate() {
+    for (axis, &dim) in dims.iter().enumerate() {
         shape[axis] = dim as u64;
     }
     Ok(AnyRankIndexer { data: source.data as u64, shape })
@@ -285,7 +286,7 @@ impl Kernel {
                 ));
             }
             prepared.push(Argument::Array(indexer(position, &source)?));
-            held.push(Held::Foreign(source.holder));
+            held.push(Held::Foreign(source.into_holder()));
         }
         for &producer in &producer_streams {
             // SAFETY: a stream a producer reported for its live data on this device.

@@ -122,13 +122,13 @@ impl<'py, T: Element, const N: usize> ArrayRef<'py, T, N> {
         // What arrived, for messages only (it costs Python calls).
         let here = || describe(&object, Some(source.device));
         let element = (T::DTYPE.code, T::DTYPE.bits, T::DTYPE.lanes);
-        if source.dtype != element || source.dims.len() != N {
+        if source.dtype != element || source.dims().len() != N {
             return Err(PyTypeError::new_err(format!(
                 "expected {}, got a {} array with {} dimension{} ({})",
                 wanted::<T, N>(writable),
                 dtype_name(source.dtype),
-                source.dims.len(),
-                if source.dims.len() == 1 { "" } else { "s" },
+                source.dims().len(),
+                if source.dims().len() == 1 { "" } else { "s" },
                 here()
             )));
         }
@@ -139,7 +139,7 @@ impl<'py, T: Element, const N: usize> ArrayRef<'py, T, N> {
                 here()
             )));
         }
-        let shape: [usize; N] = std::array::from_fn(|axis| source.dims[axis] as usize);
+        let shape: [usize; N] = std::array::from_fn(|axis| source.dims()[axis] as usize);
         let size: usize = shape.iter().product();
         if size > 0 && (source.data == 0 || source.data % align_of::<T>() != 0) {
             return Err(PyValueError::new_err(format!(
@@ -149,11 +149,11 @@ impl<'py, T: Element, const N: usize> ArrayRef<'py, T, N> {
                 here()
             )));
         }
-        let strides = layout(&shape, source.strides.as_deref(), writable).map_err(|problem| {
+        let strides = layout(&shape, source.strides(), writable).map_err(|problem| {
             PyValueError::new_err(format!(
                 "{problem}: amso reads contiguous arrays and views with non-negative, non-overlapping strides; \
                  got shape {shape:?} with strides {:?} ({}); pass a contiguous copy",
-                source.strides.as_deref().unwrap_or_default(),
+                source.strides().unwrap_or_default(),
                 here()
             ))
         })?;

@@ -11,6 +11,7 @@
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use dlpark::ffi::{DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI};
@@ -22,24 +23,21 @@ use pyo3::{ffi, intern};
 use crate::device::{Device, DeviceType};
 use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
 
-/// What keeps an argument's memory alive; held only for its `Drop`.
-#[allow(dead_code)]
+/// What keeps an argument's memory alive, and owns its dimensions and strides.
 pub(crate) enum Holder {
-    /// A managed tensor, deleted once on drop.
+    /// A managed tensor, deleted once on drop; its own shape and strides are read in place.
     Tensor(ManagedTensor),
-    /// The producer object (the CUDA array interface has no tensor to own).
-    Object(Py<PyAny>),
+    /// The producer object (the CUDA array interface has no tensor to own), with the
+    /// interface's dimensions and strides in elements.
+    Object { _object: Py<PyAny>, dims: Vec<i64>, strides: Option<Vec<i64>> },
 }
 
 /// An argument's memory as its producer describes it, before the typed checks.
 pub(crate) struct Source {
-    #[allow(dead_code)] // held for its Drop: the producer's memory stays alive as long
-    pub(crate) holder: Holder,
+    /// Private: `dims` and `strides` read a tensor that `from_tensor` checked.
+    holder: Holder,
     /// Address of the first element (the producer's byte offset applied).
     pub(crate) data: usize,
-    pub(crate) dims: Vec<i64>,
-    /// Strides in elements; `None` for C order.
-    pub(crate) strides: Option<Vec<i64>>,
     /// DLPack (code, bits, lanes).
     pub(crate) dtype: (u8, u8, u16),
     pub(crate) device: Device,
@@ -50,19 +48,95 @@ pub(crate) struct Source {
     pub(crate) api: Option<&'static DLPackExchangeAPI>,
 }
 
-/// The exchange tables of the types seen so far (`None`: the type has none). The types are
-/// held, so an address is never reused by another type while cached.
-type TableCache = Vec<(Py<PyType>, usize)>;
-static TABLES: Mutex<TableCache> = Mutex::new(Vec::new());
+impl Source {
+    /// The dimensions, as the producer gave them.
+    pub(crate) fn dims(&self) -> &[i64] {
+        self.extents().0
+    }
+
+    /// The strides in elements; `None` for C order.
+    pub(crate) fn strides(&self) -> Option<&[i64]> {
+        self.extents().1
+    }
+
+    /// What keeps the memory alive, for a caller that outlives this source (kernel launches).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn into_holder(self) -> Holder {
+        self.holder
+    }
+
+    /// Read in place, not copied: an argument costs no allocation for them.
+    fn extents(&self) -> (&[i64], Option<&[i64]>) {
+        match &self.holder {
+            Holder::Tensor(tensor) => {
+                let t = tensor.describe().0;
+                let ndim = t.ndim as usize;
+                if ndim == 0 {
+                    return (&[], None);
+                }
+                // SAFETY: `from_tensor` checked that ndim is in 0..=64 and the shape is not NULL;
+                // a DLTensor's shape and (non-NULL) strides hold ndim entries, which the tensor,
+                // owned by `self`, keeps alive and unchanged.
+                unsafe {
+                    (
+                        std::slice::from_raw_parts(t.shape, ndim),
+                        (!t.strides.is_null()).then(|| std::slice::from_raw_parts(t.strides, ndim)),
+                    )
+                }
+            }
+            Holder::Object { dims, strides, .. } => (dims, strides.as_deref()),
+        }
+    }
+}
+
+/// The exchange tables of the types seen so far, read without a lock on every argument:
+/// append-only slots of (type, table address; 0: the type has none). A slot's type is held
+/// for the process, so its address is never reused by another type.
+struct TableCache {
+    types: [AtomicUsize; TABLE_SLOTS],
+    tables: [AtomicUsize; TABLE_SLOTS],
+    /// Slots filled; each is written before this count covers it.
+    filled: AtomicUsize,
+    /// Serialises the writers.
+    append: Mutex<()>,
+}
+
+const TABLE_SLOTS: usize = 64;
+
+static TABLES: TableCache = TableCache {
+    types: [const { AtomicUsize::new(0) }; TABLE_SLOTS],
+    tables: [const { AtomicUsize::new(0) }; TABLE_SLOTS],
+    filled: AtomicUsize::new(0),
+    append: Mutex::new(()),
+};
+
+impl TableCache {
+    fn find(&self, ty: usize) -> Option<usize> {
+        let filled = self.filled.load(Ordering::Acquire);
+        (0..filled)
+            .find(|&i| self.types[i].load(Ordering::Relaxed) == ty)
+            .map(|i| self.tables[i].load(Ordering::Relaxed))
+    }
+
+    /// Remember `table` for `ty` (unless full: then it is looked up again next time).
+    fn insert(&self, ty: &Bound<'_, PyType>, table: usize) {
+        let _append = self.append.lock().unwrap_or_else(|e| e.into_inner());
+        let filled = self.filled.load(Ordering::Relaxed);
+        if filled == TABLE_SLOTS || self.find(ty.as_ptr() as usize).is_some() {
+            return;
+        }
+        let held = ty.clone().unbind().into_ptr(); // a strong reference, kept for the process
+        self.types[filled].store(held as usize, Ordering::Relaxed);
+        self.tables[filled].store(table, Ordering::Relaxed);
+        self.filled.store(filled + 1, Ordering::Release);
+    }
+}
 
 /// `type.__dlpack_c_exchange_api__`, if the type has a DLPack 1.x table (cached per type).
 pub(crate) fn exchange_table(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static DLPackExchangeAPI>> {
-    {
-        let tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&(_, address)) = tables.iter().find(|(known, _)| known.as_ptr() == ty.as_ptr()) {
-            // SAFETY: 0 or the address of a table that lives for the process (see below).
-            return Ok(unsafe { (address as *const DLPackExchangeAPI).as_ref() });
-        }
+    if let Some(address) = TABLES.find(ty.as_ptr() as usize) {
+        // SAFETY: 0 or the address of a table that lives for the process (see below).
+        return Ok(unsafe { (address as *const DLPackExchangeAPI).as_ref() });
     }
     let table = match ty.getattr_opt(intern!(ty.py(), "__dlpack_c_exchange_api__"))? {
         // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
@@ -77,10 +151,7 @@ pub(crate) fn exchange_table(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static
         }
         _ => None,
     };
-    let mut tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
-    if tables.len() < 64 {
-        tables.push((ty.clone().unbind(), table.map_or(0, |t| t as *const DLPackExchangeAPI as usize)));
-    }
+    TABLES.insert(ty, table.map_or(0, |t| t as *const DLPackExchangeAPI as usize));
     Ok(table)
 }
 
@@ -198,10 +269,8 @@ fn from_interface(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<Sourc
         order(device_id, StreamHandle::from_int(producer)?, StreamHandle::from_int(work)?.check(device_id)?)?;
     }
     Ok(Source {
-        holder: Holder::Object(obj.clone().unbind()),
+        holder: Holder::Object { _object: obj.clone().unbind(), dims: interface.dims, strides },
         data: interface.address,
-        dims: interface.dims,
-        strides,
         dtype,
         device: Device::cuda(device_id),
         readonly: interface.readonly,
@@ -244,11 +313,8 @@ fn from_tensor(tensor: ManagedTensor) -> PyResult<Source> {
         return Err(PyValueError::new_err(format!("the producer's tensor has ndim {} and no usable shape", t.ndim)));
     }
     let ndim = t.ndim as usize;
-    // SAFETY: a DLTensor's shape and (non-NULL) strides hold ndim entries.
-    let dims = if ndim == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(t.shape, ndim) }.to_vec() };
-    let strides = (!t.strides.is_null() && ndim > 0)
-        // SAFETY: as above.
-        .then(|| unsafe { std::slice::from_raw_parts(t.strides, ndim) }.to_vec());
+    // SAFETY: a DLTensor's shape holds ndim entries (checked not NULL above when ndim > 0).
+    let dims = if ndim == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(t.shape, ndim) } };
     if let Some(&negative) = dims.iter().find(|&&d| d < 0) {
         return Err(PyValueError::new_err(format!("the producer's tensor has a negative dimension {negative}")));
     }
@@ -261,5 +327,5 @@ fn from_tensor(tensor: ManagedTensor) -> PyResult<Source> {
         .checked_add(usize::try_from(t.byte_offset).unwrap_or(usize::MAX))
         .ok_or_else(|| PyValueError::new_err("the producer's byte_offset overflows its data pointer"))?;
     let dtype = (t.dtype.code.0, t.dtype.bits, t.dtype.lanes);
-    Ok(Source { holder: Holder::Tensor(tensor), data, dims, strides, dtype, device, readonly, stream: None, api: None })
+    Ok(Source { holder: Holder::Tensor(tensor), data, dtype, device, readonly, stream: None, api: None })
 }

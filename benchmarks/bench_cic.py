@@ -9,11 +9,10 @@ the flattened grid) and CuPy's cupyx.scatter_add. Results are checked against ea
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
+from bench_cuda import median_seconds
 
 
 def corners(xp, positions, cells, box):
@@ -40,13 +39,7 @@ def corners(xp, positions, cells, box):
 def timed(run, sync, repeats):
     run()  # warm-up: compile, allocate
     sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(lambda: (run(), sync()), repeats)
 
 
 def collect(n: int = 16 << 20, cells: int = 256, repeats: int = 5) -> dict:

@@ -185,30 +185,40 @@ pub enum After {
 }
 
 /// A pending free.
-pub struct PendingFree {
-    allocator: Arc<dyn DeviceAllocator>,
-    device_id: i32,
-    ptr: u64,
-    bytes: usize,
-    after: After,
+pub enum PendingFree {
+    /// Device memory, returned to the allocator that made it.
+    Device { allocator: Arc<dyn DeviceAllocator>, device_id: i32, ptr: u64, bytes: usize, after: After },
+    /// Page-locked host memory (`cuMemFreeHost` synchronises the device, so it waits out a
+    /// capture like the device frees).
+    Pinned { ptr: usize },
 }
 
 impl PendingFree {
     fn run(self) {
-        let stream = match self.after {
-            After::Stream(stream) => stream,
-            After::Device => {
-                if let Ok(_ctx) = Current::enter(self.device_id) {
-                    // Raw: cudarc's context synchronise binds the context to the thread.
-                    // SAFETY: a context is current. Never during a capture amso has seen
-                    // (`run_all`), which this would invalidate.
-                    let _ = unsafe { sys::cuCtxSynchronize() };
-                }
-                StreamHandle::LEGACY
+        match self {
+            PendingFree::Device { allocator, device_id, ptr, bytes, after } => {
+                let stream = match after {
+                    After::Stream(stream) => stream,
+                    After::Device => {
+                        if let Ok(_ctx) = Current::enter(device_id) {
+                            // Raw: cudarc's context synchronise binds the context to the thread.
+                            // SAFETY: a context is current. Never during a capture amso has seen
+                            // (`run_all`), which this would invalidate.
+                            let _ = unsafe { sys::cuCtxSynchronize() };
+                        }
+                        StreamHandle::LEGACY
+                    }
+                };
+                allocator.free(device_id, ptr, bytes, stream);
+                STATS.in_use.fetch_sub(bytes, Ordering::Relaxed);
             }
-        };
-        self.allocator.free(self.device_id, self.ptr, self.bytes, stream);
-        STATS.in_use.fetch_sub(self.bytes, Ordering::Relaxed);
+            PendingFree::Pinned { ptr } => {
+                if let Ok(_ctx) = Current::enter(0) {
+                    // SAFETY: allocated by cuMemHostAlloc and freed once, here.
+                    let _ = unsafe { sys::cuMemFreeHost(ptr as *mut std::ffi::c_void) };
+                }
+            }
+        }
     }
 }
 
@@ -260,8 +270,19 @@ pub fn allocate(device_id: i32, bytes: usize, stream: StreamHandle) -> Result<(u
 
 /// Return memory to `allocator` through the deferred queue.
 pub fn release(allocator: Arc<dyn DeviceAllocator>, device_id: i32, ptr: u64, bytes: usize, after: After) {
-    let pending = PendingFree { allocator, device_id, ptr, bytes, after };
+    let pending = PendingFree::Device { allocator, device_id, ptr, bytes, after };
     run_all(DEFERRED.push(pending, bytes, capacity(device_id), capturing()));
+}
+
+/// Free pinned host memory at `ptr`: now, or, while a capture amso has seen is in progress,
+/// with the deferred frees once it has ended. Host bytes do not count against the device.
+pub(crate) fn release_pinned(ptr: *mut u8) {
+    let pending = PendingFree::Pinned { ptr: ptr as usize };
+    if capturing() {
+        run_all(DEFERRED.push(pending, 0, usize::MAX, true));
+    } else {
+        run_all(vec![pending]);
+    }
 }
 
 /// Begin a `defer_cleanup` block.

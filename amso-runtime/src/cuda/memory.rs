@@ -174,27 +174,10 @@ impl PinnedMemory {
     }
 }
 
-/// Pinned allocations dropped while a CUDA graph capture was in progress: `cuMemFreeHost`
-/// synchronises the device, which a capture forbids. Freed by the next drop after it ends.
-static PINNED_LATER: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
-
 impl Drop for PinnedMemory {
     fn drop(&mut self) {
-        if self.ptr.is_null() {
-            return;
-        }
-        let mut later = PINNED_LATER.lock().unwrap_or_else(|e| e.into_inner());
-        if super::capture::in_progress(None) {
-            later.push(self.ptr as usize);
-            return;
-        }
-        if let Ok(_ctx) = Current::enter(0) {
-            // Relaxed: a capture amso has not seen stays valid where the driver allows it.
-            let _relaxed = super::capture::Relaxed::enter();
-            for ptr in later.drain(..).chain([self.ptr as usize]) {
-                // SAFETY: allocated by cuMemHostAlloc and freed once, here.
-                let _ = unsafe { sys::cuMemFreeHost(ptr as *mut std::ffi::c_void) };
-            }
+        if !self.ptr.is_null() {
+            super::alloc::release_pinned(self.ptr);
         }
     }
 }

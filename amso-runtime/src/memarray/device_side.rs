@@ -46,7 +46,11 @@ impl DeviceSide {
     /// (under capture: earlier work completed first, see `cuda/capture.rs`).
     pub(crate) fn begin(&mut self, device_id: i32, stream: i64) -> Result<Checked> {
         check_device(device_id)?;
-        let stream = StreamHandle::from_int(stream)?.check(device_id)?;
+        self.begin_checked(device_id, StreamHandle::from_int(stream)?.check(device_id)?)
+    }
+
+    /// `begin` for a stream the caller has checked already.
+    fn begin_checked(&mut self, device_id: i32, stream: Checked) -> Result<Checked> {
         stream::order(device_id, self.last, stream)?;
         Ok(stream)
     }
@@ -155,6 +159,7 @@ impl DeviceSide {
     /// Move the device data to `target` device (a peer copy, complete when this returns).
     pub(crate) fn change_device(&mut self, from: i32, target: i32, bytes: usize, stream: i64) -> Result<()> {
         let source = self.memory.clone().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
+        check_device(target)?;
         let checked = StreamHandle::from_int(stream)?.check(target)?;
         if checked.capturing() {
             return Err(capture::refused(
@@ -165,7 +170,7 @@ impl DeviceSide {
         }
         stream::synchronize(from, self.last)?;
         self.last = StreamHandle::LEGACY;
-        let stream = self.begin(target, stream)?;
+        let stream = self.begin_checked(target, checked)?;
         let dst = Arc::new(DeviceMemory::alloc_on(target, bytes, stream.handle)?);
         // SAFETY: both allocations hold `bytes`; the source's earlier work is complete.
         unsafe { transfer::device_to_peer(target, dst.ptr(), from, source.ptr(), bytes, stream.handle) }?;

@@ -26,7 +26,7 @@ pub fn python_stubs(spec: &Spec) -> String {
     out
 }
 
-const STUB_PRELUDE: &str = r#"from collections.abc import Sequence
+const STUB_PRELUDE: &str = r#"from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self, SupportsIndex
 
@@ -54,6 +54,19 @@ def _is_amso_class(cls: object) -> bool: ...
 def _amso_rebuild(
     dtype: str, shape: _Shape, readonly: bool, pinned: bool, device: int | None, data: Any
 ) -> MemArrayBase: ...
+def empty(shape: _Shape, dtype: Any = None, device_id: int = 0, *, on_device: bool = False) -> MemArrayBase:
+    """Like ``MemArray`` but, with ``on_device=True``, the device memory is left uninitialised
+    (as ``np.empty``); host memory is always zeroed."""
+def _new_array(
+    shape: _Shape,
+    dtype: Any = None,
+    device_id: int = 0,
+    *,
+    readonly: bool = False,
+    pinned: bool = False,
+    on_device: bool = False,
+) -> MemArrayBase: ...
+def _set_class_resolver(class_for: Callable[[_Shape, Any], type[MemArrayBase]]) -> None: ...
 
 _C_API: Any
 

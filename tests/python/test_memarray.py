@@ -50,6 +50,35 @@ def test_default_dtype_is_float64_and_int_shapes_work():
     assert amso.MemArray([np.int64(2)], float).dtype == np.float64
 
 
+def test_every_spelling_of_a_dtype_and_shape_reaches_the_class_class_for_names():
+    # amso.MemArray and amso.empty look classes up by the dtype object's identity; each spelling
+    # must land where amso.class_for (NumPy's reading of the dtype) says, on every call.
+    class Dims(int):  # an int subclass: resolved through class_for, not the cache
+        pass
+
+    name_at_run_time = "".join(["float", "32"])  # a str object that no literal shares
+    spellings = [np.float32, np.dtype(np.float32), "float32", name_at_run_time, "f4", np.dtype("f4").newbyteorder("=")]
+    shapes = [4, Dims(4), (4,), [4], np.array([4]), (np.int64(4),)]
+    for _ in range(3):  # the first call fills the cache, the later ones read it
+        for dtype, shape in itertools.product(spellings, shapes):
+            for array in (amso.MemArray(shape, dtype), amso.empty(shape, dtype)):
+                assert type(array) is amso.class_for(4, np.float32)
+                assert (array.dtype, array.shape) == (np.dtype(np.float32), (4,))
+    for _ in range(2):  # one dtype object, one cache entry per ndim
+        for ndim in (1, 2, 3):
+            assert type(amso.empty((2,) * ndim, np.float32)) is amso.class_for((2,) * ndim, np.float32)
+    assert type(amso.empty(2)) is amso.class_for(2, None) is amso.class_for(2, np.float64)
+
+
+def test_more_dtype_objects_than_the_class_cache_holds_still_resolve():
+    # Distinct but equal dtype objects each take a cache slot until it is full; after that
+    # every call resolves through class_for, with the same result.
+    dtypes = [np.dtype("f8").newbyteorder("=") for _ in range(200)]
+    assert len({id(d) for d in dtypes}) == 200
+    for dtype in dtypes * 2:
+        assert type(amso.empty((2, 2), dtype)) is amso.class_for((2, 2), np.float64)
+
+
 def test_item_get_and_set_match_numpy(case):
     name, shape = case
     a = amso.MemArray(shape, np_dtype(name))

@@ -217,3 +217,27 @@ def test_moves_of_one_gib_while_python_and_c_read(capi):
     assert not bad, f"torn header readings: {bad}"
     assert {kind for kind, _ in seen} == {1, 2}, "the C reader saw both placements"
     assert array[n - 1] == 7.0
+
+
+def test_threads_creating_arrays_of_many_dtypes_at_once_each_get_their_class():
+    # The class cache is filled by whichever thread sees a (dtype, ndim) first; readers take no
+    # lock, so every thread must still get the class class_for names.
+    pairs = [(name, ndim) for name, ndim in amso.supported() if name != "bfloat16"]
+    barrier = threading.Barrier(8)
+    failures: list[str] = []
+
+    def work(seed: int) -> None:
+        barrier.wait()
+        for name, ndim in pairs[seed:] + pairs[:seed]:
+            dtype = np.dtype(name).newbyteorder("=")  # a fresh object: a new cache key
+            for make in (amso.empty, amso.MemArray):
+                array = make((1,) * ndim, dtype)
+                if type(array) is not amso.class_for((1,) * ndim, name):
+                    failures.append(f"{make.__name__}({name}, {ndim}) made {type(array).__name__}")
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []

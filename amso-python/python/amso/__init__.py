@@ -15,7 +15,7 @@ import numpy as np
 
 from . import allocators, cuda, dlpack
 from ._amso import __amso_dispatch__, __version__, DLPackContext, MAX_NDIM, MemArrayBase, from_cuda_array_interface
-from ._amso import _is_amso_array, _is_amso_class
+from ._amso import _is_amso_array, _is_amso_class, _new_array, _set_class_resolver, empty
 from ._amso import from_dlpack as _from_dlpack
 
 try:  # the memory-management API exists in builds with the CUDA layer
@@ -85,21 +85,10 @@ def class_for(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: Any = None)
         ) from None
 
 
-# (dtype as given, ndim) -> class: the common constructor path is one dict lookup, since
-# resolving a dtype through NumPy costs microseconds.
-_CLASS_CACHE: dict[tuple[Any, int], type[MemArrayBase]] = {}
-
-
-def _cached_class(shape: Any, dtype: Any) -> type[MemArrayBase]:
-    ndim = len(shape) if type(shape) in (tuple, list) else _ndim(shape)
-    try:
-        return _CLASS_CACHE[(dtype, ndim)]
-    except KeyError:
-        found = class_for(shape, dtype)
-        _CLASS_CACHE[(dtype, ndim)] = found
-        return found
-    except TypeError:  # an unhashable dtype argument
-        return class_for(shape, dtype)
+# amso.MemArray and amso.empty find the class for (dtype as given, ndim) in a cache of the
+# compiled module, without resolving the dtype through NumPy (which costs microseconds);
+# class_for resolves what that cache has not seen.
+_set_class_resolver(class_for)
 
 
 class _MemArrayMeta(type):
@@ -113,7 +102,7 @@ class _MemArrayMeta(type):
         pinned: bool = False,
         on_device: bool = False,
     ) -> Any:
-        return _cached_class(shape, dtype)(shape, device_id, readonly=readonly, pinned=pinned, on_device=on_device)
+        return _new_array(shape, dtype, device_id, readonly=readonly, pinned=pinned, on_device=on_device)
 
     def __instancecheck__(cls, instance: Any) -> bool:
         # Arrays of every crate's classes: each extension module links its own copy of amso's
@@ -132,14 +121,6 @@ class MemArray(metaclass=_MemArrayMeta):
     defaults to float64, as in NumPy. Every amso array, of this package or of any other
     extension built with amso, is an instance of ``MemArray``.
     """
-
-
-def empty(
-    shape: Sequence[SupportsIndex] | SupportsIndex, dtype: Any = None, device_id: int = 0, *, on_device: bool = False
-) -> MemArrayBase:
-    """Like ``MemArray`` but, with ``on_device=True``, the device memory is left uninitialised
-    (as ``np.empty``); host memory is always zeroed."""
-    return _cached_class(shape, dtype)(shape, device_id, on_device=on_device, uninitialized=True)
 
 
 def from_dlpack(obj: Any, *, copy: bool | None = None) -> MemArrayBase:

@@ -4,7 +4,7 @@
 use pyo3::exceptions::{PyImportError, PyIndexError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyComplex, PyDict, PyTuple};
+use pyo3::types::{PyBool, PyComplex, PyDict, PyInt, PyIterator, PyList, PyTuple};
 use pyo3::{intern, Borrowed};
 
 use crate::element::{DType, Scalar};
@@ -17,17 +17,28 @@ impl<'a, 'py> FromPyObject<'a, 'py> for ShapeArg {
     type Error = PyErr;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        // Tuples and lists, the usual shapes, skip the `__index__` probe (an AttributeError
+        // raised and cleared for every sequence).
+        if obj.is_exact_instance_of::<PyTuple>() || obj.is_exact_instance_of::<PyList>() {
+            return ShapeArg::from_items(obj.try_iter()?);
+        }
         if let Some(dim) = index_like(&obj)? {
             return Ok(ShapeArg(vec![dim]));
         }
-        let Ok(iter) = obj.try_iter() else {
-            return Err(PyTypeError::new_err(format!(
+        match obj.try_iter() {
+            Ok(items) => ShapeArg::from_items(items),
+            Err(_) => Err(PyTypeError::new_err(format!(
                 "shape must be an integer or a sequence of integers, got {}",
                 type_name(&obj)
-            )));
-        };
+            ))),
+        }
+    }
+}
+
+impl ShapeArg {
+    fn from_items(items: Bound<'_, PyIterator>) -> PyResult<Self> {
         let mut dims = Vec::new();
-        for item in iter {
+        for item in items {
             let item = item?;
             match index_like(&item.as_borrowed())? {
                 Some(dim) => dims.push(dim),
@@ -91,6 +102,9 @@ fn type_name(obj: &Borrowed<'_, '_, PyAny>) -> String {
 /// The integer value of an object supporting `__index__` (not bool), `None` for anything else;
 /// integers beyond i64 are an OverflowError.
 fn index_like(obj: &Borrowed<'_, '_, PyAny>) -> PyResult<Option<i64>> {
+    if obj.is_exact_instance_of::<PyInt>() {
+        return obj.extract::<i64>().map(Some); // an int too large for i64: OverflowError
+    }
     if obj.is_instance_of::<PyBool>() || !obj.hasattr(intern!(obj.py(), "__index__"))? {
         return Ok(None);
     }

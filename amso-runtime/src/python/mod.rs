@@ -14,6 +14,8 @@ mod context;
 mod convert;
 mod error;
 mod exchange;
+mod factory;
+mod identity_cache;
 mod import;
 mod interface;
 mod iteration;
@@ -100,6 +102,9 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(pyo3::wrap_pyfunction!(cuda_memory_info, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(set_current_stream, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(import::from_dlpack, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(factory::empty, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(factory::new_array, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(factory::set_class_resolver, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(import::from_cuda_array_interface, module)?)?;
     #[cfg(feature = "cuda")]
     {

@@ -44,7 +44,8 @@ pub struct Registration {
 const MAX_TYPES: usize = 256;
 static TYPES: [AtomicUsize; MAX_TYPES] = [const { AtomicUsize::new(0) }; MAX_TYPES];
 static TYPE_COUNT: AtomicUsize = AtomicUsize::new(0);
-static REGISTRY: RwLock<Vec<Registration>> = RwLock::new(Vec::new());
+/// Registrations live for the process (a class, once registered, is never unloaded).
+static REGISTRY: RwLock<Vec<&'static Registration>> = RwLock::new(Vec::new());
 
 fn create<C: Instantiation>(dims: &[i64], options: ArrayOptions) -> Result<Box<dyn ArrayObject>> {
     Ok(Box::new(C::Array::create(dims, options)?))
@@ -78,7 +79,7 @@ pub(super) fn add<C: Instantiation>(py: Python<'_>, module: &str) {
         type_object,
         name: interned(&C::type_object(py).name().map(|n| n.to_string()).unwrap_or_default()),
     };
-    REGISTRY.write().unwrap_or_else(|e| e.into_inner()).push(registration);
+    REGISTRY.write().unwrap_or_else(|e| e.into_inner()).push(Box::leak(Box::new(registration)));
 }
 
 /// `text` as a string that lives for the process (module and class names, one each).
@@ -104,32 +105,38 @@ pub fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<Registration>
     registry
         .iter()
         .find(|r| r.ndim == ndim && r.dtype.code == code && r.dtype.bits == bits && r.dtype.lanes == lanes)
-        .copied()
+        .map(|r| **r)
+}
+
+/// The registration of exactly the class `type_object`.
+pub fn of_type(type_object: usize) -> Option<&'static Registration> {
+    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
+    registry.iter().find(|r| r.type_object == type_object).copied()
 }
 
 /// The registered class that `object`'s type is, or derives from (a Python subclass).
 pub fn of_object(object: &Bound<'_, PyAny>) -> Option<Registration> {
     let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
     let mro = object.get_type().mro();
-    mro.iter().find_map(|class| registry.iter().find(|r| r.type_object == class.as_ptr() as usize).copied())
+    mro.iter().find_map(|class| registry.iter().find(|r| r.type_object == class.as_ptr() as usize).map(|r| **r))
 }
 
 /// The registered class of Python name `class` holding `dtype` arrays with `ndim` dimensions.
 pub fn find_class_name(class: &str, dtype: &str, ndim: usize) -> Option<Registration> {
     let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    registry.iter().find(|r| r.ndim == ndim && r.dtype.name == dtype && r.name == class).copied()
+    registry.iter().find(|r| r.ndim == ndim && r.dtype.name == dtype && r.name == class).map(|r| **r)
 }
 
 /// The registered class for a dtype name (`float32`) and ndim.
 pub fn find_name(name: &str, ndim: usize) -> Option<Registration> {
     let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    registry.iter().find(|r| r.ndim == ndim && r.dtype.name == name).copied()
+    registry.iter().find(|r| r.ndim == ndim && r.dtype.name == name).map(|r| **r)
 }
 
 /// The registered class for an array-interface typestr and ndim.
 pub fn find_typestr(typestr: &str, ndim: usize) -> Option<Registration> {
     let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    registry.iter().find(|r| r.ndim == ndim && r.dtype.typestr == typestr).copied()
+    registry.iter().find(|r| r.ndim == ndim && r.dtype.typestr == typestr).map(|r| **r)
 }
 
 /// The compiled `(dtype, ndim)` pairs, for error messages.

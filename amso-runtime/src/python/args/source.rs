@@ -11,8 +11,6 @@
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use dlpark::ffi::{DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -22,6 +20,7 @@ use pyo3::{ffi, intern};
 
 use crate::device::{Device, DeviceType};
 use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
+use crate::python::identity_cache::IdentityCache;
 
 /// What keeps an argument's memory alive, and owns its dimensions and strides.
 pub(crate) enum Holder {
@@ -89,52 +88,13 @@ impl Source {
     }
 }
 
-/// The exchange tables of the types seen so far, read without a lock on every argument:
-/// append-only slots of (type, table address; 0: the type has none). A slot's type is held
-/// for the process, so its address is never reused by another type.
-struct TableCache {
-    types: [AtomicUsize; TABLE_SLOTS],
-    tables: [AtomicUsize; TABLE_SLOTS],
-    /// Slots filled; each is written before this count covers it.
-    filled: AtomicUsize,
-    /// Serialises the writers.
-    append: Mutex<()>,
-}
-
-const TABLE_SLOTS: usize = 64;
-
-static TABLES: TableCache = TableCache {
-    types: [const { AtomicUsize::new(0) }; TABLE_SLOTS],
-    tables: [const { AtomicUsize::new(0) }; TABLE_SLOTS],
-    filled: AtomicUsize::new(0),
-    append: Mutex::new(()),
-};
-
-impl TableCache {
-    fn find(&self, ty: usize) -> Option<usize> {
-        let filled = self.filled.load(Ordering::Acquire);
-        (0..filled)
-            .find(|&i| self.types[i].load(Ordering::Relaxed) == ty)
-            .map(|i| self.tables[i].load(Ordering::Relaxed))
-    }
-
-    /// Remember `table` for `ty` (unless full: then it is looked up again next time).
-    fn insert(&self, ty: &Bound<'_, PyType>, table: usize) {
-        let _append = self.append.lock().unwrap_or_else(|e| e.into_inner());
-        let filled = self.filled.load(Ordering::Relaxed);
-        if filled == TABLE_SLOTS || self.find(ty.as_ptr() as usize).is_some() {
-            return;
-        }
-        let held = ty.clone().unbind().into_ptr(); // a strong reference, kept for the process
-        self.types[filled].store(held as usize, Ordering::Relaxed);
-        self.tables[filled].store(table, Ordering::Relaxed);
-        self.filled.store(filled + 1, Ordering::Release);
-    }
-}
+/// The exchange tables of the types seen so far (table address; 0: the type has none), looked
+/// up for every argument.
+static TABLES: IdentityCache<64> = IdentityCache::new();
 
 /// `type.__dlpack_c_exchange_api__`, if the type has a DLPack 1.x table (cached per type).
 pub(crate) fn exchange_table(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static DLPackExchangeAPI>> {
-    if let Some(address) = TABLES.find(ty.as_ptr() as usize) {
+    if let Some(address) = TABLES.get(ty.as_any(), 0) {
         // SAFETY: 0 or the address of a table that lives for the process (see below).
         return Ok(unsafe { (address as *const DLPackExchangeAPI).as_ref() });
     }
@@ -151,7 +111,7 @@ pub(crate) fn exchange_table(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static
         }
         _ => None,
     };
-    TABLES.insert(ty, table.map_or(0, |t| t as *const DLPackExchangeAPI as usize));
+    TABLES.insert(ty.as_any(), 0, table.map_or(0, |t| t as *const DLPackExchangeAPI as usize));
     Ok(table)
 }
 

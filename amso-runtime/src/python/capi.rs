@@ -161,11 +161,54 @@ getter! {
     amso_lock_id: u64 = |h| h.placement().lock_id;
 }
 
-/// The handle of an object of exactly class `C` (a generated typed export's body).
+/// What a typed export checks an object against: its class, by the class's own lookup.
+pub struct ClassFacts {
+    type_object: fn(Python<'_>) -> *mut ffi::PyTypeObject,
+    dtype: &'static str,
+    ndim: usize,
+}
+
+impl ClassFacts {
+    /// The facts of class `C`.
+    pub const fn of<C: Instantiation>() -> ClassFacts {
+        ClassFacts { type_object: C::type_object_raw, dtype: C::Array::DTYPE.name, ndim: C::Array::NDIM }
+    }
+}
+
+/// The handle of an object of exactly class `C` (a generated typed export's body). The
+/// generic part is only `C`'s facts: one body serves every class.
 ///
 /// # Safety
 /// As `amso_get_handle`.
+#[inline]
 pub unsafe fn typed_handle<C: Instantiation>(object: *mut ffi::PyObject, out: *mut Handle) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { class_handle(object, out, &const { ClassFacts::of::<C>() }) }
+}
+
+/// Typed data pointer of an object of exactly class `C`.
+///
+/// # Safety
+/// As `amso_get_handle`; `out` is writable.
+#[inline]
+pub unsafe fn typed_data<C: Instantiation>(object: *mut ffi::PyObject, out: *mut *mut c_void) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { class_field(object, out, &const { ClassFacts::of::<C>() }, |h| h.placement().data as *mut c_void) }
+}
+
+/// Borrowed shape of an object of exactly class `C`.
+///
+/// # Safety
+/// As `amso_get_handle`; `out` is writable.
+#[inline]
+pub unsafe fn typed_shape<C: Instantiation>(object: *mut ffi::PyObject, out: *mut *const i64) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { class_field(object, out, &const { ClassFacts::of::<C>() }, |h| h.shape.as_ptr()) }
+}
+
+/// # Safety
+/// As `amso_get_handle`.
+unsafe fn class_handle(object: *mut ffi::PyObject, out: *mut Handle, class: &ClassFacts) -> c_int {
     if object.is_null() || out.is_null() {
         return fail(code::NULL_ARGUMENT, "NULL object or output pointer");
     }
@@ -173,10 +216,10 @@ pub unsafe fn typed_handle<C: Instantiation>(object: *mut ffi::PyObject, out: *m
         // SAFETY: the caller holds the GIL.
         let py = unsafe { Python::assume_attached() };
         // SAFETY: a live object's type pointer.
-        if unsafe { ffi::Py_TYPE(object) } != C::type_object_raw(py) {
+        if unsafe { ffi::Py_TYPE(object) } != (class.type_object)(py) {
             return fail(
                 code::NOT_AN_AMSO_ARRAY,
-                format!("expected an amso {} array with ndim {}", C::Array::DTYPE.name, C::Array::NDIM),
+                format!("expected an amso {} array with ndim {}", class.dtype, class.ndim),
             );
         }
         // SAFETY: forwarded.
@@ -184,28 +227,18 @@ pub unsafe fn typed_handle<C: Instantiation>(object: *mut ffi::PyObject, out: *m
     })
 }
 
-/// Typed data pointer of an object of exactly class `C`.
-///
 /// # Safety
 /// As `amso_get_handle`; `out` is writable.
-pub unsafe fn typed_data<C: Instantiation>(object: *mut ffi::PyObject, out: *mut *mut c_void) -> c_int {
+unsafe fn class_field<T>(
+    object: *mut ffi::PyObject,
+    out: *mut T,
+    class: &ClassFacts,
+    field: fn(&Header) -> T,
+) -> c_int {
     let mut handle: Handle = std::ptr::null();
     // SAFETY: forwarded.
-    match unsafe { typed_handle::<C>(object, &mut handle) } {
-        code::OK => guard(|| read(handle, out, |h| h.placement().data as *mut c_void)),
-        error => error,
-    }
-}
-
-/// Borrowed shape of an object of exactly class `C`.
-///
-/// # Safety
-/// As `amso_get_handle`; `out` is writable.
-pub unsafe fn typed_shape<C: Instantiation>(object: *mut ffi::PyObject, out: *mut *const i64) -> c_int {
-    let mut handle: Handle = std::ptr::null();
-    // SAFETY: forwarded.
-    match unsafe { typed_handle::<C>(object, &mut handle) } {
-        code::OK => guard(|| read(handle, out, |h| h.shape.as_ptr())),
+    match unsafe { class_handle(object, &mut handle, class) } {
+        code::OK => guard(|| read(handle, out, field)),
         error => error,
     }
 }

@@ -55,13 +55,22 @@ pub trait Instantiation: PyClass<BaseType = MemArrayBase> + PyTypeInfo + Default
 /// The base-class part of a new instance of class `C`, from the constructor's arguments;
 /// generated constructors add their (empty) subclass to it.
 #[doc(hidden)]
+#[inline]
 pub fn new_base<C: Instantiation>(
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyClassInitializer<MemArrayBase>> {
+    construct(args, kwargs, registry::create::<C>)
+}
+
+/// `new_base`'s body, one for every class.
+fn construct(
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+    create: registry::CreateFn,
+) -> PyResult<PyClassInitializer<MemArrayBase>> {
     let (shape, options) = convert::constructor_args(args, kwargs)?;
-    let array = C::Array::create(&shape.0, options)?;
-    Ok(PyClassInitializer::from(MemArrayBase::new(Box::new(array))))
+    Ok(PyClassInitializer::from(MemArrayBase::new(create(&shape.0, options)?)))
 }
 
 /// Name of the module attribute holding the `(dtype name, ndim) -> class` dispatch map.
@@ -70,7 +79,13 @@ const DISPATCH_ATTR: &str = "__amso_dispatch__";
 /// Add class `C` to `module` and its entry to the module's dispatch map.
 pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<C>()?;
+    register_class(module, registry::Registration::of::<C>(module.py()))
+}
+
+/// `register`'s body, one for every class: the dispatch entry, the registry, `_amso_rebuild`.
+fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Registration) -> PyResult<()> {
     let py = module.py();
+    let class = registry::class_object(py, &registration);
     let dispatch = match module.getattr(DISPATCH_ATTR) {
         Ok(existing) => existing.cast_into::<PyDict>()?,
         Err(_) => {
@@ -79,8 +94,10 @@ pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> 
             created
         }
     };
-    dispatch.set_item((C::Array::DTYPE.name, C::Array::NDIM), C::type_object(py))?;
-    registry::add::<C>(py, &module.name()?.to_cow()?);
+    dispatch.set_item((registration.dtype.name, registration.ndim), &class)?;
+    registration.module = registry::interned(&module.name()?.to_cow()?);
+    registration.name = registry::interned(&class.name()?.to_cow()?);
+    registry::add(registration);
     if !module.hasattr(pickle::REBUILD)? {
         module.add_function(pyo3::wrap_pyfunction!(pickle::rebuild, module)?)?;
     }

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::RwLock;
 
 use pyo3::prelude::*;
-use pyo3::PyClassInitializer;
+use pyo3::types::PyType;
+use pyo3::{ffi, PyClassInitializer};
 
 use super::array::MemArrayBase;
 use super::Instantiation;
@@ -47,7 +48,7 @@ static TYPE_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Registrations live for the process (a class, once registered, is never unloaded).
 static REGISTRY: RwLock<Vec<&'static Registration>> = RwLock::new(Vec::new());
 
-fn create<C: Instantiation>(dims: &[i64], options: ArrayOptions) -> Result<Box<dyn ArrayObject>> {
+pub(super) fn create<C: Instantiation>(dims: &[i64], options: ArrayOptions) -> Result<Box<dyn ArrayObject>> {
     Ok(Box::new(C::Array::create(dims, options)?))
 }
 
@@ -60,30 +61,42 @@ fn instance<C: Instantiation>(py: Python<'_>, base: MemArrayBase) -> PyResult<Py
     Ok(Py::new(py, PyClassInitializer::from(base).add_subclass(C::default()))?.into_any())
 }
 
-/// Record class `C` of `module` (called by `register`).
-pub(super) fn add<C: Instantiation>(py: Python<'_>, module: &str) {
-    let type_object = C::type_object_raw(py) as usize;
+impl Registration {
+    /// Class `C`'s entry; `register` fills in its module and Python name.
+    pub(super) fn of<C: Instantiation>(py: Python<'_>) -> Registration {
+        Registration {
+            dtype: C::Array::DTYPE,
+            ndim: C::Array::NDIM,
+            create: create::<C>,
+            wrap: wrap::<C>,
+            instance: instance::<C>,
+            module: "",
+            type_object: C::type_object_raw(py) as usize,
+            name: "",
+        }
+    }
+}
+
+/// The class `registration` describes, as a Python object.
+pub(super) fn class_object<'py>(py: Python<'py>, registration: &Registration) -> Bound<'py, PyType> {
+    // SAFETY: the type object of a class that lives for the process (a borrowed pointer).
+    unsafe { Bound::from_borrowed_ptr(py, registration.type_object as *mut ffi::PyObject).cast_into_unchecked() }
+}
+
+/// Record a class (called by `register`, once its module and name are filled in).
+pub(super) fn add(registration: Registration) {
+    let type_object = registration.type_object;
     if !is_known_type(type_object) {
         let slot = TYPE_COUNT.fetch_add(1, Ordering::AcqRel);
         if slot < MAX_TYPES {
             TYPES[slot].store(type_object, Ordering::Release);
         }
     }
-    let registration = Registration {
-        dtype: C::Array::DTYPE,
-        ndim: C::Array::NDIM,
-        create: create::<C>,
-        wrap: wrap::<C>,
-        instance: instance::<C>,
-        module: interned(module),
-        type_object,
-        name: interned(&C::type_object(py).name().map(|n| n.to_string()).unwrap_or_default()),
-    };
     REGISTRY.write().unwrap_or_else(|e| e.into_inner()).push(Box::leak(Box::new(registration)));
 }
 
 /// `text` as a string that lives for the process (module and class names, one each).
-fn interned(text: &str) -> &'static str {
+pub(super) fn interned(text: &str) -> &'static str {
     static STRINGS: RwLock<Vec<&'static str>> = RwLock::new(Vec::new());
     if let Some(known) = STRINGS.read().unwrap_or_else(|e| e.into_inner()).iter().find(|s| **s == text) {
         return known;

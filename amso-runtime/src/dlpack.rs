@@ -4,6 +4,7 @@
 
 use std::any::Any;
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -136,11 +137,12 @@ pub struct ExportSource<'a> {
 
 /// A managed tensor plus the storage its pointers refer to, in one allocation. The managed
 /// struct comes first, so a pointer to it is a pointer to the whole.
+/// Only the first `ndim` entries of `shape` and `strides` are written.
 #[repr(C)]
 struct Exported<M> {
     managed: M,
-    shape: [i64; MAX_NDIM],
-    strides: [i64; MAX_NDIM],
+    shape: [MaybeUninit<i64>; MAX_NDIM],
+    strides: [MaybeUninit<i64>; MAX_NDIM],
     owner: Arc<dyn Any + Send + Sync>,
 }
 
@@ -281,17 +283,23 @@ fn boxed<M>(
     tensor: fn(&mut M) -> &mut DLTensor,
     set_ctx: fn(&mut M, *mut c_void),
 ) -> NonNull<M> {
-    // Dimensions and C-order strides in elements; DLPack >= 1.2 asks producers not to leave
-    // strides NULL.
-    let (shape, strides) = crate::shape::c_layout(source.shape);
-    // The hold on the memory moves into the tensor: no reference-count traffic per export.
-    let raw = Box::into_raw(Box::new(Exported { managed, shape, strides, owner: source.owner }));
-    // SAFETY: `raw` is the live allocation just made. The shape and strides pointers are
-    // derived from `raw` after `into_raw`, so no later retag of the box invalidates them
-    // (Miri's Stacked Borrows check); `managed` is borrowed alone, apart from them.
+    // Built in place: an export is a malloc and a few stores, with no struct moved after.
+    let raw = Box::into_raw(Box::<Exported<M>>::new_uninit()).cast::<Exported<M>>();
+    // SAFETY: `raw` is a live, exclusive allocation of an `Exported<M>`; every field is
+    // written before anything reads it (the shape and strides up to `ndim`, which is all a
+    // consumer reads). The shape and strides pointers are derived from `raw` itself, so no
+    // later retag of a box invalidates them (Miri's Stacked Borrows check).
     unsafe {
+        std::ptr::addr_of_mut!((*raw).managed).write(managed);
+        std::ptr::addr_of_mut!((*raw).owner).write(source.owner);
         let shape = std::ptr::addr_of_mut!((*raw).shape).cast::<i64>();
         let strides = std::ptr::addr_of_mut!((*raw).strides).cast::<i64>();
+        // Dimensions and C-order strides in elements; DLPack >= 1.2 asks producers not to
+        // leave strides NULL.
+        crate::shape::for_each_c_stride(source.shape, |axis, dim, stride| {
+            shape.add(axis).write(dim);
+            strides.add(axis).write(stride);
+        });
         let t = tensor(&mut (*raw).managed);
         t.shape = shape;
         t.strides = strides;

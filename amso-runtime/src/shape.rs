@@ -53,13 +53,21 @@ pub fn element_count(shape: &[usize]) -> usize {
 pub fn c_layout(shape: &[usize]) -> ([i64; crate::MAX_NDIM], [i64; crate::MAX_NDIM]) {
     let mut dims = [0i64; crate::MAX_NDIM];
     let mut strides = [0i64; crate::MAX_NDIM];
+    for_each_c_stride(shape, |axis, dim, stride| {
+        dims[axis] = dim;
+        strides[axis] = stride;
+    });
+    (dims, strides)
+}
+
+/// Calls `f(axis, dimension, C-order stride in elements)` for each axis of `shape` (up to
+/// `MAX_NDIM`), the last axis first.
+pub fn for_each_c_stride(shape: &[usize], mut f: impl FnMut(usize, i64, i64)) {
     let mut stride = 1i64;
     for (axis, &dim) in shape.iter().enumerate().take(crate::MAX_NDIM).rev() {
-        dims[axis] = dim as i64;
-        strides[axis] = stride;
+        f(axis, dim as i64, stride);
         stride = stride.saturating_mul((dim as i64).max(1));
     }
-    (dims, strides)
 }
 
 /// Linear offset of an in-bounds `index` into a C-order array of `shape`.

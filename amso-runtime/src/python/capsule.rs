@@ -46,8 +46,7 @@ pub(crate) fn dlpack_call<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
     let request = DlpackRequest { stream, max_version, dl_device, copy };
-    let on_device = array.header().placement().device_type == crate::DeviceType::Cuda as i32;
-    warn_ambiguous_stream(py, on_device, &request)?;
+    warn_ambiguous_stream(py, array, &request)?;
     let tensor = array.read(py, |array| export_tensor(array, lock, &request))?;
     into_capsule(py, tensor)
 }
@@ -66,8 +65,8 @@ pub(crate) fn export_for_stream(array: &dyn ArrayObject, stream: i64) -> crate::
 
 /// Warn about `stream=0` for device data: the array API standard forbids it as ambiguous,
 /// older consumers still send it, and amso treats it as the legacy default stream.
-fn warn_ambiguous_stream(py: Python<'_>, on_device: bool, request: &DlpackRequest) -> PyResult<()> {
-    if request.stream == Some(0) && on_device {
+fn warn_ambiguous_stream(py: Python<'_>, array: &MemArrayBase, request: &DlpackRequest) -> PyResult<()> {
+    if request.stream == Some(0) && array.header().placement().device_type == crate::DeviceType::Cuda as i32 {
         PyErr::warn(
             py,
             &py.get_type::<pyo3::exceptions::PyUserWarning>(),

@@ -50,6 +50,7 @@ pub fn element_count(shape: &[usize]) -> usize {
 
 /// `shape` (at most `MAX_NDIM` dimensions) and its C-order (row-major) strides in elements,
 /// as the fixed-size `int64` arrays DLPack tensors and the C header carry.
+#[cfg(feature = "python")] // the C header's
 pub fn c_layout(shape: &[usize]) -> ([i64; crate::MAX_NDIM], [i64; crate::MAX_NDIM]) {
     let mut dims = [0i64; crate::MAX_NDIM];
     let mut strides = [0i64; crate::MAX_NDIM];
@@ -132,8 +133,9 @@ mod tests {
     #[test]
     fn offsets_match_a_hand_computed_c_order() {
         let shape = [2, 3, 4];
-        let (dims, strides) = c_layout(&shape);
-        assert_eq!((&dims[..3], &strides[..3]), (&[2, 3, 4][..], &[12, 4, 1][..]));
+        let mut layout = Vec::new();
+        for_each_c_stride(&shape, |axis, dim, stride| layout.push((axis, dim, stride)));
+        assert_eq!(layout, [(2, 4, 1), (1, 3, 4), (0, 2, 12)]);
         assert_eq!(linear_offset(&shape, &[1, 2, 3]), Ok(23));
         assert_eq!(linear_offset(&shape, &[0, 1, 0]), Ok(4));
         for offset in 0..24 {

@@ -103,8 +103,9 @@ pub unsafe fn host_to_device(
     let staging = Staging::take()?;
     let chunks = chunks(bytes);
     let slots: Vec<usize> = staging.slots.iter().map(|m| m.as_ptr() as usize).collect();
-    let source = src as usize; // addresses cross into the worker threads as integers
-                               // Workers fill chunk i's staging slot while the copy engine moves chunk i - 1.
+    // Addresses cross into the worker threads as integers. Workers fill chunk i's staging
+    // slot while the copy engine moves chunk i - 1.
+    let source = src as usize;
     with_workers(
         &chunks,
         |index| {
@@ -177,8 +178,9 @@ pub unsafe fn device_to_host(
     for index in 0..chunks.len().min(DEPTH) {
         issue(index)?;
     }
-    let destination = dst as usize; // addresses cross into the worker threads as integers
-                                    // Workers drain chunk i's slot while the copy engine fills the next ones.
+    // Addresses cross into the worker threads as integers. Workers drain chunk i's slot
+    // while the copy engine fills the next ones.
+    let destination = dst as usize;
     with_workers(
         &chunks,
         |index| staging.wait(index % DEPTH),

@@ -70,13 +70,35 @@ def test_every_spelling_of_a_dtype_and_shape_reaches_the_class_class_for_names()
     assert type(amso.empty(2)) is amso.class_for(2, None) is amso.class_for(2, np.float64)
 
 
-def test_more_dtype_objects_than_the_class_cache_holds_still_resolve():
-    # Distinct but equal dtype objects each take a cache slot until it is full; after that
-    # every call resolves through class_for, with the same result.
-    dtypes = [np.dtype("f8").newbyteorder("=") for _ in range(200)]
-    assert len({id(d) for d in dtypes}) == 200
-    for dtype in dtypes * 2:
+def test_the_class_cache_keeps_what_callers_pass_again_and_not_equal_copies():
+    from amso._amso import _class_cache_len
+
+    cached = _class_cache_len()
+    for _ in range(3):  # a type, NumPy's own dtype instance and a literal name: cached once each
+        for dtype in (np.float64, np.dtype(np.float64), "float64"):
+            amso.empty((2, 2), dtype)
+            amso.empty((2, 2, 2), dtype)
+    assert _class_cache_len() <= cached + 6
+    grown = _class_cache_len()
+    # Equal copies (as unpickled dtypes and names built at run time are) resolve through
+    # class_for every time and take no slot.
+    copies = [np.dtype("f8").newbyteorder("=") for _ in range(100)] + ["".join(["float", "64"]) for _ in range(100)]
+    for dtype in copies:
         assert type(amso.empty((2, 2), dtype)) is amso.class_for((2, 2), np.float64)
+    assert _class_cache_len() == grown
+
+
+def test_bad_options_name_the_argument_in_every_constructor():
+    cls = amso.class_for(2, np.float32)
+    for make in (lambda **kw: amso.MemArray(2, np.float32, **kw), lambda **kw: cls(2, **kw)):
+        with pytest.raises(TypeError, match="device_id must be an int, got str"):
+            make(device_id="0")
+        with pytest.raises(TypeError, match="readonly must be a bool, got int"):
+            make(readonly=1)
+    with pytest.raises(TypeError, match="on_device must be a bool, got str"):
+        amso.empty(2, np.float32, on_device="yes")
+    with pytest.raises(TypeError, match="device_id must be an int, got float"):
+        amso.empty(2, np.float32, 0.0)
 
 
 def test_item_get_and_set_match_numpy(case):

@@ -3,6 +3,9 @@ no deadlock, no crash, lock invariants hold, and no data is lost."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -220,24 +223,33 @@ def test_moves_of_one_gib_while_python_and_c_read(capi):
 
 
 def test_threads_creating_arrays_of_many_dtypes_at_once_each_get_their_class():
-    # The class cache is filled by whichever thread sees a (dtype, ndim) first; readers take no
-    # lock, so every thread must still get the class class_for names.
-    pairs = [(name, ndim) for name, ndim in amso.supported() if name != "bfloat16"]
-    barrier = threading.Barrier(8)
-    failures: list[str] = []
-
-    def work(seed: int) -> None:
-        barrier.wait()
-        for name, ndim in pairs[seed:] + pairs[:seed]:
-            dtype = np.dtype(name).newbyteorder("=")  # a fresh object: a new cache key
-            for make in (amso.empty, amso.MemArray):
-                array = make((1,) * ndim, dtype)
-                if type(array) is not amso.class_for((1,) * ndim, name):
-                    failures.append(f"{make.__name__}({name}, {ndim}) made {type(array).__name__}")
-
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert failures == []
+    # The class cache is filled by whichever thread sees a (dtype, ndim) first, and read
+    # without a lock. In a fresh process (an empty cache), 8 threads race on the same keys.
+    code = textwrap.dedent(
+        """
+        import threading, numpy as np, amso
+        from amso._amso import _class_cache_len
+        pairs = [(n, d) for n, d in amso.supported() if n != "bfloat16"]
+        barrier, failures = threading.Barrier(8), []
+        def work(seed):
+            try:
+                barrier.wait()
+                for name, ndim in pairs[seed:] + pairs[:seed]:
+                    for dtype in (np.dtype(name), getattr(np, name if name != "bool" else "bool_"), name):
+                        for make in (amso.empty, amso.MemArray):
+                            array = make((1,) * ndim, dtype)
+                            if type(array) is not amso.class_for((1,) * ndim, name):
+                                failures.append(f"{make.__name__}({name!r}, {ndim}) made {type(array).__name__}")
+            except BaseException as error:
+                failures.append(repr(error))
+        threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        assert failures == [], failures[:5]
+        # One entry per (key, ndim), however many threads raced to add it.
+        assert _class_cache_len() == 3 * len(pairs), (_class_cache_len(), len(pairs))
+        print("ok")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

@@ -278,12 +278,9 @@ pub fn constructor_args(
     let mut options = crate::memarray::ArrayOptions::default();
     if let Some(kwargs) = kwargs {
         for (key, value) in kwargs.iter() {
-            let flag = || -> PyResult<bool> {
-                value.extract::<bool>().map_err(|_| {
-                    PyTypeError::new_err(format!("{key} must be a bool, got {}", type_name(&value.as_borrowed())))
-                })
-            };
-            match key.extract::<&str>()? {
+            let key = key.extract::<&str>()?;
+            let flag = || flag_arg(key, &value);
+            match key {
                 "shape" if shape.is_none() => shape = Some(value),
                 "device_id" if device_id.is_none() => device_id = Some(value),
                 "readonly" => options.readonly = flag()?,
@@ -303,9 +300,21 @@ pub fn constructor_args(
     }
     let shape = shape.ok_or_else(|| PyTypeError::new_err("MemArray() missing required argument 'shape'"))?;
     if let Some(device_id) = device_id {
-        options.device_id = device_id.extract::<i32>().map_err(|_| {
-            PyTypeError::new_err(format!("device_id must be an int, got {}", type_name(&device_id.as_borrowed())))
-        })?;
+        options.device_id = device_id_arg(&device_id)?;
     }
     Ok((shape.extract::<ShapeArg>()?, options))
+}
+
+/// A constructor's boolean option `name`.
+pub fn flag_arg(name: &str, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    value
+        .extract::<bool>()
+        .map_err(|_| PyTypeError::new_err(format!("{name} must be a bool, got {}", type_name(&value.as_borrowed()))))
+}
+
+/// A constructor's `device_id`.
+pub fn device_id_arg(value: &Bound<'_, PyAny>) -> PyResult<i32> {
+    value
+        .extract::<i32>()
+        .map_err(|_| PyTypeError::new_err(format!("device_id must be an int, got {}", type_name(&value.as_borrowed()))))
 }

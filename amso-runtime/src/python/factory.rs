@@ -7,10 +7,10 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyInt, PyList, PyString, PyTuple, PyType};
 
 use super::array::MemArrayBase;
-use super::convert::ShapeArg;
+use super::convert::{self, ShapeArg};
 use super::identity_cache::IdentityCache;
 use super::registry::{self, Registration};
 use crate::memarray::ArrayOptions;
@@ -24,36 +24,68 @@ static CLASS_FOR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// Like ``MemArray`` but, with ``on_device=True``, the device memory is left uninitialised
 /// (as ``np.empty``); host memory is always zeroed.
 #[pyfunction]
-#[pyo3(signature = (shape, dtype=None, device_id=0, *, on_device=false))]
+#[pyo3(
+    signature = (shape, dtype=None, device_id=None, *, on_device=None),
+    text_signature = "(shape, dtype=None, device_id=0, *, on_device=False)"
+)]
 pub(crate) fn empty(
     shape: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
-    device_id: i32,
-    on_device: bool,
+    device_id: Option<&Bound<'_, PyAny>>,
+    on_device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    make(shape, dtype, ArrayOptions { device_id, on_device, uninitialized: true, ..ArrayOptions::default() })
+    let options = ArrayOptions {
+        device_id: device(device_id)?,
+        on_device: flag("on_device", on_device)?,
+        uninitialized: true,
+        ..ArrayOptions::default()
+    };
+    make(shape, dtype, options)
 }
 
-/// What `amso.MemArray(shape, dtype, ...)` calls: a zero-filled array.
+/// What `amso.MemArray(shape, dtype, ...)` calls: a zero-filled array. Arguments left out
+/// (None) take their defaults; the others are checked as the classes' constructors check them.
 #[pyfunction(name = "_new_array")]
-#[pyo3(signature = (shape, dtype=None, device_id=0, *, readonly=false, pinned=false, on_device=false))]
+#[pyo3(signature = (shape, dtype=None, device_id=None, *, readonly=None, pinned=None, on_device=None))]
 pub(crate) fn new_array(
     shape: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
-    device_id: i32,
-    readonly: bool,
-    pinned: bool,
-    on_device: bool,
+    device_id: Option<&Bound<'_, PyAny>>,
+    readonly: Option<&Bound<'_, PyAny>>,
+    pinned: Option<&Bound<'_, PyAny>>,
+    on_device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    make(shape, dtype, ArrayOptions { device_id, readonly, pinned, on_device, uninitialized: false })
+    let options = ArrayOptions {
+        device_id: device(device_id)?,
+        readonly: flag("readonly", readonly)?,
+        pinned: flag("pinned", pinned)?,
+        on_device: flag("on_device", on_device)?,
+        uninitialized: false,
+    };
+    make(shape, dtype, options)
 }
 
 /// Set the function that resolves a `(shape, dtype)` the cache has not seen to its class. The
-/// first one set stays: a reloaded `amso` package keeps its module, which the first one reads.
+/// first one set stays: a reloaded `amso` package keeps its module, which the first one reads
+/// (replacing `amso.class_for` later does not change what `MemArray` and `empty` use).
 #[pyfunction(name = "_set_class_resolver")]
 pub(crate) fn set_class_resolver(class_for: Bound<'_, PyAny>) {
     let py = class_for.py();
     let _ = CLASS_FOR.set(py, class_for.unbind());
+}
+
+/// Entries in the class cache (for tests).
+#[pyfunction(name = "_class_cache_len")]
+pub(crate) fn class_cache_len() -> usize {
+    CLASSES.len()
+}
+
+fn flag(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+    value.map_or(Ok(false), |value| convert::flag_arg(name, value))
+}
+
+fn device(value: Option<&Bound<'_, PyAny>>) -> PyResult<i32> {
+    value.map_or(Ok(0), convert::device_id_arg)
 }
 
 fn make(shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, options: ArrayOptions) -> PyResult<Py<PyAny>> {
@@ -67,9 +99,8 @@ fn make(shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, options: Arr
 /// The registration for `(dtype, ndim of shape)`.
 fn class_of(shape: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<&'static Registration> {
     let py = shape.py();
-    let key = interned(dtype);
     let ndim = plain_ndim(shape);
-    if let Some(address) = ndim.and_then(|ndim| CLASSES.get(&key, ndim)) {
+    if let Some(address) = ndim.and_then(|ndim| CLASSES.get(dtype, ndim)) {
         // SAFETY: the cache holds addresses of registrations, which live for the process.
         return Ok(unsafe { &*(address as *const Registration) });
     }
@@ -80,29 +111,39 @@ fn class_of(shape: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<&'st
     let registration = registry::of_type(class.as_ptr() as usize).ok_or_else(|| {
         PyTypeError::new_err(format!("amso.class_for returned {class}, which is not a class of this module"))
     })?;
-    if let Some(ndim) = ndim {
+    if let (Some(ndim), Some(key)) = (ndim, cache_key(dtype)) {
         CLASSES.insert(&key, ndim, registration as *const Registration as usize);
     }
     Ok(registration)
 }
 
-/// A dtype name as its interned string (equal names are then one object, and one cache
-/// entry); other objects as they are.
-fn interned<'py>(dtype: &Bound<'py, PyAny>) -> Bound<'py, PyAny> {
-    if !dtype.is_exact_instance_of::<PyString>() {
-        return dtype.clone();
+/// The object to cache a resolved dtype under, if later calls pass that same object again:
+/// the interned string of a name (names written in code are that object), a type
+/// (`np.float32`), `None`, or NumPy's own instance of a builtin dtype. Equal copies (an
+/// unpickled dtype, a name built at run time) would each take a slot, so they are not cached.
+fn cache_key<'py>(dtype: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    if dtype.is_exact_instance_of::<PyString>() {
+        let mut name = dtype.clone().into_ptr();
+        // SAFETY: `name` is an owned reference to an exact str; the call replaces it with an
+        // owned reference to the interned equal string (or interns this one), as its contract
+        // says. Only names `class_for` accepted get here, so the interned set stays small.
+        return Some(unsafe {
+            ffi::PyUnicode_InternInPlace(&mut name);
+            Bound::from_owned_ptr(dtype.py(), name)
+        });
     }
-    let mut name = dtype.clone().into_ptr();
-    // SAFETY: `name` is an owned reference to an exact str; the call replaces it with an
-    // owned reference to the interned equal string (or interns it), as its contract says.
-    // PyString::intern would take a Rust &str and build a new string first.
-    unsafe {
-        ffi::PyUnicode_InternInPlace(&mut name);
-        Bound::from_owned_ptr(dtype.py(), name)
+    if dtype.is_none() || dtype.is_instance_of::<PyType>() {
+        return Some(dtype.clone());
     }
+    let canonical = || -> PyResult<bool> {
+        let numpy_dtype = convert::numpy(dtype.py())?.getattr("dtype")?;
+        Ok(dtype.is_instance(&numpy_dtype)? && numpy_dtype.call1((dtype.getattr("name")?,))?.is(dtype))
+    };
+    canonical().unwrap_or(false).then(|| dtype.clone())
 }
 
-/// The ndim of a shape given as an int, a tuple or a list (other shapes go to `class_for`).
+/// The ndim of a shape given as an int, a tuple or a list (other shapes go to `class_for`);
+/// it must agree with Python's `amso._ndim`, which `class_for` uses.
 fn plain_ndim(shape: &Bound<'_, PyAny>) -> Option<usize> {
     if shape.is_exact_instance_of::<PyInt>() {
         Some(1)

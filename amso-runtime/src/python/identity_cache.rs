@@ -35,6 +35,11 @@ impl<const SLOTS: usize> IdentityCache<SLOTS> {
         self.find(object.as_ptr() as usize, tag)
     }
 
+    /// Entries stored.
+    pub(crate) fn len(&self) -> usize {
+        self.filled.load(Ordering::Acquire)
+    }
+
     fn find(&self, object: usize, tag: usize) -> Option<usize> {
         let filled = self.filled.load(Ordering::Acquire);
         (0..filled)

@@ -122,6 +122,7 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(pyo3::wrap_pyfunction!(factory::empty, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(factory::new_array, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(factory::set_class_resolver, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(factory::class_cache_len, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(import::from_cuda_array_interface, module)?)?;
     #[cfg(feature = "cuda")]
     {

@@ -45,12 +45,7 @@ impl DeviceSide {
     /// Resolve the caller's stream value for work on `device_id`, ordered after earlier work
     /// (under capture: earlier work completed first, see `cuda/capture.rs`).
     pub(crate) fn begin(&mut self, device_id: i32, stream: i64) -> Result<Checked> {
-        check_device(device_id)?;
-        self.begin_checked(device_id, StreamHandle::from_int(stream)?.check(device_id)?)
-    }
-
-    /// `begin` for a stream the caller has checked already.
-    fn begin_checked(&mut self, device_id: i32, stream: Checked) -> Result<Checked> {
+        let stream = checked(device_id, stream)?;
         stream::order(device_id, self.last, stream)?;
         Ok(stream)
     }
@@ -159,18 +154,17 @@ impl DeviceSide {
     /// Move the device data to `target` device (a peer copy, complete when this returns).
     pub(crate) fn change_device(&mut self, from: i32, target: i32, bytes: usize, stream: i64) -> Result<()> {
         let source = self.memory.clone().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
-        check_device(target)?;
-        let checked = StreamHandle::from_int(stream)?.check(target)?;
-        if checked.capturing() {
+        let stream = checked(target, stream)?;
+        if stream.capturing() {
             return Err(capture::refused(
                 "a move between devices (complete when it returns)",
-                checked.handle,
+                stream.handle,
                 "move the array before the capture begins",
             ));
         }
         stream::synchronize(from, self.last)?;
         self.last = StreamHandle::LEGACY;
-        let stream = self.begin_checked(target, checked)?;
+        stream::order(target, self.last, stream)?;
         let dst = Arc::new(DeviceMemory::alloc_on(target, bytes, stream.handle)?);
         // SAFETY: both allocations hold `bytes`; the source's earlier work is complete.
         unsafe { transfer::device_to_peer(target, dst.ptr(), from, source.ptr(), bytes, stream.handle) }?;
@@ -233,6 +227,12 @@ impl DeviceSide {
     pub(crate) fn hand_to(&self, device_id: i32, consumer: StreamHandle) -> Result<()> {
         stream::order(device_id, self.last, consumer.check(device_id)?)
     }
+}
+
+/// The caller's stream value for work on `device_id`, checked (with the device).
+fn checked(device_id: i32, stream: i64) -> Result<Checked> {
+    check_device(device_id)?;
+    StreamHandle::from_int(stream)?.check(device_id)
 }
 
 /// Refuse, before anything is queued, a host <-> device copy that a capture on `stream`

@@ -87,7 +87,7 @@ pub fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<bool>) -
     kwargs.set_item("max_version", DLPACK_VERSION)?;
     if device_type == DeviceType::Cuda as i32 {
         // The producer orders its pending work before our stream (amso's current, else legacy).
-        kwargs.set_item("stream", crate::stream_context::current().filter(|&s| s > 0).unwrap_or(1))?;
+        kwargs.set_item("stream", crate::stream_context::current().unwrap_or(1))?;
     }
     if let Some(copy) = copy {
         kwargs.set_item("copy", copy)?;

@@ -238,7 +238,7 @@ impl Kernel {
             Some(explicit) => explicit,
             None => match early.iter().flatten().find_map(|s| s.stream) {
                 Some(producer) => producer,
-                None => match crate::stream_context::current().filter(|&s| s > 0) {
+                None => match crate::stream_context::current() {
                     Some(context) => context,
                     None => crate::cuda::stream::amso_stream(device)?.as_int(),
                 },

@@ -112,44 +112,39 @@ pub fn is_known_type(type_object: usize) -> bool {
     TYPES[..count].iter().any(|t| t.load(Ordering::Relaxed) == type_object)
 }
 
+/// The first registration `matches` accepts.
+fn find_by(matches: impl Fn(&Registration) -> bool) -> Option<&'static Registration> {
+    REGISTRY.read().unwrap_or_else(|e| e.into_inner()).iter().find(|r| matches(r)).copied()
+}
+
 /// The registered class for a DLPack dtype and ndim.
 pub fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<Registration> {
-    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    registry
-        .iter()
-        .find(|r| r.ndim == ndim && r.dtype.code == code && r.dtype.bits == bits && r.dtype.lanes == lanes)
-        .map(|r| **r)
+    find_by(|r| r.ndim == ndim && r.dtype.code == code && r.dtype.bits == bits && r.dtype.lanes == lanes).copied()
 }
 
 /// The registration of exactly the class `type_object`.
 pub fn of_type(type_object: usize) -> Option<&'static Registration> {
-    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    registry.iter().find(|r| r.type_object == type_object).copied()
+    find_by(|r| r.type_object == type_object)
 }
 
 /// The registered class that `object`'s type is, or derives from (a Python subclass).
 pub fn of_object(object: &Bound<'_, PyAny>) -> Option<Registration> {
-    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    let mro = object.get_type().mro();
-    mro.iter().find_map(|class| registry.iter().find(|r| r.type_object == class.as_ptr() as usize).map(|r| **r))
+    object.get_type().mro().iter().find_map(|class| of_type(class.as_ptr() as usize)).copied()
 }
 
 /// The registered class of Python name `class` holding `dtype` arrays with `ndim` dimensions.
 pub fn find_class_name(class: &str, dtype: &str, ndim: usize) -> Option<Registration> {
-    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    registry.iter().find(|r| r.ndim == ndim && r.dtype.name == dtype && r.name == class).map(|r| **r)
+    find_by(|r| r.ndim == ndim && r.dtype.name == dtype && r.name == class).copied()
 }
 
 /// The registered class for a dtype name (`float32`) and ndim.
 pub fn find_name(name: &str, ndim: usize) -> Option<Registration> {
-    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    registry.iter().find(|r| r.ndim == ndim && r.dtype.name == name).map(|r| **r)
+    find_by(|r| r.ndim == ndim && r.dtype.name == name).copied()
 }
 
 /// The registered class for an array-interface typestr and ndim.
 pub fn find_typestr(typestr: &str, ndim: usize) -> Option<Registration> {
-    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    registry.iter().find(|r| r.ndim == ndim && r.dtype.typestr == typestr).map(|r| **r)
+    find_by(|r| r.ndim == ndim && r.dtype.typestr == typestr).copied()
 }
 
 /// The compiled `(dtype, ndim)` pairs, for error messages.

@@ -163,7 +163,7 @@ fn producer_stream(py: Python<'_>, api: &DLPackExchangeAPI, device_id: i32) -> P
 /// The stream this call works on for a producer without the exchange API: amso's stream
 /// context, else amso's own stream of the device.
 fn work_stream(device_id: i32) -> PyResult<i64> {
-    if let Some(stream) = crate::stream_context::current().filter(|&s| s > 0) {
+    if let Some(stream) = crate::stream_context::current() {
         return Ok(stream);
     }
     #[cfg(feature = "cuda")]

@@ -140,6 +140,24 @@ def test_deposit_with_torch_on_its_current_stream():
     np.testing.assert_allclose(made, reference(p), rtol=1e-9)
 
 
+def test_deposit_on_the_stream_amso_cuda_stream_names_is_ordered_before_cupys_reads():
+    """The user crate links its own copy of amso's runtime, which must launch on the stream
+    `amso.cuda.stream(...)` names: on any other stream, CuPy's copy of the grid right after the
+    call reads it before the kernel is done (a slow deposit: 400,000 particles into 192 cells)."""
+    cupy = pytest.importorskip("cupy")
+    p = particles(400_000)
+    expected = reference(p)
+    positions = cupy.asarray(p)
+    side = cupy.cuda.Stream(non_blocking=True)
+    for stream in [cupy.cuda.Stream.null, side] * 4:
+        with stream:
+            density = cupy.zeros(SHAPE, dtype=cupy.float64)
+            with amso.cuda.stream(stream.ptr):
+                ue.deposit(positions, density, BOX)
+            got = cupy.asnumpy(density, stream=stream)  # waits for this stream's work only
+        np.testing.assert_allclose(got, expected, rtol=1e-9)
+
+
 def test_deposit_with_cupy_jax_amso_and_mixed_inputs():
     cupy = pytest.importorskip("cupy")
     p = particles(20_000)

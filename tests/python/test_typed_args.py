@@ -4,11 +4,15 @@ installed, PyTorch, checked against a NumPy cloud-in-cell reference written from
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
-from hostile import Tensor
+from hostile import DLPackExchangeAPI, Tensor
 
 import amso
 
@@ -241,6 +245,62 @@ def test_deleters_run_when_a_later_argument_fails():
         ue.deposit(first.producer(), second.producer(), BOX)
     gc.collect()
     assert (first.deleted, second.deleted) == (1, 1)
+
+
+# --- one stream context for every copy of the runtime ---
+
+def test_the_user_crate_reports_the_stream_context_amso_sets():
+    """The user crate links its own copy of amso's runtime; `amso.cuda.stream(...)` must reach it,
+    or its kernels and exports work on a stream the caller never named. Read through the crate's
+    exchange table, as torch and TVM-FFI read it (no GPU needed)."""
+    current = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))(
+        DLPackExchangeAPI.from_address(ue.Density.__c_dlpack_exchange_api__).current_work_stream)
+    bundled = DLPackExchangeAPI.from_address(type(amso.MemArray(1, "float32")).__c_dlpack_exchange_api__)
+    assert bundled.current_work_stream != ctypes.cast(current, ctypes.c_void_p).value  # two copies indeed
+    stream, kDLCUDA = ctypes.c_void_p(), 2
+    assert current(kDLCUDA, 0, ctypes.byref(stream)) == 0 and stream.value is None
+    with amso.cuda.stream(0x5A5A00):
+        assert current(kDLCUDA, 0, ctypes.byref(stream)) == 0 and stream.value == 0x5A5A00
+        with amso.cuda.stream(2):
+            assert current(kDLCUDA, 0, ctypes.byref(stream)) == 0 and stream.value == 2
+        assert current(kDLCUDA, 0, ctypes.byref(stream)) == 0 and stream.value == 0x5A5A00
+    assert current(kDLCUDA, 0, ctypes.byref(stream)) == 0 and stream.value is None
+
+
+def test_each_thread_has_its_own_stream_context_in_the_user_crate_too():
+    current = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))(
+        DLPackExchangeAPI.from_address(ue.Density.__c_dlpack_exchange_api__).current_work_stream)
+    seen, barrier = {}, threading.Barrier(4)
+
+    def work(handle):
+        with amso.cuda.stream(handle):
+            barrier.wait(timeout=30)  # every thread inside its own context at once
+            stream = ctypes.c_void_p()
+            current(2, 0, ctypes.byref(stream))
+            seen[handle] = stream.value
+            barrier.wait(timeout=30)
+
+    threads = [threading.Thread(target=work, args=(0x1000 * (i + 1),)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == {0x1000 * (i + 1): 0x1000 * (i + 1) for i in range(4)}
+
+
+
+def test_the_user_crate_works_in_a_process_without_the_amso_package():
+    """Without `amso`, nothing can set a stream context; the crate keeps one of its own."""
+    script = (
+        "import sys; sys.modules['amso'] = None\n"  # `import amso` now raises ModuleNotFoundError
+        "import numpy as np, amso_user_example as ue\n"
+        "density = ue.Density((2, 2, 2))\n"
+        "ue.deposit(np.full((1, 3), 0.5, np.float32), density, 4.0)\n"
+        "print(density.to_numpy().sum())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) == pytest.approx(1.0)
 
 
 # --- on the GPU ---

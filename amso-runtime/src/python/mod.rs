@@ -85,6 +85,7 @@ pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> 
 /// `register`'s body, one for every class: the dispatch entry, the registry, `_amso_rebuild`.
 fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Registration) -> PyResult<()> {
     let py = module.py();
+    crate::stream_context::join_bundled(py)?;
     let class = registry::class_object(py, &registration);
     let dispatch = match module.getattr(DISPATCH_ATTR) {
         Ok(existing) => existing.cast_into::<PyDict>()?,
@@ -108,6 +109,7 @@ fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Regi
 /// (the bundled `amso._amso` module).
 #[doc(hidden)]
 pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    crate::stream_context::publish(module)?;
     module.add_class::<MemArrayBase>()?;
     module.add_class::<DLPackContext>()?;
     module.add_class::<iteration::ArrayIterator>()?;

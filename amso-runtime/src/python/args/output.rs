@@ -34,6 +34,7 @@ pub fn new_array<T: Element, const N: usize>(
     shape: [usize; N],
     device: Device,
 ) -> PyResult<NewArray<'_, T, N>> {
+    crate::stream_context::join_bundled(py)?;
     let stream = (device.device_type == DeviceType::Cuda).then(|| crate::stream_context::resolve(None));
     NewArray::allocate(py, super::super::exchange::api(), shape, device, stream)
 }

@@ -122,6 +122,80 @@ pub(crate) unsafe fn read_elements<T: Element>(source: *const T, len: usize) -> 
     }
 }
 
+/// What type-erased code needs of one element type: its facts, its alignment and the
+/// conversion of one element to and from a `Scalar`. One table per element type
+/// (`ElementOps::of::<T>()`), so code over arrays of any type and rank is written once.
+#[derive(Debug)]
+pub struct ElementOps {
+    /// The type's facts.
+    pub(crate) dtype: &'static DType,
+    /// `align_of` the Rust type.
+    pub(crate) align: usize,
+    read: unsafe fn(*const u8) -> Scalar,
+    write: fn(Scalar, *mut u8) -> Result<()>,
+}
+
+struct OpsOf<T>(std::marker::PhantomData<T>);
+
+impl<T: Element> OpsOf<T> {
+    const OPS: &'static ElementOps = {
+        assert!(align_of::<T>() <= crate::host::HOST_ALIGNMENT, "amso's host memory is 16-byte aligned");
+        &ElementOps { dtype: &T::DTYPE, align: align_of::<T>(), read: read_scalar::<T>, write: write_scalar::<T> }
+    };
+}
+
+/// # Safety
+/// `source` is valid for reads of one `T` (any alignment).
+unsafe fn read_scalar<T: Element>(source: *const u8) -> Scalar {
+    let mut value = std::mem::MaybeUninit::<T>::uninit();
+    // SAFETY: the caller vouches for one element's bytes; `value` holds one.
+    unsafe { std::ptr::copy_nonoverlapping(source, value.as_mut_ptr().cast::<u8>(), size_of::<T>()) };
+    // SAFETY: `value` is aligned and filled; `read_element` makes its bytes a valid `T`.
+    unsafe { read_element(value.as_ptr()) }.to_scalar()
+}
+
+fn write_scalar<T: Element>(value: Scalar, out: *mut u8) -> Result<()> {
+    let value = T::from_scalar(value)?;
+    // SAFETY: callers pass room for one element of this table's type (any alignment).
+    unsafe { out.cast::<T>().write_unaligned(value) };
+    Ok(())
+}
+
+impl ElementOps {
+    /// The table of `T`.
+    pub const fn of<T: Element>() -> &'static ElementOps {
+        OpsOf::<T>::OPS
+    }
+
+    /// Bytes per element.
+    pub(crate) fn itemsize(&self) -> usize {
+        self.dtype.itemsize()
+    }
+
+    /// Whether this is `T`'s table (the same facts, size and alignment: `Element`'s contract
+    /// makes two such types the same representation).
+    pub(crate) fn describes<T: Element>(&self) -> bool {
+        *self.dtype == T::DTYPE && self.align == align_of::<T>() && self.itemsize() == size_of::<T>()
+    }
+
+    /// The element whose bytes are at `source`, as a scalar.
+    ///
+    /// # Safety
+    /// `source` is valid for reads of one element of this type.
+    pub(crate) unsafe fn read(&self, source: *const u8) -> Scalar {
+        // SAFETY: forwarded.
+        unsafe { (self.read)(source) }
+    }
+
+    /// Convert `value` to this type (as NumPy's item assignment does) into `out`.
+    ///
+    /// # Safety
+    /// `out` is valid for writes of one element of this type.
+    pub(crate) unsafe fn write(&self, value: Scalar, out: *mut u8) -> Result<()> {
+        (self.write)(value, out)
+    }
+}
+
 /// Conversions between `Scalar` and each family of element types, called by the generated
 /// `Element` impls. Assignment follows NumPy: floats truncate into integers, integers out of
 /// range are errors, complex values do not go into real types.

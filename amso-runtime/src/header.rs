@@ -144,6 +144,7 @@ impl Header {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::ArrayObject;
     use crate::MemArray;
 
     #[test]

@@ -2,10 +2,8 @@
 //! view exported from it, so a view outlives the array that made it.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
-use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-use crate::element::Element;
 use crate::error::{Error, Result};
 
 /// Alignment of host allocations: malloc's own (16 bytes on 64-bit targets), which covers
@@ -14,86 +12,87 @@ use crate::error::{Error, Result};
 /// memory for large arrays.
 pub const HOST_ALIGNMENT: usize = 16;
 
-/// An owned, zero-initialised run of `len` elements in host memory.
+/// An owned, zero-initialised run of `bytes` bytes in host memory, aligned to
+/// `HOST_ALIGNMENT` (which covers every element type: `Element`'s contract).
 ///
 /// The memory is reached only through raw pointers: exported views in other libraries alias
 /// it, so no Rust reference to the contents is held across calls.
-pub struct HostBuffer<T> {
-    ptr: NonNull<T>,
-    len: usize,
+pub struct HostBuffer {
+    ptr: NonNull<u8>,
+    bytes: usize,
     /// Page-locked memory from the CUDA driver, when the array asked for it.
     #[cfg(feature = "cuda")]
     pinned: Option<crate::cuda::memory::PinnedMemory>,
     /// Keeps foreign memory (another library's export) alive; dropping it releases that memory.
     foreign: Option<Box<dyn std::any::Any + Send + Sync>>,
-    _owns: PhantomData<T>,
 }
 
 // SAFETY: the buffer owns plain element data (`Element: Send + Sync`); all access goes
 // through raw pointers whose synchronisation the array's lock protocol governs.
-unsafe impl<T: Element> Send for HostBuffer<T> {}
+unsafe impl Send for HostBuffer {}
 // SAFETY: as above; `&HostBuffer` hands out only raw pointers.
-unsafe impl<T: Element> Sync for HostBuffer<T> {}
+unsafe impl Sync for HostBuffer {}
 
-impl<T: Element> HostBuffer<T> {
-    /// Allocate `len` zeroed elements (zero bits are `T::default()`, see `Element`).
-    pub fn zeroed(len: usize) -> Result<Self> {
-        let layout = Self::layout(len)?;
+impl HostBuffer {
+    /// Allocate `bytes` zeroed bytes (zero bits are every element type's default, see
+    /// `Element`).
+    pub fn zeroed(bytes: usize) -> Result<Self> {
+        let layout = Self::layout(bytes)?;
         if layout.size() == 0 {
-            return Ok(Self::from_raw(NonNull::dangling(), len));
+            return Ok(Self::from_raw(Self::dangling(), bytes));
         }
         // SAFETY: the layout has a non-zero size (checked above).
         let raw = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw.cast::<T>()).ok_or(Error::OutOfMemory { bytes: layout.size(), what: "host" })?;
-        Ok(Self::from_raw(ptr, len))
+        let ptr = NonNull::new(raw).ok_or(Error::OutOfMemory { bytes: layout.size(), what: "host" })?;
+        Ok(Self::from_raw(ptr, bytes))
     }
 
-    fn from_raw(ptr: NonNull<T>, len: usize) -> Self {
+    /// A dangling pointer aligned for every element type (empty buffers).
+    fn dangling() -> NonNull<u8> {
+        NonNull::<Aligned>::dangling().cast()
+    }
+
+    fn from_raw(ptr: NonNull<u8>, bytes: usize) -> Self {
         HostBuffer {
             ptr,
-            len,
+            bytes,
             #[cfg(feature = "cuda")]
             pinned: None,
             foreign: None,
-            _owns: PhantomData,
         }
     }
 
-    /// A buffer over `len` elements of foreign host memory at `ptr`, kept alive by `owner`
+    /// A buffer over `bytes` bytes of foreign host memory at `ptr`, kept alive by `owner`
     /// (dropped exactly once, when the buffer and every export of it are gone).
     ///
     /// # Safety
-    /// `ptr` points to `len` initialised, suitably aligned elements that stay valid until
-    /// `owner` is dropped.
-    pub unsafe fn foreign(ptr: *mut T, len: usize, owner: Box<dyn std::any::Any + Send + Sync>) -> Self {
-        let ptr = NonNull::new(ptr).unwrap_or(NonNull::dangling());
-        let mut buffer = Self::from_raw(ptr, len);
+    /// `ptr` points to `bytes` initialised bytes, aligned for the elements the array holds,
+    /// that stay valid until `owner` is dropped.
+    pub unsafe fn foreign(ptr: *mut u8, bytes: usize, owner: Box<dyn std::any::Any + Send + Sync>) -> Self {
+        let ptr = NonNull::new(ptr).unwrap_or(Self::dangling());
+        let mut buffer = Self::from_raw(ptr, bytes);
         buffer.foreign = Some(owner);
         buffer
     }
 
-    /// Allocate `len` zeroed elements, page-locked when `options.pinned` (checked by
+    /// Allocate `bytes` zeroed bytes, page-locked when `options.pinned` (checked by
     /// `ArrayOptions::check` to need the CUDA layer).
-    pub fn for_options(len: usize, options: &crate::memarray::ArrayOptions) -> Result<Self> {
+    pub fn for_options(bytes: usize, options: &crate::memarray::ArrayOptions) -> Result<Self> {
         #[cfg(feature = "cuda")]
         if options.pinned {
-            return Self::pinned_zeroed(len);
+            return Self::pinned_zeroed(bytes);
         }
         let _ = options;
-        Self::zeroed(len)
+        Self::zeroed(bytes)
     }
 
-    /// Allocate `len` zeroed elements of page-locked (pinned) memory.
+    /// Allocate `bytes` zeroed bytes of page-locked (pinned) memory.
     #[cfg(feature = "cuda")]
-    pub fn pinned_zeroed(len: usize) -> Result<Self> {
-        let bytes = Self::layout(len)?.size();
+    pub fn pinned_zeroed(bytes: usize) -> Result<Self> {
+        let bytes = Self::layout(bytes)?.size();
         let memory = crate::cuda::memory::PinnedMemory::alloc_zeroed(bytes)?;
-        let ptr = if bytes == 0 {
-            NonNull::dangling()
-        } else {
-            NonNull::new(memory.as_ptr().cast::<T>()).expect("allocated")
-        };
-        Ok(HostBuffer { ptr, len, pinned: Some(memory), foreign: None, _owns: PhantomData })
+        let ptr = if bytes == 0 { Self::dangling() } else { NonNull::new(memory.as_ptr()).expect("allocated") };
+        Ok(HostBuffer { ptr, bytes, pinned: Some(memory), foreign: None })
     }
 
     /// Whether the memory is page-locked.
@@ -104,51 +103,56 @@ impl<T: Element> HostBuffer<T> {
         false
     }
 
-    /// A new buffer of the same length and kind (pinned or not), zeroed.
+    /// A new buffer of the same size and kind (pinned or not), zeroed.
     pub fn zeroed_like(&self) -> Result<Self> {
         #[cfg(feature = "cuda")]
         if self.is_pinned() {
-            return Self::pinned_zeroed(self.len);
+            return Self::pinned_zeroed(self.bytes);
         }
-        Self::zeroed(self.len)
+        Self::zeroed(self.bytes)
     }
 
     /// A new buffer holding a copy of `self`'s contents.
     pub fn try_clone(&self) -> Result<Self> {
         let copy = self.zeroed_like()?;
-        // SAFETY: both buffers hold `len` elements and are distinct allocations.
-        unsafe { std::ptr::copy_nonoverlapping(self.as_ptr(), copy.as_ptr(), self.len) };
+        // SAFETY: both buffers hold `bytes` bytes and are distinct allocations.
+        unsafe { std::ptr::copy_nonoverlapping(self.as_ptr(), copy.as_ptr(), self.bytes) };
         Ok(copy)
     }
 
-    fn layout(len: usize) -> Result<Layout> {
-        let too_large =
-            || Error::TooLarge { shape: vec![len as u64], itemsize: size_of::<T>(), max: isize::MAX as usize };
-        let bytes = len.checked_mul(size_of::<T>()).ok_or_else(too_large)?;
-        Layout::from_size_align(bytes, HOST_ALIGNMENT.max(align_of::<T>())).map_err(|_| too_large())
+    fn layout(bytes: usize) -> Result<Layout> {
+        Layout::from_size_align(bytes, HOST_ALIGNMENT).map_err(|_| Error::TooLarge {
+            shape: vec![bytes as u64],
+            itemsize: 1,
+            max: isize::MAX as usize,
+        })
     }
 
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
+    /// Size in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.bytes
     }
 
-    /// Whether the buffer holds no elements.
+    /// Whether the buffer holds no bytes.
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.bytes == 0
     }
 
-    /// Pointer to the first element (dangling but aligned when empty).
-    pub fn as_ptr(&self) -> *mut T {
+    /// Pointer to the first byte (dangling but aligned when empty).
+    pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 }
 
-impl<T> Drop for HostBuffer<T> {
+/// The alignment `HOST_ALIGNMENT` names, for dangling pointers.
+#[repr(align(16))]
+struct Aligned;
+const _: () = assert!(align_of::<Aligned>() == HOST_ALIGNMENT);
+
+impl Drop for HostBuffer {
     // Pinned memory is released by its own Drop (field `pinned`).
     fn drop(&mut self) {
-        let bytes = self.len * size_of::<T>();
         if self.foreign.is_some() {
             return; // the owner releases foreign memory when it drops
         }
@@ -156,13 +160,12 @@ impl<T> Drop for HostBuffer<T> {
         if self.pinned.is_some() {
             return; // PinnedMemory frees itself
         }
-        if bytes == 0 {
+        if self.bytes == 0 {
             return;
         }
-        let layout = Layout::from_size_align(bytes, HOST_ALIGNMENT.max(align_of::<T>()))
-            .expect("layout was valid at allocation");
+        let layout = Self::layout(self.bytes).expect("layout was valid at allocation");
         // SAFETY: allocated in `zeroed` with this exact layout and not freed before.
-        unsafe { dealloc(self.ptr.as_ptr().cast(), layout) };
+        unsafe { dealloc(self.ptr.as_ptr(), layout) };
     }
 }
 
@@ -172,16 +175,16 @@ mod tests {
 
     #[test]
     fn zeroed_aligned_and_cloned() {
-        let buffer = HostBuffer::<f64>::zeroed(1000).unwrap();
+        let buffer = HostBuffer::zeroed(1000 * 8).unwrap();
         assert_eq!(buffer.as_ptr() as usize % HOST_ALIGNMENT, 0);
-        // SAFETY: 1000 initialised elements.
-        let values = unsafe { std::slice::from_raw_parts(buffer.as_ptr(), 1000) };
-        assert!(values.iter().all(|&v| v == 0.0));
+        let values = buffer.as_ptr().cast::<f64>();
+        // SAFETY: 1000 initialised, aligned elements.
+        assert!(unsafe { std::slice::from_raw_parts(values, 1000) }.iter().all(|&v| v == 0.0));
         // SAFETY: index 3 is in bounds.
-        unsafe { *buffer.as_ptr().add(3) = 2.5 };
+        unsafe { *values.add(3) = 2.5 };
         let copy = buffer.try_clone().unwrap();
         // SAFETY: index 3 is in bounds of the copy.
-        assert_eq!(unsafe { *copy.as_ptr().add(3) }, 2.5);
+        assert_eq!(unsafe { *copy.as_ptr().cast::<f64>().add(3) }, 2.5);
         assert_ne!(copy.as_ptr(), buffer.as_ptr());
     }
 
@@ -194,7 +197,7 @@ mod tests {
             statm.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap() * 4096
         }
         let before = resident_bytes();
-        let buffer = HostBuffer::<f32>::zeroed(1 << 30).unwrap(); // 4 GiB
+        let buffer = HostBuffer::zeroed(4 << 30).unwrap(); // 4 GiB
         let grown = resident_bytes().saturating_sub(before);
         assert!(grown < 64 << 20, "zeroing must be lazy (calloc), but {grown} bytes became resident");
         drop(buffer);
@@ -203,8 +206,9 @@ mod tests {
     #[test]
     #[cfg_attr(miri, ignore = "asks the allocator for 1 EiB, which Miri reports as exhaustion")]
     fn empty_and_impossible_sizes() {
-        assert!(HostBuffer::<u8>::zeroed(0).unwrap().is_empty());
-        assert!(matches!(HostBuffer::<f64>::zeroed(usize::MAX / 4), Err(Error::TooLarge { .. })));
-        assert!(matches!(HostBuffer::<u8>::zeroed(1 << 60), Err(Error::OutOfMemory { .. })));
+        assert!(HostBuffer::zeroed(0).unwrap().is_empty());
+        assert_eq!(HostBuffer::zeroed(0).unwrap().as_ptr() as usize % HOST_ALIGNMENT, 0);
+        assert!(matches!(HostBuffer::zeroed(usize::MAX / 2), Err(Error::TooLarge { .. })));
+        assert!(matches!(HostBuffer::zeroed(1 << 60), Err(Error::OutOfMemory { .. })));
     }
 }

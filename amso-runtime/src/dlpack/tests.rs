@@ -1,4 +1,5 @@
 use super::*;
+use crate::object::ArrayObject;
 use crate::MemArray;
 
 fn plan<T: crate::Element, const N: usize>(a: &MemArray<T, N>) -> ExportPlan {

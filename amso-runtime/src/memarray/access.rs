@@ -1,14 +1,12 @@
-//! Element access and whole-array copies written once for every instantiation: a
-//! `MemArray<T, N>` lends a `RawView` (its facts without the element type) and the logic
-//! here reads and writes bytes. Each instantiation keeps only the conversion of one `T`.
+//! Element access and whole-array copies written once for every instantiation: an
+//! `ArrayCore` lends a `RawView` (its facts, borrowed) and the logic here reads and writes
+//! bytes.
 
-use std::mem::MaybeUninit;
-
+use super::core::ArrayCore;
 use crate::device::{Device, DeviceType, Residence};
-use crate::element::{read_element, DType, Element};
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::lock::{check_access, LockId};
-use crate::memarray::MemArray;
 
 /// One array's facts, without its element type.
 pub struct RawView<'a> {
@@ -25,14 +23,14 @@ pub struct RawView<'a> {
     pub(crate) device: &'a super::device_side::DeviceSide,
 }
 
-impl<T: Element, const N: usize> MemArray<T, N> {
+impl ArrayCore {
     /// This array as a `RawView`.
     pub(crate) fn raw_view(&self) -> RawView<'_> {
         RawView {
             shape: self.shape(),
-            dtype: &T::DTYPE,
+            dtype: self.dtype(),
             nbytes: self.nbytes(),
-            host: self.host_buffer().as_ptr().cast(),
+            host: self.host_ptr(),
             holder: self.lock_id(),
             residence: self.residence(),
             readonly: self.readonly(),
@@ -41,21 +39,6 @@ impl<T: Element, const N: usize> MemArray<T, N> {
             #[cfg(feature = "cuda")]
             device: self.device_side(),
         }
-    }
-
-    /// The element at `byte_offset` (in bounds: the caller checked), presenting `lock`.
-    pub(crate) fn element_at(&self, byte_offset: usize, lock: Option<LockId>) -> Result<T> {
-        let mut value = MaybeUninit::<T>::uninit();
-        // SAFETY: `value` holds one element.
-        unsafe { self.raw_view().read_at(byte_offset, lock, value.as_mut_ptr().cast()) }?;
-        // SAFETY: `read_at` filled all of `value`'s bytes; `read_element` makes them a valid `T`.
-        Ok(unsafe { read_element(value.as_ptr()) })
-    }
-
-    /// Write `value` at `byte_offset` (in bounds: the caller checked), presenting `lock`.
-    pub(crate) fn set_element_at(&mut self, byte_offset: usize, value: T, lock: Option<LockId>) -> Result<()> {
-        // SAFETY: `value` holds one element; `self` is borrowed mutably.
-        unsafe { self.raw_view().write_at(byte_offset, lock, (&value as *const T).cast()) }
     }
 }
 
@@ -158,7 +141,7 @@ impl RawView<'_> {
     ///
     /// # Safety
     /// `byte_offset` is an element of the array; `out` is valid for writes of one element.
-    unsafe fn read_at(&self, byte_offset: usize, lock: Option<LockId>, out: *mut u8) -> Result<()> {
+    pub(crate) unsafe fn read_at(&self, byte_offset: usize, lock: Option<LockId>, out: *mut u8) -> Result<()> {
         check_access(self.holder, lock)?;
         // SAFETY: forwarded from the caller.
         unsafe { self.transfer(byte_offset, out, self.dtype.itemsize(), false) }
@@ -169,7 +152,7 @@ impl RawView<'_> {
     ///
     /// # Safety
     /// `byte_offset` is an element of the array; `value` is valid for reads of one element.
-    unsafe fn write_at(&self, byte_offset: usize, lock: Option<LockId>, value: *const u8) -> Result<()> {
+    pub(crate) unsafe fn write_at(&self, byte_offset: usize, lock: Option<LockId>, value: *const u8) -> Result<()> {
         self.check_writable(lock)?;
         // SAFETY: forwarded from the caller.
         unsafe { self.transfer(byte_offset, value.cast_mut(), self.dtype.itemsize(), true) }
@@ -183,6 +166,7 @@ impl RawView<'_> {
         Ok(())
     }
 
+    #[cfg(feature = "python")]
     fn check_nbytes(&self, given: usize) -> Result<()> {
         if given == self.nbytes {
             Ok(())
@@ -203,6 +187,7 @@ impl RawView<'_> {
         unsafe { self.transfer(0, dst, nbytes, false) }
     }
 
+    #[cfg(feature = "python")]
     /// Overwrite the whole current data from host memory `src` of `nbytes` bytes (the caller
     /// holds the array mutably).
     ///

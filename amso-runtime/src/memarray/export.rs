@@ -1,71 +1,53 @@
 //! What a `MemArray` hands to DLPack for an `ExportPlan`: its own memory (held through `Arc`,
 //! after the consumer's stream was made to wait for pending work), or a private copy on the
-//! device the consumer asked for. The logic is written once, over a type-erased view of the
-//! array; each instantiation only fills the view.
+//! device the consumer asked for. Written once, over the untyped array.
 
 use std::any::Any;
 use std::sync::Arc;
 
+#[cfg(feature = "cuda")]
 use super::access::RawView;
+use super::core::ArrayCore;
 use crate::device::{DeviceType, Residence};
 use crate::dlpack::{ExportPlan, ExportSource};
-use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::lock::{check_access, LockId};
-use crate::memarray::MemArray;
 
-/// Owned memory and its first byte.
-type Owned = (*mut u8, Arc<dyn Any + Send + Sync>);
-
-/// Everything the export logic needs to know about one array.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-struct ExportView<'a, 'f> {
-    raw: RawView<'a>,
-    host_share: &'f dyn Fn() -> Arc<dyn Any + Send + Sync>,
-    host_copy: &'f dyn Fn() -> Result<Owned>,
-}
-
-impl<T: Element, const N: usize> MemArray<T, N> {
+impl ArrayCore {
     /// Describe the data for the export `plan`, presenting `lock`.
     pub(crate) fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>> {
-        let buffer = self.host_buffer();
-        let view = ExportView {
-            raw: self.raw_view(),
-            host_share: &|| Arc::clone(buffer) as Arc<dyn Any + Send + Sync>,
-            host_copy: &|| {
-                let copy = Arc::new(buffer.try_clone()?);
-                Ok((copy.as_ptr().cast(), copy as Arc<dyn Any + Send + Sync>))
-            },
-        };
-        export(&view, plan, lock)
+        export(self, plan, lock)
     }
 }
 
-fn export<'a>(view: &ExportView<'a, '_>, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'a>> {
-    check_access(view.raw.holder, lock)?;
+fn export<'a>(array: &'a ArrayCore, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'a>> {
+    let raw = array.raw_view();
+    check_access(raw.holder, lock)?;
     let (data, owner, copied): (*mut u8, Arc<dyn Any + Send + Sync>, bool) =
-        match (view.raw.residence, plan.target.device_type) {
+        match (raw.residence, plan.target.device_type) {
             (Residence::Host, DeviceType::Cpu | DeviceType::CudaHost) => {
-                let (data, owner) = if plan.copy { (view.host_copy)()? } else { (view.raw.host, (view.host_share)()) };
-                (data, owner, plan.copy)
+                let buffer = if plan.copy {
+                    Arc::new(array.host_buffer().try_clone()?)
+                } else {
+                    Arc::clone(array.host_buffer())
+                };
+                (buffer.as_ptr(), buffer, plan.copy)
             }
             #[cfg(feature = "cuda")]
-            (Residence::Device, DeviceType::Cuda) if plan.target.id == view.raw.device_id => {
+            (Residence::Device, DeviceType::Cuda) if plan.target.id == raw.device_id => {
                 if let Some(stream) = plan.consumer_stream {
-                    view.raw
-                        .device
-                        .hand_to(view.raw.device_id, crate::cuda::stream::StreamHandle::from_int(stream)?)?;
+                    raw.device.hand_to(raw.device_id, crate::cuda::stream::StreamHandle::from_int(stream)?)?;
                 }
                 let memory = if plan.copy {
-                    view.raw.device.duplicate(view.raw.device_id)?
+                    raw.device.duplicate(raw.device_id)?
                 } else {
-                    Arc::clone(view.raw.device.memory().expect("resident"))
+                    Arc::clone(raw.device.memory().expect("resident"))
                 };
                 memory.mark_shared();
                 (memory.ptr() as usize as *mut u8, memory, plan.copy)
             }
             #[cfg(feature = "cuda")]
-            _ => copy_to_device(view, plan.target)?,
+            _ => copy_to_device(&raw, plan.target)?,
             #[cfg(not(feature = "cuda"))]
             _ => {
                 return Err(Error::ExportRefused(format!(
@@ -77,10 +59,10 @@ fn export<'a>(view: &ExportView<'a, '_>, plan: &ExportPlan, lock: Option<LockId>
     Ok(ExportSource {
         data: data.cast(),
         device: plan.target,
-        dtype: view.raw.dtype.dl_data_type(),
-        shape: view.raw.shape,
+        dtype: raw.dtype.dl_data_type(),
+        shape: array.shape(),
         owner,
-        readonly: view.raw.readonly && !copied,
+        readonly: raw.readonly && !copied,
         copied,
     })
 }
@@ -89,27 +71,20 @@ fn export<'a>(view: &ExportView<'a, '_>, plan: &ExportPlan, lock: Option<LockId>
 /// this returns.
 #[cfg(feature = "cuda")]
 fn copy_to_device(
-    view: &ExportView<'_, '_>,
+    raw: &RawView<'_>,
     target: crate::device::Device,
 ) -> Result<(*mut u8, Arc<dyn Any + Send + Sync>, bool)> {
     use crate::cuda::{memory::DeviceMemory, stream, transfer};
     use crate::host::HostBuffer;
-    let bytes = view.raw.nbytes;
-    match (view.raw.residence, target.device_type) {
+    let bytes = raw.nbytes;
+    match (raw.residence, target.device_type) {
         (Residence::Device, DeviceType::Cpu) => {
-            let buffer = Arc::new(HostBuffer::<u8>::zeroed(bytes)?);
-            let source = view.raw.device.memory().expect("resident").ptr();
+            let buffer = Arc::new(HostBuffer::zeroed(bytes)?);
+            let source = raw.device.memory().expect("resident").ptr();
             // SAFETY: both hold `bytes`; ordered after the array's last work; pageable
             // destinations are complete on return.
             unsafe {
-                transfer::device_to_host(
-                    view.raw.device_id,
-                    buffer.as_ptr(),
-                    source,
-                    bytes,
-                    false,
-                    view.raw.device.stream(),
-                )
+                transfer::device_to_host(raw.device_id, buffer.as_ptr(), source, bytes, false, raw.device.stream())
             }?;
             Ok((buffer.as_ptr(), buffer, true))
         }
@@ -119,18 +94,16 @@ fn copy_to_device(
             let own = stream::amso_stream(target.id)?;
             if residence == Residence::Host {
                 // SAFETY: both hold `bytes`; synchronised below before the host buffer can change.
-                unsafe {
-                    transfer::host_to_device(target.id, memory.ptr(), view.raw.host, bytes, view.raw.pinned, own)
-                }?;
+                unsafe { transfer::host_to_device(target.id, memory.ptr(), raw.host, bytes, raw.pinned, own) }?;
             } else {
-                stream::synchronize(view.raw.device_id, view.raw.device.stream())?;
+                stream::synchronize(raw.device_id, raw.device.stream())?;
                 // SAFETY: both hold `bytes`; the source's earlier work is complete.
                 unsafe {
                     transfer::device_to_peer(
                         target.id,
                         memory.ptr(),
-                        view.raw.device_id,
-                        view.raw.device.memory().expect("resident").ptr(),
+                        raw.device_id,
+                        raw.device.memory().expect("resident").ptr(),
                         bytes,
                         own,
                     )
@@ -142,7 +115,7 @@ fn copy_to_device(
         }
         _ => Err(Error::ExportRefused(format!(
             "cannot export data in {:?} memory to dl_device=({}, {})",
-            view.raw.residence, target.device_type as i32, target.id
+            raw.residence, target.device_type as i32, target.id
         ))),
     }
 }

@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use dlpark::ffi::DLTensor;
 
+use super::core::ArrayCore;
 use crate::device::{Device, DeviceType, Residence};
 use crate::dlpack::DLPACK_VERSION;
-use crate::element::{DType, Element};
+use crate::element::{DType, Element, ElementOps};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
 use crate::memarray::{ArrayOptions, MemArray};
-use crate::shape::{self, checked_shape};
+use crate::shape;
 use crate::MAX_NDIM;
 
 /// Foreign memory and what keeps it alive.
@@ -153,29 +154,37 @@ impl ForeignMemory {
     }
 }
 
-impl<T: Element, const N: usize> MemArray<T, N> {
-    /// An array over foreign memory of C-contiguous elements with dimensions `dims`.
+impl ArrayCore {
+    /// An array of `ndim` dimensions `dims` of the element type `ops` describes, over foreign
+    /// memory of C-contiguous elements (see `MemArray::from_foreign`).
     ///
     /// # Safety
-    /// `memory.address` addresses `product(dims)` initialised elements of `T` on
-    /// `memory.device`, valid until `memory.owner` is dropped.
-    pub unsafe fn from_foreign(dims: &[i64], memory: ForeignMemory, readonly: bool) -> Result<Self> {
-        let shape = checked_shape::<N>(dims, size_of::<T>())?;
-        let len = shape::element_count(&shape);
-        memory.check_alignment(align_of::<T>(), &T::DTYPE)?;
+    /// As `MemArray::from_foreign`, for the element type `ops` describes.
+    pub(crate) unsafe fn from_foreign(
+        dims: &[i64],
+        ndim: usize,
+        ops: &'static ElementOps,
+        memory: ForeignMemory,
+        readonly: bool,
+    ) -> Result<Self> {
+        let shape = &shape::checked_shape(dims, ndim, ops.itemsize())?[..ndim];
+        let bytes = shape::byte_size(shape, ops.itemsize()).expect("checked");
+        memory.check_alignment(ops.align, ops.dtype)?;
         let options = ArrayOptions { device_id: 0, readonly, ..Default::default() };
         match memory.device.device_type {
             DeviceType::Cpu | DeviceType::CudaHost => {
-                // SAFETY: the caller guarantees `len` elements at the address while the owner lives.
-                let host = unsafe { HostBuffer::foreign(memory.address as *mut T, len, memory.owner) };
-                Ok(Self::assemble(shape, Arc::new(host), options, Residence::Host))
+                // SAFETY: the caller guarantees `bytes` of elements at the address while the
+                // owner lives, aligned for them (checked).
+                let host = unsafe { HostBuffer::foreign(memory.address as *mut u8, bytes, memory.owner) };
+                Ok(Self::assemble(shape, ops, Arc::new(host), options, Residence::Host))
             }
             #[cfg(feature = "cuda")]
             DeviceType::Cuda => {
                 let id = memory.device.id;
                 // SAFETY: as above, on the device.
-                let device = unsafe { memory.into_device_side(len * size_of::<T>()) }?;
-                let mut array = Self::assemble(shape, Arc::new(HostBuffer::zeroed(len)?), options, Residence::Device);
+                let device = unsafe { memory.into_device_side(bytes) }?;
+                let mut array =
+                    Self::assemble(shape, ops, Arc::new(HostBuffer::zeroed(bytes)?), options, Residence::Device);
                 array.adopt_device(id, device);
                 Ok(array)
             }
@@ -184,6 +193,19 @@ impl<T: Element, const N: usize> MemArray<T, N> {
                 Err(Error::Unavailable("CUDA memory needs amso's CUDA layer, which this build does not include".into()))
             }
         }
+    }
+}
+
+impl<T: Element, const N: usize> MemArray<T, N> {
+    /// An array over foreign memory of C-contiguous elements with dimensions `dims`.
+    ///
+    /// # Safety
+    /// `memory.address` addresses `product(dims)` initialised elements of `T` on
+    /// `memory.device`, valid until `memory.owner` is dropped.
+    pub unsafe fn from_foreign(dims: &[i64], memory: ForeignMemory, readonly: bool) -> Result<Self> {
+        // SAFETY: forwarded from the caller.
+        let core = unsafe { ArrayCore::from_foreign(dims, N, ElementOps::of::<T>(), memory, readonly) }?;
+        Ok(MemArray::from_core(core))
     }
 }
 

@@ -132,3 +132,18 @@ fn crate_has_gpu() -> bool {
     #[cfg(not(feature = "cuda"))]
     false
 }
+
+#[test]
+fn a_core_is_a_typed_array_only_of_its_own_type_and_rank() {
+    use crate::element::ElementOps;
+    let opts = ArrayOptions::default();
+    let mut core = ArrayCore::from_dims(&[2, 3], 2, ElementOps::of::<f32>(), opts).unwrap();
+    assert!(MemArray::<i32, 2>::view(&core).is_none(), "same size, another type");
+    assert!(MemArray::<f32, 3>::view(&core).is_none(), "another rank");
+    assert!(MemArray::<f64, 2>::view_mut(&mut core).is_none());
+    MemArray::<f32, 2>::view_mut(&mut core).unwrap().write([1, 2], 2.5).unwrap();
+    let typed = MemArray::<f32, 2>::view(&core).unwrap();
+    assert_eq!((typed.shape(), typed.get([1, 2])), (&[2, 3], Ok(2.5)));
+    assert_eq!(core.get_scalar(&[-1, -1], None), Ok(Scalar::Float(2.5)));
+    assert!(matches!(ArrayCore::from_dims(&[2], 9, ElementOps::of::<f32>(), opts), Err(Error::InvalidShape(_))));
+}

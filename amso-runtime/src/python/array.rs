@@ -1,5 +1,5 @@
 //! `MemArrayBase`: the one Python class that carries every method of every instantiation,
-//! holding its array behind `ArrayObject`. Generated classes subclass it and add only their
+//! holding its array as an `ArrayCore` (any element type and rank). Generated classes subclass it and add only their
 //! constructor.
 //!
 //! The class is `frozen`: PyO3 keeps no borrow flag, so no Python user ever sees "Already
@@ -21,8 +21,8 @@ use pyo3::types::PyDict;
 
 use crate::element::{DType, Element};
 use crate::header::Header;
+use crate::memarray::core::ArrayCore;
 use crate::memarray::MemArray;
-use crate::object::ArrayObject;
 
 /// Base class of every amso array class (Python name `amso._amso.MemArrayBase`).
 #[pyclass(subclass, frozen, module = "amso._amso", name = "MemArrayBase")]
@@ -30,7 +30,7 @@ pub struct MemArrayBase {
     /// What the C getters read; the placement fields are republished after every change.
     header: Header,
     dtype: &'static DType,
-    state: RwLock<Box<dyn ArrayObject>>,
+    state: RwLock<ArrayCore>,
     /// Live buffer-protocol exports; while any lives, the data stays where it is.
     pub(super) buffer_exports: AtomicUsize,
     /// The last `__cuda_array_interface__` built, with the (address, stream) it describes;
@@ -41,12 +41,12 @@ pub struct MemArrayBase {
 /// An interface dict and the (data address, stream) it describes.
 pub(super) type CachedInterface = (usize, Option<i64>, Py<PyDict>);
 
-type ReadGuard<'a> = RwLockReadGuard<'a, Box<dyn ArrayObject>>;
-type WriteGuard<'a> = RwLockWriteGuard<'a, Box<dyn ArrayObject>>;
+type ReadGuard<'a> = RwLockReadGuard<'a, ArrayCore>;
+type WriteGuard<'a> = RwLockWriteGuard<'a, ArrayCore>;
 
 impl MemArrayBase {
-    /// Wrap a typed array.
-    pub(crate) fn new(array: Box<dyn ArrayObject>) -> Self {
+    /// Wrap an array.
+    pub(crate) fn new(array: ArrayCore) -> Self {
         let view = array.raw_view();
         let (header, dtype) = (Header::of(&view), view.dtype());
         MemArrayBase {
@@ -90,31 +90,27 @@ impl MemArrayBase {
     }
 
     /// Read the array through `f` (no Python code in `f`).
-    pub(crate) fn read<R>(&self, py: Python<'_>, f: impl FnOnce(&dyn ArrayObject) -> R) -> R {
-        f(&**self.read_guard(py))
+    pub(crate) fn read<R>(&self, py: Python<'_>, f: impl FnOnce(&ArrayCore) -> R) -> R {
+        f(&self.read_guard(py))
     }
 
     /// Read the array through `f` with the GIL released (long reads: copies out).
-    pub(crate) fn read_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&dyn ArrayObject) -> R + Send) -> R {
-        py.detach(|| f(&**self.state.read().unwrap_or_else(|e| e.into_inner())))
+    pub(crate) fn read_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&ArrayCore) -> R + Send) -> R {
+        py.detach(|| f(&self.state.read().unwrap_or_else(|e| e.into_inner())))
     }
 
     /// Change the array through `f` (no Python code in `f`), then republish the header.
-    pub(crate) fn modify<R>(&self, py: Python<'_>, f: impl FnOnce(&mut dyn ArrayObject) -> R) -> R {
+    pub(crate) fn modify<R>(&self, py: Python<'_>, f: impl FnOnce(&mut ArrayCore) -> R) -> R {
         let mut guard = self.write_guard(py);
-        let result = f(&mut **guard);
+        let result = f(&mut guard);
         self.header.publish(py, &guard.raw_view());
         result
     }
 
     /// Change the array through `f` with the GIL released (moves, large copies in), then
     /// republish the header. Other threads meanwhile read the old placement, or wait.
-    pub(crate) fn modify_detached<R: Send>(
-        &self,
-        py: Python<'_>,
-        f: impl FnOnce(&mut dyn ArrayObject) -> R + Send,
-    ) -> R {
-        let result = py.detach(|| f(&mut **self.state.write().unwrap_or_else(|e| e.into_inner())));
+    pub(crate) fn modify_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut ArrayCore) -> R + Send) -> R {
+        let result = py.detach(|| f(&mut self.state.write().unwrap_or_else(|e| e.into_inner())));
         self.read(py, |array| self.header.publish(py, &array.raw_view()));
         result
     }
@@ -141,7 +137,7 @@ impl MemArrayBase {
         py: Python<'_>,
         f: impl FnOnce(&MemArray<T, N>) -> R + Send,
     ) -> Option<R> {
-        self.read(py, |array| array.as_any().downcast_ref().map(f))
+        self.read(py, |array| MemArray::view(array).map(f))
     }
 
     /// Change the typed array through `f`, if this object holds a `MemArray<T, N>` (`Send`, as
@@ -151,6 +147,6 @@ impl MemArrayBase {
         py: Python<'_>,
         f: impl FnOnce(&mut MemArray<T, N>) -> R + Send,
     ) -> Option<R> {
-        self.modify(py, |array| array.as_any_mut().downcast_mut().map(f))
+        self.modify(py, |array| MemArray::view_mut(array).map(f))
     }
 }

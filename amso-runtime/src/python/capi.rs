@@ -208,6 +208,7 @@ pub unsafe fn typed_shape<C: Instantiation>(object: *mut ffi::PyObject, out: *mu
 
 /// # Safety
 /// As `amso_get_handle`.
+#[inline(never)] // one body for every class's export
 unsafe fn class_handle(object: *mut ffi::PyObject, out: *mut Handle, class: &ClassFacts) -> c_int {
     if object.is_null() || out.is_null() {
         return fail(code::NULL_ARGUMENT, "NULL object or output pointer");
@@ -229,6 +230,7 @@ unsafe fn class_handle(object: *mut ffi::PyObject, out: *mut Handle, class: &Cla
 
 /// # Safety
 /// As `amso_get_handle`; `out` is writable.
+#[inline(never)] // one body for every class's export
 unsafe fn class_field<T>(
     object: *mut ffi::PyObject,
     out: *mut T,
@@ -304,6 +306,7 @@ pub fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::ArrayObject;
 
     #[test]
     fn a_forced_panic_becomes_an_error_code_with_a_message() {

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use super::array::MemArrayBase;
 use crate::dlpack::{plan_export, DlpackRequest, ManagedTensor, RawManaged};
 use crate::lock::LockId;
-use crate::object::ArrayObject;
+use crate::memarray::core::ArrayCore;
 
 const LEGACY: &CStr = c"dltensor";
 const VERSIONED: &CStr = c"dltensor_versioned";
@@ -18,7 +18,7 @@ const VERSIONED: &CStr = c"dltensor_versioned";
 /// The managed tensor of `array` for a `__dlpack__` call with `request`, presenting `lock`
 /// (pure Rust: runs under the array's lock).
 pub(crate) fn export_tensor(
-    array: &dyn ArrayObject,
+    array: &ArrayCore,
     lock: Option<LockId>,
     request: &DlpackRequest,
 ) -> crate::Result<ManagedTensor> {
@@ -53,7 +53,7 @@ pub(crate) fn dlpack_call<'py>(
 
 /// A versioned export of `array` whose device data is handed to `stream` (amso's pending work
 /// on it ordered first); host data has no stream. For the exchange API and kernel launches.
-pub(crate) fn export_for_stream(array: &dyn ArrayObject, stream: i64) -> crate::Result<ManagedTensor> {
+pub(crate) fn export_for_stream(array: &ArrayCore, stream: i64) -> crate::Result<ManagedTensor> {
     let on_device = array.raw_view().device().device_type == crate::DeviceType::Cuda;
     let request = DlpackRequest {
         stream: on_device.then_some(stream),

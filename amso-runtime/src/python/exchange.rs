@@ -217,7 +217,7 @@ unsafe extern "C" fn managed_tensor_allocator(
                 })?;
             let device = DeviceType::from_dlpack(t.device.device_type.0 as i32)?;
             let device_id = if device == DeviceType::Cuda { t.device.device_id } else { 0 };
-            let mut array = (registration.create)(&dims, ArrayOptions { device_id, ..Default::default() })?;
+            let mut array = registration.create(&dims, ArrayOptions { device_id, ..Default::default() })?;
             if device == DeviceType::Cuda {
                 array.move_memory(Device::cuda(device_id), crate::stream_context::resolve(None), false, None)?;
             }

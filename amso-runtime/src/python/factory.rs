@@ -92,7 +92,7 @@ fn make(shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, options: Arr
     let py = shape.py();
     let registration = class_of(shape, &dtype.cloned().unwrap_or_else(|| py.None().into_bound(py)))?;
     let dims = shape.extract::<ShapeArg>()?;
-    let array = (registration.create)(&dims.0, options)?;
+    let array = registration.create(&dims.0, options)?;
     (registration.instance)(py, MemArrayBase::new(array))
 }
 

@@ -36,7 +36,7 @@ pub(super) fn wrap_tensor(py: Python<'_>, owner: ManagedTensor) -> PyResult<Py<P
     let memory = ForeignMemory { address, device, owner: Box::new(owner) };
     // SAFETY: the producer's tensor describes `dims` C-contiguous elements of this dtype at
     // that address, valid until its deleter runs (when the owner drops).
-    let array = unsafe { (registration.wrap)(&dims, memory, readonly) }?;
+    let array = unsafe { registration.wrap(&dims, memory, readonly) }?;
     (registration.instance)(py, MemArrayBase::new(array))
 }
 
@@ -183,7 +183,7 @@ pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyRe
     let memory = ForeignMemory { address, device: Device::cuda(device_id), owner: Box::new(obj.clone().unbind()) };
     // SAFETY: the interface describes `dims` C-contiguous elements of this dtype at `address`
     // on the device, valid while `obj` lives (the owner holds a reference to it).
-    let array = unsafe { (registration.wrap)(&dims, memory, readonly) }?;
+    let array = unsafe { registration.wrap(&dims, memory, readonly) }?;
     (registration.instance)(py, MemArrayBase::new(array))
 }
 

@@ -60,17 +60,19 @@ pub fn new_base<C: Instantiation>(
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyClassInitializer<MemArrayBase>> {
-    construct(args, kwargs, registry::create::<C>)
+    construct(args, kwargs, C::Array::OPS, C::Array::NDIM)
 }
 
 /// `new_base`'s body, one for every class.
 fn construct(
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, PyDict>>,
-    create: registry::CreateFn,
+    ops: &'static crate::element::ElementOps,
+    ndim: usize,
 ) -> PyResult<PyClassInitializer<MemArrayBase>> {
     let (shape, options) = convert::constructor_args(args, kwargs)?;
-    Ok(PyClassInitializer::from(MemArrayBase::new(create(&shape.0, options)?)))
+    let array = crate::memarray::core::ArrayCore::from_dims(&shape.0, ndim, ops, options)?;
+    Ok(PyClassInitializer::from(MemArrayBase::new(array)))
 }
 
 /// Name of the module attribute holding the `(dtype name, ndim) -> class` dispatch map.

@@ -111,7 +111,7 @@ pub(super) fn rebuild(
         warn(py, c"the pickled array used pinned memory, which needs a CUDA driver; unpickled into pageable memory")?;
     }
     let options = ArrayOptions { pinned: pinned && cuda > 0, ..Default::default() };
-    let mut array = (registration.create)(&dims, options)?;
+    let mut array = registration.create(&dims, options)?;
     // SAFETY: the buffer is a live C-contiguous run of exactly the array's bytes.
     unsafe { array.copy_from(buffer.buf_ptr().cast(), buffer.len_bytes(), None) }?;
     if readonly {

@@ -11,27 +11,21 @@ use pyo3::{ffi, PyClassInitializer};
 
 use super::array::MemArrayBase;
 use super::Instantiation;
-use crate::element::DType;
+use crate::element::{DType, ElementOps};
 use crate::error::Result;
+use crate::memarray::core::ArrayCore;
 use crate::memarray::{ArrayOptions, ForeignMemory};
-use crate::object::{ArrayObject, ArrayType};
-
-/// Makes a zero-filled array.
-pub type CreateFn = fn(&[i64], ArrayOptions) -> Result<Box<dyn ArrayObject>>;
-/// Makes an array over foreign memory.
-pub type WrapFn = unsafe fn(&[i64], ForeignMemory, bool) -> Result<Box<dyn ArrayObject>>;
+use crate::object::ArrayType;
 
 /// How to make arrays of one registered class.
 #[derive(Clone, Copy)]
 pub struct Registration {
     /// Element type.
     pub dtype: &'static DType,
+    /// The element type's table.
+    pub ops: &'static ElementOps,
     /// Number of dimensions.
     pub ndim: usize,
-    /// A zero-filled array.
-    pub create: CreateFn,
-    /// An array over foreign memory (see `MemArray::from_foreign` for the contract).
-    pub wrap: WrapFn,
     /// A Python instance of the class holding `base`.
     pub instance: fn(Python<'_>, MemArrayBase) -> PyResult<Py<PyAny>>,
     /// The module that registered the class (where pickles find `_amso_rebuild`).
@@ -48,13 +42,20 @@ static TYPE_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Registrations live for the process (a class, once registered, is never unloaded).
 static REGISTRY: RwLock<Vec<&'static Registration>> = RwLock::new(Vec::new());
 
-pub(super) fn create<C: Instantiation>(dims: &[i64], options: ArrayOptions) -> Result<Box<dyn ArrayObject>> {
-    Ok(Box::new(C::Array::create(dims, options)?))
-}
+impl Registration {
+    /// A zero-filled array of this class's element type and rank.
+    pub fn create(&self, dims: &[i64], options: ArrayOptions) -> Result<ArrayCore> {
+        ArrayCore::from_dims(dims, self.ndim, self.ops, options)
+    }
 
-unsafe fn wrap<C: Instantiation>(dims: &[i64], memory: ForeignMemory, readonly: bool) -> Result<Box<dyn ArrayObject>> {
-    // SAFETY: forwarded from the caller.
-    Ok(Box::new(unsafe { C::Array::wrap(dims, memory, readonly) }?))
+    /// An array of this class's element type and rank over foreign memory.
+    ///
+    /// # Safety
+    /// As `MemArray::from_foreign`, for this class's element type.
+    pub unsafe fn wrap(&self, dims: &[i64], memory: ForeignMemory, readonly: bool) -> Result<ArrayCore> {
+        // SAFETY: forwarded from the caller.
+        unsafe { ArrayCore::from_foreign(dims, self.ndim, self.ops, memory, readonly) }
+    }
 }
 
 fn instance<C: Instantiation>(py: Python<'_>, base: MemArrayBase) -> PyResult<Py<PyAny>> {
@@ -66,9 +67,8 @@ impl Registration {
     pub(super) fn of<C: Instantiation>(py: Python<'_>) -> Registration {
         Registration {
             dtype: C::Array::DTYPE,
+            ops: C::Array::OPS,
             ndim: C::Array::NDIM,
-            create: create::<C>,
-            wrap: wrap::<C>,
             instance: instance::<C>,
             module: "",
             type_object: C::type_object_raw(py) as usize,

@@ -247,6 +247,13 @@ def test_deleters_run_when_a_later_argument_fails():
     assert (first.deleted, second.deleted) == (1, 1)
 
 
+def test_user_crate_classes_carry_their_own_dlpack_descriptors():
+    for cls in (ue.Positions, ue.Density, ue.Weights):
+        assert cls.__dict__["__dlpack__"].__objclass__ is cls
+    density = ue.Density((2, 2, 2))
+    np.testing.assert_array_equal(np.from_dlpack(density), np.zeros((2, 2, 2)))
+
+
 # --- one stream context for every copy of the runtime ---
 
 def test_the_user_crate_reports_the_stream_context_amso_sets():

@@ -15,6 +15,7 @@ mod convert;
 mod error;
 mod exchange;
 mod factory;
+mod hot_methods;
 mod identity_cache;
 mod import;
 mod interface;
@@ -97,6 +98,7 @@ fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Regi
             created
         }
     };
+    hot_methods::install(&class)?;
     dispatch.set_item((registration.dtype.name, registration.ndim), &class)?;
     registration.module = registry::interned(&module.name()?.to_cow()?);
     registration.name = registry::interned(&class.name()?.to_cow()?);

@@ -255,7 +255,18 @@ pub fn dlpack_version(value: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
     if tuple.len() != 2 {
         return Err(wrong());
     }
-    let part = |index| tuple.get_item(index).and_then(|item| item.extract::<u32>()).map_err(|_| wrong());
+    let part = |index| -> PyResult<u32> {
+        let item = tuple.get_borrowed_item(index)?;
+        if item.is_exact_instance_of::<PyInt>() {
+            // SAFETY: an exact int; -1 with an exception set means it does not fit a C long.
+            let value = unsafe { pyo3::ffi::PyLong_AsLong(item.as_ptr()) };
+            if let Ok(value) = u32::try_from(value) {
+                return Ok(value);
+            }
+            let _ = PyErr::take(tuple.py()); // the overflow, if any: reported as `wrong` below
+        }
+        item.extract::<u32>().map_err(|_| wrong())
+    };
     Ok((part(0)?, part(1)?))
 }
 

@@ -2,6 +2,8 @@
 //! name, C type) and how one value converts to and from a plain `Scalar`. The impls are
 //! generated from the spec's dtype table by build.rs.
 
+use std::any::TypeId;
+
 use crate::error::Result;
 
 /// One element type's facts, as the spec states them.
@@ -122,17 +124,18 @@ pub(crate) unsafe fn read_elements<T: Element>(source: *const T, len: usize) -> 
     }
 }
 
-/// What type-erased code needs of one element type: its facts, its alignment and the
-/// conversion of one element to and from a `Scalar`. One table per element type
-/// (`ElementOps::of::<T>()`), so code over arrays of any type and rank is written once.
+/// What type-erased code needs of one element type: its facts, its Rust identity and
+/// alignment, and the conversion of one element to and from a `Scalar`. One table per element
+/// type (`ElementOps::of::<T>()`), so code over arrays of any type and rank is written once.
 #[derive(Debug)]
 pub struct ElementOps {
     /// The type's facts.
     pub(crate) dtype: &'static DType,
     /// `align_of` the Rust type.
     pub(crate) align: usize,
+    type_id: fn() -> TypeId,
     read: unsafe fn(*const u8) -> Scalar,
-    write: fn(Scalar, *mut u8) -> Result<()>,
+    write: unsafe fn(Scalar, *mut u8) -> Result<()>,
 }
 
 struct OpsOf<T>(std::marker::PhantomData<T>);
@@ -140,7 +143,13 @@ struct OpsOf<T>(std::marker::PhantomData<T>);
 impl<T: Element> OpsOf<T> {
     const OPS: &'static ElementOps = {
         assert!(align_of::<T>() <= crate::host::HOST_ALIGNMENT, "amso's host memory is 16-byte aligned");
-        &ElementOps { dtype: &T::DTYPE, align: align_of::<T>(), read: read_scalar::<T>, write: write_scalar::<T> }
+        &ElementOps {
+            dtype: &T::DTYPE,
+            align: align_of::<T>(),
+            type_id: TypeId::of::<T>,
+            read: read_scalar::<T>,
+            write: write_scalar::<T>,
+        }
     };
 }
 
@@ -154,9 +163,11 @@ unsafe fn read_scalar<T: Element>(source: *const u8) -> Scalar {
     unsafe { read_element(value.as_ptr()) }.to_scalar()
 }
 
-fn write_scalar<T: Element>(value: Scalar, out: *mut u8) -> Result<()> {
+/// # Safety
+/// `out` is valid for writes of one `T` (any alignment).
+unsafe fn write_scalar<T: Element>(value: Scalar, out: *mut u8) -> Result<()> {
     let value = T::from_scalar(value)?;
-    // SAFETY: callers pass room for one element of this table's type (any alignment).
+    // SAFETY: the caller vouches for room for one element.
     unsafe { out.cast::<T>().write_unaligned(value) };
     Ok(())
 }
@@ -172,10 +183,9 @@ impl ElementOps {
         self.dtype.itemsize()
     }
 
-    /// Whether this is `T`'s table (the same facts, size and alignment: `Element`'s contract
-    /// makes two such types the same representation).
+    /// Whether this is `T`'s table (the same Rust type, not only the same facts).
     pub(crate) fn describes<T: Element>(&self) -> bool {
-        *self.dtype == T::DTYPE && self.align == align_of::<T>() && self.itemsize() == size_of::<T>()
+        (self.type_id)() == TypeId::of::<T>()
     }
 
     /// The element whose bytes are at `source`, as a scalar.
@@ -192,7 +202,8 @@ impl ElementOps {
     /// # Safety
     /// `out` is valid for writes of one element of this type.
     pub(crate) unsafe fn write(&self, value: Scalar, out: *mut u8) -> Result<()> {
-        (self.write)(value, out)
+        // SAFETY: forwarded.
+        unsafe { (self.write)(value, out) }
     }
 }
 

@@ -12,8 +12,9 @@ use crate::error::{Error, Result};
 /// memory for large arrays.
 pub const HOST_ALIGNMENT: usize = 16;
 
-/// An owned, zero-initialised run of `bytes` bytes in host memory, aligned to
-/// `HOST_ALIGNMENT` (which covers every element type: `Element`'s contract).
+/// A run of `bytes` bytes of host memory: amso's own (zeroed, aligned to `HOST_ALIGNMENT`,
+/// which covers every element type: `ElementOps::of` refuses types aligned beyond it), or a
+/// foreign producer's (aligned for its elements, checked where it is wrapped).
 ///
 /// The memory is reached only through raw pointers: exported views in other libraries alias
 /// it, so no Rust reference to the contents is held across calls.
@@ -27,8 +28,9 @@ pub struct HostBuffer {
     foreign: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
-// SAFETY: the buffer owns plain element data (`Element: Send + Sync`); all access goes
-// through raw pointers whose synchronisation the array's lock protocol governs.
+// SAFETY: the buffer holds plain bytes and owns only `Send + Sync` things (its allocation,
+// pinned memory, a foreign owner); all access to the bytes goes through raw pointers whose
+// synchronisation the array's lock protocol governs.
 unsafe impl Send for HostBuffer {}
 // SAFETY: as above; `&HostBuffer` hands out only raw pointers.
 unsafe impl Sync for HostBuffer {}

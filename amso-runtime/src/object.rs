@@ -4,7 +4,7 @@
 //! The Python classes hold `ArrayCore`s, which carry the same operations without a trait.
 
 use crate::dlpack::{ExportPlan, ExportSource};
-use crate::element::{DType, Element, ElementOps, Scalar};
+use crate::element::{Element, ElementOps, Scalar};
 use crate::error::Result;
 use crate::lock::LockId;
 use crate::memarray::access::RawView;
@@ -42,14 +42,11 @@ impl<T: Element, const N: usize> ArrayObject for MemArray<T, N> {
 pub trait ArrayType {
     /// The element type's table.
     const OPS: &'static ElementOps;
-    /// Element type facts.
-    const DTYPE: &'static DType;
     /// Number of dimensions.
     const NDIM: usize;
 }
 
 impl<T: Element, const N: usize> ArrayType for MemArray<T, N> {
     const OPS: &'static ElementOps = ElementOps::of::<T>();
-    const DTYPE: &'static DType = &T::DTYPE;
     const NDIM: usize = N;
 }

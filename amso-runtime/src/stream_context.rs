@@ -8,8 +8,6 @@
 //! whose process has no `amso` package keeps a context of its own.
 
 use std::cell::Cell;
-#[cfg(feature = "python")]
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 thread_local! {
     static CURRENT: Cell<Option<i64>> = const { Cell::new(None) };
@@ -48,10 +46,12 @@ use shared::{decode, encode, home};
 /// of `amso._amso` (no Rust types cross between copies, which may be different builds).
 #[cfg(feature = "python")]
 mod shared {
+    use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
     use pyo3::ffi;
     use pyo3::prelude::*;
 
-    use super::{AtomicBool, AtomicPtr, Cell, Ordering, CURRENT};
+    use super::{Cell, CURRENT};
 
     /// The capsule's name; a change of `Table`'s layout takes a new name.
     const CAPSULE: &std::ffi::CStr = c"amso._amso._stream_context.v1";
@@ -97,6 +97,8 @@ mod shared {
     }
 
     /// Add this copy's table to `module` (the bundled `amso._amso`): the process's context.
+    /// Called before the module registers its classes, so that `join_bundled` finds this copy
+    /// settled and never imports the module from inside its own initialisation.
     pub(crate) fn publish(module: &Bound<'_, PyModule>) -> PyResult<()> {
         // SAFETY: a static table and a static name; no destructor is needed.
         let capsule = unsafe { ffi::PyCapsule_New((&OWN as *const Table).cast_mut().cast(), CAPSULE.as_ptr(), None) };
@@ -116,10 +118,12 @@ mod shared {
         }
         let bundled = match py.import("amso._amso") {
             Ok(bundled) => bundled,
-            Err(error) if error.is_instance_of::<pyo3::exceptions::PyModuleNotFoundError>(py) => {
+            Err(error) if amso_is_absent(py, &error) => {
                 SETTLED.store(true, Ordering::Release);
                 return Ok(());
             }
+            // amso is there but cannot be imported (a missing dependency, say): working on a
+            // context of its own would silently order this crate's work wrongly.
             Err(error) => return Err(error),
         };
         let Some(capsule) = bundled.getattr_opt(ATTRIBUTE)? else {
@@ -138,9 +142,18 @@ mod shared {
                  version than the installed one; rebuild it against the installed amso"
             )));
         }
-        if !std::ptr::eq(table, &OWN) {
-            HOME.store(table, Ordering::Release);
-        }
+        HOME.store(table, Ordering::Release);
         Ok(())
+    }
+
+    /// Whether `error`, from importing `amso._amso`, says the `amso` package itself is not
+    /// installed (not that one of its own imports failed).
+    fn amso_is_absent(py: Python<'_>, error: &PyErr) -> bool {
+        error.is_instance_of::<pyo3::exceptions::PyModuleNotFoundError>(py)
+            && error
+                .value(py)
+                .getattr("name")
+                .and_then(|name| name.extract::<String>())
+                .is_ok_and(|name| name == "amso" || name == "amso._amso")
     }
 }

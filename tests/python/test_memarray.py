@@ -27,11 +27,12 @@ def test_amso_set_is_compiled():
         for ndim in (1, 2, 3):
             assert (name, ndim) in COMPILED
 
+
 def test_every_class_has_its_own_dlpack_method_descriptors():
     """CPython specialises a method call only for the descriptor's own type: each class carries
     the hot DLPack methods itself, as PyO3 defines them on the base class."""
     base = amso._amso.MemArrayBase
-    for (dtype, ndim), cls in amso._amso.__amso_dispatch__.items():
+    for cls in amso._amso.__amso_dispatch__.values():
         for name in ("__dlpack__", "__dlpack_device__"):
             descriptor = cls.__dict__[name]
             assert descriptor.__objclass__ is cls and descriptor.__doc__ == base.__dict__[name].__doc__, (cls, name)
@@ -48,7 +49,6 @@ def test_every_class_has_its_own_dlpack_method_descriptors():
     mine[1] = 2.5
     np.testing.assert_array_equal(np.from_dlpack(mine), [0, 2.5, 0, 0])
     assert mine.__dlpack_device__() == (1, 0)
-
 
 
 def test_create_matches_numpy_zeros(case):

@@ -283,7 +283,7 @@ def test_each_thread_has_its_own_stream_context_in_the_user_crate_too():
         with amso.cuda.stream(handle):
             barrier.wait(timeout=30)  # every thread inside its own context at once
             stream = ctypes.c_void_p()
-            current(2, 0, ctypes.byref(stream))
+            assert current(2, 0, ctypes.byref(stream)) == 0
             seen[handle] = stream.value
             barrier.wait(timeout=30)
 
@@ -295,19 +295,29 @@ def test_each_thread_has_its_own_stream_context_in_the_user_crate_too():
     assert seen == {0x1000 * (i + 1): 0x1000 * (i + 1) for i in range(4)}
 
 
+def run_python(script):
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+
 
 def test_the_user_crate_works_in_a_process_without_the_amso_package():
-    """Without `amso`, nothing can set a stream context; the crate keeps one of its own."""
-    script = (
+    """Without `amso` installed, nothing can set a stream context: the crate imports and works."""
+    done = run_python(
         "import sys; sys.modules['amso'] = None\n"  # `import amso` now raises ModuleNotFoundError
         "import numpy as np, amso_user_example as ue\n"
         "density = ue.Density((2, 2, 2))\n"
         "ue.deposit(np.full((1, 3), 0.5, np.float32), density, 4.0)\n"
         "print(density.to_numpy().sum())\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert float(done.stdout) == pytest.approx(1.0)
+
+
+def test_the_user_crate_refuses_to_import_when_amso_is_there_but_broken():
+    """amso installed but failing to import (one of its own modules missing) is an error, not
+    a reason to run on a stream context nobody can set."""
+    done = run_python("import sys; sys.modules['amso.allocators'] = None\nimport amso_user_example\n")
+    assert done.returncode != 0
+    assert "ModuleNotFoundError" in done.stderr and "amso.allocators" in done.stderr, done.stderr
 
 
 # --- on the GPU ---

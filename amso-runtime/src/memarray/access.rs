@@ -175,11 +175,11 @@ impl RawView<'_> {
         }
     }
 
-    #[cfg(feature = "python")]
     /// Copy the whole current data into host memory `dst` of `nbytes` bytes.
     ///
     /// # Safety
     /// `dst` is valid for writes of `nbytes` bytes and does not alias the array.
+    #[cfg(feature = "python")]
     pub(crate) unsafe fn copy_to(&self, dst: *mut u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
         self.check_nbytes(nbytes)?;
         check_access(self.holder, lock)?;
@@ -187,12 +187,12 @@ impl RawView<'_> {
         unsafe { self.transfer(0, dst, nbytes, false) }
     }
 
-    #[cfg(feature = "python")]
     /// Overwrite the whole current data from host memory `src` of `nbytes` bytes (the caller
     /// holds the array mutably).
     ///
     /// # Safety
     /// `src` is valid for reads of `nbytes` bytes (it may be a view of the array itself).
+    #[cfg(feature = "python")]
     pub(crate) unsafe fn copy_from(&self, src: *const u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
         self.check_nbytes(nbytes)?;
         self.check_writable(lock)?;
@@ -200,15 +200,15 @@ impl RawView<'_> {
         unsafe { self.transfer(0, src.cast_mut(), nbytes, true) }
     }
 
-    #[cfg(feature = "python")]
     /// Address of the current data (host or device).
+    #[cfg(feature = "python")]
     pub(crate) fn data_address(&self, lock: Option<LockId>) -> Result<usize> {
         check_access(self.holder, lock)?;
         Ok(self.current_address())
     }
 
-    #[cfg(feature = "python")]
     /// Address of the current data whoever holds the lock (descriptions only, never access).
+    #[cfg(feature = "python")]
     pub(crate) fn current_address(&self) -> usize {
         #[cfg(feature = "cuda")]
         if self.residence == Residence::Device {

@@ -364,10 +364,10 @@ impl ArrayCore {
     }
 
     /// Overwrite the whole current data from host memory `src` of `nbytes` bytes.
-    #[cfg(feature = "python")]
     ///
     /// # Safety
     /// `src` is valid for reads of `nbytes` bytes (it may be a view of the array itself).
+    #[cfg(feature = "python")]
     pub(crate) unsafe fn copy_from(&mut self, src: *const u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
         // SAFETY: forwarded from the caller; `self` is borrowed mutably.
         unsafe { self.raw_view().copy_from(src, nbytes, lock) }

@@ -372,7 +372,8 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     }
 
     /// Note work queued on `stream` (a kernel over `device_indexer_on(stream)`): amso's later
-    /// work on the array, and its consumers, wait for it.
+    /// work on the array, and its consumers, wait for it. Nothing to note (and `stream` is not
+    /// looked at) while the data is on the host.
     ///
     /// # Safety
     /// As `device_indexer_on`.

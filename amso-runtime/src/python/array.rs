@@ -141,12 +141,101 @@ impl MemArrayBase {
     }
 
     /// Change the typed array through `f`, if this object holds a `MemArray<T, N>` (`Send`, as
-    /// for `with_typed`).
+    /// for `with_typed`). `f` gets every changing method of the array but not the array
+    /// itself: replacing it would free memory that buffer exports still describe, and change
+    /// a shape that C readers read without a lock.
     pub fn with_typed_mut<T: Element, const N: usize, R>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut MemArray<T, N>) -> R + Send,
+        f: impl FnOnce(&mut TypedMut<'_, T, N>) -> R + Send,
     ) -> Option<R> {
-        self.modify(py, |array| MemArray::view_mut(array).map(f))
+        self.modify(py, |array| MemArray::view_mut(array).map(|array| f(&mut TypedMut { array, base: self })))
+    }
+}
+
+/// Mutable access to an amso object's typed array (`MemArrayBase::with_typed_mut`): reads
+/// through `Deref`, changes through the methods here, which are `MemArray`'s own.
+pub struct TypedMut<'a, T: Element, const N: usize> {
+    array: &'a mut MemArray<T, N>,
+    base: &'a MemArrayBase,
+}
+
+impl<T: Element, const N: usize> std::ops::Deref for TypedMut<'_, T, N> {
+    type Target = MemArray<T, N>;
+
+    fn deref(&self) -> &MemArray<T, N> {
+        self.array
+    }
+}
+
+impl<T: Element, const N: usize> TypedMut<'_, T, N> {
+    /// See `MemArray::write`.
+    pub fn write(&mut self, index: [usize; N], value: T) -> crate::Result<()> {
+        self.array.write(index, value)
+    }
+
+    /// See `MemArray::copy_from_slice`.
+    pub fn copy_from_slice(&mut self, values: &[T]) -> crate::Result<()> {
+        self.array.copy_from_slice(values)
+    }
+
+    /// See `MemArray::indexer_mut`.
+    pub fn indexer_mut(&mut self) -> crate::Result<crate::HostIndexerMut<'_, T, N>> {
+        self.array.indexer_mut()
+    }
+
+    /// See `MemArray::as_mut_ptr`.
+    pub fn as_mut_ptr(&mut self) -> crate::Result<*mut T> {
+        self.array.as_mut_ptr()
+    }
+
+    /// See `MemArray::lock`.
+    pub fn lock(&mut self) -> crate::Result<crate::LockGuard<'_, T, N>> {
+        self.array.lock()
+    }
+
+    /// See `MemArray::make_readonly`.
+    pub fn make_readonly(&mut self) {
+        self.array.make_readonly();
+    }
+
+    /// See `MemArray::move_memory`; refused while buffer exports describe the host data, as
+    /// the Python method is.
+    pub fn move_memory(&mut self, target: crate::Device, stream: i64, async_copy: bool) -> crate::Result<()> {
+        self.base.check_unpinned()?;
+        self.array.move_memory(target, stream, async_copy)
+    }
+
+    /// See `MemArray::add_index_tuple`; refused while buffer exports describe the host data.
+    #[cfg(feature = "cuda")]
+    pub fn add_index_tuple(&mut self, stream: i64) -> crate::Result<()> {
+        self.base.check_unpinned()?;
+        self.array.add_index_tuple(stream)
+    }
+
+    /// See `MemArray::device_indexer`.
+    #[cfg(feature = "cuda")]
+    pub fn device_indexer(&mut self) -> crate::Result<crate::DeviceIndexer<'_, T, N>> {
+        self.array.device_indexer()
+    }
+
+    /// See `MemArray::device_indexer_on`.
+    ///
+    /// # Safety
+    /// As `MemArray::device_indexer_on`.
+    #[cfg(feature = "cuda")]
+    pub unsafe fn device_indexer_on(&mut self, stream: i64) -> crate::Result<crate::DeviceIndexer<'_, T, N>> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.array.device_indexer_on(stream) }
+    }
+
+    /// See `MemArray::record_work`.
+    ///
+    /// # Safety
+    /// As `MemArray::record_work`.
+    #[cfg(feature = "cuda")]
+    pub unsafe fn record_work(&mut self, stream: i64) -> crate::Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.array.record_work(stream) }
     }
 }

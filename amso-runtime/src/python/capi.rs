@@ -171,7 +171,7 @@ pub struct ClassFacts {
 impl ClassFacts {
     /// The facts of class `C`.
     pub const fn of<C: Instantiation>() -> ClassFacts {
-        ClassFacts { type_object: C::type_object_raw, dtype: C::Array::DTYPE.name, ndim: C::Array::NDIM }
+        ClassFacts { type_object: C::type_object_raw, dtype: C::Array::OPS.dtype.name, ndim: C::Array::NDIM }
     }
 }
 

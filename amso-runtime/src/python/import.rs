@@ -170,7 +170,7 @@ pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyRe
         ))
     })?;
     if let Some(strides) = &strides {
-        check_c_contiguous(&dims, strides, registration.dtype.itemsize() as i64)?;
+        check_c_contiguous(&dims, strides, registration.dtype().itemsize() as i64)?;
     }
     let device_id = device_of(address)?;
     #[cfg(feature = "cuda")]

@@ -35,7 +35,7 @@ use pyo3::types::{PyDict, PyModule, PyTuple};
 use pyo3::{PyClass, PyClassInitializer, PyTypeInfo};
 
 pub use args::{new_array, ArrayMut, ArrayRef, NewArray};
-pub use array::MemArrayBase;
+pub use array::{MemArrayBase, TypedMut};
 pub use context::DLPackContext;
 
 use crate::object::ArrayType;
@@ -99,7 +99,7 @@ fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Regi
         }
     };
     hot_methods::install(&class)?;
-    dispatch.set_item((registration.dtype.name, registration.ndim), &class)?;
+    dispatch.set_item((registration.dtype().name, registration.ndim), &class)?;
     registration.module = registry::interned(&module.name()?.to_cow()?);
     registration.name = registry::interned(&class.name()?.to_cow()?);
     registry::add(registration);

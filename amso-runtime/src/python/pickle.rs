@@ -96,7 +96,7 @@ pub(super) fn rebuild(
     })?;
     let expected = dims
         .iter()
-        .try_fold(registration.dtype.itemsize(), |bytes, &d| bytes.checked_mul(d as usize))
+        .try_fold(registration.dtype().itemsize(), |bytes, &d| bytes.checked_mul(d as usize))
         .filter(|&bytes| bytes <= isize::MAX as usize);
     if expected != Some(buffer.len_bytes()) || !buffer.is_c_contiguous() {
         return Err(PyValueError::new_err(format!(

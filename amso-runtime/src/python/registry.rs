@@ -20,8 +20,6 @@ use crate::object::ArrayType;
 /// How to make arrays of one registered class.
 #[derive(Clone, Copy)]
 pub struct Registration {
-    /// Element type.
-    pub dtype: &'static DType,
     /// The element type's table.
     pub ops: &'static ElementOps,
     /// Number of dimensions.
@@ -43,6 +41,11 @@ static TYPE_COUNT: AtomicUsize = AtomicUsize::new(0);
 static REGISTRY: RwLock<Vec<&'static Registration>> = RwLock::new(Vec::new());
 
 impl Registration {
+    /// The element type.
+    pub fn dtype(&self) -> &'static DType {
+        self.ops.dtype
+    }
+
     /// A zero-filled array of this class's element type and rank.
     pub fn create(&self, dims: &[i64], options: ArrayOptions) -> Result<ArrayCore> {
         ArrayCore::from_dims(dims, self.ndim, self.ops, options)
@@ -66,7 +69,6 @@ impl Registration {
     /// Class `C`'s entry; `register` fills in its module and Python name.
     pub(super) fn of<C: Instantiation>(py: Python<'_>) -> Registration {
         Registration {
-            dtype: C::Array::DTYPE,
             ops: C::Array::OPS,
             ndim: C::Array::NDIM,
             instance: instance::<C>,
@@ -119,7 +121,7 @@ fn find_by(matches: impl Fn(&Registration) -> bool) -> Option<&'static Registrat
 
 /// The registered class for a DLPack dtype and ndim.
 pub fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<Registration> {
-    find_by(|r| r.ndim == ndim && r.dtype.code == code && r.dtype.bits == bits && r.dtype.lanes == lanes).copied()
+    find_by(|r| r.ndim == ndim && r.dtype().code == code && r.dtype().bits == bits && r.dtype().lanes == lanes).copied()
 }
 
 /// The registration of exactly the class `type_object`.
@@ -134,21 +136,21 @@ pub fn of_object(object: &Bound<'_, PyAny>) -> Option<Registration> {
 
 /// The registered class of Python name `class` holding `dtype` arrays with `ndim` dimensions.
 pub fn find_class_name(class: &str, dtype: &str, ndim: usize) -> Option<Registration> {
-    find_by(|r| r.ndim == ndim && r.dtype.name == dtype && r.name == class).copied()
+    find_by(|r| r.ndim == ndim && r.dtype().name == dtype && r.name == class).copied()
 }
 
 /// The registered class for a dtype name (`float32`) and ndim.
 pub fn find_name(name: &str, ndim: usize) -> Option<Registration> {
-    find_by(|r| r.ndim == ndim && r.dtype.name == name).copied()
+    find_by(|r| r.ndim == ndim && r.dtype().name == name).copied()
 }
 
 /// The registered class for an array-interface typestr and ndim.
 pub fn find_typestr(typestr: &str, ndim: usize) -> Option<Registration> {
-    find_by(|r| r.ndim == ndim && r.dtype.typestr == typestr).copied()
+    find_by(|r| r.ndim == ndim && r.dtype().typestr == typestr).copied()
 }
 
 /// The compiled `(dtype, ndim)` pairs, for error messages.
 pub fn compiled() -> String {
     let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    registry.iter().map(|r| format!("({}, {})", r.dtype.name, r.ndim)).collect::<Vec<_>>().join(", ")
+    registry.iter().map(|r| format!("({}, {})", r.dtype().name, r.ndim)).collect::<Vec<_>>().join(", ")
 }

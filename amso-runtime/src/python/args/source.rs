@@ -118,7 +118,8 @@ pub(crate) fn exchange_table(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static
 /// The argument's memory, by the first protocol `obj` speaks; device data of producers
 /// without the exchange API is handed over on `stream` (default: amso's stream rule).
 pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<Option<Source>> {
-    crate::stream_context::join_bundled(obj.py())?; // a module of typed functions only registers no class
+    // A user crate whose module only defines typed functions registers no class: join here.
+    crate::stream_context::join_bundled(obj.py())?;
     if let Some(api) = exchange_table(&obj.get_type())? {
         if let Some(from_object) = api.managed_tensor_from_py_object_no_sync {
             let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();

@@ -132,7 +132,9 @@ def test_a_live_buffer_pins_the_data_on_the_host():
         a.add_index_tuple()
     a.move_memory(amso.dlpack.kDLCPU)  # staying on the host is fine
     assert not a.on_device and view.tolist() == sample("float64", (8,)).tolist()
+    assert a.export_count == 1  # the buffer owns the memory it describes, as a DLPack export does
     view.release()
+    assert a.export_count == 0
     if GPU:
         a.move_memory(amso.dlpack.kDLCUDA)
         assert a.on_device

@@ -7,6 +7,7 @@
 
 use std::ffi::{c_int, CStr};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
@@ -14,6 +15,7 @@ use pyo3::prelude::*;
 
 use super::array::MemArrayBase;
 use crate::element::DType;
+use crate::host::HostBuffer;
 use crate::MAX_NDIM;
 
 /// The PEP 3118 format of an element type, from its DLPack facts; `None` where PEP 3118 has
@@ -38,11 +40,13 @@ fn format_of(dtype: &DType) -> Option<&'static CStr> {
     })
 }
 
-/// The shape and byte strides a buffer points at, kept alive in `Py_buffer.internal` until
-/// the consumer releases the buffer.
+/// The shape and byte strides a buffer points at, and the host memory itself, kept alive in
+/// `Py_buffer.internal` until the consumer releases the buffer: besides the pin, the memory a
+/// buffer describes is owned by the buffer, as a DLPack export owns its memory.
 struct Layout {
     shape: [ffi::Py_ssize_t; MAX_NDIM],
     strides: [ffi::Py_ssize_t; MAX_NDIM],
+    _host: Arc<HostBuffer>,
 }
 
 /// Fill `view` for `flags` (`__getbuffer__`): the array's elements, or with `raw` its bytes.
@@ -86,7 +90,7 @@ pub(super) unsafe fn get_buffer(
             "amso arrays are C-contiguous; a Fortran-contiguous buffer of this shape does not exist",
         ));
     }
-    let (address, readonly) = array.read(py, |object| -> PyResult<(usize, bool)> {
+    let (address, readonly, host) = array.read(py, |object| -> PyResult<(usize, bool, Arc<HostBuffer>)> {
         let raw = object.raw_view();
         if raw.residence() != crate::Residence::Host {
             return Err(PyBufferError::new_err(
@@ -100,10 +104,10 @@ pub(super) unsafe fn get_buffer(
         let address = raw.data_address(None)?;
         // Counted under the lock, so a move (which takes it exclusively) sees every buffer.
         array.buffer_exports.fetch_add(1, Ordering::AcqRel);
-        Ok((address, raw.readonly()))
+        Ok((address, raw.readonly(), Arc::clone(object.host_buffer())))
     })?;
     let itemsize = dtype.itemsize() as ffi::Py_ssize_t;
-    let mut layout = Box::new(Layout { shape: [0; MAX_NDIM], strides: [0; MAX_NDIM] });
+    let mut layout = Box::new(Layout { shape: [0; MAX_NDIM], strides: [0; MAX_NDIM], _host: host });
     let mut stride = itemsize;
     for axis in (0..dims.len()).rev() {
         layout.shape[axis] = dims[axis] as ffi::Py_ssize_t;

@@ -108,7 +108,8 @@ impl MemArrayBase {
         self.header().placement().lock_id != 0
     }
 
-    /// How many DLPack exports (capsules and the views made from them) hold the memory.
+    /// How many exports (DLPack capsules, the views made from them, buffer-protocol views) hold
+    /// the memory.
     #[getter]
     fn export_count(&self, py: Python<'_>) -> usize {
         self.read(py, |array| array.export_count())

@@ -146,14 +146,13 @@ mod shared {
         Ok(())
     }
 
-    /// Whether `error`, from importing `amso._amso`, says the `amso` package itself is not
-    /// installed (not that one of its own imports failed).
+    /// Whether `error`, from importing `amso._amso`, means the `amso` package is not installed
+    /// (Python finds no `amso` at all), rather than an installed one failing to import.
     fn amso_is_absent(py: Python<'_>, error: &PyErr) -> bool {
         error.is_instance_of::<pyo3::exceptions::PyModuleNotFoundError>(py)
-            && error
-                .value(py)
-                .getattr("name")
-                .and_then(|name| name.extract::<String>())
-                .is_ok_and(|name| name == "amso" || name == "amso._amso")
+            && py
+                .import("importlib.util")
+                .and_then(|util| util.call_method1("find_spec", ("amso",)))
+                .is_ok_and(|spec| spec.is_none())
     }
 }

@@ -143,6 +143,15 @@ def test_a_live_buffer_pins_the_data_on_the_host():
             a.move_memory(amso.dlpack.kDLCUDA)
 
 
+def test_an_empty_array_with_huge_dimensions_has_a_buffer():
+    a = amso.MemArray((0, 1 << 40, 1 << 40), np.float64)  # zero bytes, whatever the other dimensions
+    view = memoryview(a)
+    assert (view.nbytes, view.shape, view.strides[1:]) == (0, (0, 1 << 40, 1 << 40), (8 << 40, 8))
+    assert a.export_count == 1
+    view.release()
+    assert a.export_count == 0
+
+
 def test_locked_arrays_refuse_buffers():
     a = amso.MemArray(3, np.float64)
     with a.get_dlpack():

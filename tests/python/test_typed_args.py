@@ -312,6 +312,16 @@ def test_the_user_crate_works_in_a_process_without_the_amso_package():
     assert float(done.stdout) == pytest.approx(1.0)
 
 
+def test_the_user_crate_refuses_to_import_when_amso_lacks_its_extension(tmp_path):
+    """An `amso` package that Python finds but whose `amso._amso` is missing is broken, not
+    absent."""
+    (tmp_path / "amso").mkdir()
+    (tmp_path / "amso" / "__init__.py").write_text("from ._amso import MAX_NDIM\n")
+    done = run_python(f"import sys; sys.path.insert(0, {str(tmp_path)!r})\nimport amso_user_example\n")
+    assert done.returncode != 0
+    assert "ModuleNotFoundError" in done.stderr and "amso._amso" in done.stderr, done.stderr
+
+
 def test_the_user_crate_refuses_to_import_when_amso_is_there_but_broken():
     """amso installed but failing to import (one of its own modules missing) is an error, not
     a reason to run on a stream context nobody can set."""

@@ -130,8 +130,9 @@ impl MemArrayBase {
     }
 
     /// Read the typed array through `f`, if this object holds a `MemArray<T, N>`. `f` runs with
-    /// the array locked, so it is `Send`: it cannot capture Python objects and call back into
-    /// Python (which could touch the same array and wait for itself).
+    /// the array locked: it must not reach this same object again (through a captured `Py`
+    /// and `Python::attach`, say), or it waits for itself. `Send` keeps borrowed Python
+    /// objects out of it.
     pub fn with_typed<T: Element, const N: usize, R>(
         &self,
         py: Python<'_>,
@@ -202,7 +203,9 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
     /// See `MemArray::move_memory`; refused while buffer exports describe the host data, as
     /// the Python method is.
     pub fn move_memory(&mut self, target: crate::Device, stream: i64, async_copy: bool) -> crate::Result<()> {
-        self.base.check_unpinned()?;
+        if self.array.device() != target {
+            self.base.check_unpinned()?;
+        }
         self.array.move_memory(target, stream, async_copy)
     }
 

@@ -62,7 +62,14 @@ pub(super) unsafe fn get_buffer(
     raw: bool,
 ) -> PyResult<()> {
     let py = owner.py();
-    let nbytes = array.header().dims().iter().product::<i64>() * array.element_type().itemsize() as i64;
+    // `nbytes` of a non-empty array fits (checked at construction); an empty one may have other
+    // dimensions whose product does not.
+    let dims_of_array = array.header().dims();
+    let nbytes = if dims_of_array.contains(&0) {
+        0
+    } else {
+        dims_of_array.iter().product::<i64>() * array.element_type().itemsize() as i64
+    };
     let raw_dims = [nbytes];
     let (dtype, dims) = if raw {
         (&<u8 as crate::Element>::DTYPE, &raw_dims[..])
@@ -112,7 +119,8 @@ pub(super) unsafe fn get_buffer(
     for axis in (0..dims.len()).rev() {
         layout.shape[axis] = dims[axis] as ffi::Py_ssize_t;
         layout.strides[axis] = stride;
-        stride *= dims[axis].max(1) as ffi::Py_ssize_t;
+        // Saturating: a zero-size shape may have other dimensions whose product overflows.
+        stride = stride.saturating_mul(dims[axis].max(1) as ffi::Py_ssize_t);
     }
     let layout = Box::into_raw(layout);
     // SAFETY: `view` is the consumer's buffer struct; `layout` lives until `release_buffer`,

@@ -78,8 +78,13 @@ impl<T: Element, const N: usize> MemArray<T, N> {
 
     fn from_core(core: ArrayCore) -> Self {
         let () = Self::NDIM_IS_SUPPORTED;
-        debug_assert!(core.ops().describes::<T>() && core.ndim() == N);
+        debug_assert!(Self::holds(&core));
         MemArray { core, _element: PhantomData }
+    }
+
+    /// Whether `core` holds `T` elements in `N` dimensions (what makes it a `MemArray<T, N>`).
+    fn holds(core: &ArrayCore) -> bool {
+        core.ops().describes::<T>() && core.ndim() == N
     }
 
     /// `core` as a `MemArray<T, N>`, if it holds `T` elements in `N` dimensions.
@@ -88,8 +93,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         let () = Self::NDIM_IS_SUPPORTED;
         // SAFETY: `MemArray` is a transparent wrapper of `ArrayCore` (PhantomData is zero-sized),
         // and the core's element type and rank are `T` and `N` (checked).
-        (core.ops().describes::<T>() && core.ndim() == N)
-            .then(|| unsafe { &*(core as *const ArrayCore).cast::<Self>() })
+        Self::holds(core).then(|| unsafe { &*(core as *const ArrayCore).cast::<Self>() })
     }
 
     /// `core` as a mutable `MemArray<T, N>`, if it holds `T` elements in `N` dimensions.
@@ -97,8 +101,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     pub(crate) fn view_mut(core: &mut ArrayCore) -> Option<&mut Self> {
         let () = Self::NDIM_IS_SUPPORTED;
         // SAFETY: as `view`.
-        (core.ops().describes::<T>() && core.ndim() == N)
-            .then(|| unsafe { &mut *(core as *mut ArrayCore).cast::<Self>() })
+        Self::holds(core).then(|| unsafe { &mut *(core as *mut ArrayCore).cast::<Self>() })
     }
 
     /// The untyped array.

@@ -115,10 +115,32 @@ impl MemArrayBase {
         result
     }
 
+    /// Move `array` (this object's, locked for writing, so no new buffer appears meanwhile) to
+    /// `target`: refused while buffer exports describe the host copy, unless the data is there
+    /// already. The one check of Python's `move_memory` and Rust's `TypedMut`.
+    pub(crate) fn move_locked(
+        &self,
+        array: &mut ArrayCore,
+        target: crate::Device,
+        stream: i64,
+        async_copy: bool,
+    ) -> crate::Result<()> {
+        if array.device() != target {
+            self.check_unpinned()?;
+        }
+        array.move_memory(target, stream, async_copy, None)
+    }
+
+    /// The add-index kernel on `array` (this object's, locked for writing), which moves the data
+    /// to the device first: refused while buffer exports describe the host copy.
+    pub(crate) fn add_index_locked(&self, array: &mut ArrayCore, stream: i64) -> crate::Result<()> {
+        self.check_unpinned()?;
+        array.add_index_tuple(stream, None)
+    }
+
     /// Refuse to change where the data lives (or to overwrite it by a move) while buffer
-    /// exports describe the host copy. Called with the array locked for writing, so no new
-    /// buffer appears meanwhile.
-    pub(crate) fn check_unpinned(&self) -> crate::Result<()> {
+    /// exports describe the host copy.
+    fn check_unpinned(&self) -> crate::Result<()> {
         match self.buffer_exports.load(Ordering::Acquire) {
             0 => Ok(()),
             n => Err(crate::Error::ExportRefused(format!(
@@ -203,17 +225,13 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
     /// See `MemArray::move_memory`; refused while buffer exports describe the host data, as
     /// the Python method is.
     pub fn move_memory(&mut self, target: crate::Device, stream: i64, async_copy: bool) -> crate::Result<()> {
-        if self.array.device() != target {
-            self.base.check_unpinned()?;
-        }
-        self.array.move_memory(target, stream, async_copy)
+        self.base.move_locked(self.array.core_mut(), target, stream, async_copy)
     }
 
     /// See `MemArray::add_index_tuple`; refused while buffer exports describe the host data.
     #[cfg(feature = "cuda")]
     pub fn add_index_tuple(&mut self, stream: i64) -> crate::Result<()> {
-        self.base.check_unpinned()?;
-        self.array.add_index_tuple(stream)
+        self.base.add_index_locked(self.array.core_mut(), stream)
     }
 
     /// See `MemArray::device_indexer`.

@@ -62,19 +62,22 @@ pub(super) unsafe fn get_buffer(
     raw: bool,
 ) -> PyResult<()> {
     let py = owner.py();
-    // `nbytes` of a non-empty array fits (checked at construction); an empty one may have other
-    // dimensions whose product does not.
-    let dims_of_array = array.header().dims();
-    let nbytes = if dims_of_array.contains(&0) {
-        0
-    } else {
-        dims_of_array.iter().product::<i64>() * array.element_type().itemsize() as i64
+    let header = array.header();
+    let element_size = array.element_type().itemsize();
+    let nbytes = {
+        let mut shape = [0usize; MAX_NDIM];
+        for (slot, &dim) in shape.iter_mut().zip(header.dims()) {
+            *slot = dim as usize;
+        }
+        crate::shape::byte_size(&shape[..header.dims().len()], element_size).expect("checked when the array was made")
+            as i64
     };
     let raw_dims = [nbytes];
-    let (dtype, dims) = if raw {
-        (&<u8 as crate::Element>::DTYPE, &raw_dims[..])
+    // Strides in elements: the header's (C order, saturating), or 1 for the raw bytes.
+    let (dtype, dims, element_strides) = if raw {
+        (&<u8 as crate::Element>::DTYPE, &raw_dims[..], &[1i64][..])
     } else {
-        (array.element_type(), array.header().dims())
+        (array.element_type(), header.dims(), &header.strides[..header.dims().len()])
     };
     let writable = flags & ffi::PyBUF_WRITABLE != 0;
     let with_shape = flags & ffi::PyBUF_ND == ffi::PyBUF_ND;
@@ -115,12 +118,9 @@ pub(super) unsafe fn get_buffer(
     })?;
     let itemsize = dtype.itemsize() as ffi::Py_ssize_t;
     let mut layout = Box::new(Layout { shape: [0; MAX_NDIM], strides: [0; MAX_NDIM], _host: host });
-    let mut stride = itemsize;
-    for axis in (0..dims.len()).rev() {
-        layout.shape[axis] = dims[axis] as ffi::Py_ssize_t;
-        layout.strides[axis] = stride;
-        // Saturating: a zero-size shape may have other dimensions whose product overflows.
-        stride = stride.saturating_mul(dims[axis].max(1) as ffi::Py_ssize_t);
+    for (axis, (&dim, &stride)) in dims.iter().zip(element_strides).enumerate() {
+        layout.shape[axis] = dim as ffi::Py_ssize_t;
+        layout.strides[axis] = (stride as ffi::Py_ssize_t).saturating_mul(itemsize);
     }
     let layout = Box::into_raw(layout);
     // SAFETY: `view` is the consumer's buffer struct; `layout` lives until `release_buffer`,

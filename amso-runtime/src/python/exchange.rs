@@ -134,7 +134,7 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
         if let Ok(array) = object.cast::<MemArrayBase>() {
             // "No sync" means the consumer works on `current_work_stream`; amso orders its own
             // pending work on the array before that stream, so the consumer needs nothing else.
-            let work = crate::stream_context::current().filter(|&s| s > 1).unwrap_or(1);
+            let work = crate::stream_context::current().unwrap_or(1);
             let tensor = array.get().read(py, |array| export_for_stream(array, work))?;
             let RawManaged::Versioned(raw) = tensor.into_raw() else { unreachable!("asked for a versioned tensor") };
             // SAFETY: checked non-null above.

@@ -34,13 +34,7 @@ pub(crate) fn empty(
     device_id: Option<&Bound<'_, PyAny>>,
     on_device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let options = ArrayOptions {
-        device_id: device(device_id)?,
-        on_device: flag("on_device", on_device)?,
-        uninitialized: true,
-        ..ArrayOptions::default()
-    };
-    make(shape, dtype, options)
+    make(shape, dtype, options(device_id, None, None, on_device, true)?)
 }
 
 /// What `amso.MemArray(shape, dtype, ...)` calls: a zero-filled array. Arguments left out
@@ -55,14 +49,7 @@ pub(crate) fn new_array(
     pinned: Option<&Bound<'_, PyAny>>,
     on_device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let options = ArrayOptions {
-        device_id: device(device_id)?,
-        readonly: flag("readonly", readonly)?,
-        pinned: flag("pinned", pinned)?,
-        on_device: flag("on_device", on_device)?,
-        uninitialized: false,
-    };
-    make(shape, dtype, options)
+    make(shape, dtype, options(device_id, readonly, pinned, on_device, false)?)
 }
 
 /// Set the function that resolves a `(shape, dtype)` the cache has not seen to its class. The
@@ -80,12 +67,23 @@ pub(crate) fn class_cache_len() -> usize {
     CLASSES.len()
 }
 
-fn flag(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-    value.map_or(Ok(false), |value| convert::flag_arg(name, value))
-}
-
-fn device(value: Option<&Bound<'_, PyAny>>) -> PyResult<i32> {
-    value.map_or(Ok(0), convert::device_id_arg)
+/// The options of `empty` and `_new_array`, checked as the classes' constructors check them;
+/// an argument left out (None) takes its default.
+fn options(
+    device_id: Option<&Bound<'_, PyAny>>,
+    readonly: Option<&Bound<'_, PyAny>>,
+    pinned: Option<&Bound<'_, PyAny>>,
+    on_device: Option<&Bound<'_, PyAny>>,
+    uninitialized: bool,
+) -> PyResult<ArrayOptions> {
+    let flag = |name, value: Option<&Bound<'_, PyAny>>| value.map_or(Ok(false), |value| convert::flag_arg(name, value));
+    Ok(ArrayOptions {
+        device_id: device_id.map_or(Ok(0), convert::device_id_arg)?,
+        readonly: flag("readonly", readonly)?,
+        pinned: flag("pinned", pinned)?,
+        on_device: flag("on_device", on_device)?,
+        uninitialized,
+    })
 }
 
 fn make(shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, options: ArrayOptions) -> PyResult<Py<PyAny>> {

@@ -251,10 +251,7 @@ impl MemArrayBase {
     #[pyo3(signature = (stream = StreamArg(None)))]
     fn add_index_tuple(&self, py: Python<'_>, stream: StreamArg) -> PyResult<()> {
         let stream = crate::stream_context::resolve(stream.0);
-        Ok(self.modify_detached(py, |array| {
-            self.check_unpinned()?;
-            array.add_index_tuple(stream, None)
-        })?)
+        Ok(self.modify_detached(py, |array| self.add_index_locked(array, stream))?)
     }
 
     // ---- the CUDA array interface ----
@@ -324,11 +321,6 @@ impl MemArrayBase {
     /// Move the data to `target` on `stream` (detached), unless buffers pin it on the host.
     fn move_to(&self, py: Python<'_>, target: Device, stream: StreamArg, async_copy: bool) -> PyResult<()> {
         let stream = crate::stream_context::resolve(stream.0);
-        Ok(self.modify_detached(py, |array| {
-            if array.raw_view().device() != target {
-                self.check_unpinned()?;
-            }
-            array.move_memory(target, stream, async_copy, None)
-        })?)
+        Ok(self.modify_detached(py, |array| self.move_locked(array, target, stream, async_copy))?)
     }
 }

@@ -22,7 +22,7 @@ pub(super) const REBUILD: &str = "_amso_rebuild";
 
 /// This runtime's registration of `slf`'s class (for a Python subclass, the amso class it
 /// derives from: pickles and copies are of that class).
-fn registration_of(slf: &Bound<'_, MemArrayBase>) -> PyResult<Registration> {
+fn registration_of(slf: &Bound<'_, MemArrayBase>) -> PyResult<&'static Registration> {
     registry::of_object(slf.as_any()).ok_or_else(|| {
         PyTypeError::new_err(format!(
             "{} is not a registered amso class",

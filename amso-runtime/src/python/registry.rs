@@ -18,7 +18,6 @@ use crate::memarray::{ArrayOptions, ForeignMemory};
 use crate::object::ArrayType;
 
 /// How to make arrays of one registered class.
-#[derive(Clone, Copy)]
 pub struct Registration {
     /// The element type's table.
     pub ops: &'static ElementOps,
@@ -120,8 +119,8 @@ fn find_by(matches: impl Fn(&Registration) -> bool) -> Option<&'static Registrat
 }
 
 /// The registered class for a DLPack dtype and ndim.
-pub fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<Registration> {
-    find_by(|r| r.ndim == ndim && r.dtype().code == code && r.dtype().bits == bits && r.dtype().lanes == lanes).copied()
+pub fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<&'static Registration> {
+    find_by(|r| r.ndim == ndim && r.dtype().code == code && r.dtype().bits == bits && r.dtype().lanes == lanes)
 }
 
 /// The registration of exactly the class `type_object`.
@@ -130,23 +129,23 @@ pub fn of_type(type_object: usize) -> Option<&'static Registration> {
 }
 
 /// The registered class that `object`'s type is, or derives from (a Python subclass).
-pub fn of_object(object: &Bound<'_, PyAny>) -> Option<Registration> {
-    object.get_type().mro().iter().find_map(|class| of_type(class.as_ptr() as usize)).copied()
+pub fn of_object(object: &Bound<'_, PyAny>) -> Option<&'static Registration> {
+    object.get_type().mro().iter().find_map(|class| of_type(class.as_ptr() as usize))
 }
 
 /// The registered class of Python name `class` holding `dtype` arrays with `ndim` dimensions.
-pub fn find_class_name(class: &str, dtype: &str, ndim: usize) -> Option<Registration> {
-    find_by(|r| r.ndim == ndim && r.dtype().name == dtype && r.name == class).copied()
+pub fn find_class_name(class: &str, dtype: &str, ndim: usize) -> Option<&'static Registration> {
+    find_by(|r| r.ndim == ndim && r.dtype().name == dtype && r.name == class)
 }
 
 /// The registered class for a dtype name (`float32`) and ndim.
-pub fn find_name(name: &str, ndim: usize) -> Option<Registration> {
-    find_by(|r| r.ndim == ndim && r.dtype().name == name).copied()
+pub fn find_name(name: &str, ndim: usize) -> Option<&'static Registration> {
+    find_by(|r| r.ndim == ndim && r.dtype().name == name)
 }
 
 /// The registered class for an array-interface typestr and ndim.
-pub fn find_typestr(typestr: &str, ndim: usize) -> Option<Registration> {
-    find_by(|r| r.ndim == ndim && r.dtype().typestr == typestr).copied()
+pub fn find_typestr(typestr: &str, ndim: usize) -> Option<&'static Registration> {
+    find_by(|r| r.ndim == ndim && r.dtype().typestr == typestr)
 }
 
 /// The compiled `(dtype, ndim)` pairs, for error messages.

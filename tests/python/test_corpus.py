@@ -298,6 +298,12 @@ PYTHON_API = [
     ("deferred-limits-negative", lambda a: amso.deferred_limits(count=-1), OverflowError, "negative int"),
     ("deferred-limits-fraction", lambda a: amso.deferred_limits(fraction=1.5), ValueError, "fraction"),
     ("release-threshold-negative", lambda a: amso.set_release_threshold(-5), OverflowError, "negative int"),
+    # Each class's own DLPack descriptors refuse another class's instance (the witness is 2-D float64).
+    ("dlpack-descriptor-foreign-instance", lambda a: type(amso.MemArray(2, np.int32)).__dlpack__(a),
+     TypeError, "MemArray1DInt32"),
+    ("dlpack-device-descriptor-foreign-instance", lambda a: type(amso.MemArray(2, np.int32)).__dlpack_device__(a),
+     TypeError, "MemArray1DInt32"),
+    ("dlpack-descriptor-not-an-array", lambda a: type(a).__dlpack__(np.zeros(2)), TypeError, "ndarray"),
 ]
 
 

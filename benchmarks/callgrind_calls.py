@@ -1,8 +1,9 @@
 """Instructions per call under callgrind, for the report's profile of paths above their goal:
 run once with N=1000 and once with N=6000 calls of one case; (I(6000) - I(1000)) / 5000 is the
-cost of one call, start-up excluded.
+cost of one call, start-up excluded. PYTHONHASHSEED=0 keeps the interpreter's own dictionary
+lookups the same from run to run: with random seeds they alone move a case by 100 instructions.
 
-    OPENBLAS_NUM_THREADS=1 valgrind --tool=callgrind --callgrind-out-file=cg.CASE.N python3 benchmarks/callgrind_calls.py CASE N
+    PYTHONHASHSEED=0 OPENBLAS_NUM_THREADS=1 valgrind --tool=callgrind --callgrind-out-file=cg.CASE.N python3 benchmarks/callgrind_calls.py CASE N
 """
 import sys, numpy as np, amso
 import amso_user_example as ue

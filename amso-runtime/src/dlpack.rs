@@ -58,6 +58,7 @@ pub struct ExportPlan {
 
 /// Decide an export of data living on `current` (`pinned`: in page-locked host memory) for
 /// `request`, following the array API standard.
+#[inline]
 pub fn plan_export(current: Device, pinned: bool, request: &DlpackRequest) -> Result<ExportPlan> {
     let format = match request.max_version {
         Some((major, minor)) if major >= 1 => {
@@ -169,6 +170,7 @@ unsafe impl Sync for ManagedTensor {}
 
 impl ManagedTensor {
     /// Build the managed tensor for `source` in `format`.
+    #[inline]
     pub fn new(source: ExportSource<'_>, format: Format) -> ManagedTensor {
         let tensor = dl_tensor(&source);
         let raw = match format {
@@ -265,6 +267,7 @@ unsafe fn call_deleter(raw: RawManaged) {
     }
 }
 
+#[inline]
 fn dl_tensor(source: &ExportSource) -> DLTensor {
     DLTensor {
         data: source.data,
@@ -277,6 +280,7 @@ fn dl_tensor(source: &ExportSource) -> DLTensor {
     }
 }
 
+#[inline]
 fn boxed<M>(
     managed: M,
     source: ExportSource<'_>,

@@ -66,6 +66,7 @@ pub fn c_layout(shape: &[usize]) -> ([i64; crate::MAX_NDIM], [i64; crate::MAX_ND
 
 /// Calls `f(axis, dimension, C-order stride in elements)` for each axis of `shape` (up to
 /// `MAX_NDIM`), the last axis first.
+#[inline]
 pub fn for_each_c_stride(shape: &[usize], mut f: impl FnMut(usize, i64, i64)) {
     let mut stride = 1i64;
     for (axis, &dim) in shape.iter().enumerate().take(crate::MAX_NDIM).rev() {

@@ -25,6 +25,7 @@ pub struct RawView<'a> {
 
 impl ArrayCore {
     /// This array as a `RawView`.
+    #[inline]
     pub(crate) fn raw_view(&self) -> RawView<'_> {
         RawView {
             shape: self.shape(),

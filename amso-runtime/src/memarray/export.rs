@@ -15,11 +15,13 @@ use crate::lock::{check_access, LockId};
 
 impl ArrayCore {
     /// Describe the data for the export `plan`, presenting `lock`.
+    #[inline]
     pub(crate) fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>> {
         export(self, plan, lock)
     }
 }
 
+#[inline]
 fn export<'a>(array: &'a ArrayCore, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'a>> {
     let raw = array.raw_view();
     check_access(raw.holder, lock)?;

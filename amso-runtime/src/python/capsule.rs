@@ -17,6 +17,11 @@ const VERSIONED: &CStr = c"dltensor_versioned";
 
 /// The managed tensor of `array` for a `__dlpack__` call with `request`, presenting `lock`
 /// (pure Rust: runs under the array's lock).
+///
+/// Each step of an export is `#[inline]`: the release build's thin LTO otherwise keeps the
+/// steps as calls that move their `Result`s, 123 of the 1666 instructions of a host
+/// `__dlpack__()` (callgrind; `benchmarks/results/2026-11-23-h100-inline/profile.md`).
+#[inline]
 pub(crate) fn export_tensor(
     array: &ArrayCore,
     lock: Option<LockId>,
@@ -65,6 +70,7 @@ pub(crate) fn export_for_stream(array: &ArrayCore, stream: i64) -> crate::Result
 
 /// Warn about `stream=0` for device data: the array API standard forbids it as ambiguous,
 /// older consumers still send it, and amso treats it as the legacy default stream.
+#[inline]
 fn warn_ambiguous_stream(py: Python<'_>, array: &MemArrayBase, request: &DlpackRequest) -> PyResult<()> {
     if request.stream == Some(0) && array.header().placement().device_type == crate::DeviceType::Cuda as i32 {
         PyErr::warn(
@@ -78,6 +84,7 @@ fn warn_ambiguous_stream(py: Python<'_>, array: &MemArrayBase, request: &DlpackR
 }
 
 /// Hand `tensor` to a new capsule.
+#[inline]
 pub(crate) fn into_capsule(py: Python<'_>, tensor: ManagedTensor) -> PyResult<Bound<'_, PyAny>> {
     let raw = tensor.into_raw();
     let (pointer, name, destructor): (*mut std::ffi::c_void, &CStr, Option<ffi::PyCapsule_Destructor>) = match raw {

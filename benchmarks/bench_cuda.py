@@ -8,10 +8,13 @@ ElementwiseKernel doing the same work. Writes bench_cuda.json and bench_cuda.md 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime
 import platform
+import os
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +78,70 @@ def transfers(cp, nbytes: int, repeat: int) -> dict:
             "cupy_d2h_GBps": gbs(median_seconds(cupy_d2h, repeat)),
         }
     return results
+
+
+def staging_bound(cp, nbytes: int, repeat: int) -> dict:
+    """What bounds a staged pageable copy on this host, measured without amso: the host's own
+    copy bandwidth between pageable and pinned memory (the staging pass, with as many threads as
+    amso's pipeline uses), alone and while the copy engine reads other pinned memory (as it does
+    during a staged H2D); the copy engine alone; and pinning the pageable buffer in place instead
+    (cuMemHostRegister, copy, unregister), the other way to move pageable memory at DMA speed."""
+    n = nbytes // 4
+    workers = min(12, os.cpu_count() or 1)  # amso's MAX_WORKERS (cuda/transfer.rs)
+    page = 4096 // 4  # cuMemHostRegister takes whole pages
+    raw = np.ones(n + page, np.float32)
+    start = (-raw.ctypes.data % 4096) // 4
+    pageable = raw[start : start + n]
+    pinned_memory = cp.cuda.alloc_pinned_memory(nbytes)
+    pinned = np.frombuffer(pinned_memory, np.float32, n)
+    pinned[:] = 2
+    other = cp.cuda.alloc_pinned_memory(nbytes)
+    device = cp.empty(n, np.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    share = -(-nbytes // workers)
+    parts = [(offset, min(share, nbytes - offset)) for offset in range(0, nbytes, share)]
+    gbs = lambda seconds: nbytes / seconds / 1e9  # noqa: E731
+
+    with ThreadPoolExecutor(workers) as pool:
+
+        def host_copy(dst, src):  # libc's memcpy, as amso's workers use; ctypes releases the GIL
+            base_dst, base_src = dst.ctypes.data, src.ctypes.data
+            list(pool.map(lambda p: ctypes.memmove(base_dst + p[0], base_src + p[0], p[1]), parts))
+
+        def dma():
+            cp.cuda.runtime.memcpyAsync(device.data.ptr, other.ptr, nbytes, 1, stream.ptr)
+
+        def host_copy_during_dma() -> float:
+            for _ in range(4):  # queued reads of pinned memory outlast the host copy
+                dma()
+            started = time.perf_counter()
+            host_copy(pinned, pageable)
+            seconds = time.perf_counter() - started
+            stream.synchronize()
+            return seconds
+
+        def registered() -> float:
+            started = time.perf_counter()
+            cp.cuda.runtime.hostRegister(pageable.ctypes.data, nbytes, 0)
+            cp.cuda.runtime.memcpyAsync(device.data.ptr, pageable.ctypes.data, nbytes, 1, stream.ptr)
+            stream.synchronize()
+            cp.cuda.runtime.hostUnregister(pageable.ctypes.data)
+            return time.perf_counter() - started
+
+        to_pinned = median_seconds(lambda: host_copy(pinned, pageable), repeat)
+        from_pinned = median_seconds(lambda: host_copy(pageable, pinned), repeat)
+        dma_alone = median_seconds(lambda: (dma(), stream.synchronize()), repeat)
+        during_dma = statistics.median(host_copy_during_dma() for _ in range(repeat))
+        register = statistics.median(registered() for _ in range(repeat))
+    assert float(device[-1]) == 1.0  # the registered copy moved the pageable data
+    return {
+        "threads": workers,
+        "host_pageable_to_pinned_GBps": gbs(to_pinned),
+        "host_pinned_to_pageable_GBps": gbs(from_pinned),
+        "host_pageable_to_pinned_during_dma_GBps": gbs(during_dma),
+        "dma_pinned_h2d_GBps": gbs(dma_alone),
+        "register_copy_unregister_GBps": gbs(register),
+    }
 
 
 def kernel(cp, shape: tuple[int, ...], repeat: int) -> dict:
@@ -145,6 +212,8 @@ def markdown(report: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for kind, r in report["transfers"].items():
+        if kind == "staging_bound":
+            continue
         for direction in ("h2d", "d2h"):
             ours, theirs = r[f"amso_{direction}_GBps"], r[f"cupy_{direction}_GBps"]
             lines.append(f"| {kind} | {direction.upper()} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")

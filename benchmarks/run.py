@@ -55,6 +55,7 @@ def collect(cycles: int) -> dict:
 
         report["cic"] = bench_cic.collect()
         report["transfers"] = bench_cuda.transfers(cp, 256 << 20, 20)
+        report["transfers"]["staging_bound"] = bench_cuda.staging_bound(cp, 256 << 20, 20)
         report["kernel"] = bench_cuda.kernel(cp, (512, 512, 512), 20)
         report["alloc"] = bench_alloc.collect(cycles)
         report["conformance"] = conformance.run()
@@ -88,7 +89,18 @@ def pageable_share(transfers: dict) -> str:
     """amso's pageable transfers as a share of its pinned ones (goal: >= 0.8)."""
     pageable, pinned = transfers["pageable"], transfers["pinned"]
     h2d, d2h = (pageable[f"amso_{d}_GBps"] / pinned[f"amso_{d}_GBps"] for d in ("h2d", "d2h"))
-    return f"amso's pageable transfers reach {h2d:.2f} (H2D) and {d2h:.2f} (D2H) of its pinned ones (goal: >= 0.8).\n"
+    text = f"amso's pageable transfers reach {h2d:.2f} (H2D) and {d2h:.2f} (D2H) of its pinned ones (goal: >= 0.8).\n"
+    bound = transfers.get("staging_bound")
+    if bound:
+        text += (
+            f"What bounds them on this host, measured without amso ({bound['threads']} threads): copying pageable to "
+            f"pinned memory runs at {bound['host_pageable_to_pinned_GBps']:.1f} GB/s alone and "
+            f"{bound['host_pageable_to_pinned_during_dma_GBps']:.1f} GB/s while the copy engine reads pinned memory "
+            f"({bound['dma_pinned_h2d_GBps']:.1f} GB/s alone); pinned to pageable, "
+            f"{bound['host_pinned_to_pageable_GBps']:.1f} GB/s; pinning the pageable buffer in place for one copy "
+            f"(register, copy, unregister) gives {bound['register_copy_unregister_GBps']:.1f} GB/s.\n"
+        )
+    return text
 
 
 def update_readme(text: str) -> None:

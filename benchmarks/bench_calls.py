@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 import amso
-from protocols import ns
+from protocols import paired
 
 N = 64
 
@@ -42,8 +42,12 @@ def collect() -> dict:
         import tvm_ffi
 
         nop = tvm_ffi.get_global_func("testing.nop")
+        calls = {}
         for name, (a, b, c) in producers.items():
-            report["tvm_ffi"][name] = {"1 array": ns(lambda: nop(a), 20_000), "3 arrays": ns(lambda: nop(a, b, c), 20_000)}
+            calls[name, "1 array"] = lambda a=a: nop(a)
+            calls[name, "3 arrays"] = lambda a=a, b=b, c=c: nop(a, b, c)
+        for (name, arity), value in paired(calls, 20_000).items():
+            report["tvm_ffi"].setdefault(name, {})[arity] = value
     except (ImportError, ValueError) as error:  # not installed, or a build without its testing functions
         report["missing"].append(f"TVM-FFI rows: {error!r}")
         nop = None
@@ -52,14 +56,20 @@ def collect() -> dict:
     except ImportError as error:
         report["missing"].append(f"typed-argument rows: {error!r}")
         return report
-    for name in ("torch", "amso", "numpy (host)", "amso (host)"):
-        if name not in producers:
-            continue
+    names = [name for name in ("torch", "amso", "numpy (host)", "amso (host)") if name in producers]
+    calls = {}
+    for name in names:
         a, b, c = producers[name]
-        row = {"amso typed args": {"1 array": ns(lambda: ue.extract_one(a), 20_000),
-                                   "3 arrays": ns(lambda: ue.extract_three(a, b, c), 20_000)}}
+        calls[name, "1 array"] = lambda a=a: ue.extract_one(a)
+        calls[name, "3 arrays"] = lambda a=a, b=b, c=c: ue.extract_three(a, b, c)
+        if nop is not None:  # timed again beside the typed calls: a ratio comes from one set of rounds
+            calls[name, "TVM-FFI 1 array"] = lambda a=a: nop(a)
+            calls[name, "TVM-FFI 3 arrays"] = lambda a=a, b=b, c=c: nop(a, b, c)
+    timed = paired(calls, 20_000)
+    for name in names:
+        row = {"amso typed args": {arity: timed[name, arity] for arity in ("1 array", "3 arrays")}}
         if nop is not None:
-            row["TVM-FFI"] = report["tvm_ffi"][name]
+            row["TVM-FFI"] = {arity: timed[name, f"TVM-FFI {arity}"] for arity in ("1 array", "3 arrays")}
         report["typed_args"][name] = row
     return report
 

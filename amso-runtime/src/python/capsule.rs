@@ -19,7 +19,7 @@ const VERSIONED: &CStr = c"dltensor_versioned";
 /// (pure Rust: runs under the array's lock).
 ///
 /// Each step of an export is `#[inline]`: the release build's thin LTO otherwise keeps the
-/// steps as calls that move their `Result`s, 123 of the 1666 instructions of a host
+/// steps as calls that move their `Result`s, 122 of the 1666 instructions of a host
 /// `__dlpack__()` (callgrind; `benchmarks/results/2026-11-23-h100-inline/profile.md`).
 #[inline]
 pub(crate) fn export_tensor(

@@ -93,7 +93,7 @@ def pageable_share(transfers: dict) -> str:
     bound = transfers.get("staging_bound")
     if bound:
         text += (
-            f"What bounds them on this host, measured without amso ({bound['threads']} threads): copying pageable to "
+            f"For reference, on this host and without amso ({bound['threads']} threads): copying pageable to "
             f"pinned memory runs at {bound['host_pageable_to_pinned_GBps']:.1f} GB/s alone and "
             f"{bound['host_pageable_to_pinned_during_dma_GBps']:.1f} GB/s while the copy engine reads pinned memory "
             f"({bound['dma_pinned_h2d_GBps']:.1f} GB/s alone); pinned to pageable, "

@@ -123,13 +123,11 @@ def staging_bound(cp, nbytes: int, repeat: int) -> dict:
             stream.synchronize()
             return seconds
 
-        def registered() -> float:
-            started = time.perf_counter()
+        def registered():
             cp.cuda.runtime.hostRegister(pageable.ctypes.data, nbytes, 0)
             cp.cuda.runtime.memcpyAsync(device.data.ptr, pageable.ctypes.data, nbytes, 1, stream.ptr)
             stream.synchronize()
             cp.cuda.runtime.hostUnregister(pageable.ctypes.data)
-            return time.perf_counter() - started
 
         to_pinned = median_seconds(lambda: host_copy(pinned, pageable), repeat)
         if not (pinned == 3).all():
@@ -137,7 +135,7 @@ def staging_bound(cp, nbytes: int, repeat: int) -> dict:
         from_pinned = median_seconds(lambda: host_copy(pageable, pinned), repeat)
         dma_alone = median_seconds(lambda: (dma(), stream.synchronize()), repeat)
         during_dma = statistics.median(host_copy_during_dma() for _ in range(repeat))
-        register = statistics.median(registered() for _ in range(repeat))
+        register = median_seconds(registered, repeat)
     if not bool((device == 3).all()):
         raise RuntimeError("the copy from the registered pageable buffer did not arrive")
     return {

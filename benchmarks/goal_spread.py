@@ -14,10 +14,6 @@ import sys
 from pathlib import Path
 
 
-def ratio(a: float, b: float) -> float:
-    return a / b
-
-
 def goals(report: dict) -> list[tuple[str, float, str, bool]]:
     """(goal row, value, goal text, met) for one report."""
     protocols, calls, transfers = report["protocols"], report["calls"], report["transfers"]
@@ -28,18 +24,18 @@ def goals(report: dict) -> list[tuple[str, float, str, bool]]:
     pageable, pinned = transfers["pageable"], transfers["pinned"]
     empty = report["alloc"]["alloc_free_us"]["amso.empty(256, float32, on_device=True)"]
     rows = [
-        ("host `__dlpack__()` / NumPy", ratio(host["amso"], host["numpy"]), "<= 1.0"),
-        ("host `__dlpack__(max_version)` / NumPy", ratio(versioned["amso"], versioned["numpy"]), "<= 1.0"),
-        ("CAI / CuPy", ratio(cai["amso"], cai["cupy"]), "<= 0.3"),
-        ("TVM-FFI, 1 CUDA array / torch", ratio(tvm["amso"]["1 array"], tvm["torch"]["1 array"]), "<= 1.0"),
-        ("TVM-FFI, 3 CUDA arrays / torch", ratio(tvm["amso"]["3 arrays"], tvm["torch"]["3 arrays"]), "<= 1.0"),
+        ("host `__dlpack__()` / NumPy", host["amso"] / host["numpy"], "<= 1.0"),
+        ("host `__dlpack__(max_version)` / NumPy", versioned["amso"] / versioned["numpy"], "<= 1.0"),
+        ("CAI / CuPy", cai["amso"] / cai["cupy"], "<= 0.3"),
+        ("TVM-FFI, 1 CUDA array / torch", tvm["amso"]["1 array"] / tvm["torch"]["1 array"], "<= 1.0"),
+        ("TVM-FFI, 3 CUDA arrays / torch", tvm["amso"]["3 arrays"] / tvm["torch"]["3 arrays"], "<= 1.0"),
         ("typed args, 1 torch tensor / TVM-FFI",
-         ratio(typed["amso typed args"]["1 array"], typed["TVM-FFI"]["1 array"]), "<= 1.0"),
+         typed["amso typed args"]["1 array"] / typed["TVM-FFI"]["1 array"], "<= 1.0"),
         ("typed args, 3 torch tensors / TVM-FFI",
-         ratio(typed["amso typed args"]["3 arrays"], typed["TVM-FFI"]["3 arrays"]), "<= 1.0"),
+         typed["amso typed args"]["3 arrays"] / typed["TVM-FFI"]["3 arrays"], "<= 1.0"),
         ("`amso.empty` (us)", empty, "<= 1.0"),
-        ("pageable H2D / pinned", ratio(pageable["amso_h2d_GBps"], pinned["amso_h2d_GBps"]), ">= 0.8"),
-        ("pageable D2H / pinned", ratio(pageable["amso_d2h_GBps"], pinned["amso_d2h_GBps"]), ">= 0.8"),
+        ("pageable H2D / pinned", pageable["amso_h2d_GBps"] / pinned["amso_h2d_GBps"], ">= 0.8"),
+        ("pageable D2H / pinned", pageable["amso_d2h_GBps"] / pinned["amso_d2h_GBps"], ">= 0.8"),
         ("CIC / best peer", report["cic"]["speedup_over_best_peer"], ">= 2.0"),
     ]
     out = []
@@ -53,8 +49,9 @@ def main() -> None:
     paths = [Path(p) for p in sys.argv[1:]]
     if not paths:
         sys.exit(__doc__)
-    runs = [goals(json.loads(p.read_text())) for p in paths]
-    numpy_ns = [json.loads(p.read_text())["protocols"]["__dlpack__() host"]["numpy"] for p in paths]
+    reports = [json.loads(p.read_text()) for p in paths]
+    runs = [goals(report) for report in reports]
+    numpy_ns = [report["protocols"]["__dlpack__() host"]["numpy"] for report in reports]
     print("| goal | " + " | ".join(f"run {i + 1}" for i in range(len(runs))) + " | goal | met in |")
     print("|---|" + "---|" * len(runs) + "---|---|")
     for index, (name, _, goal, _) in enumerate(runs[0]):

@@ -54,3 +54,23 @@ pub enum Residence {
     /// In the device buffer of the array's device id.
     Device,
 }
+
+impl Residence {
+    /// The device holding data that resides here, for an array on CUDA device `device_id`.
+    pub fn device(self, device_id: i32) -> Device {
+        match self {
+            Residence::Host => Device::CPU,
+            Residence::Device => Device { device_type: DeviceType::Cuda, id: device_id },
+        }
+    }
+
+    /// Refuse host access to data that is not on the host, saying how to bring it there.
+    pub(crate) fn host_only(self) -> Result<()> {
+        match self {
+            Residence::Host => Ok(()),
+            Residence::Device => Err(Error::Unavailable(
+                "the data is in device memory; move_memory(kDLCPU) first to touch it from the host".into(),
+            )),
+        }
+    }
+}

@@ -5,18 +5,19 @@ use crate::error::{Error, Result};
 
 /// Check user-given dimensions for an `ndim`-D array of `itemsize`-byte elements: `ndim` in
 /// 1..=MAX_NDIM, the right count, none negative, and a byte size that fits in `isize::MAX`.
-/// The shape is the first `ndim` entries.
-pub fn checked_shape(dims: &[i64], ndim: usize, itemsize: usize) -> Result<[usize; crate::MAX_NDIM]> {
+/// Returns the shape (its first `ndim` entries) and the byte size.
+pub fn checked_shape(dims: &[i64], ndim: usize, itemsize: usize) -> Result<([usize; crate::MAX_NDIM], usize)> {
     let mut shape = [0; crate::MAX_NDIM];
     if ndim == 0 || ndim > crate::MAX_NDIM {
         return Err(Error::InvalidShape(format!("amso arrays have 1 to {} dimensions, not {ndim}", crate::MAX_NDIM)));
     }
-    check_dims(dims, &mut shape[..ndim], itemsize)?;
-    Ok(shape)
+    let bytes = check_dims(dims, &mut shape[..ndim], itemsize)?;
+    Ok((shape, bytes))
 }
 
-/// `checked_shape`'s body: fills `shape` (whose length is the expected ndim) from `dims`.
-fn check_dims(dims: &[i64], shape: &mut [usize], itemsize: usize) -> Result<()> {
+/// `checked_shape`'s body: fills `shape` (whose length is the expected ndim) from `dims` and
+/// returns the byte size.
+fn check_dims(dims: &[i64], shape: &mut [usize], itemsize: usize) -> Result<usize> {
     let n = shape.len();
     if dims.len() != n {
         return Err(Error::InvalidShape(format!(
@@ -32,8 +33,7 @@ fn check_dims(dims: &[i64], shape: &mut [usize], itemsize: usize) -> Result<()> 
         }
         *slot = usize::try_from(dim).map_err(|_| too_large(dims, itemsize))?;
     }
-    byte_size(shape, itemsize).ok_or_else(|| too_large(dims, itemsize))?;
-    Ok(())
+    byte_size(shape, itemsize).ok_or_else(|| too_large(dims, itemsize))
 }
 
 fn too_large(dims: &[i64], itemsize: usize) -> Error {
@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn shapes_are_checked() {
-        assert_eq!(checked_shape(&[2, 0, 4], 3, 4).map(|s| s[..3].to_vec()), Ok(vec![2, 0, 4]));
+        assert_eq!(checked_shape(&[2, 0, 4], 3, 4).map(|(s, _)| s[..3].to_vec()), Ok(vec![2, 0, 4]));
         assert!(
             matches!(checked_shape(&[2, 3, 4], 2, 4), Err(Error::InvalidShape(m)) if m.contains("expected 2 dimensions"))
         );
@@ -131,7 +131,7 @@ mod tests {
         assert!(matches!(checked_shape(&[1 << 40, 1 << 40], 2, 8), Err(Error::TooLarge { .. })));
         assert!(matches!(checked_shape(&[i64::MAX], 1, 2), Err(Error::TooLarge { .. })));
         // Zero-size arrays never overflow, however large the other dimensions.
-        assert_eq!(checked_shape(&[0, i64::MAX], 2, 8).map(|s| s[..2].to_vec()), Ok(vec![0, i64::MAX as usize]));
+        assert_eq!(checked_shape(&[0, i64::MAX], 2, 8).map(|(s, _)| s[..2].to_vec()), Ok(vec![0, i64::MAX as usize]));
         assert!(matches!(checked_shape(&[], 0, 8), Err(Error::InvalidShape(_))));
         assert!(matches!(checked_shape(&[1; 9], 9, 8), Err(Error::InvalidShape(_))));
     }

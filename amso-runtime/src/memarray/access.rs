@@ -3,7 +3,7 @@
 //! bytes.
 
 use super::core::ArrayCore;
-use crate::device::{Device, DeviceType, Residence};
+use crate::device::{Device, Residence};
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::lock::{check_access, LockId};
@@ -66,10 +66,7 @@ impl RawView<'_> {
 
     /// The device of the current data.
     pub fn device(&self) -> Device {
-        match self.residence {
-            Residence::Host => Device::CPU,
-            Residence::Device => Device { device_type: DeviceType::Cuda, id: self.device_id },
-        }
+        self.residence.device(self.device_id)
     }
 
     /// The CUDA device the array moves to.
@@ -104,15 +101,6 @@ impl RawView<'_> {
         Ok(crate::shape::python_offset(self.shape, index)? * self.dtype.itemsize())
     }
 
-    fn host_only(&self) -> Result<()> {
-        match self.residence {
-            Residence::Host => Ok(()),
-            Residence::Device => Err(Error::Unavailable(
-                "the data is in device memory; move_memory(kDLCPU) first to touch it from the host".into(),
-            )),
-        }
-    }
-
     /// Copy `len` bytes at byte `offset` of the current data to or from host memory `host`.
     ///
     /// # Safety
@@ -124,7 +112,7 @@ impl RawView<'_> {
             // SAFETY: forwarded from the caller.
             return unsafe { self.device.access(self.device_id, offset, host, len, write) };
         }
-        self.host_only()?;
+        self.residence.host_only()?;
         // SAFETY: the caller guarantees both ranges; the host buffer is live.
         unsafe {
             if write {

@@ -39,8 +39,7 @@ impl ArrayCore {
         options: ArrayOptions,
     ) -> Result<Self> {
         options.check()?;
-        let shape = shape::checked_shape(dims, ndim, ops.itemsize())?;
-        let bytes = shape::byte_size(&shape[..ndim], ops.itemsize()).expect("checked");
+        let (shape, bytes) = shape::checked_shape(dims, ndim, ops.itemsize())?;
         let host = HostBuffer::for_options(bytes, &options)?;
         #[allow(unused_mut)] // only changed with the CUDA layer
         let mut array = Self::assemble(&shape[..ndim], ops, Arc::new(host), options, Residence::Host);
@@ -138,10 +137,7 @@ impl ArrayCore {
 
     /// The device of the current data.
     pub(crate) fn device(&self) -> Device {
-        match self.residence {
-            Residence::Host => Device::CPU,
-            Residence::Device => Device { device_type: DeviceType::Cuda, id: self.device_id },
-        }
+        self.residence.device(self.device_id)
     }
 
     pub(crate) fn readonly(&self) -> bool {
@@ -181,12 +177,7 @@ impl ArrayCore {
     /// Check that `lock` may access the data, and that the data is in host memory.
     pub(crate) fn check_host_access(&self, lock: Option<LockId>) -> Result<()> {
         check_access(self.lock, lock)?;
-        match self.residence {
-            Residence::Host => Ok(()),
-            Residence::Device => Err(Error::Unavailable(
-                "the data is in device memory; move_memory(kDLCPU) first to touch it from the host".into(),
-            )),
-        }
+        self.residence.host_only()
     }
 
     /// As `check_host_access`, and refuse read-only arrays.

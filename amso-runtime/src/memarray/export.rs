@@ -17,56 +17,51 @@ impl ArrayCore {
     /// Describe the data for the export `plan`, presenting `lock`.
     #[inline]
     pub(crate) fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>> {
-        export(self, plan, lock)
-    }
-}
-
-#[inline]
-fn export<'a>(array: &'a ArrayCore, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'a>> {
-    let raw = array.raw_view();
-    check_access(raw.holder, lock)?;
-    let (data, owner, copied): (*mut u8, Arc<dyn Any + Send + Sync>, bool) =
-        match (raw.residence, plan.target.device_type) {
-            (Residence::Host, DeviceType::Cpu | DeviceType::CudaHost) => {
-                let buffer = if plan.copy {
-                    Arc::new(array.host_buffer().try_clone()?)
-                } else {
-                    Arc::clone(array.host_buffer())
-                };
-                (buffer.as_ptr(), buffer, plan.copy)
-            }
-            #[cfg(feature = "cuda")]
-            (Residence::Device, DeviceType::Cuda) if plan.target.id == raw.device_id => {
-                if let Some(stream) = plan.consumer_stream {
-                    raw.device.hand_to(raw.device_id, crate::cuda::stream::StreamHandle::from_int(stream)?)?;
+        let raw = self.raw_view();
+        check_access(raw.holder, lock)?;
+        let (data, owner, copied): (*mut u8, Arc<dyn Any + Send + Sync>, bool) =
+            match (raw.residence, plan.target.device_type) {
+                (Residence::Host, DeviceType::Cpu | DeviceType::CudaHost) => {
+                    let buffer = if plan.copy {
+                        Arc::new(self.host_buffer().try_clone()?)
+                    } else {
+                        Arc::clone(self.host_buffer())
+                    };
+                    (buffer.as_ptr(), buffer, plan.copy)
                 }
-                let memory = if plan.copy {
-                    raw.device.duplicate(raw.device_id)?
-                } else {
-                    Arc::clone(raw.device.memory().expect("resident"))
-                };
-                memory.mark_shared();
-                (memory.ptr() as usize as *mut u8, memory, plan.copy)
-            }
-            #[cfg(feature = "cuda")]
-            _ => copy_to_device(&raw, plan.target)?,
-            #[cfg(not(feature = "cuda"))]
-            _ => {
-                return Err(Error::ExportRefused(format!(
-                    "exporting to dl_device=({}, {}) needs amso's CUDA layer, which this build does not include",
-                    plan.target.device_type as i32, plan.target.id
-                )))
-            }
-        };
-    Ok(ExportSource {
-        data: data.cast(),
-        device: plan.target,
-        dtype: raw.dtype.dl_data_type(),
-        shape: array.shape(),
-        owner,
-        readonly: raw.readonly && !copied,
-        copied,
-    })
+                #[cfg(feature = "cuda")]
+                (Residence::Device, DeviceType::Cuda) if plan.target.id == raw.device_id => {
+                    if let Some(stream) = plan.consumer_stream {
+                        raw.device.hand_to(raw.device_id, crate::cuda::stream::StreamHandle::from_int(stream)?)?;
+                    }
+                    let memory = if plan.copy {
+                        raw.device.duplicate(raw.device_id)?
+                    } else {
+                        Arc::clone(raw.device.memory().expect("resident"))
+                    };
+                    memory.mark_shared();
+                    (memory.ptr() as usize as *mut u8, memory, plan.copy)
+                }
+                #[cfg(feature = "cuda")]
+                _ => copy_to_device(&raw, plan.target)?,
+                #[cfg(not(feature = "cuda"))]
+                _ => {
+                    return Err(Error::ExportRefused(format!(
+                        "exporting to dl_device=({}, {}) needs amso's CUDA layer, which this build does not include",
+                        plan.target.device_type as i32, plan.target.id
+                    )))
+                }
+            };
+        Ok(ExportSource {
+            data: data.cast(),
+            device: plan.target,
+            dtype: raw.dtype.dl_data_type(),
+            shape: self.shape(),
+            owner,
+            readonly: raw.readonly && !copied,
+            copied,
+        })
+    }
 }
 
 /// A private copy of the current data on `target` (another device, or the host), complete when

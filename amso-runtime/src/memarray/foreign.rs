@@ -167,8 +167,8 @@ impl ArrayCore {
         memory: ForeignMemory,
         readonly: bool,
     ) -> Result<Self> {
-        let shape = &shape::checked_shape(dims, ndim, ops.itemsize())?[..ndim];
-        let bytes = shape::byte_size(shape, ops.itemsize()).expect("checked");
+        let (shape, bytes) = shape::checked_shape(dims, ndim, ops.itemsize())?;
+        let shape = &shape[..ndim];
         memory.check_alignment(ops.align, ops.dtype)?;
         let options = ArrayOptions { device_id: 0, readonly, ..Default::default() };
         match memory.device.device_type {

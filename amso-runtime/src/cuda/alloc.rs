@@ -8,7 +8,7 @@
 #![cfg_attr(not(feature = "python"), allow(dead_code))]
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use cudarc::driver::sys;
@@ -34,19 +34,17 @@ pub trait DeviceAllocator: Send + Sync + 'static {
     }
 }
 
-/// Counters reported by `memory_info`.
+/// Counters reported by `memory_info` (the pool counts its cache hits itself, under its lock).
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Bytes of live amso allocations.
     pub in_use: AtomicUsize,
-    /// Allocations served from amso's cache.
-    pub hits: AtomicU64,
-    /// Allocations that went to the driver (or the plugged-in allocator).
+    /// Allocations of amso's pool that went to the driver.
     pub misses: AtomicU64,
 }
 
 /// The process-wide counters.
-pub static STATS: Stats = Stats { in_use: AtomicUsize::new(0), hits: AtomicU64::new(0), misses: AtomicU64::new(0) };
+pub static STATS: Stats = Stats { in_use: AtomicUsize::new(0), misses: AtomicU64::new(0) };
 
 /// Blocks up to this size are cached by amso's pool.
 const SMALL_BLOCK: usize = 1 << 20;
@@ -56,10 +54,22 @@ const CACHE_LIMIT: usize = 256 << 20;
 /// amso's default allocator.
 #[derive(Default)]
 pub struct PoolAllocator {
-    cache: Mutex<HashMap<(i32, usize, usize), Vec<u64>>>,
-    cached: AtomicUsize,
+    cache: Mutex<Cache>,
     release_threshold: AtomicU64,
     configured: Mutex<Vec<i32>>,
+}
+
+/// The small-block cache, with its counters kept under its lock: one lock per allocation or
+/// free, and no further atomic read-modify-write (those cost tens of nanoseconds each on the
+/// GPU machines' processors, in a path that takes about half a microsecond).
+#[derive(Default)]
+struct Cache {
+    /// Free blocks by (device, size class, stream they were last used on).
+    blocks: HashMap<(i32, usize, usize), Vec<u64>>,
+    /// Their bytes.
+    bytes: usize,
+    /// Allocations served from the cache.
+    hits: u64,
 }
 
 fn size_class(bytes: usize) -> usize {
@@ -71,6 +81,15 @@ fn size_class(bytes: usize) -> usize {
 }
 
 impl PoolAllocator {
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Allocations served from the cache.
+    pub fn hits(&self) -> u64 {
+        self.cache().hits
+    }
+
     /// Bytes the driver's pool keeps reserved after frees (default: all of them, u64::MAX).
     pub fn set_release_threshold(&self, bytes: u64) {
         self.release_threshold.store(bytes, Ordering::Relaxed);
@@ -112,10 +131,10 @@ impl DeviceAllocator for PoolAllocator {
     fn allocate(&self, device_id: i32, bytes: usize, stream: StreamHandle) -> Result<u64> {
         let class = size_class(bytes);
         if class <= SMALL_BLOCK {
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(ptr) = cache.get_mut(&(device_id, class, stream.as_int() as usize)).and_then(Vec::pop) {
-                self.cached.fetch_sub(class, Ordering::Relaxed);
-                STATS.hits.fetch_add(1, Ordering::Relaxed);
+            let mut cache = self.cache();
+            if let Some(ptr) = cache.blocks.get_mut(&(device_id, class, stream.as_int() as usize)).and_then(Vec::pop) {
+                cache.bytes -= class;
+                cache.hits += 1;
                 return Ok(ptr);
             }
         }
@@ -135,12 +154,14 @@ impl DeviceAllocator for PoolAllocator {
 
     fn free(&self, device_id: i32, ptr: u64, bytes: usize, stream: StreamHandle) {
         let class = size_class(bytes);
-        if class <= SMALL_BLOCK && self.cached.load(Ordering::Relaxed) + class <= CACHE_LIMIT {
-            // Reused only on this same stream, so the new owner's work follows the old one's.
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            cache.entry((device_id, class, stream.as_int() as usize)).or_default().push(ptr);
-            self.cached.fetch_add(class, Ordering::Relaxed);
-            return;
+        if class <= SMALL_BLOCK {
+            let mut cache = self.cache();
+            if cache.bytes + class <= CACHE_LIMIT {
+                // Reused only on this same stream, so the new owner's work follows the old one's.
+                cache.blocks.entry((device_id, class, stream.as_int() as usize)).or_default().push(ptr);
+                cache.bytes += class;
+                return;
+            }
         }
         if let Ok(_ctx) = Current::enter(device_id) {
             // SAFETY: allocated by cuMemAllocAsync and freed once, after `stream`'s work.
@@ -149,25 +170,53 @@ impl DeviceAllocator for PoolAllocator {
     }
 
     fn cached_bytes(&self, _device_id: i32) -> usize {
-        self.cached.load(Ordering::Relaxed)
+        self.cache().bytes
     }
 }
 
-fn default_pool() -> &'static Arc<PoolAllocator> {
-    static POOL: OnceLock<Arc<PoolAllocator>> = OnceLock::new();
-    POOL.get_or_init(|| Arc::new(PoolAllocator::default()))
+/// amso's pool, for the process.
+pub fn default_pool() -> &'static PoolAllocator {
+    static POOL: OnceLock<PoolAllocator> = OnceLock::new();
+    POOL.get_or_init(PoolAllocator::default)
+}
+
+/// The allocator an allocation came from, which it is returned to.
+#[derive(Clone)]
+pub enum Source {
+    /// amso's pool (no reference count to take: it lives for the process).
+    Pool,
+    /// An allocator plugged in with `set_allocator`.
+    Plugged(Arc<dyn DeviceAllocator>),
+}
+
+impl Source {
+    /// The allocator itself.
+    pub fn allocator(&self) -> &dyn DeviceAllocator {
+        match self {
+            Source::Pool => default_pool(),
+            Source::Plugged(allocator) => allocator.as_ref(),
+        }
+    }
 }
 
 static CURRENT: RwLock<Option<Arc<dyn DeviceAllocator>>> = RwLock::new(None);
+/// Whether `CURRENT` holds a plugged-in allocator: while it does not (the common case), an
+/// allocation takes neither its lock nor a reference count.
+static PLUGGED: AtomicBool = AtomicBool::new(false);
 
 /// The allocator new device memory comes from.
-pub fn current() -> Arc<dyn DeviceAllocator> {
-    CURRENT.read().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_else(|| default_pool().clone())
+pub fn current() -> Source {
+    if !PLUGGED.load(Ordering::Acquire) {
+        return Source::Pool;
+    }
+    CURRENT.read().unwrap_or_else(|e| e.into_inner()).clone().map_or(Source::Pool, Source::Plugged)
 }
 
 /// Plug in `allocator` (None: amso's pool). Existing allocations keep the allocator that made them.
 pub fn set_allocator(allocator: Option<Arc<dyn DeviceAllocator>>) {
-    *CURRENT.write().unwrap_or_else(|e| e.into_inner()) = allocator;
+    let mut current = CURRENT.write().unwrap_or_else(|e| e.into_inner());
+    PLUGGED.store(allocator.is_some(), Ordering::Release);
+    *current = allocator;
 }
 
 /// Set the driver pool's release threshold of amso's default allocator.
@@ -187,7 +236,7 @@ pub enum After {
 /// A pending free.
 pub enum PendingFree {
     /// Device memory, returned to the allocator that made it.
-    Device { allocator: Arc<dyn DeviceAllocator>, device_id: i32, ptr: u64, bytes: usize, after: After },
+    Device { source: Source, device_id: i32, ptr: u64, bytes: usize, after: After },
     /// Page-locked host memory (`cuMemFreeHost` synchronises the device, so it waits out a
     /// capture like the device frees).
     Pinned { ptr: usize },
@@ -196,7 +245,7 @@ pub enum PendingFree {
 impl PendingFree {
     fn run(self) {
         match self {
-            PendingFree::Device { allocator, device_id, ptr, bytes, after } => {
+            PendingFree::Device { source, device_id, ptr, bytes, after } => {
                 let stream = match after {
                     After::Stream(stream) => stream,
                     After::Device => {
@@ -209,7 +258,7 @@ impl PendingFree {
                         StreamHandle::LEGACY
                     }
                 };
-                allocator.free(device_id, ptr, bytes, stream);
+                source.allocator().free(device_id, ptr, bytes, stream);
                 STATS.in_use.fetch_sub(bytes, Ordering::Relaxed);
             }
             PendingFree::Pinned { ptr } => {
@@ -242,21 +291,24 @@ fn capturing() -> bool {
 /// The deferred-free queue.
 pub static DEFERRED: Deferred<PendingFree> = Deferred::new();
 
+/// `device_id`'s memory in bytes, asked of the driver once per device (every free reads it:
+/// after the first, without a lock).
 fn capacity(device_id: i32) -> usize {
-    static TOTALS: Mutex<Vec<(i32, usize)>> = Mutex::new(Vec::new());
-    let mut totals = TOTALS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&(_, total)) = totals.iter().find(|(d, _)| *d == device_id) {
-        return total;
+    static TOTALS: OnceLock<Vec<OnceLock<usize>>> = OnceLock::new();
+    let totals =
+        TOTALS.get_or_init(|| (0..super::driver::device_count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
+    let total = || super::memory::memory_info(device_id).map_or(usize::MAX, |(_, total)| total);
+    match usize::try_from(device_id).ok().and_then(|slot| totals.get(slot)) {
+        Some(slot) => *slot.get_or_init(total),
+        None => total(),
     }
-    let total = super::memory::memory_info(device_id).map(|(_, total)| total).unwrap_or(usize::MAX);
-    totals.push((device_id, total));
-    total
 }
 
 /// `bytes` of device memory from the current allocator; a failure for lack of memory flushes
 /// the deferred frees and tries once more.
-pub fn allocate(device_id: i32, bytes: usize, stream: StreamHandle) -> Result<(u64, Arc<dyn DeviceAllocator>)> {
-    let allocator = current();
+pub fn allocate(device_id: i32, bytes: usize, stream: StreamHandle) -> Result<(u64, Source)> {
+    let source = current();
+    let allocator = source.allocator();
     let ptr = match allocator.allocate(device_id, bytes, stream) {
         Err(Error::OutOfMemory { .. }) => {
             run_all(DEFERRED.take_all(capturing()));
@@ -265,12 +317,12 @@ pub fn allocate(device_id: i32, bytes: usize, stream: StreamHandle) -> Result<(u
         other => other?,
     };
     STATS.in_use.fetch_add(bytes, Ordering::Relaxed);
-    Ok((ptr, allocator))
+    Ok((ptr, source))
 }
 
-/// Return memory to `allocator` through the deferred queue.
-pub fn release(allocator: Arc<dyn DeviceAllocator>, device_id: i32, ptr: u64, bytes: usize, after: After) {
-    let pending = PendingFree::Device { allocator, device_id, ptr, bytes, after };
+/// Return memory to the allocator it came from through the deferred queue.
+pub fn release(source: Source, device_id: i32, ptr: u64, bytes: usize, after: After) {
+    let pending = PendingFree::Device { source, device_id, ptr, bytes, after };
     run_all(DEFERRED.push(pending, bytes, capacity(device_id), capturing()));
 }
 

@@ -17,7 +17,7 @@ pub struct DeviceMemory {
     /// Keeps foreign device memory alive; dropping it releases that memory.
     foreign: Option<Box<dyn std::any::Any + Send + Sync>>,
     /// The allocator that made it (None for foreign memory).
-    allocator: Option<std::sync::Arc<dyn super::alloc::DeviceAllocator>>,
+    allocator: Option<super::alloc::Source>,
     /// The stream of the last work on it (a protocol value), which its free is ordered after.
     last_stream: std::sync::atomic::AtomicI64,
     /// Set once handed to a consumer (DLPack, the interface dict): its free then waits for

@@ -124,8 +124,9 @@ pub fn memory_info(py: Python<'_>, device_id: i32) -> PyResult<Bound<'_, PyDict>
     let (free, total) = crate::cuda::memory::memory_info(device_id)?;
     let (pending, pending_bytes) = alloc::DEFERRED.pending();
     let limits = alloc::DEFERRED.limits();
-    let allocator = alloc::current();
-    let (hits, misses) = (STATS.hits.load(Ordering::Relaxed), STATS.misses.load(Ordering::Relaxed));
+    let source = alloc::current();
+    let allocator = source.allocator();
+    let (hits, misses) = (alloc::default_pool().hits(), STATS.misses.load(Ordering::Relaxed));
     let info = PyDict::new(py);
     info.set_item("free", free)?;
     info.set_item("total", total)?;

@@ -32,6 +32,8 @@
 //! device memory, transfers on CUDA streams and kernels ([`cuda`]).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(any(feature = "cuda", test))]
+pub(crate) mod crew;
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
@@ -49,6 +51,8 @@ pub(crate) mod object;
 pub(crate) mod shape;
 #[cfg(any(feature = "python", feature = "cuda"))]
 pub(crate) mod stream_context;
+#[cfg(any(feature = "cuda", test))]
+pub(crate) mod streaming_copy;
 
 #[cfg(feature = "python")]
 #[cfg_attr(docsrs, doc(cfg(feature = "python")))]

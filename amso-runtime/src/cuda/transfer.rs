@@ -1,7 +1,11 @@
 //! Host <-> device copies on a stream. Pinned host memory goes straight to the copy engines
-//! (asynchronous). Pageable memory larger than one chunk is pipelined through pinned staging
-//! chunks: the CPU fills (or drains) one chunk, in parallel threads, while the copy engine
-//! moves the previous one. Pageable copies return once the host memory may be reused.
+//! (asynchronous). Pageable memory larger than two chunks is pipelined through pinned staging
+//! chunks: a crew of host threads (`crew.rs`) fills (or drains) the next chunks while the copy
+//! engine moves the previous ones. Pageable copies return once the host memory may be reused.
+//!
+//! The drain writes the caller's memory with non-temporal stores, which skip reading it into
+//! the cache first; the fill uses ordinary stores, which leave the chunk in the cache for the
+//! copy engine to read (`streaming_copy.rs` has the measurements).
 
 use std::sync::Mutex;
 
@@ -11,22 +15,30 @@ use super::context::{context, Current};
 use super::driver::cuda_error;
 use super::memory::PinnedMemory;
 use super::stream::StreamHandle;
+use crate::crew;
 use crate::error::Result;
+use crate::streaming_copy::copy_streaming;
 
-/// Bytes per staging chunk. With `DEPTH` and `MAX_WORKERS`, chosen by a sweep on the H100
-/// machine (16 cores, 256 MiB copies; `benchmarks/results/2026-11-22-h100-issue15-levers/
-/// staging_sweep.md`): 8 MiB chunks, 3 in flight and 8 threads reached 0.61-0.68 of pinned
-/// bandwidth; 16 MiB, 4 and 12 reached 0.69-0.83 (process-to-process noise is large); 64 MiB
-/// chunks or 16 threads were slower. Copies below `PIPELINE_MIN` (32 MiB) use the driver's own
-/// staging. The staging memory is kept for reuse: DEPTH * CHUNK = 64 MiB of pinned memory per
-/// pageable copy running at the same time.
+/// Bytes per staging chunk. With `DEPTH` and `MAX_WORKERS`, chosen by sweeps on the H100
+/// machines (16 cores, 256 MiB copies). With threads meeting at a barrier per chunk
+/// (`benchmarks/results/2026-11-22-h100-issue15-levers/staging_sweep.md`), 16 MiB, 4 in flight
+/// and 12 threads beat 8 MiB, 64 MiB and 16 threads. With the crew (`benchmarks/results/
+/// 2026-11-23-h100-staging/probe/crew_sweep.txt`, three processes per shape), 16 MiB and 4
+/// stayed best: 0.82-0.85 of pinned bandwidth host-to-device, 0.87-0.89 device-to-host;
+/// 8 MiB x 4 drained at 0.73-0.79, and 8 MiB x 8, 4 MiB x 8 and 32 MiB x 2 fell to 0.74-0.77
+/// host-to-device in their worst process. Copies below `PIPELINE_MIN` (32 MiB) use
+/// the driver's own staging. The staging memory is kept for reuse: DEPTH * CHUNK = 64 MiB of
+/// pinned memory per pageable copy running at the same time.
 pub const CHUNK: usize = 16 << 20;
 /// Staging chunks in flight per pageable copy.
 const DEPTH: usize = 4;
-/// Most host threads copying one chunk (fewer when the machine has fewer cores).
+/// Most host threads copying one transfer (fewer when the machine has fewer cores).
 const MAX_WORKERS: usize = 12;
 /// Below this, a pageable copy goes through the driver's own staging.
 const PIPELINE_MIN: usize = 2 * CHUNK;
+/// Bytes a worker copies at a time: a chunk is 16 pieces, shared out among the workers as they
+/// come free.
+const PIECE: usize = 1 << 20;
 
 static STAGING: Mutex<Vec<PinnedMemory>> = Mutex::new(Vec::new());
 
@@ -103,38 +115,39 @@ pub unsafe fn host_to_device(
     let staging = Staging::take()?;
     let chunks = chunks(bytes);
     let slots: Vec<usize> = staging.slots.iter().map(|m| m.as_ptr() as usize).collect();
-    // Addresses cross into the worker threads as integers. Workers fill chunk i's staging
-    // slot while the copy engine moves chunk i - 1.
+    // Addresses cross into the worker threads as integers. The crew fills chunk i's slot
+    // once the engine has moved chunk i - DEPTH out of it.
     let source = src as usize;
-    with_workers(
+    crew::run(
         &chunks,
-        |index| {
-            if index >= DEPTH {
-                staging.wait(index % DEPTH)?;
+        workers(),
+        PIECE,
+        |index, offset, len| {
+            let (start, _) = chunks[index];
+            let slot = slots[index % DEPTH] as *mut u8;
+            // SAFETY: the chunk is released, so the slot's previous copy is complete; the piece
+            // lies inside both the chunk and `src`.
+            unsafe { std::ptr::copy_nonoverlapping((source as *const u8).add(start + offset), slot.add(offset), len) };
+        },
+        |crew| {
+            crew.release(DEPTH);
+            for (index, &(offset, len)) in chunks.iter().enumerate() {
+                crew.wait_copied(index);
+                let slot = slots[index % DEPTH] as *const u8;
+                // SAFETY: the slot holds the chunk's bytes; `dst + offset` holds `len` bytes.
+                unsafe { sys::cuMemcpyHtoDAsync_v2(dst + offset as u64, slot.cast(), len, stream.raw()) }
+                    .result()
+                    .map_err(cuda_error)?;
+                staging.record(index % DEPTH, stream)?;
+                // The previous chunk's copy, queued a chunk's fill ago, frees its slot for the
+                // chunk DEPTH places after it. (Waiting for this chunk's copy instead would hold
+                // the next one back until the engine had gone idle.)
+                if let Some(previous) = index.checked_sub(1) {
+                    staging.wait(previous % DEPTH)?;
+                    crew.release(previous + DEPTH + 1);
+                }
             }
             Ok(())
-        },
-        |index, piece_offset, piece_len| {
-            let (offset, _) = chunks[index];
-            let slot = slots[index % DEPTH] as *mut u8;
-            // SAFETY: the slot's previous copy is complete (waited before the workers start);
-            // the piece lies inside both the chunk and `src`.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    (source as *const u8).add(offset + piece_offset),
-                    slot.add(piece_offset),
-                    piece_len,
-                )
-            };
-        },
-        |index| {
-            let (offset, len) = chunks[index];
-            let slot = slots[index % DEPTH] as *const u8;
-            // SAFETY: the slot holds the chunk's bytes; `dst + offset` holds `len` bytes.
-            unsafe { sys::cuMemcpyHtoDAsync_v2(dst + offset as u64, slot.cast(), len, stream.raw()) }
-                .result()
-                .map_err(cuda_error)?;
-            staging.record(index % DEPTH, stream)
         },
     )
 }
@@ -169,34 +182,49 @@ pub unsafe fn device_to_host(
     let issue = |index: usize| -> Result<()> {
         let (offset, len) = chunks[index];
         let slot = slots[index % DEPTH] as *mut u8;
-        // SAFETY: the slot holds CHUNK >= len bytes and is not being drained (see below).
+        // SAFETY: the slot holds CHUNK >= len bytes, and the crew is done with its previous
+        // chunk (see below).
         unsafe { sys::cuMemcpyDtoHAsync_v2(slot.cast(), src + offset as u64, len, stream.raw()) }
             .result()
             .map_err(cuda_error)?;
         staging.record(index % DEPTH, stream)
     };
-    for index in 0..chunks.len().min(DEPTH) {
-        issue(index)?;
-    }
-    // Addresses cross into the worker threads as integers. Workers drain chunk i's slot
-    // while the copy engine fills the next ones.
+    // Addresses cross into the worker threads as integers. The crew drains chunk i's slot
+    // once the engine has filled it, into the caller's memory, with non-temporal stores
+    // (`streaming_copy.rs`).
     let destination = dst as usize;
-    with_workers(
+    crew::run(
         &chunks,
-        |index| staging.wait(index % DEPTH),
-        |index, piece_offset, piece_len| {
-            let (offset, _) = chunks[index];
+        workers(),
+        PIECE,
+        |index, offset, len| {
+            let (start, _) = chunks[index];
             let slot = slots[index % DEPTH] as *const u8;
-            // SAFETY: the chunk's copy is complete (waited); the piece lies inside both ranges.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    slot.add(piece_offset),
-                    (destination as *mut u8).add(offset + piece_offset),
-                    piece_len,
-                )
-            };
+            // SAFETY: the chunk is released, so its copy is complete; the piece lies inside both
+            // the chunk's slot and `dst`.
+            unsafe { copy_streaming((destination as *mut u8).add(start + offset), slot.add(offset), len) };
         },
-        |index| if index + DEPTH < chunks.len() { issue(index + DEPTH) } else { Ok(()) },
+        |crew| {
+            for index in 0..chunks.len().min(DEPTH) {
+                issue(index)?;
+            }
+            for index in 0..chunks.len() {
+                staging.wait(index % DEPTH)?;
+                crew.release(index + 1);
+                // The previous chunk, drained meanwhile, frees its slot for the chunk DEPTH
+                // places after it.
+                if let Some(previous) = index.checked_sub(1) {
+                    crew.wait_copied(previous);
+                    if previous + DEPTH < chunks.len() {
+                        issue(previous + DEPTH)?;
+                    }
+                }
+            }
+            if let Some(last) = chunks.len().checked_sub(1) {
+                crew.wait_copied(last);
+            }
+            Ok(())
+        },
     )
 }
 
@@ -249,66 +277,10 @@ fn chunks(bytes: usize) -> Vec<(usize, usize)> {
     (0..bytes).step_by(CHUNK).map(|offset| (offset, CHUNK.min(bytes - offset))).collect()
 }
 
-/// Run the staged pipeline with a few host threads, started once per transfer: for each chunk,
-/// `before` runs on the calling thread, then every worker copies its piece (`copy(index,
-/// piece offset, piece length)`), then `after` runs on the calling thread. One core cannot
-/// saturate host memory bandwidth; a thread per chunk would cost more than it saves.
-fn with_workers(
-    chunks: &[(usize, usize)],
-    before: impl Fn(usize) -> Result<()>,
-    copy: impl Fn(usize, usize, usize) + Sync,
-    after: impl Fn(usize) -> Result<()>,
-) -> Result<()> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Barrier;
-    let workers = std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(2, MAX_WORKERS);
-    let start = Barrier::new(workers + 1);
-    let done = Barrier::new(workers + 1);
-    let stop = AtomicBool::new(false);
-    let piece = |index: usize, worker: usize| {
-        let len = chunks[index].1;
-        let size = len.div_ceil(workers);
-        let begin = (worker * size).min(len);
-        (begin, size.min(len - begin))
-    };
-    std::thread::scope(|scope| {
-        for worker in 0..workers {
-            let (start, done, stop, copy, piece) = (&start, &done, &stop, &copy, &piece);
-            scope.spawn(move || {
-                for index in 0..chunks.len() {
-                    start.wait();
-                    if stop.load(Ordering::Acquire) {
-                        return;
-                    }
-                    let (offset, len) = piece(index, worker);
-                    if len > 0 {
-                        copy(index, offset, len);
-                    }
-                    done.wait();
-                }
-            });
-        }
-        let mut outcome = Ok(());
-        for index in 0..chunks.len() {
-            if let Err(error) = before(index) {
-                outcome = Err(error);
-                stop.store(true, Ordering::Release);
-                start.wait();
-                break;
-            }
-            start.wait();
-            done.wait();
-            if let Err(error) = after(index) {
-                outcome = Err(error);
-                if index + 1 < chunks.len() {
-                    stop.store(true, Ordering::Release);
-                    start.wait();
-                }
-                break;
-            }
-        }
-        outcome
-    })
+/// Host threads for one pageable copy: one core cannot saturate the host's memory bandwidth,
+/// and more than `MAX_WORKERS` were slower in the sweep.
+fn workers() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(2, MAX_WORKERS)
 }
 
 /// Zero `bytes` of device memory at `dst`, queued on `stream`.

@@ -1,17 +1,74 @@
 //! The host side of a staged transfer (`cuda/transfer.rs`): a crew of threads copies the
-//! transfer's chunks piece by piece, while the calling thread drives the copy engine.
+//! transfer's chunks piece by piece through a ring of staging slots, while the calling thread
+//! drives the copy engine in one of two schedules, [`send`] (host to device) or [`receive`]
+//! (device to host). The engine is a trait, so both schedules are tested on the host against
+//! an engine that checks every slot's use.
 //!
-//! The calling thread releases chunks (a chunk may be copied once its staging slot is free),
-//! and waits for a chunk to be copied before it hands the chunk to the engine. Workers take
+//! The calling thread releases chunks: a chunk may be copied once its slot holds nothing the
+//! engine still needs (sending) or once the engine has filled it (receiving). Workers take
 //! pieces in order from a shared counter and move on to the next released chunk as soon as
-//! the current one has no pieces left, so neither a slow thread nor the engine's hand-off
-//! stalls the others: the host copies without pause while chunks are released.
+//! the current one has none left, so neither a slow thread nor the engine's hand-off stalls
+//! the others.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::thread::Thread;
 
 use crate::error::Result;
+
+/// The copy engine's side of a staged transfer. Chunk `index` goes through slot
+/// `index % depth`.
+pub(crate) trait Engine {
+    /// Queue the engine's copy of chunk `index`: from its slot to the device (sending), or
+    /// from the device into its slot (receiving).
+    fn queue(&self, index: usize) -> Result<()>;
+    /// Block until the copy last queued through `slot` is done.
+    fn wait(&self, slot: usize) -> Result<()>;
+}
+
+/// Host to device: the crew fills chunk i's slot once the engine has sent chunk i - depth out
+/// of it; the engine sends each chunk once it is filled.
+pub(crate) fn send(crew: &Crew<'_>, depth: usize, engine: &impl Engine) -> Result<()> {
+    assert!(depth >= 2, "a staging ring needs two slots: one filling while the other is sent");
+    crew.release_through(depth - 1);
+    for index in 0..crew.chunks.len() {
+        crew.wait_copied(index);
+        engine.queue(index)?;
+        // The previous chunk's copy, queued a chunk's fill ago, frees its slot for the chunk
+        // `depth` places after it. (Waiting for this chunk's copy instead would hold the next
+        // one back until the engine had gone idle.)
+        if let Some(previous) = index.checked_sub(1) {
+            engine.wait(previous % depth)?;
+            crew.release_through(previous + depth);
+        }
+    }
+    Ok(())
+}
+
+/// Device to host: the engine fills the first `depth` slots; the crew drains each chunk once
+/// its copy is done, and a drained slot takes the chunk `depth` places later.
+pub(crate) fn receive(crew: &Crew<'_>, depth: usize, engine: &impl Engine) -> Result<()> {
+    assert!(depth >= 2, "a staging ring needs two slots: one draining while the other is filled");
+    let chunks = crew.chunks.len();
+    for index in 0..chunks.min(depth) {
+        engine.queue(index)?;
+    }
+    for index in 0..chunks {
+        // Chunk `index` was queued `depth - 1` iterations ago (or before the loop).
+        engine.wait(index % depth)?;
+        crew.release_through(index);
+        if let Some(previous) = index.checked_sub(1) {
+            crew.wait_copied(previous);
+            if previous + depth < chunks {
+                engine.queue(previous + depth)?;
+            }
+        }
+    }
+    if let Some(last) = chunks.checked_sub(1) {
+        crew.wait_copied(last);
+    }
+    Ok(())
+}
 
 /// What the calling thread uses to drive the crew.
 pub(crate) struct Crew<'a> {
@@ -27,22 +84,30 @@ pub(crate) struct Crew<'a> {
     opened: Condvar,
     /// Set when the driver is done, or gave up: workers stop taking pieces.
     stopped: AtomicBool,
+    /// Set when a worker panicked: the driver stops waiting for pieces that will not come.
+    abandoned: AtomicBool,
     /// The calling thread, woken when a chunk's last piece is copied.
     driver: Thread,
 }
 
 impl Crew<'_> {
-    /// Let the workers copy the chunks below `end`.
-    pub(crate) fn release(&self, end: usize) {
+    /// Let the workers copy the chunks up to and including `index`.
+    pub(crate) fn release_through(&self, index: usize) {
         let mut gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
-        *gate = (*gate).max(end.min(self.chunks.len()));
+        *gate = (*gate).max(index.saturating_add(1).min(self.chunks.len()));
         self.released.store(*gate, Ordering::Release);
         self.opened.notify_all();
     }
 
-    /// Block until every piece of chunk `index` (released earlier) is copied.
+    /// Block until every piece of chunk `index` (released earlier) is copied. Only the thread
+    /// that called [`run`] may wait: it is the one the workers wake.
+    ///
+    /// # Panics
+    /// If a worker panicked, rather than wait for ever.
     pub(crate) fn wait_copied(&self, index: usize) {
+        debug_assert_eq!(std::thread::current().id(), self.driver.id(), "only run's caller waits");
         while self.copied[index].load(Ordering::Acquire) < self.pieces(index) {
+            assert!(!self.abandoned.load(Ordering::Acquire), "a thread copying a staged transfer panicked");
             std::thread::park();
         }
     }
@@ -71,6 +136,7 @@ impl Crew<'_> {
 
     /// One worker's part: pieces of each chunk in turn, until all are taken or the crew stops.
     fn work(&self, copy: &(impl Fn(usize, usize, usize) + Sync)) {
+        let _abandon = Abandon(self);
         for index in 0..self.chunks.len() {
             if !self.wait_released(index) {
                 return;
@@ -86,7 +152,8 @@ impl Crew<'_> {
                 }
                 let offset = piece * self.piece;
                 copy(index, offset, self.piece.min(len - offset));
-                // Release: the driver, acquiring the count, sees the piece's bytes.
+                // Release: the driver, acquiring the count, sees the piece's bytes (a copy with
+                // non-temporal stores fences them itself, before it returns).
                 if self.copied[index].fetch_add(1, Ordering::AcqRel) + 1 == pieces {
                     self.driver.unpark();
                 }
@@ -95,11 +162,32 @@ impl Crew<'_> {
     }
 }
 
+/// Marks the crew abandoned if its worker unwinds, and wakes the driver to notice.
+struct Abandon<'a>(&'a Crew<'a>);
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abandoned.store(true, Ordering::Release);
+            self.0.stop();
+            self.0.driver.unpark();
+        }
+    }
+}
+
+/// Stops the crew when the driver is done, returns early or unwinds.
+struct StopOnExit<'a>(&'a Crew<'a>);
+
+impl Drop for StopOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
 /// Copy `chunks` (offset, length) on `workers` threads, `piece` bytes at a time, calling
 /// `copy(chunk, offset in the chunk, length)` once for every piece of every chunk the driver
 /// releases, while `drive` runs on the calling thread. The workers stop when `drive` returns
-/// (an error included) and are joined before this returns; `drive` waits for what it needs
-/// copied.
+/// (an error included) or unwinds, and are joined before this returns.
 pub(crate) fn run(
     chunks: &[(usize, usize)],
     workers: usize,
@@ -107,6 +195,7 @@ pub(crate) fn run(
     copy: impl Fn(usize, usize, usize) + Sync,
     drive: impl FnOnce(&Crew<'_>) -> Result<()>,
 ) -> Result<()> {
+    debug_assert!(workers > 0 && piece > 0, "a crew needs workers and pieces of at least a byte");
     let crew = Crew {
         chunks,
         piece: piece.max(1),
@@ -116,6 +205,7 @@ pub(crate) fn run(
         gate: Mutex::new(0),
         opened: Condvar::new(),
         stopped: AtomicBool::new(false),
+        abandoned: AtomicBool::new(false),
         driver: std::thread::current(),
     };
     std::thread::scope(|scope| {
@@ -123,83 +213,10 @@ pub(crate) fn run(
             let (crew, copy) = (&crew, &copy);
             scope.spawn(move || crew.work(copy));
         }
-        let outcome = drive(&crew);
-        crew.stop();
-        outcome
+        let _stop = StopOnExit(&crew);
+        drive(&crew)
     })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::Error;
-
-    /// A host-to-device transfer with a fake engine: chunks are copied into `depth` slots, the
-    /// "engine" (the driver) moves a copied slot to the destination, and a slot is released
-    /// for the chunk `depth` places later only after that.
-    fn staged(bytes: usize, chunk: usize, piece: usize, workers: usize, depth: usize) {
-        let source: Vec<u8> = (0..bytes).map(|i| (i * 31 % 251) as u8).collect();
-        let chunks: Vec<(usize, usize)> =
-            (0..bytes).step_by(chunk).map(|offset| (offset, chunk.min(bytes - offset))).collect();
-        let slots: Vec<Mutex<Vec<u8>>> = (0..depth).map(|_| Mutex::new(vec![0; chunk])).collect();
-        let released = AtomicUsize::new(0);
-        let mut destination = vec![0u8; bytes];
-        let copies = AtomicUsize::new(0);
-        run(
-            &chunks,
-            workers,
-            piece,
-            |index, offset, len| {
-                assert!(index < released.load(Ordering::Acquire), "chunk {index} copied before its release");
-                let start = chunks[index].0 + offset;
-                slots[index % depth].lock().unwrap()[offset..offset + len].copy_from_slice(&source[start..start + len]);
-                copies.fetch_add(1, Ordering::Relaxed);
-            },
-            |crew| {
-                released.store(depth.min(chunks.len()), Ordering::Release);
-                crew.release(depth);
-                for (index, &(offset, len)) in chunks.iter().enumerate() {
-                    crew.wait_copied(index);
-                    destination[offset..offset + len].copy_from_slice(&slots[index % depth].lock().unwrap()[..len]);
-                    released.store((index + depth + 1).min(chunks.len()), Ordering::Release);
-                    crew.release(index + depth + 1);
-                }
-                Ok(())
-            },
-        )
-        .unwrap();
-        assert_eq!(destination, source);
-        let pieces: usize = chunks.iter().map(|c| c.1.div_ceil(piece)).sum();
-        assert_eq!(copies.load(Ordering::Relaxed), pieces, "every piece copied exactly once");
-    }
-
-    #[test]
-    fn every_piece_is_copied_once_after_its_release() {
-        staged(1000, 64, 16, 3, 3); // a short last chunk and a short last piece
-        staged(960, 64, 64, 4, 2); // a piece per chunk
-        staged(100, 64, 7, 1, 4); // one worker, fewer chunks than slots
-        staged(0, 64, 16, 2, 2); // nothing to copy
-    }
-
-    #[test]
-    fn a_driver_error_stops_the_crew_and_is_returned() {
-        let chunks = [(0, 64), (64, 64), (128, 64)];
-        let copied = AtomicUsize::new(0);
-        let outcome = run(
-            &chunks,
-            3,
-            16,
-            |index, _, _| {
-                assert_eq!(index, 0, "only the released chunk is copied");
-                copied.fetch_add(1, Ordering::Relaxed);
-            },
-            |crew| {
-                crew.release(1);
-                crew.wait_copied(0);
-                Err(Error::Cuda("the engine failed".into()))
-            },
-        );
-        assert_eq!(outcome, Err(Error::Cuda("the engine failed".into())));
-        assert_eq!(copied.load(Ordering::Relaxed), 4);
-    }
-}
+mod tests;

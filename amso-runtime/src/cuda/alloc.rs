@@ -291,16 +291,21 @@ fn capturing() -> bool {
 /// The deferred-free queue.
 pub static DEFERRED: Deferred<PendingFree> = Deferred::new();
 
-/// `device_id`'s memory in bytes, asked of the driver once per device (every free reads it:
-/// after the first, without a lock).
+/// `device_id`'s memory in bytes, asked of the driver until it answers, then kept (every free
+/// reads it: after the first answer, without a lock). Unknown, it counts as unlimited: only
+/// the count limit then flushes the deferred frees.
 fn capacity(device_id: i32) -> usize {
     static TOTALS: OnceLock<Vec<OnceLock<usize>>> = OnceLock::new();
     let totals =
         TOTALS.get_or_init(|| (0..super::driver::device_count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
-    let total = || super::memory::memory_info(device_id).map_or(usize::MAX, |(_, total)| total);
-    match usize::try_from(device_id).ok().and_then(|slot| totals.get(slot)) {
-        Some(slot) => *slot.get_or_init(total),
-        None => total(),
+    let slot = usize::try_from(device_id).ok().and_then(|slot| totals.get(slot));
+    if let Some(&total) = slot.and_then(OnceLock::get) {
+        return total;
+    }
+    match (super::memory::memory_info(device_id), slot) {
+        (Ok((_, total)), Some(slot)) => *slot.get_or_init(|| total),
+        (Ok((_, total)), None) => total,
+        (Err(_), _) => usize::MAX,
     }
 }
 

@@ -1,5 +1,5 @@
 //! Host <-> device copies on a stream. Pinned host memory goes straight to the copy engines
-//! (asynchronous). Pageable memory larger than two chunks is pipelined through pinned staging
+//! (asynchronous). Pageable memory of two chunks or more is pipelined through pinned staging
 //! chunks: a crew of host threads (`crew.rs`) fills (or drains) the next chunks while the copy
 //! engine moves the previous ones. Pageable copies return once the host memory may be reused.
 //!
@@ -7,6 +7,7 @@
 //! the cache first; the fill uses ordinary stores, which leave the chunk in the cache for the
 //! copy engine to read (`streaming_copy.rs` has the measurements).
 
+use std::cell::Cell;
 use std::sync::Mutex;
 
 use cudarc::driver::sys;
@@ -40,57 +41,111 @@ const PIPELINE_MIN: usize = 2 * CHUNK;
 /// come free.
 const PIECE: usize = 1 << 20;
 
+// The schedules in `crew.rs` take chunk i's slot as i % DEPTH, and need two slots at least.
+const _: () = assert!(DEPTH >= 2);
+
 static STAGING: Mutex<Vec<PinnedMemory>> = Mutex::new(Vec::new());
 
+/// One pageable copy's staging ring: DEPTH pinned slots (from the pool, returned to it) and an
+/// event per slot for the engine's last copy through it, all on one stream.
 struct Staging {
     slots: Vec<PinnedMemory>,
     events: Vec<sys::CUevent>,
+    stream: StreamHandle,
+    /// Set when a driver call failed: a copy may then be in flight that no event covers.
+    failed: Cell<bool>,
 }
 
 impl Staging {
-    fn take() -> Result<Staging> {
-        let mut slots = {
+    fn take(stream: StreamHandle) -> Result<Staging> {
+        let slots = {
             let mut pool = STAGING.lock().unwrap_or_else(|e| e.into_inner());
             let keep = pool.len().saturating_sub(DEPTH);
             pool.split_off(keep)
         };
-        while slots.len() < DEPTH {
-            slots.push(PinnedMemory::alloc_zeroed(CHUNK)?);
+        let mut staging = Staging { slots, events: Vec::with_capacity(DEPTH), stream, failed: Cell::new(false) };
+        while staging.slots.len() < DEPTH {
+            staging.slots.push(PinnedMemory::alloc_zeroed(CHUNK)?);
         }
-        let mut events = Vec::with_capacity(DEPTH);
         for _ in 0..DEPTH {
             let mut event: sys::CUevent = std::ptr::null_mut();
             // SAFETY: valid out-pointer; the caller made a context current.
             unsafe { sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }
                 .result()
                 .map_err(cuda_error)?;
-            events.push(event);
+            staging.events.push(event);
         }
-        Ok(Staging { slots, events })
+        Ok(staging)
     }
 
-    fn wait(&self, slot: usize) -> Result<()> {
-        // SAFETY: the event was created in `take` and is live.
-        unsafe { sys::cuEventSynchronize(self.events[slot]) }.result().map_err(cuda_error)
+    fn slot(&self, index: usize) -> *mut u8 {
+        self.slots[index % DEPTH].as_ptr()
     }
 
-    fn record(&self, slot: usize, stream: StreamHandle) -> Result<()> {
-        // SAFETY: live event; the stream was checked by the caller.
-        unsafe { sys::cuEventRecord(self.events[slot], stream.raw()) }.result().map_err(cuda_error)
+    /// `result`, noting a failure for `drop`.
+    fn note<T>(&self, result: Result<T>) -> Result<T> {
+        self.failed.set(self.failed.get() || result.is_err());
+        result
     }
 }
 
 impl Drop for Staging {
     fn drop(&mut self) {
+        // Every staged copy must be done before its slot is reused by another transfer.
+        let mut done = !self.failed.get();
         for &event in &self.events {
-            // Every staged copy must be done before its chunk is reused by another transfer.
             // SAFETY: live events created in `take`, destroyed once here.
             unsafe {
-                let _ = sys::cuEventSynchronize(event);
+                done &= sys::cuEventSynchronize(event) == sys::CUresult::CUDA_SUCCESS;
                 let _ = sys::cuEventDestroy_v2(event);
             }
         }
-        STAGING.lock().unwrap_or_else(|e| e.into_inner()).append(&mut self.slots);
+        if !done {
+            // A failed call may have left a copy that no event covers: wait for the stream.
+            // SAFETY: the transfer's stream, checked by its caller.
+            done = unsafe { sys::cuStreamSynchronize(self.stream.raw()) } == sys::CUresult::CUDA_SUCCESS;
+        }
+        if done {
+            STAGING.lock().unwrap_or_else(|e| e.into_inner()).append(&mut self.slots);
+        } else {
+            // The engine may still write these slots: they are never freed nor reused.
+            std::mem::forget(std::mem::take(&mut self.slots));
+        }
+    }
+}
+
+/// The copy engine's side of a pageable copy: chunk i between slot i % DEPTH and the device
+/// memory at `device + offset`.
+struct Copies<'a> {
+    staging: &'a Staging,
+    chunks: &'a [(usize, usize)],
+    device: sys::CUdeviceptr,
+    to_device: bool,
+}
+
+impl crew::Engine for Copies<'_> {
+    fn queue(&self, index: usize) -> Result<()> {
+        let (offset, len) = self.chunks[index];
+        let (slot, device, stream) = (self.staging.slot(index), self.device + offset as u64, self.staging.stream.raw());
+        // SAFETY: the slot holds CHUNK >= len bytes and `device` holds the chunk's `len` bytes
+        // (the callers' ranges); the schedule queues a slot only when the crew is done with it.
+        let queued = unsafe {
+            if self.to_device {
+                sys::cuMemcpyHtoDAsync_v2(device, slot.cast_const().cast(), len, stream)
+            } else {
+                sys::cuMemcpyDtoHAsync_v2(slot.cast(), device, len, stream)
+            }
+        };
+        self.staging.note(queued.result().map_err(cuda_error))?;
+        // SAFETY: a live event of `take`; the stream was checked by the caller.
+        let recorded = unsafe { sys::cuEventRecord(self.staging.events[index % DEPTH], stream) };
+        self.staging.note(recorded.result().map_err(cuda_error))
+    }
+
+    fn wait(&self, slot: usize) -> Result<()> {
+        // SAFETY: a live event of `take`.
+        let waited = unsafe { sys::cuEventSynchronize(self.staging.events[slot]) };
+        self.staging.note(waited.result().map_err(cuda_error))
     }
 }
 
@@ -112,43 +167,22 @@ pub unsafe fn host_to_device(
         // SAFETY: the caller guarantees both ranges.
         return unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, stream.raw()) }.result().map_err(cuda_error);
     }
-    let staging = Staging::take()?;
+    let staging = Staging::take(stream)?;
     let chunks = chunks(bytes);
-    let slots: Vec<usize> = staging.slots.iter().map(|m| m.as_ptr() as usize).collect();
-    // Addresses cross into the worker threads as integers. The crew fills chunk i's slot
-    // once the engine has moved chunk i - DEPTH out of it.
-    let source = src as usize;
+    let engine = Copies { staging: &staging, chunks: &chunks, device: dst, to_device: true };
+    // Addresses cross into the worker threads as integers.
+    let (source, slots) = (src as usize, slot_addresses(&staging));
     crew::run(
         &chunks,
         workers(),
         PIECE,
         |index, offset, len| {
-            let (start, _) = chunks[index];
-            let slot = slots[index % DEPTH] as *mut u8;
-            // SAFETY: the chunk is released, so the slot's previous copy is complete; the piece
-            // lies inside both the chunk and `src`.
-            unsafe { std::ptr::copy_nonoverlapping((source as *const u8).add(start + offset), slot.add(offset), len) };
+            let (start, slot) = (chunks[index].0 + offset, slots[index % DEPTH] as *mut u8);
+            // SAFETY: the chunk is released, so the engine is done with its slot; the piece lies
+            // inside both the chunk's slot and `src`.
+            unsafe { std::ptr::copy_nonoverlapping((source as *const u8).add(start), slot.add(offset), len) };
         },
-        |crew| {
-            crew.release(DEPTH);
-            for (index, &(offset, len)) in chunks.iter().enumerate() {
-                crew.wait_copied(index);
-                let slot = slots[index % DEPTH] as *const u8;
-                // SAFETY: the slot holds the chunk's bytes; `dst + offset` holds `len` bytes.
-                unsafe { sys::cuMemcpyHtoDAsync_v2(dst + offset as u64, slot.cast(), len, stream.raw()) }
-                    .result()
-                    .map_err(cuda_error)?;
-                staging.record(index % DEPTH, stream)?;
-                // The previous chunk's copy, queued a chunk's fill ago, frees its slot for the
-                // chunk DEPTH places after it. (Waiting for this chunk's copy instead would hold
-                // the next one back until the engine had gone idle.)
-                if let Some(previous) = index.checked_sub(1) {
-                    staging.wait(previous % DEPTH)?;
-                    crew.release(previous + DEPTH + 1);
-                }
-            }
-            Ok(())
-        },
+        |crew| crew::send(crew, DEPTH, &engine),
     )
 }
 
@@ -176,56 +210,29 @@ pub unsafe fn device_to_host(
         }
         return Ok(());
     }
-    let staging = Staging::take()?;
+    let staging = Staging::take(stream)?;
     let chunks = chunks(bytes);
-    let slots: Vec<usize> = staging.slots.iter().map(|m| m.as_ptr() as usize).collect();
-    let issue = |index: usize| -> Result<()> {
-        let (offset, len) = chunks[index];
-        let slot = slots[index % DEPTH] as *mut u8;
-        // SAFETY: the slot holds CHUNK >= len bytes, and the crew is done with its previous
-        // chunk (see below).
-        unsafe { sys::cuMemcpyDtoHAsync_v2(slot.cast(), src + offset as u64, len, stream.raw()) }
-            .result()
-            .map_err(cuda_error)?;
-        staging.record(index % DEPTH, stream)
-    };
-    // Addresses cross into the worker threads as integers. The crew drains chunk i's slot
-    // once the engine has filled it, into the caller's memory, with non-temporal stores
-    // (`streaming_copy.rs`).
-    let destination = dst as usize;
+    let engine = Copies { staging: &staging, chunks: &chunks, device: src, to_device: false };
+    // Addresses cross into the worker threads as integers. The caller's memory is written with
+    // non-temporal stores (`streaming_copy.rs`).
+    let (destination, slots) = (dst as usize, slot_addresses(&staging));
     crew::run(
         &chunks,
         workers(),
         PIECE,
         |index, offset, len| {
-            let (start, _) = chunks[index];
-            let slot = slots[index % DEPTH] as *const u8;
-            // SAFETY: the chunk is released, so its copy is complete; the piece lies inside both
-            // the chunk's slot and `dst`.
-            unsafe { copy_streaming((destination as *mut u8).add(start + offset), slot.add(offset), len) };
+            let (start, slot) = (chunks[index].0 + offset, slots[index % DEPTH] as *const u8);
+            // SAFETY: the chunk is released, so the engine's copy into its slot is done; the
+            // piece lies inside both the chunk's slot and `dst`.
+            unsafe { copy_streaming((destination as *mut u8).add(start), slot.add(offset), len) };
         },
-        |crew| {
-            for index in 0..chunks.len().min(DEPTH) {
-                issue(index)?;
-            }
-            for index in 0..chunks.len() {
-                staging.wait(index % DEPTH)?;
-                crew.release(index + 1);
-                // The previous chunk, drained meanwhile, frees its slot for the chunk DEPTH
-                // places after it.
-                if let Some(previous) = index.checked_sub(1) {
-                    crew.wait_copied(previous);
-                    if previous + DEPTH < chunks.len() {
-                        issue(previous + DEPTH)?;
-                    }
-                }
-            }
-            if let Some(last) = chunks.len().checked_sub(1) {
-                crew.wait_copied(last);
-            }
-            Ok(())
-        },
+        |crew| crew::receive(crew, DEPTH, &engine),
     )
+}
+
+/// The slots' addresses, as integers the worker threads can share.
+fn slot_addresses(staging: &Staging) -> Vec<usize> {
+    (0..DEPTH).map(|slot| staging.slot(slot) as usize).collect()
 }
 
 /// Copy `bytes` between device allocations (same or different devices, through unified

@@ -1,7 +1,7 @@
 //! Host memory: a zeroed, aligned allocation shared (through `Arc`) by its array and every
 //! view exported from it, so a view outlives the array that made it.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 
 use crate::error::{Error, Result};
@@ -11,6 +11,14 @@ use crate::error::{Error, Result};
 /// whole block instead of using calloc's lazily zeroed pages, which costs time and resident
 /// memory for large arrays.
 pub const HOST_ALIGNMENT: usize = 16;
+
+/// Up to this size, a buffer is allocated and then zeroed, rather than allocated zeroed. glibc's
+/// `calloc` never takes a block from the per-thread cache that `malloc` and `free` use, so a
+/// small array made and dropped in a loop pays for the general allocator both ways (about 500
+/// instructions per array of 1 KiB, measured with callgrind: `benchmarks/results/
+/// 2026-11-23-h100-staging/probe/local_callgrind_empty.txt`); zeroing a few KiB costs less.
+/// Larger buffers keep `calloc`, whose fresh pages are zero without being touched.
+const ZERO_AFTER_ALLOC_MAX: usize = 4096;
 
 /// A run of `bytes` bytes of host memory: amso's own (zeroed, aligned to `HOST_ALIGNMENT`,
 /// which covers every element type: `ElementOps::of` refuses types aligned beyond it), or a
@@ -43,8 +51,21 @@ impl HostBuffer {
         if layout.size() == 0 {
             return Ok(Self::from_raw(Self::dangling(), bytes));
         }
-        // SAFETY: the layout has a non-zero size (checked above).
-        let raw = unsafe { alloc_zeroed(layout) };
+        // SAFETY: the layout has a non-zero size (checked above); a block of
+        // `ZERO_AFTER_ALLOC_MAX` bytes or less is zeroed right after it is allocated.
+        let raw = unsafe {
+            if layout.size() <= ZERO_AFTER_ALLOC_MAX {
+                // `black_box`: LLVM would otherwise fuse the allocation and the zeroing back
+                // into one `calloc`.
+                let raw = std::hint::black_box(alloc(layout));
+                if !raw.is_null() {
+                    raw.write_bytes(0, layout.size());
+                }
+                raw
+            } else {
+                alloc_zeroed(layout)
+            }
+        };
         let ptr = NonNull::new(raw).ok_or(Error::OutOfMemory { bytes: layout.size(), what: "host" })?;
         Ok(Self::from_raw(ptr, bytes))
     }
@@ -188,6 +209,21 @@ mod tests {
         // SAFETY: index 3 is in bounds of the copy.
         assert_eq!(unsafe { *copy.as_ptr().cast::<f64>().add(3) }, 2.5);
         assert_ne!(copy.as_ptr(), buffer.as_ptr());
+    }
+
+    #[test]
+    fn small_buffers_are_zeroed_even_when_their_block_is_reused() {
+        // Small buffers are zeroed after allocation: a block freed dirty and handed out again
+        // (the allocator's per-thread cache returns the last block freed) must read as zeros.
+        for bytes in [1, 16, 1024, ZERO_AFTER_ALLOC_MAX, ZERO_AFTER_ALLOC_MAX + 16] {
+            for _ in 0..3 {
+                let buffer = HostBuffer::zeroed(bytes).unwrap();
+                // SAFETY: the buffer holds `bytes` initialised bytes.
+                let contents = unsafe { std::slice::from_raw_parts_mut(buffer.as_ptr(), bytes) };
+                assert!(contents.iter().all(|&b| b == 0), "{bytes} bytes");
+                contents.fill(0xFF);
+            }
+        }
     }
 
     #[cfg(target_os = "linux")]

@@ -31,9 +31,10 @@ fn driver() -> Result<&'static Driver> {
     DRIVER.get_or_init(load).as_ref().map_err(|message| Error::Unavailable(message.clone()))
 }
 
-/// Whether a CUDA driver is loaded and sees at least one device.
+/// Whether a CUDA driver is loaded and sees at least one device (every new array asks: without
+/// building the error `driver` would).
 pub fn is_available() -> bool {
-    driver().is_ok_and(|d| d.device_count > 0)
+    DRIVER.get_or_init(load).as_ref().is_ok_and(|d| d.device_count > 0)
 }
 
 /// Number of CUDA devices (an error when no driver is present).

@@ -209,11 +209,12 @@ pub(crate) fn run(
         driver: std::thread::current(),
     };
     std::thread::scope(|scope| {
+        // First, so that the workers started are stopped even if a later spawn fails (panics).
+        let _stop = StopOnExit(&crew);
         for _ in 0..workers.max(1) {
             let (crew, copy) = (&crew, &copy);
             scope.spawn(move || crew.work(copy));
         }
-        let _stop = StopOnExit(&crew);
         drive(&crew)
     })
 }

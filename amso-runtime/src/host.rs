@@ -13,12 +13,12 @@ use crate::error::{Error, Result};
 pub const HOST_ALIGNMENT: usize = 16;
 
 /// Up to this size, a buffer is allocated and then zeroed, rather than allocated zeroed. glibc's
-/// `calloc` never takes a block from the per-thread cache that `malloc` and `free` use, so a
-/// small array made and dropped in a loop pays for the general allocator both ways (about 500
-/// instructions per array of 1 KiB, measured with callgrind: `benchmarks/results/
-/// 2026-11-23-h100-staging/probe/local_callgrind_empty.txt`); zeroing a few KiB costs less.
+/// `calloc` does not take blocks from the per-thread cache that `malloc` and `free` use (blocks
+/// of up to 1032 bytes), so a small array made and dropped in a loop paid for the general
+/// allocator both ways: about 175 instructions more per array of 1 KiB, measured with
+/// callgrind (`benchmarks/results/2026-11-23-h100-staging/probe/local_callgrind_empty.txt`).
 /// Larger buffers keep `calloc`, whose fresh pages are zero without being touched.
-const ZERO_AFTER_ALLOC_MAX: usize = 4096;
+const ZERO_AFTER_ALLOC_MAX: usize = 1024;
 
 /// A run of `bytes` bytes of host memory: amso's own (zeroed, aligned to `HOST_ALIGNMENT`,
 /// which covers every element type: `ElementOps::of` refuses types aligned beyond it), or a

@@ -1,5 +1,5 @@
 use std::collections::VecDeque;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -154,23 +154,32 @@ fn an_engine_error_stops_the_crew_and_is_returned() {
     }
 }
 
+/// `body`'s outcome, or a test failure if it has not finished within a minute (a hang).
+fn within_a_minute<T: Send + 'static>(body: impl FnOnce() -> T + Send + 'static) -> T {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(body()));
+    receiver.recv_timeout(std::time::Duration::from_secs(60)).expect("hung")
+}
+
 #[test]
 fn a_panic_in_a_worker_or_the_driver_unwinds_instead_of_hanging() {
-    let chunks = [(0, 64), (64, 64), (128, 64)];
-    let worker = catch_unwind(AssertUnwindSafe(|| {
-        run(
-            &chunks,
-            2,
-            16,
-            |index, _, _| assert_ne!(index, 1, "a worker fails"),
-            |crew| {
-                crew.release_through(2);
-                (0..3).for_each(|index| crew.wait_copied(index));
-                Ok(())
-            },
-        )
-    }));
+    const CHUNKS: [(usize, usize); 3] = [(0, 64), (64, 64), (128, 64)];
+    let worker = within_a_minute(|| {
+        catch_unwind(|| {
+            run(
+                &CHUNKS,
+                2,
+                16,
+                |index, _, _| assert_ne!(index, 1, "a worker fails"),
+                |crew| {
+                    crew.release_through(2);
+                    (0..3).for_each(|index| crew.wait_copied(index));
+                    Ok(())
+                },
+            )
+        })
+    });
     assert!(worker.is_err(), "the driver's wait ends in a panic");
-    let driver = catch_unwind(AssertUnwindSafe(|| run(&chunks, 2, 16, |_, _, _| {}, |_| panic!("the driver fails"))));
+    let driver = within_a_minute(|| catch_unwind(|| run(&CHUNKS, 2, 16, |_, _, _| {}, |_| panic!("the driver fails"))));
     assert!(driver.is_err(), "the workers, waiting for a release, are stopped");
 }

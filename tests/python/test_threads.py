@@ -222,6 +222,33 @@ def test_moves_of_one_gib_while_python_and_c_read(capi):
     assert array[n - 1] == 7.0
 
 
+@pytest.mark.skipif(not amso.cuda.is_available(), reason="needs a CUDA device")
+def test_staged_moves_of_four_threads_at_once_keep_their_data():
+    # Pageable moves of 48 MiB and a bit go through the staging ring (three chunks, a short
+    # last one): four threads' crews and rings at once, while each array's facts stay readable.
+    n = (48 << 20) // 8 + 1237  # float64 keeps value + position exact
+    arrays = [amso.asarray(np.arange(n, dtype=np.float64) * (k + 1)) for k in range(4)]
+
+    def mover(k):
+        def run():
+            for _ in range(3):
+                arrays[k].move_memory(amso.dlpack.kDLCUDA)
+                arrays[k].add_index_tuple()  # position added on the device: a misplaced chunk shows
+                arrays[k].move_memory(amso.dlpack.kDLCPU)
+        return run
+
+    def reader():
+        for _ in range(200):
+            for array in arrays:
+                assert array.shape == (n,) and array.nbytes == 8 * n
+
+    errors = run_threads(*(mover(k) for k in range(4)), reader)
+    assert not errors, errors[:3]
+    for k, array in enumerate(arrays):
+        expected = np.arange(n, dtype=np.float64) * (k + 4)  # three add_index_tuple calls
+        np.testing.assert_array_equal(array.to_numpy(), expected)
+
+
 def test_threads_creating_arrays_of_many_dtypes_at_once_each_get_their_class():
     # The class cache is filled by whichever thread sees a (dtype, ndim) first, and read
     # without a lock. In a fresh process (an empty cache), 8 threads race on the same keys.

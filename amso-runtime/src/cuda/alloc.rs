@@ -34,17 +34,16 @@ pub trait DeviceAllocator: Send + Sync + 'static {
     }
 }
 
-/// Counters reported by `memory_info` (the pool counts its cache hits itself, under its lock).
+/// Counters reported by `memory_info` (amso's pool counts its hits and misses itself, under
+/// its lock).
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Bytes of live amso allocations.
     pub in_use: AtomicUsize,
-    /// Allocations of amso's pool that went to the driver.
-    pub misses: AtomicU64,
 }
 
 /// The process-wide counters.
-pub static STATS: Stats = Stats { in_use: AtomicUsize::new(0), misses: AtomicU64::new(0) };
+pub static STATS: Stats = Stats { in_use: AtomicUsize::new(0) };
 
 /// Blocks up to this size are cached by amso's pool.
 const SMALL_BLOCK: usize = 1 << 20;
@@ -68,8 +67,9 @@ struct Cache {
     blocks: HashMap<(i32, usize, usize), Vec<u64>>,
     /// Their bytes.
     bytes: usize,
-    /// Allocations served from the cache.
+    /// Allocations served from the cache, and allocations that went to the driver.
     hits: u64,
+    misses: u64,
 }
 
 fn size_class(bytes: usize) -> usize {
@@ -85,9 +85,10 @@ impl PoolAllocator {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Allocations served from the cache.
-    pub fn hits(&self) -> u64 {
-        self.cache().hits
+    /// Allocations served from the cache, and allocations that went to the driver.
+    pub fn hits_and_misses(&self) -> (u64, u64) {
+        let cache = self.cache();
+        (cache.hits, cache.misses)
     }
 
     /// Bytes the driver's pool keeps reserved after frees (default: all of them, u64::MAX).
@@ -130,15 +131,18 @@ impl DeviceAllocator for PoolAllocator {
 
     fn allocate(&self, device_id: i32, bytes: usize, stream: StreamHandle) -> Result<u64> {
         let class = size_class(bytes);
-        if class <= SMALL_BLOCK {
+        {
             let mut cache = self.cache();
-            if let Some(ptr) = cache.blocks.get_mut(&(device_id, class, stream.as_int() as usize)).and_then(Vec::pop) {
+            let cached = (class <= SMALL_BLOCK)
+                .then(|| cache.blocks.get_mut(&(device_id, class, stream.as_int() as usize)).and_then(Vec::pop))
+                .flatten();
+            if let Some(ptr) = cached {
                 cache.bytes -= class;
                 cache.hits += 1;
                 return Ok(ptr);
             }
+            cache.misses += 1;
         }
-        STATS.misses.fetch_add(1, Ordering::Relaxed);
         // Never on a capturing stream (`DeviceMemory::alloc_for`); relaxed so that neither the
         // pool's configuration nor the allocation invalidates a capture elsewhere.
         let _relaxed = capture::Relaxed::enter();

@@ -48,6 +48,10 @@ static STAGING: Mutex<Vec<PinnedMemory>> = Mutex::new(Vec::new());
 
 /// One pageable copy's staging ring: DEPTH pinned slots (from the pool, returned to it) and an
 /// event per slot for the engine's last copy through it, all on one stream.
+///
+/// The events are raw: cudarc's `CudaEvent` rebinds the context on every call, and its `Drop`
+/// keeps a failed destroy as the context's error for the next unrelated cudarc call, while
+/// this ring handles its own failures (`failed`, and its `Drop`).
 struct Staging {
     slots: Vec<PinnedMemory>,
     events: Vec<sys::CUevent>,

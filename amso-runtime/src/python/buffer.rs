@@ -63,22 +63,7 @@ pub(super) unsafe fn get_buffer(
 ) -> PyResult<()> {
     let py = owner.py();
     let header = array.header();
-    let element_size = array.element_type().itemsize();
-    let nbytes = {
-        let mut shape = [0usize; MAX_NDIM];
-        for (slot, &dim) in shape.iter_mut().zip(header.dims()) {
-            *slot = dim as usize;
-        }
-        crate::shape::byte_size(&shape[..header.dims().len()], element_size).expect("checked when the array was made")
-            as i64
-    };
-    let raw_dims = [nbytes];
-    // Strides in elements: the header's (C order, saturating), or 1 for the raw bytes.
-    let (dtype, dims, element_strides) = if raw {
-        (&<u8 as crate::Element>::DTYPE, &raw_dims[..], &[1i64][..])
-    } else {
-        (array.element_type(), header.dims(), &header.strides[..header.dims().len()])
-    };
+    let dtype = if raw { &<u8 as crate::Element>::DTYPE } else { array.element_type() };
     let writable = flags & ffi::PyBUF_WRITABLE != 0;
     let with_shape = flags & ffi::PyBUF_ND == ffi::PyBUF_ND;
     let with_format = flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT;
@@ -95,7 +80,7 @@ pub(super) unsafe fn get_buffer(
     };
     let f_contiguous_only = flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS
         && flags & ffi::PyBUF_ANY_CONTIGUOUS != ffi::PyBUF_ANY_CONTIGUOUS;
-    if f_contiguous_only && dims.iter().filter(|&&d| d > 1).count() > 1 {
+    if f_contiguous_only && !raw && header.dims().iter().filter(|&&d| d > 1).count() > 1 {
         return Err(PyBufferError::new_err(
             "amso arrays are C-contiguous; a Fortran-contiguous buffer of this shape does not exist",
         ));
@@ -116,6 +101,11 @@ pub(super) unsafe fn get_buffer(
         array.buffer_exports.fetch_add(1, Ordering::AcqRel);
         Ok((address, raw.readonly(), Arc::clone(object.host_buffer())))
     })?;
+    let nbytes = host.nbytes() as i64;
+    let raw_dims = [nbytes];
+    // Strides in elements: the header's (C order, saturating), or 1 for the raw bytes.
+    let (dims, element_strides) =
+        if raw { (&raw_dims[..], &[1i64][..]) } else { (header.dims(), &header.strides[..header.dims().len()]) };
     let itemsize = dtype.itemsize() as ffi::Py_ssize_t;
     let mut layout = Box::new(Layout { shape: [0; MAX_NDIM], strides: [0; MAX_NDIM], _host: host });
     for (axis, (&dim, &stride)) in dims.iter().zip(element_strides).enumerate() {

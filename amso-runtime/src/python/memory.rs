@@ -126,7 +126,7 @@ pub fn memory_info(py: Python<'_>, device_id: i32) -> PyResult<Bound<'_, PyDict>
     let limits = alloc::DEFERRED.limits();
     let source = alloc::current();
     let allocator = source.allocator();
-    let (hits, misses) = (alloc::default_pool().hits(), STATS.misses.load(Ordering::Relaxed));
+    let (hits, misses) = alloc::default_pool().hits_and_misses();
     let info = PyDict::new(py);
     info.set_item("free", free)?;
     info.set_item("total", total)?;

@@ -186,7 +186,8 @@ impl Drop for StopOnExit<'_> {
 
 /// Copy `chunks` (offset, length) on `workers` threads, `piece` bytes at a time, calling
 /// `copy(chunk, offset in the chunk, length)` once for every piece of every chunk the driver
-/// releases, while `drive` runs on the calling thread. The workers stop when `drive` returns
+/// releases, while `drive` runs on the calling thread (at least one worker, and pieces of
+/// at least a byte). The workers stop when `drive` returns
 /// (an error included) or unwinds, and are joined before this returns.
 pub(crate) fn run(
     chunks: &[(usize, usize)],
@@ -195,7 +196,6 @@ pub(crate) fn run(
     copy: impl Fn(usize, usize, usize) + Sync,
     drive: impl FnOnce(&Crew<'_>) -> Result<()>,
 ) -> Result<()> {
-    debug_assert!(workers > 0 && piece > 0, "a crew needs workers and pieces of at least a byte");
     let crew = Crew {
         chunks,
         piece: piece.max(1),

@@ -152,6 +152,13 @@ def test_an_empty_array_with_huge_dimensions_has_a_buffer():
     assert a.export_count == 0
 
 
+def test_an_empty_array_with_huge_dimensions_pickles_through_its_raw_bytes():
+    a = amso.MemArray((0, 1 << 40, 1 << 40), np.float64)  # a pickle's data is a RawBytes buffer
+    b = pickle.loads(pickle.dumps(a, protocol=5))
+    assert (type(b), b.shape, b.nbytes) == (type(a), a.shape, 0)
+    assert a.export_count == 0
+
+
 def test_locked_arrays_refuse_buffers():
     a = amso.MemArray(3, np.float64)
     with a.get_dlpack():

@@ -290,6 +290,7 @@ PYTHON_API = [
     ("empty-device-id-not-int", lambda a: amso.empty(2, np.float32, "0"), TypeError, "device_id must be an int, got str"),
     ("empty-device-id-negative", lambda a: amso.empty(2, np.float32, -1), ValueError, "device_id must be >= 0"),
     ("memarray-flag-not-bool", lambda a: amso.MemArray(2, np.float32, pinned="yes"), TypeError, "pinned must be a bool, got str"),
+    ("empty-on-device-not-bool", lambda a: amso.empty(2, np.float32, on_device="yes"), TypeError, "on_device must be a bool, got str"),
     ("memarray-shape-overflow", lambda a: amso.MemArray((1 << 62, 1 << 62), np.float64), ValueError, "too big"),
     ("stream-context-not-a-stream", lambda a: amso.cuda.stream("fast").__enter__(), TypeError, "expected a stream handle"),
     ("stream-context-negative", lambda a: amso.cuda.stream(-5).__enter__(), ValueError, "stream -5 is not a CUDA stream"),

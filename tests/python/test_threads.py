@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -247,6 +248,67 @@ def test_staged_moves_of_four_threads_at_once_keep_their_data():
     for k, array in enumerate(arrays):
         expected = np.arange(n, dtype=np.float64) * (k + 4)  # three add_index_tuple calls
         np.testing.assert_array_equal(array.to_numpy(), expected)
+
+
+@pytest.mark.skipif(not amso.cuda.is_available(), reason="needs a CUDA device")
+def test_device_arrays_free_through_their_allocator_while_another_thread_switches_it():
+    # An allocation reads the plugged-in allocator without a lock while none is plugged in;
+    # four threads make and drop device arrays while a fifth plugs a Python allocator in and
+    # out. Every block that allocator made must come back to it, and no other block.
+    import gc
+
+    runtime = pytest.importorskip("cupy").cuda.runtime
+    made, freed, ledger = [], [], threading.Lock()
+
+    def malloc(size, device_id, stream):
+        runtime.setDevice(device_id)
+        pointer = runtime.malloc(size)
+        with ledger:
+            made.append(pointer)
+        return pointer
+
+    def free(pointer, size, device_id, stream):
+        runtime.free(pointer)
+        with ledger:
+            freed.append(pointer)
+
+    makers_left = [4]
+
+    def switcher():
+        plugged = False
+        while makers_left[0]:
+            plugged = not plugged
+            if plugged:
+                amso.set_allocator(malloc, free, name="switching")
+            else:
+                amso.set_allocator()
+            time.sleep(0.0002)  # lets the makers allocate under each allocator
+
+    def maker():
+        try:
+            for _ in range(100):
+                a = amso.MemArray(64, np.float32, on_device=True)
+                a.add_index_tuple()
+                assert a.to_numpy()[63] == 63.0
+                del a
+        finally:
+            with ledger:
+                makers_left[0] -= 1
+
+    previous = amso.deferred_limits()
+    pool_before = sum(amso.memory_info()[key] for key in ("hits", "misses"))
+    amso.deferred_limits(count=1)
+    try:
+        errors = run_threads(switcher, maker, maker, maker, maker)
+    finally:
+        amso.set_allocator()
+        gc.collect()
+        amso.flush_frees()
+        amso.deferred_limits(*previous)
+    assert not errors, errors[:3]
+    pool_after = sum(amso.memory_info()[key] for key in ("hits", "misses"))
+    assert made and pool_after > pool_before, "both the Python allocator and amso's pool served arrays"
+    assert sorted(freed) == sorted(made)
 
 
 def test_threads_creating_arrays_of_many_dtypes_at_once_each_get_their_class():

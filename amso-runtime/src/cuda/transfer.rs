@@ -56,7 +56,7 @@ struct Staging {
     slots: Vec<PinnedMemory>,
     events: Vec<sys::CUevent>,
     stream: StreamHandle,
-    /// Set when a driver call failed: a copy may then be in flight that no event covers.
+    /// Set when the transfer failed: a copy may then be in flight that no event covers.
     failed: Cell<bool>,
 }
 
@@ -84,12 +84,6 @@ impl Staging {
 
     fn slot(&self, index: usize) -> *mut u8 {
         self.slots[index % DEPTH].as_ptr()
-    }
-
-    /// `result`, noting a failure for `drop`.
-    fn note<T>(&self, result: Result<T>) -> Result<T> {
-        self.failed.set(self.failed.get() || result.is_err());
-        result
     }
 }
 
@@ -140,16 +134,14 @@ impl crew::Engine for Copies<'_> {
                 sys::cuMemcpyDtoHAsync_v2(slot.cast(), device, len, stream)
             }
         };
-        self.staging.note(queued.result().map_err(cuda_error))?;
+        queued.result().map_err(cuda_error)?;
         // SAFETY: a live event of `take`; the stream was checked by the caller.
-        let recorded = unsafe { sys::cuEventRecord(self.staging.events[index % DEPTH], stream) };
-        self.staging.note(recorded.result().map_err(cuda_error))
+        unsafe { sys::cuEventRecord(self.staging.events[index % DEPTH], stream) }.result().map_err(cuda_error)
     }
 
     fn wait(&self, slot: usize) -> Result<()> {
         // SAFETY: a live event of `take`.
-        let waited = unsafe { sys::cuEventSynchronize(self.staging.events[slot]) };
-        self.staging.note(waited.result().map_err(cuda_error))
+        unsafe { sys::cuEventSynchronize(self.staging.events[slot]) }.result().map_err(cuda_error)
     }
 }
 
@@ -171,23 +163,8 @@ pub unsafe fn host_to_device(
         // SAFETY: the caller guarantees both ranges.
         return unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, stream.raw()) }.result().map_err(cuda_error);
     }
-    let staging = Staging::take(stream)?;
-    let chunks = chunks(bytes);
-    let engine = Copies { staging: &staging, chunks: &chunks, device: dst, to_device: true };
-    // Addresses cross into the worker threads as integers.
-    let (source, slots) = (src as usize, slot_addresses(&staging));
-    crew::run(
-        &chunks,
-        workers(),
-        PIECE,
-        |index, offset, len| {
-            let (start, slot) = (chunks[index].0 + offset, slots[index % DEPTH] as *mut u8);
-            // SAFETY: the chunk is released, so the engine is done with its slot; the piece lies
-            // inside both the chunk's slot and `src`.
-            unsafe { std::ptr::copy_nonoverlapping((source as *const u8).add(start), slot.add(offset), len) };
-        },
-        |crew| crew::send(crew, DEPTH, &engine),
-    )
+    // SAFETY: the caller guarantees both ranges; the context is current.
+    unsafe { staged(dst, src as usize, bytes, true, stream) }
 }
 
 /// Copy `bytes` from device `src` to host `dst` on `stream`.
@@ -214,29 +191,55 @@ pub unsafe fn device_to_host(
         }
         return Ok(());
     }
+    // SAFETY: the caller guarantees both ranges; the context is current.
+    unsafe { staged(src, dst as usize, bytes, false, stream) }
+}
+
+/// A pageable copy of `bytes` between the caller's host memory at `host` and `device`, through
+/// a staging ring: the crew fills the slots and the engine sends them (`to_device`), or the
+/// engine fills them and the crew drains them into the caller's memory with non-temporal
+/// stores (`streaming_copy.rs`). Returns once the caller's memory may be reused.
+///
+/// # Safety
+/// `host` holds `bytes` bytes, readable when sending and writable when receiving; `device`
+/// holds `bytes` on the device whose context is current.
+unsafe fn staged(
+    device: sys::CUdeviceptr,
+    host: usize,
+    bytes: usize,
+    to_device: bool,
+    stream: StreamHandle,
+) -> Result<()> {
     let staging = Staging::take(stream)?;
     let chunks = chunks(bytes);
-    let engine = Copies { staging: &staging, chunks: &chunks, device: src, to_device: false };
-    // Addresses cross into the worker threads as integers. The caller's memory is written with
-    // non-temporal stores (`streaming_copy.rs`).
-    let (destination, slots) = (dst as usize, slot_addresses(&staging));
+    let engine = Copies { staging: &staging, chunks: &chunks, device, to_device };
+    // Addresses cross into the worker threads as integers.
+    let slots: Vec<usize> = (0..DEPTH).map(|slot| staging.slot(slot) as usize).collect();
     crew::run(
         &chunks,
         workers(),
         PIECE,
         |index, offset, len| {
-            let (start, slot) = (chunks[index].0 + offset, slots[index % DEPTH] as *const u8);
-            // SAFETY: the chunk is released, so the engine's copy into its slot is done; the
-            // piece lies inside both the chunk's slot and `dst`.
-            unsafe { copy_streaming((destination as *mut u8).add(start), slot.add(offset), len) };
+            let (start, slot) = (chunks[index].0 + offset, slots[index % DEPTH] as *mut u8);
+            // SAFETY: the chunk is released, so the engine is done with its slot (sending) or has
+            // filled it (receiving); the piece lies inside both the chunk's slot and the caller's
+            // range.
+            unsafe {
+                let (user, slot) = ((host as *mut u8).add(start), slot.add(offset));
+                if to_device {
+                    std::ptr::copy_nonoverlapping(user.cast_const(), slot, len)
+                } else {
+                    copy_streaming(user, slot.cast_const(), len)
+                }
+            }
         },
-        |crew| crew::receive(crew, DEPTH, &engine),
+        |crew| {
+            let driven = if to_device { crew::send(crew, DEPTH, &engine) } else { crew::receive(crew, DEPTH, &engine) };
+            // A failed schedule may leave a copy in flight that no event covers (`Staging`'s drop).
+            staging.failed.set(driven.is_err());
+            driven
+        },
     )
-}
-
-/// The slots' addresses, as integers the worker threads can share.
-fn slot_addresses(staging: &Staging) -> Vec<usize> {
-    (0..DEPTH).map(|slot| staging.slot(slot) as usize).collect()
 }
 
 /// Copy `bytes` between device allocations (same or different devices, through unified

@@ -25,7 +25,14 @@ REQUIREMENTS = [
     "maturin>=1.9,<2", "numpy>=1.26", "pytest>=8", "ml_dtypes>=0.4", "apache-tvm-ffi>=0.1",
     "mpi4py>=4", "mpich", "dask[distributed]>=2024",  # the distributed examples' engines
 ]
-EXTENSIONS = [ROOT / "amso-python" / "Cargo.toml", ROOT / "examples" / "rust" / "user-crate" / "Cargo.toml"]
+# The bundled module first (the others' tests import it), then the example crates and the
+# benchmark crate that puts amso beside rust-numpy.
+EXTENSIONS = [
+    ROOT / "amso-python" / "Cargo.toml",
+    ROOT / "examples" / "rust" / "user-crate" / "Cargo.toml",
+    ROOT / "examples" / "rust" / "numpy-readme" / "Cargo.toml",
+    ROOT / "benchmarks" / "peers" / "Cargo.toml",
+]
 
 
 def venv_bin(name: str) -> Path:
@@ -80,13 +87,14 @@ def generate(check: bool) -> None:
 
 
 def build_extensions() -> None:
-    """Build and install the bundled module and the user-crate example into .venv."""
+    """Build and install the bundled module, the example crates and the benchmark crate into .venv."""
     for manifest in EXTENSIONS:
         run(venv_bin("python"), "-m", "maturin", "develop", "--release", "--quiet", "-m", manifest, env=venv_env())
 
 
 def wheels() -> None:
-    """Release wheels of amso and the user-crate example into wheels/ (for the GPU machine)."""
+    """Release wheels of amso, the example crates and the benchmark crate into wheels/ (for the
+    GPU machine)."""
     ensure_venv()
     shutil.rmtree(ROOT / "wheels", ignore_errors=True)
     for manifest in EXTENSIONS:

@@ -128,6 +128,8 @@ pub struct ExportSource<'a> {
     pub dtype: DLDataType,
     /// Dimensions (borrowed from the array; copied into the tensor).
     pub shape: &'a [usize],
+    /// Strides in elements; `None` for C order (copied into the tensor).
+    pub strides: Option<&'a [isize]>,
     /// Keeps the memory alive until the consumer calls the deleter.
     pub owner: Arc<dyn Any + Send + Sync>,
     /// Consumers must not write (DLPack READ_ONLY flag).
@@ -298,11 +300,11 @@ fn boxed<M>(
         std::ptr::addr_of_mut!((*raw).owner).write(source.owner);
         let shape = std::ptr::addr_of_mut!((*raw).shape).cast::<i64>();
         let strides = std::ptr::addr_of_mut!((*raw).strides).cast::<i64>();
-        // Dimensions and C-order strides in elements; DLPack >= 1.2 asks producers not to
-        // leave strides NULL.
+        // Dimensions and strides in elements (C order unless given); DLPack >= 1.2 asks
+        // producers not to leave strides NULL.
         crate::shape::for_each_c_stride(source.shape, |axis, dim, stride| {
             shape.add(axis).write(dim);
-            strides.add(axis).write(stride);
+            strides.add(axis).write(source.strides.map_or(stride, |given| given[axis] as i64));
         });
         let t = tensor(&mut (*raw).managed);
         t.shape = shape;

@@ -37,6 +37,41 @@ impl DType {
     pub const fn dl_data_type(&self) -> dlpark::ffi::DLDataType {
         dlpark::ffi::DLDataType { code: dlpark::ffi::DLDataTypeCode(self.code), bits: self.bits, lanes: self.lanes }
     }
+
+    /// DLPack's (code, bits, lanes).
+    pub const fn dlpack(&self) -> (u8, u8, u16) {
+        (self.code, self.bits, self.lanes)
+    }
+
+    /// The spec's dtype with DLPack type (code, bits, lanes), if the spec has one.
+    pub fn from_dlpack((code, bits, lanes): (u8, u8, u16)) -> Option<&'static DType> {
+        ALL.iter().copied().find(|d| d.code == code && d.bits == bits && d.lanes == lanes)
+    }
+
+    /// The spec's dtype NumPy names `name` (`np.dtype(x).name`).
+    pub fn from_numpy_name(name: &str) -> Option<&'static DType> {
+        ALL.iter().copied().find(|d| d.numpy == name)
+    }
+
+    /// The spec's dtype with array-interface typestr `typestr` (`<f4`, `|b1`). `<`, `=` and `|`
+    /// all read as little-endian, the only order amso handles; `>` finds nothing.
+    pub fn from_typestr(typestr: &str) -> Option<&'static DType> {
+        let (order, rest) = typestr.split_at_checked(1)?;
+        if !matches!(order, "<" | "=" | "|") {
+            return None;
+        }
+        ALL.iter().copied().find(|d| d.typestr.get(1..) == Some(rest))
+    }
+}
+
+/// What a DLPack type (code, bits, lanes) is called in messages: the spec's name
+/// (`float64`, `bfloat16`), else its DLPack fields.
+#[cfg(feature = "python")]
+pub(crate) fn dlpack_type_name(dlpack: (u8, u8, u16)) -> String {
+    match DType::from_dlpack(dlpack) {
+        Some(dtype) => dtype.name.to_owned(),
+        None => format!("DLPack type (code {}, bits {}, lanes {})", dlpack.0, dlpack.1, dlpack.2),
+    }
 }
 
 /// A type amso arrays can hold.
@@ -328,6 +363,7 @@ mod generated {
 pub use generated::dtypes;
 #[cfg(test)]
 pub(crate) use generated::for_each_element;
+use generated::ALL;
 
 #[cfg(test)]
 mod tests {

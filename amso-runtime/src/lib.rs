@@ -32,6 +32,8 @@
 //! device memory, transfers on CUDA streams and kernels ([`cuda`]).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "python")]
+pub(crate) mod borrows;
 #[cfg(any(feature = "cuda", test))]
 pub(crate) mod crew;
 #[cfg(feature = "cuda")]
@@ -48,11 +50,15 @@ mod indexer;
 mod lock;
 mod memarray;
 pub(crate) mod object;
+#[cfg(feature = "python")]
+pub(crate) mod process;
 pub(crate) mod shape;
 #[cfg(any(feature = "python", feature = "cuda"))]
 pub(crate) mod stream_context;
 #[cfg(any(feature = "cuda", test))]
 pub(crate) mod streaming_copy;
+#[cfg(feature = "python")]
+pub(crate) mod strided;
 
 #[cfg(feature = "python")]
 #[cfg_attr(docsrs, doc(cfg(feature = "python")))]
@@ -64,6 +70,12 @@ pub use error::{Error, Result};
 pub use indexer::{DeviceIndexer, HostIndexer, HostIndexerMut};
 pub use lock::LockGuard;
 pub use memarray::{ArrayOptions, ForeignMemory, MemArray};
+
+/// The `ndarray` crate amso's views are made of (the `ndarray` feature): name its types
+/// through this path, and a helper taking `ArrayView2` needs no version of its own.
+#[cfg(feature = "ndarray")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ndarray")))]
+pub use ndarray;
 
 /// The largest number of dimensions amso compiles (the spec's ndim range is `1..=MAX_NDIM`).
 pub const MAX_NDIM: usize = 8;

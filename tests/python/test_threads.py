@@ -342,3 +342,57 @@ def test_threads_creating_arrays_of_many_dtypes_at_once_each_get_their_class():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_typed_arguments_from_every_host_protocol_across_threads():
+    """16 threads pass the same shared inputs, through every host protocol typed arguments read
+    (NumPy and a subclass, memoryview, array.array, an amso array, TVM-FFI where installed),
+    to two extension crates while each writes rows of its own: every result right, every
+    borrow released, every buffer view given back."""
+    import array
+
+    ue = pytest.importorskip("amso_user_example")
+    ext = pytest.importorskip("amso_rust_ext")
+    values = np.arange(64.0)
+    shared = [values, values.view(np.ndarray).view(type("Sub", (np.ndarray,), {})), memoryview(values),
+              array.array("d", values.tolist()), amso.asarray(values.copy())]
+    try:
+        import tvm_ffi
+
+        shared.append(tvm_ffi.from_dlpack(values.copy()))
+    except ImportError:
+        pass
+    rows = np.zeros((16, 64))
+    errors: list[BaseException] = []
+    start = threading.Barrier(16)
+
+    def worker(index: int) -> None:
+        try:
+            start.wait()
+            for i in range(200):
+                source = shared[(index + i) % len(shared)]
+                assert ue.sum_any(source) == 2016.0
+                # Reads the shared input, returns the source's framework, written to its own row.
+                rows[index] = np.from_dlpack(ext.axpy(1.0, source, rows[index]))
+                ext.mult(0.5, rows[index])
+                if i % 50 == 0:  # another thread's row for writing: refused or granted, never both
+                    try:
+                        ue.while_writing(rows[(index + 1) % 16], lambda: None)
+                    except BufferError:
+                        pass
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(index,)) for index in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads), "deadlock: a thread did not finish"
+    assert not errors, errors
+    # Each round adds the values, then halves: r -> (r + v) / 2, which after 200 rounds from 0
+    # is v * (1 - 2**-200).
+    expected = values * (1 - 0.5 ** 200)
+    np.testing.assert_allclose(rows, np.tile(expected, (16, 1)))
+    assert amso._amso._live_borrows() == 0
+    np.testing.assert_array_equal(values, np.arange(64.0))

@@ -34,6 +34,12 @@ pub fn element_impls(spec: &Spec) -> TokenStream {
             )*
         }
 
+        /// Every element type of the spec, in the spec's order: the one table that names a
+        /// DLPack (code, bits, lanes), a NumPy dtype or an array-interface typestr.
+        pub(crate) static ALL: &[&crate::element::DType] = &[
+            #( &<#types as crate::element::Element>::DTYPE ),*
+        ];
+
         /// Calls `f` once per element type of the spec.
         #[cfg(test)]
         pub(crate) fn for_each_element(f: &mut dyn FnMut(&'static crate::element::DType, &dyn Fn() -> bool)) {

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import allocators, cuda, dlpack
 from ._amso import __amso_dispatch__, __version__, DLPackContext, MAX_NDIM, MemArrayBase, from_cuda_array_interface
-from ._amso import _is_amso_array, _is_amso_class, _new_array, _set_class_resolver, empty
+from ._amso import _is_amso_array, _is_amso_class, _new_array, _set_class_resolver, _wrap, empty
 from ._amso import from_dlpack as _from_dlpack
 
 try:  # the memory-management API exists in builds with the CUDA layer
@@ -134,24 +134,22 @@ def from_dlpack(obj: Any, *, copy: bool | None = None) -> MemArrayBase:
 def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArrayBase:
     """``obj`` as an amso array, sharing its memory whenever possible.
 
-    amso arrays are returned as they are; DLPack producers (``__dlpack__``) and CUDA array
-    interface producers (``__cuda_array_interface__``) are wrapped without a copy; anything else
-    NumPy accepts (the buffer protocol, sequences) goes through ``np.asarray``. With
-    ``copy=False`` a copy is never made (BufferError or ValueError instead); with ``copy=None``
-    host data that is not C-contiguous, or not of ``dtype``, is copied; with ``copy=True`` it
-    always is.
+    amso arrays are returned as they are; anything that exposes its memory (NumPy arrays, the
+    DLPack exchange API, ``__dlpack__``, ``__cuda_array_interface__``, the buffer protocol) is
+    wrapped without a copy, read the way typed arguments read it; anything else NumPy accepts
+    (sequences, scalars) goes through ``np.asarray``. With ``copy=False`` a copy is never made
+    (BufferError or ValueError instead); with ``copy=None`` host data that is not C-contiguous,
+    or not of ``dtype``, is copied; with ``copy=True`` it always is.
     """
     if isinstance(obj, MemArrayBase) and dtype is None and copy is not True:
         return obj
     on_device = _device_type(obj) == dlpack.kDLCUDA
-    if dtype is None and hasattr(obj, "__dlpack__"):
+    if dtype is None and copy is not True:
         try:
-            return _from_dlpack(obj, copy=copy)
+            return _wrap(obj)
         except BufferError:
             if copy is False or on_device:
                 raise
-    elif dtype is None and copy is not True and hasattr(obj, "__cuda_array_interface__"):
-        return from_cuda_array_interface(obj)
     if on_device:
         raise BufferError(
             "amso.asarray copies or casts only host data; make the device array C-contiguous and of the "

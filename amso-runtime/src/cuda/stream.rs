@@ -94,12 +94,13 @@ static AMSO_STREAMS: Mutex<Vec<Option<StreamHandle>>> = Mutex::new(Vec::new());
 /// handle it publishes (in `__cuda_array_interface__`) stays valid.
 pub fn amso_stream(device_id: i32) -> Result<StreamHandle> {
     let mut streams = AMSO_STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&Some(stream)) = usize::try_from(device_id).ok().and_then(|slot| streams.get(slot)) {
+        return Ok(stream);
+    }
+    crate::cuda::driver::check_device(device_id)?; // a negative or absent device has no slot
     let slot = device_id as usize;
     if streams.len() <= slot {
         streams.resize(slot + 1, None);
-    }
-    if let Some(stream) = streams[slot] {
-        return Ok(stream);
     }
     let _ctx = Current::enter(device_id)?;
     let stream = context(device_id)?.new_stream().map_err(cuda_error)?;

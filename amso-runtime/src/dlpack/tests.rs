@@ -147,6 +147,7 @@ fn a_panic_while_freeing_an_export_stays_inside_the_deleter() {
             device: Device::CPU,
             dtype: <f32 as crate::Element>::DTYPE.dl_data_type(),
             shape: &[0],
+            strides: None,
             owner: std::sync::Arc::new(PanicsOnDrop(dropped.clone())),
             readonly: false,
             copied: false,

@@ -57,6 +57,7 @@ impl ArrayCore {
             device: plan.target,
             dtype: raw.dtype.dl_data_type(),
             shape: self.shape(),
+            strides: None,
             owner,
             readonly: raw.readonly && !copied,
             copied,

@@ -114,6 +114,12 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         &mut self.core
     }
 
+    /// The untyped array, by value.
+    #[cfg(feature = "python")]
+    pub(crate) fn into_core(self) -> ArrayCore {
+        self.core
+    }
+
     /// A zero-filled host array of `shape` for device 0.
     pub fn new(shape: [usize; N]) -> Result<Self> {
         Self::with_options(shape, ArrayOptions::default())
@@ -315,6 +321,16 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         self.core.check_writable(lock)?;
         // SAFETY: as above, borrowed exclusively.
         Ok(unsafe { HostIndexerMut::new(self.data_ptr(), *self.shape()) })
+    }
+
+    /// The address of the data where it is now: host memory, or CUDA device memory after a
+    /// move to the device. For comparisons and logs; reads go through the typed accessors.
+    pub fn data_address(&self) -> usize {
+        #[cfg(feature = "cuda")]
+        if self.core.residence() == crate::Residence::Device {
+            return self.core.device_address() as usize;
+        }
+        self.core.host_ptr() as usize
     }
 
     /// Raw pointer to the host data, for callers that manage aliasing themselves.

@@ -40,11 +40,6 @@ static API: Table = Table(DLPackExchangeAPI {
     current_work_stream: Some(current_work_stream),
 });
 
-/// amso's own table: arrays made through it are amso arrays of this runtime's classes.
-pub(crate) fn api() -> &'static DLPackExchangeAPI {
-    &API.0
-}
-
 /// Address of the static table (`__c_dlpack_exchange_api__`).
 pub fn api_address() -> usize {
     &API.0 as *const DLPackExchangeAPI as usize
@@ -146,7 +141,7 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
         kwargs.set_item("max_version", DLPACK_VERSION)?;
         kwargs.set_item("stream", -1i64)?;
         let capsule = object.call_method("__dlpack__", (), Some(&kwargs))?;
-        let tensor = super::import::take_capsule(py, &capsule)?;
+        let tensor = super::source::take_capsule(py, &capsule)?;
         let RawManaged::Versioned(_) = tensor.raw() else {
             return Err(PyBufferError::new_err("asked for a versioned DLPack tensor, got a legacy one"));
         };

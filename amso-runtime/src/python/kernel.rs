@@ -10,13 +10,12 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt};
 
-use super::args::source::{self, Holder, Source};
 use super::array::MemArrayBase;
 use super::convert::StreamArg;
+use super::source::{self, Holder, Source};
 use crate::cuda::kernels::AnyRankIndexer;
 use crate::cuda::{with_stream, LaunchConfig, PushKernelArg};
 use crate::device::DeviceType;
-use crate::memarray::foreign::check_c_contiguous;
 
 /// A CUDA kernel compiled from source on first use per device (Python name
 /// `amso._amso.Kernel`, exported as `amso.cuda.Kernel`).
@@ -77,8 +76,8 @@ fn device_of_argument(arg: &Bound<'_, PyAny>) -> Option<crate::Device> {
         let (kind, id): (i32, i32) = method.call0().ok()?.extract().ok()?;
         return Some(crate::Device { device_type: DeviceType::from_dlpack(kind).ok()?, id });
     }
-    let interface = super::import::parse_interface(arg).ok()?;
-    Some(crate::Device::cuda(super::import::device_of(interface.address).ok()?))
+    let interface = source::parse_interface(arg).ok()?;
+    Some(crate::Device::cuda(source::device_of(interface.address).ok()?))
 }
 
 /// Grid or block dimensions: an int or a tuple of 1 to 3 ints.
@@ -167,15 +166,16 @@ fn scalar(position: usize, value: &Bound<'_, PyAny>) -> PyResult<Option<Argument
 }
 
 /// An array argument's indexer from its source: CUDA device data in C order.
-fn indexer(position: usize, source: &Source) -> PyResult<AnyRankIndexer> {
+fn indexer(py: Python<'_>, position: usize, source: &Source) -> PyResult<AnyRankIndexer> {
     if source.device.device_type != DeviceType::Cuda {
         return Err(position_error::<PyValueError>(
             position,
             "the array is in host memory; kernels take CUDA device arrays (move_memory(kDLCUDA), or .cuda())",
         ));
     }
-    let dims = source.dims();
-    let contiguous = source.strides().is_none_or(|strides| check_c_contiguous(dims, strides, 1).is_ok());
+    let extents = source.extents(py);
+    let dims = extents.dims;
+    let contiguous = extents.strides.check_c_contiguous(dims, source.itemsize()).is_ok();
     if !contiguous || dims.is_empty() || dims.len() > crate::MAX_NDIM {
         return Err(position_error::<PyValueError>(
             position,
@@ -183,7 +183,7 @@ fn indexer(position: usize, source: &Source) -> PyResult<AnyRankIndexer> {
                 "kernels take C-contiguous arrays of 1 to {} dimensions, got shape {:?} with strides {:?}",
                 crate::MAX_NDIM,
                 dims,
-                source.strides()
+                extents.strides
             ),
         ));
     }
@@ -224,7 +224,7 @@ impl Kernel {
         for arg in &args {
             let exchange = arg.cast::<MemArrayBase>().is_err()
                 && super::recognize::header_of_object(arg).is_none()
-                && source::exchange_table(&arg.get_type())?.is_some();
+                && source::exchange_api_of_type(&arg.get_type())?.is_some();
             early.push(if exchange { source::acquire(arg, None)? } else { None });
         }
         let device = early
@@ -285,8 +285,8 @@ impl Kernel {
                     format!("the array is on CUDA device {}, the other arrays on device {device}", source.device.id),
                 ));
             }
-            prepared.push(Argument::Array(indexer(position, &source)?));
-            held.push(Held::Foreign(source.into_holder()));
+            prepared.push(Argument::Array(indexer(py, position, &source)?));
+            held.push(Held::Foreign(source.holder));
         }
         for &producer in &producer_streams {
             // SAFETY: a stream a producer reported for its live data on this device.

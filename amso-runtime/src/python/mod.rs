@@ -29,12 +29,18 @@ mod numpy_io;
 mod pickle;
 mod recognize;
 mod registry;
+mod source;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyModule, PyTuple};
 use pyo3::{PyClass, PyClassInitializer, PyTypeInfo};
 
-pub use args::{new_array, ArrayMut, ArrayRef, NewArray};
+#[cfg(feature = "ndarray")]
+pub use args::NdDimensions;
+pub use args::{
+    Access, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Dimensions, DynRank, Framework, IntoFramework, NewArray,
+    Rank, Read, TypedArray, UntypedArray, Write,
+};
 pub use array::{MemArrayBase, TypedMut};
 pub use context::DLPackContext;
 
@@ -88,7 +94,7 @@ pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> 
 /// `register`'s body, one for every class: the dispatch entry, the registry, `_amso_rebuild`.
 fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Registration) -> PyResult<()> {
     let py = module.py();
-    crate::stream_context::join_bundled(py)?;
+    crate::process::join_bundled(py)?;
     let class = registry::class_object(py, &registration);
     let dispatch = match module.getattr(DISPATCH_ATTR) {
         Ok(existing) => existing.cast_into::<PyDict>()?,
@@ -113,7 +119,7 @@ fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Regi
 /// (the bundled `amso._amso` module).
 #[doc(hidden)]
 pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    crate::stream_context::publish(module)?;
+    crate::process::publish(module)?;
     module.add_class::<MemArrayBase>()?;
     module.add_class::<DLPackContext>()?;
     module.add_class::<iteration::ArrayIterator>()?;
@@ -130,6 +136,8 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(pyo3::wrap_pyfunction!(factory::set_class_resolver, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(factory::class_cache_len, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(import::from_cuda_array_interface, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(import::wrap, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(live_borrows, module)?)?;
     #[cfg(feature = "cuda")]
     {
         module.add_class::<kernel::Kernel>()?;
@@ -146,6 +154,12 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.add(DISPATCH_ATTR, PyDict::new(module.py()))?;
     }
     Ok(())
+}
+
+/// The number of typed-argument borrows alive in the process (for tests).
+#[pyfunction(name = "_live_borrows")]
+fn live_borrows() -> usize {
+    (crate::process::table().live_borrows)()
 }
 
 /// Whether a CUDA driver and at least one device are present (never raises).

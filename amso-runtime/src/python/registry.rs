@@ -143,11 +143,6 @@ pub fn find_name(name: &str, ndim: usize) -> Option<&'static Registration> {
     find_by(|r| r.ndim == ndim && r.dtype().name == name)
 }
 
-/// The registered class for an array-interface typestr and ndim.
-pub fn find_typestr(typestr: &str, ndim: usize) -> Option<&'static Registration> {
-    find_by(|r| r.ndim == ndim && r.dtype().typestr == typestr)
-}
-
 /// The compiled `(dtype, ndim)` pairs, for error messages.
 pub fn compiled() -> String {
     let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());

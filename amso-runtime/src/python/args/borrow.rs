@@ -1,58 +1,49 @@
-//! Borrows of host memory by typed arguments, checked across every argument alive in this
-//! process (this runtime copy): a writable argument excludes any other argument over the same
-//! bytes, so safe Rust never holds a `&mut [T]` and another reference to the same element
-//! (`deposit(a, a)` is refused, not undefined behaviour). Python code touching the memory
-//! through its own views meanwhile is outside what a borrow check can see, as in rust-numpy.
-
-use std::sync::Mutex;
+//! A typed argument's hold on host memory in the process's borrow registry (`borrows.rs`,
+//! shared by every copy of the runtime through `process.rs`), released when it drops.
 
 use pyo3::exceptions::PyBufferError;
 use pyo3::PyResult;
 
-struct Active {
-    start: usize,
-    end: usize,
-    exclusive: bool,
-}
+use crate::borrows::BorrowKey;
 
-static ACTIVE: Mutex<Vec<Active>> = Mutex::new(Vec::new());
-
-/// A registered borrow of `[start, end)`; released on drop.
-pub(super) struct Borrow {
-    start: usize,
-    end: usize,
-    exclusive: bool,
-}
+/// A registered borrow; released on drop.
+pub(super) struct Borrow(BorrowKey);
 
 impl Borrow {
-    /// Borrow `[start, end)`, shared or `exclusive`. Empty ranges borrow nothing.
-    pub(super) fn new(start: usize, end: usize, exclusive: bool) -> PyResult<Option<Borrow>> {
-        if start >= end {
-            return Ok(None);
-        }
-        let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
-        let clash = active.iter().find(|a| a.start < end && start < a.end && (a.exclusive || exclusive));
-        if let Some(other) = clash {
-            return Err(PyBufferError::new_err(format!(
-                "the array overlaps another array argument that is borrowed {} (bytes 0x{:x}..0x{:x}); \
-                 a writable argument cannot share memory with any other argument",
-                if other.exclusive { "for writing" } else { "for reading" },
+    /// Borrow the elements of a non-empty strided array (strides in elements, bytes from
+    /// `data + lowest` to `data + end`), shared or `exclusive`.
+    pub(super) fn new(
+        data: usize,
+        (lowest, end): (isize, isize),
+        shape: &[usize],
+        strides: &[isize],
+        itemsize: usize,
+        exclusive: bool,
+    ) -> PyResult<Borrow> {
+        let key = BorrowKey {
+            start: data.wrapping_add_signed(lowest),
+            end: data.wrapping_add_signed(end),
+            data,
+            stride_gcd: crate::strided::stride_gcd(shape, strides, itemsize),
+            itemsize,
+            exclusive: exclusive as u32,
+        };
+        crate::process::acquire_borrow(&key).map_err(|other| {
+            PyBufferError::new_err(format!(
+                "the array overlaps another array argument that is borrowed {} (bytes 0x{:x}..0x{:x}), in this \
+                 call or in another one still running; a writable argument cannot share memory with any other \
+                 argument",
+                if other.exclusive != 0 { "for writing" } else { "for reading" },
                 other.start,
                 other.end
-            )));
-        }
-        active.push(Active { start, end, exclusive });
-        Ok(Some(Borrow { start, end, exclusive }))
+            ))
+        })?;
+        Ok(Borrow(key))
     }
 }
 
 impl Drop for Borrow {
     fn drop(&mut self) {
-        let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(index) =
-            active.iter().position(|a| a.start == self.start && a.end == self.end && a.exclusive == self.exclusive)
-        {
-            active.swap_remove(index);
-        }
+        crate::process::release_borrow(&self.0);
     }
 }

@@ -1,7 +1,9 @@
-//! Typed array arguments for `#[pyfunction]`s: `ArrayRef<'py, T, N>` reads, `ArrayMut<'py, T,
-//! N>` writes. Either takes an array from any framework without a copy (see `source` for the
-//! protocols, in order), checks the element type `T` and the number of dimensions `N` once at
-//! the boundary, and holds the memory for as long as it lives.
+//! Typed array arguments for `#[pyfunction]`s. `ArrayRef<'py, T, N>` reads and
+//! `ArrayMut<'py, T, N>` writes an array of elements `T` with `N` dimensions; `ArrayRefDyn`
+//! and `ArrayMutDyn` take any number of dimensions; `UntypedArray` takes any array and says
+//! what it holds, for functions that dispatch on the dtype. Each takes an array from any
+//! framework without a copy (see `source` for the protocols, in order), checks it once at the
+//! boundary and holds the memory for as long as it lives.
 //!
 //! ```ignore
 //! use amso_runtime::python::{ArrayMut, ArrayRef};
@@ -16,86 +18,196 @@
 //!
 //! Mismatches are errors that say what was expected and what arrived: a `TypeError` for the
 //! element type or the number of dimensions, a `ValueError` for a read-only array given as
-//! `ArrayMut`, an unsupported layout or device; PyO3 adds the argument's name as a note
-//! (`while processing 'x'`).
+//! writable, an unusable layout or device, a `BufferError` for memory another argument holds
+//! for writing; PyO3 adds the argument's name as a note (`while processing 'x'`).
 
 mod borrow;
-mod output;
-pub(crate) mod source;
+mod results;
+mod untyped;
 
 use std::marker::PhantomData;
-use std::ops::Deref;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::Borrowed;
 
 use self::borrow::Borrow;
-use self::source::Source;
+use super::source::{self, Source};
 use crate::device::{Device, DeviceType};
-use crate::element::Element;
+use crate::element::{dlpack_type_name, Element};
+use crate::strided::{self, Dims};
 
-pub use output::{new_array, NewArray};
+pub use results::{Framework, IntoFramework, NewArray};
+pub use untyped::UntypedArray;
 
-/// A read-only typed array argument: elements `T`, `N` dimensions, any framework.
-pub struct ArrayRef<'py, T: Element, const N: usize> {
+/// A typed array argument: elements `T`, dimensions `D` ([`Rank<N>`] or [`DynRank`]), access
+/// `A` ([`Read`] or [`Write`]). Written through its aliases: [`ArrayRef`], [`ArrayMut`],
+/// [`ArrayRefDyn`], [`ArrayMutDyn`].
+pub struct TypedArray<'py, T: Element, D: Dimensions, A: Access> {
     object: Bound<'py, PyAny>,
     source: Source,
-    shape: [usize; N],
-    /// Strides in elements.
-    strides: [usize; N],
+    shape: D::Shape,
+    /// Strides in elements (negative for reversed axes).
+    strides: D::Strides,
     _borrow: Option<Borrow>,
-    _element: PhantomData<T>,
+    _element: PhantomData<(T, A)>,
 }
 
-/// A writable typed array argument (refuses read-only and locked arrays); it reads as an
-/// `ArrayRef` too.
-pub struct ArrayMut<'py, T: Element, const N: usize> {
-    array: ArrayRef<'py, T, N>,
+/// A read-only array argument with elements `T` and `N` dimensions, from any framework.
+pub type ArrayRef<'py, T, const N: usize> = TypedArray<'py, T, Rank<N>, Read>;
+/// A writable array argument with elements `T` and `N` dimensions (refuses read-only and
+/// locked arrays, and memory another argument holds).
+pub type ArrayMut<'py, T, const N: usize> = TypedArray<'py, T, Rank<N>, Write>;
+/// A read-only array argument with elements `T` and any number of dimensions.
+pub type ArrayRefDyn<'py, T> = TypedArray<'py, T, DynRank, Read>;
+/// A writable array argument with elements `T` and any number of dimensions.
+pub type ArrayMutDyn<'py, T> = TypedArray<'py, T, DynRank, Write>;
+
+/// Exactly `N` dimensions.
+pub struct Rank<const N: usize>;
+
+/// Any number of dimensions.
+pub struct DynRank;
+
+/// Read-only access.
+pub struct Read;
+
+/// Writable, exclusive access.
+pub struct Write;
+
+mod sealed {
+    pub trait Sealed {}
+    impl<const N: usize> Sealed for super::Rank<N> {}
+    impl Sealed for super::DynRank {}
+    impl Sealed for super::Read {}
+    impl Sealed for super::Write {}
 }
 
-impl<'a, 'py, T: Element, const N: usize> FromPyObject<'a, 'py> for ArrayRef<'py, T, N> {
-    type Error = PyErr;
+/// How many dimensions a typed argument has: [`Rank<N>`] or [`DynRank`].
+pub trait Dimensions: sealed::Sealed + 'static {
+    /// The shape's storage.
+    #[doc(hidden)]
+    type Shape: AsRef<[usize]>;
+    /// The strides' storage.
+    #[doc(hidden)]
+    type Strides: AsRef<[isize]> + AsMut<[isize]>;
+    /// The number of dimensions required, if fixed.
+    #[doc(hidden)]
+    const NDIM: Option<usize>;
+    /// The shape from a producer's dimensions (checked: as many as `NDIM`, none negative).
+    #[doc(hidden)]
+    fn shape(dims: &[i64]) -> Self::Shape;
+    /// Zeroed strides for `ndim` dimensions, to fill.
+    #[doc(hidden)]
+    fn zero_strides(ndim: usize) -> Self::Strides;
+}
 
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        ArrayRef::check(obj.to_owned(), false)
+impl<const N: usize> Dimensions for Rank<N> {
+    type Shape = [usize; N];
+    type Strides = [isize; N];
+    const NDIM: Option<usize> = Some(N);
+
+    #[inline]
+    fn shape(dims: &[i64]) -> [usize; N] {
+        std::array::from_fn(|axis| dims[axis] as usize)
+    }
+
+    #[inline]
+    fn zero_strides(_: usize) -> [isize; N] {
+        [0; N]
     }
 }
 
-impl<'a, 'py, T: Element, const N: usize> FromPyObject<'a, 'py> for ArrayMut<'py, T, N> {
-    type Error = PyErr;
+impl Dimensions for DynRank {
+    type Shape = Dims<usize>;
+    type Strides = Dims<isize>;
+    const NDIM: Option<usize> = None;
 
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        Ok(ArrayMut { array: ArrayRef::check(obj.to_owned(), true)? })
+    fn shape(dims: &[i64]) -> Dims<usize> {
+        Dims::collect(dims.len(), dims.iter().map(|&d| d as usize))
+    }
+
+    fn zero_strides(ndim: usize) -> Dims<isize> {
+        Dims::collect(ndim, std::iter::repeat(0))
     }
 }
 
-/// "a float32 array with 2 dimensions", what a typed argument asks for.
-fn wanted<T: Element, const N: usize>(writable: bool) -> String {
-    let kind = if writable { "a writable " } else { "a " };
-    format!("{kind}{} array with {N} dimension{}", T::DTYPE.name, if N == 1 { "" } else { "s" })
+/// Read-only ([`Read`]) or writable ([`Write`]) access.
+pub trait Access: sealed::Sealed + 'static {
+    /// Whether the argument may write.
+    #[doc(hidden)]
+    const WRITABLE: bool;
 }
 
-/// The DLPack type's usual name (`float64`, `bfloat16`, `int8x4`).
-fn dtype_name((code, bits, lanes): (u8, u8, u16)) -> String {
-    let family = match code {
-        0 => "int",
-        1 => "uint",
-        2 => "float",
-        4 => "bfloat",
-        5 => "complex",
-        6 => return if lanes == 1 { "bool".into() } else { format!("boolx{lanes}") },
-        other => return format!("DLPack type code {other} with {bits} bits"),
-    };
-    if lanes == 1 {
-        format!("{family}{bits}")
-    } else {
-        format!("{family}{bits}x{lanes}")
+impl Access for Read {
+    const WRITABLE: bool = false;
+}
+
+impl Access for Write {
+    const WRITABLE: bool = true;
+}
+
+/// The dimensions ndarray views of an argument have: `Dim<[usize; N]>` (up to 6) or `IxDyn`.
+#[cfg(feature = "ndarray")]
+pub trait NdDimensions: Dimensions {
+    /// ndarray's dimension type.
+    type Nd: ndarray::Dimension;
+    #[doc(hidden)]
+    fn nd(values: &[usize]) -> Self::Nd;
+}
+
+#[cfg(feature = "ndarray")]
+impl<const N: usize> NdDimensions for Rank<N>
+where
+    ndarray::Dim<[usize; N]>: ndarray::Dimension,
+{
+    type Nd = ndarray::Dim<[usize; N]>;
+
+    fn nd(values: &[usize]) -> Self::Nd {
+        use ndarray::Dimension;
+        let mut index = ndarray::Dim::<[usize; N]>::zeros(N);
+        index.slice_mut().copy_from_slice(values);
+        index
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl NdDimensions for DynRank {
+    type Nd = ndarray::IxDyn;
+
+    fn nd(values: &[usize]) -> Self::Nd {
+        ndarray::IxDyn(values)
+    }
+}
+
+impl<'a, 'py, T: Element, D: Dimensions, A: Access> FromPyObject<'a, 'py> for TypedArray<'py, T, D, A> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let object = obj.to_owned();
+        match source::acquire(&object, None)? {
+            Some(source) => Self::check(object, source),
+            None => Err(PyTypeError::new_err(format!(
+                "expected {} (an object with __dlpack__, __cuda_array_interface__, the buffer protocol or the DLPack C \
+                 exchange API), got {}",
+                wanted::<T, D, A>(),
+                describe(&object, None)
+            ))),
+        }
+    }
+}
+
+/// "a writable float32 array with 2 dimensions", what a typed argument asks for.
+fn wanted<T: Element, D: Dimensions, A: Access>() -> String {
+    let kind = if A::WRITABLE { "a writable " } else { "a " };
+    match D::NDIM {
+        Some(n) => format!("{kind}{} array with {n} dimension{}", T::DTYPE.name, if n == 1 { "" } else { "s" }),
+        None => format!("{kind}{} array", T::DTYPE.name),
     }
 }
 
 /// "torch.Tensor on cuda:0": the argument's type and where its data lives.
-fn describe(object: &Bound<'_, PyAny>, device: Option<Device>) -> String {
+pub(super) fn describe(object: &Bound<'_, PyAny>, device: Option<Device>) -> String {
     let kind = object.get_type().fully_qualified_name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
     match device {
         Some(Device { device_type: DeviceType::Cuda, id }) => format!("{kind} on cuda:{id}"),
@@ -104,94 +216,88 @@ fn describe(object: &Bound<'_, PyAny>, device: Option<Device>) -> String {
     }
 }
 
-impl<'py, T: Element, const N: usize> ArrayRef<'py, T, N> {
-    fn check(object: Bound<'py, PyAny>, writable: bool) -> PyResult<Self> {
-        Self::check_on(object, writable, None)
-    }
-
-    /// Extract `object`, for device data from producers without the exchange API on `stream`
-    /// (the array API handshake), else on the stream amso's rule picks.
-    pub(crate) fn check_on(object: Bound<'py, PyAny>, writable: bool, stream: Option<i64>) -> PyResult<Self> {
-        let Some(source) = source::acquire(&object, stream)? else {
+impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
+    /// Check what `source` describes against `T`, `D` and `A`, and take hold of its memory.
+    fn check(object: Bound<'py, PyAny>, source: Source) -> PyResult<Self> {
+        // What arrived, for messages only (it costs Python calls, so it comes after the
+        // extents are copied: NumPy's can change under Python code).
+        let here = |source: &Source| describe(&object, Some(source.device));
+        let extents = source.extents(object.py());
+        let ndim = extents.dims.len();
+        if source.dtype != T::DTYPE.dlpack() || D::NDIM.is_some_and(|n| n != ndim) {
             return Err(PyTypeError::new_err(format!(
-                "expected {} (an object with __dlpack__, __cuda_array_interface__ or the DLPack C exchange API), got {}",
-                wanted::<T, N>(writable),
-                describe(&object, None)
-            )));
-        };
-        // What arrived, for messages only (it costs Python calls).
-        let here = || describe(&object, Some(source.device));
-        let element = (T::DTYPE.code, T::DTYPE.bits, T::DTYPE.lanes);
-        if source.dtype != element || source.dims().len() != N {
-            return Err(PyTypeError::new_err(format!(
-                "expected {}, got a {} array with {} dimension{} ({})",
-                wanted::<T, N>(writable),
-                dtype_name(source.dtype),
-                source.dims().len(),
-                if source.dims().len() == 1 { "" } else { "s" },
-                here()
+                "expected {}, got a {} array with {ndim} dimension{} ({})",
+                wanted::<T, D, A>(),
+                dlpack_type_name(source.dtype),
+                if ndim == 1 { "" } else { "s" },
+                here(&source)
             )));
         }
-        if writable && source.readonly {
+        let shape = D::shape(extents.dims);
+        let mut strides = D::zero_strides(ndim);
+        extents.strides.fill(shape.as_ref(), size_of::<T>(), strides.as_mut())?;
+        if A::WRITABLE && source.readonly {
             return Err(PyValueError::new_err(format!(
                 "expected {}, got a read-only one ({}); pass a writable array",
-                wanted::<T, N>(writable),
-                here()
+                wanted::<T, D, A>(),
+                here(&source)
             )));
         }
-        let shape: [usize; N] = std::array::from_fn(|axis| source.dims()[axis] as usize);
-        let size: usize = shape.iter().product();
-        if size > 0 && (source.data == 0 || source.data % align_of::<T>() != 0) {
-            return Err(PyValueError::new_err(format!(
-                "the array's data address 0x{:x} is NULL or not aligned for {} ({})",
-                source.data,
-                T::DTYPE.name,
-                here()
-            )));
-        }
-        let strides = layout(&shape, source.strides(), writable).map_err(|problem| {
-            PyValueError::new_err(format!(
-                "{problem}: amso reads contiguous arrays and views with non-negative, non-overlapping strides; \
-                 got shape {shape:?} with strides {:?} ({}); pass a contiguous copy",
-                source.strides().unwrap_or_default(),
-                here()
-            ))
-        })?;
-        let host = source.device.device_type != DeviceType::Cuda;
-        let span = if size == 0 {
-            None
-        } else {
-            let last =
-                shape.iter().zip(&strides).try_fold(0usize, |sum, (&d, &s)| sum.checked_add((d - 1).checked_mul(s)?));
-            let span = last.and_then(|l| l.checked_add(1)?.checked_mul(size_of::<T>()));
-            let end = span.and_then(|span| source.data.checked_add(span));
-            match (span, end) {
-                (Some(span), Some(_)) => Some(span),
-                _ => {
-                    return Err(PyValueError::new_err(format!(
-                        "the array's strides {:?} for shape {shape:?} reach past the address space ({})",
-                        strides,
-                        here()
-                    )))
-                }
+        let size = shape.as_ref().iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        let (shape_ref, strides_ref) = (shape.as_ref(), strides.as_ref());
+        let itemsize = size_of::<T>();
+        let extent = match size {
+            Some(0) => None,
+            _ => {
+                let extent = strided::byte_extent(shape_ref, strides_ref, itemsize).filter(|&(lowest, end)| {
+                    source.data.checked_add_signed(lowest).is_some() && source.data.checked_add_signed(end).is_some()
+                });
+                Some(extent.ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "the array's shape {:?} and strides {:?} reach past the address space ({})",
+                        shape_ref,
+                        strides_ref,
+                        here(&source)
+                    ))
+                })?)
             }
         };
-        if host && T::DTYPE.code == dlpark::ffi::DLDataTypeCode::BOOL.0 && size > 0 {
-            // Only 0 and 1 are Rust bools; views hand out `&bool`, so check every element.
-            // SAFETY: the producer's host memory holds `span` bytes from `data`.
-            let bytes = unsafe { std::slice::from_raw_parts(source.data as *const u8, span.unwrap_or(0)) };
-            if strided_offsets(&shape, &strides).any(|offset| bytes[offset] > 1) {
+        if extent.is_some() && (source.data == 0 || !source.data.is_multiple_of(align_of::<T>())) {
+            return Err(PyValueError::new_err(format!(
+                "the array's data address 0x{:x} is NULL or not aligned for {} ({}); pass a copy",
+                source.data,
+                T::DTYPE.name,
+                here(&source)
+            )));
+        }
+        if A::WRITABLE && extent.is_some() {
+            if let Some(axis) = strided::self_overlap(shape_ref, strides_ref) {
                 return Err(PyValueError::new_err(format!(
-                    "the bool array holds bytes other than 0 and 1 ({}); convert it with x.astype(bool) first",
-                    here()
+                    "expected {}, got one whose strides {:?} reach some elements twice (axis {axis}, shape {:?}; a \
+                     broadcast?) ({}); pass a contiguous copy",
+                    wanted::<T, D, A>(),
+                    strides_ref,
+                    shape_ref,
+                    here(&source)
                 )));
             }
         }
-        let borrow = match (host, span) {
-            (true, Some(span)) => Borrow::new(source.data, source.data + span, writable)?,
+        let host = source.device.device_type != DeviceType::Cuda;
+        let borrow = match extent {
+            Some(extent) if host => {
+                if T::DTYPE.code == dlpark::ffi::DLDataTypeCode::BOOL.0 {
+                    check_bools(source.data, shape_ref, strides_ref).map_err(|()| {
+                        PyValueError::new_err(format!(
+                            "the bool array holds bytes other than 0 and 1 ({}); convert it with x.astype(bool) first",
+                            here(&source)
+                        ))
+                    })?;
+                }
+                Some(Borrow::new(source.data, extent, shape_ref, strides_ref, itemsize, A::WRITABLE)?)
+            }
             _ => None,
         };
-        Ok(ArrayRef { object, source, shape, strides, _borrow: borrow, _element: PhantomData })
+        Ok(TypedArray { object, shape, strides, source, _borrow: borrow, _element: PhantomData })
     }
 
     /// The argument as passed.
@@ -200,18 +306,23 @@ impl<'py, T: Element, const N: usize> ArrayRef<'py, T, N> {
     }
 
     /// The shape.
-    pub fn shape(&self) -> [usize; N] {
-        self.shape
+    pub fn shape(&self) -> &[usize] {
+        self.shape.as_ref()
     }
 
-    /// The strides, in elements.
-    pub fn strides(&self) -> [usize; N] {
-        self.strides
+    /// The strides, in elements (negative for reversed axes).
+    pub fn strides(&self) -> &[isize] {
+        self.strides.as_ref()
     }
 
-    /// Number of elements.
+    /// The number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape().len()
+    }
+
+    /// The number of elements.
     pub fn len(&self) -> usize {
-        self.shape.iter().product()
+        self.shape().iter().product()
     }
 
     /// Whether the array has no elements.
@@ -219,9 +330,9 @@ impl<'py, T: Element, const N: usize> ArrayRef<'py, T, N> {
         self.len() == 0
     }
 
-    /// Whether the elements are in C order without gaps.
+    /// Whether the elements are in C order without gaps (every empty array is).
     pub fn is_c_contiguous(&self) -> bool {
-        self.strides == c_strides(&self.shape)
+        strided::is_c_contiguous(self.shape(), self.strides())
     }
 
     /// Where the data lives.
@@ -241,6 +352,12 @@ impl<'py, T: Element, const N: usize> ArrayRef<'py, T, N> {
         self.source.data
     }
 
+    /// The framework the argument came from: results made for this caller go there.
+    pub fn framework(&self) -> PyResult<Framework> {
+        Framework::of(&self.object, self.source.device)
+    }
+
+    /// The first element on the host (dangling, but aligned, for an empty array).
     fn host_ptr(&self) -> PyResult<*mut T> {
         if self.source.device.device_type == DeviceType::Cuda {
             return Err(PyValueError::new_err(format!(
@@ -251,37 +368,108 @@ impl<'py, T: Element, const N: usize> ArrayRef<'py, T, N> {
         Ok(if self.is_empty() { std::ptr::NonNull::dangling().as_ptr() } else { self.source.data as *mut T })
     }
 
-    /// The elements, in C order: host data that is C-contiguous.
+    fn require_c_contiguous(&self, what: &str) -> PyResult<()> {
+        if self.is_c_contiguous() {
+            return Ok(());
+        }
+        Err(PyValueError::new_err(format!(
+            "{what} needs a C-contiguous array; this one has strides {:?} for shape {:?} (a transposed, reversed or \
+             strided view); use as_array() for strided views, or pass np.ascontiguousarray(x)",
+            self.strides(),
+            self.shape()
+        )))
+    }
+
+    /// The elements in C order: host data that is C-contiguous.
     pub fn as_slice(&self) -> PyResult<&[T]> {
         let data = self.host_ptr()?;
-        self.require_c_contiguous()?;
+        self.require_c_contiguous("as_slice()")?;
         // SAFETY: `len` initialised, aligned, valid elements of host memory this argument holds
         // and borrows (shared) for as long as the slice lives.
         Ok(unsafe { std::slice::from_raw_parts(data, self.len()) })
     }
 
-    fn require_c_contiguous(&self) -> PyResult<()> {
-        if self.is_c_contiguous() {
-            return Ok(());
-        }
-        Err(PyValueError::new_err(format!(
-            "a slice needs a C-contiguous array, got strides {:?} for shape {:?}; use as_array() for strided views",
-            self.strides, self.shape
-        )))
+    /// An `ndarray` view of host data, in any layout the argument came with (negative strides
+    /// included).
+    #[cfg(feature = "ndarray")]
+    pub fn as_array(&self) -> PyResult<ndarray::ArrayView<'_, T, D::Nd>>
+    where
+        D: NdDimensions,
+    {
+        let (base, strides) = self.lowest()?;
+        // SAFETY: the shape and non-negative strides from the lowest-addressed element describe
+        // initialised, aligned elements of host memory this argument holds and borrows for the
+        // view's life (checked at extraction).
+        let mut view = unsafe {
+            use ndarray::ShapeBuilder;
+            ndarray::ArrayView::from_shape_ptr(D::nd(self.shape()).strides(D::nd(&strides)), base)
+        };
+        self.invert_reversed(|axis| view.invert_axis(axis));
+        Ok(view)
     }
 
-    /// An `ndarray` view of host data (any layout this argument accepted).
+    /// The lowest-addressed element and the absolute strides: what ndarray's constructors
+    /// take, before `invert_reversed` turns the reversed axes round.
     #[cfg(feature = "ndarray")]
-    pub fn as_array(&self) -> PyResult<ndarray::ArrayView<'_, T, ndarray::Dim<[usize; N]>>>
-    where
-        ndarray::Dim<[usize; N]>: ndarray::Dimension,
-    {
-        use ndarray::ShapeBuilder;
+    fn lowest(&self) -> PyResult<(*mut T, Dims<usize>)> {
         let data = self.host_ptr()?;
-        let shape = dim(self.shape).strides(dim(self.strides));
-        // SAFETY: shape and non-negative strides (checked at extraction) describe initialised,
-        // aligned elements of host memory this argument holds and borrows for the view's life.
-        Ok(unsafe { ndarray::ArrayView::from_shape_ptr(shape, data) })
+        let below: isize =
+            self.shape().iter().zip(self.strides()).filter(|(_, &s)| s < 0).map(|(&d, &s)| (d as isize - 1) * s).sum();
+        let strides = Dims::collect(self.ndim(), self.strides().iter().map(|s| s.unsigned_abs()));
+        Ok((data.wrapping_offset(below), strides))
+    }
+
+    #[cfg(feature = "ndarray")]
+    fn invert_reversed(&self, mut invert: impl FnMut(ndarray::Axis)) {
+        for (axis, _) in self.strides().iter().enumerate().filter(|(_, &s)| s < 0) {
+            invert(ndarray::Axis(axis));
+        }
+    }
+
+    /// A new zeroed array of `shape` on this argument's device, in the caller's framework:
+    /// NumPy in gives NumPy out, torch in gives torch out, CuPy gives CuPy, JAX gives JAX.
+    pub fn new_array<U: Element, const M: usize>(&self, shape: [usize; M]) -> PyResult<NewArray<'py, U, M>> {
+        NewArray::zeros_in(self.object.py(), self.framework()?, shape, self.source.device, self.source.stream)
+    }
+
+    /// Hand `value` (a `Vec`, an `ndarray::Array`, a `MemArray`) to the caller's framework
+    /// without a copy, as [`IntoFramework::into_framework`] with this argument's framework.
+    pub fn output<V: IntoFramework>(&self, value: V) -> PyResult<Bound<'py, PyAny>> {
+        value.into_framework(self.object.py(), self.framework()?)
+    }
+}
+
+impl<'py, T: Element, D: Dimensions> TypedArray<'py, T, D, Write> {
+    /// The elements in C order, writable: host data that is C-contiguous.
+    pub fn as_slice_mut(&mut self) -> PyResult<&mut [T]> {
+        let data = self.host_ptr()?;
+        self.require_c_contiguous("as_slice_mut()")?;
+        // SAFETY: as `as_slice`, and the borrow registered at extraction is exclusive.
+        Ok(unsafe { std::slice::from_raw_parts_mut(data, self.len()) })
+    }
+
+    /// A writable `ndarray` view of host data, in any layout the argument came with.
+    #[cfg(feature = "ndarray")]
+    pub fn as_array_mut(&mut self) -> PyResult<ndarray::ArrayViewMut<'_, T, D::Nd>>
+    where
+        D: NdDimensions,
+    {
+        let (base, strides) = self.lowest()?;
+        // SAFETY: as `as_array`; the strides reach no element twice (checked at extraction for
+        // writable arguments) and the registered borrow is exclusive.
+        let mut view = unsafe {
+            use ndarray::ShapeBuilder;
+            ndarray::ArrayViewMut::from_shape_ptr(D::nd(self.shape()).strides(D::nd(&strides)), base)
+        };
+        self.invert_reversed(|axis| view.invert_axis(axis));
+        Ok(view)
+    }
+}
+
+impl<'py, T: Element, const N: usize, A: Access> TypedArray<'py, T, Rank<N>, A> {
+    /// The shape, as an array.
+    pub fn dim(&self) -> [usize; N] {
+        self.shape
     }
 
     /// What a CUDA kernel receives for this argument's device data (C order); launch it on
@@ -294,131 +482,29 @@ impl<'py, T: Element, const N: usize> ArrayRef<'py, T, N> {
                 describe(&self.object, Some(self.source.device))
             )));
         }
-        self.require_c_contiguous()?;
+        self.require_c_contiguous("device_indexer()")?;
         Ok(crate::DeviceIndexer::new(self.source.data as u64, self.shape))
     }
-
-    /// A new zeroed array of `shape` on this argument's device, in the caller's framework when
-    /// its type has the DLPack exchange API (torch in gives torch out), else an amso array.
-    pub fn new_array<U: Element, const M: usize>(&self, shape: [usize; M]) -> PyResult<NewArray<'py, U, M>> {
-        let api = self.source.api.unwrap_or_else(super::exchange::api);
-        NewArray::allocate(self.object.py(), api, shape, self.source.device, self.source.stream)
-    }
 }
 
-impl<'py, T: Element, const N: usize> ArrayMut<'py, T, N> {
-    /// The elements, writable, in C order: host data that is C-contiguous.
-    pub fn as_slice_mut(&mut self) -> PyResult<&mut [T]> {
-        let data = self.array.host_ptr()?;
-        self.array.require_c_contiguous()?;
-        // SAFETY: as `as_slice`, and the borrow registered at extraction is exclusive.
-        Ok(unsafe { std::slice::from_raw_parts_mut(data, self.array.len()) })
-    }
-
-    /// A writable `ndarray` view of host data.
-    #[cfg(feature = "ndarray")]
-    pub fn as_array_mut(&mut self) -> PyResult<ndarray::ArrayViewMut<'_, T, ndarray::Dim<[usize; N]>>>
-    where
-        ndarray::Dim<[usize; N]>: ndarray::Dimension,
-    {
-        use ndarray::ShapeBuilder;
-        let data = self.array.host_ptr()?;
-        let shape = dim(self.array.shape).strides(dim(self.array.strides));
-        // SAFETY: as `as_array`; the strides do not overlap (checked at extraction for
-        // writable arguments) and the registered borrow is exclusive.
-        Ok(unsafe { ndarray::ArrayViewMut::from_shape_ptr(shape, data) })
-    }
-}
-
-impl<'py, T: Element, const N: usize> Deref for ArrayMut<'py, T, N> {
-    type Target = ArrayRef<'py, T, N>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.array
-    }
-}
-
-/// `values` as ndarray's fixed-rank index type (ndarray implements it for up to 6 axes).
-#[cfg(feature = "ndarray")]
-pub(crate) fn dim<const N: usize>(values: [usize; N]) -> ndarray::Dim<[usize; N]>
-where
-    ndarray::Dim<[usize; N]>: ndarray::Dimension,
-{
-    use ndarray::Dimension;
-    let mut index = ndarray::Dim::<[usize; N]>::zeros(N);
-    index.slice_mut().copy_from_slice(&values);
-    index
-}
-
-/// C-order strides in elements.
-fn c_strides<const N: usize>(shape: &[usize; N]) -> [usize; N] {
-    let mut strides = [0usize; N];
-    let mut stride = 1usize;
-    for axis in (0..N).rev() {
-        strides[axis] = stride;
-        stride = stride.saturating_mul(shape[axis].max(1));
-    }
-    strides
-}
-
-/// The strides to use for `shape`, from the producer's (`None`: C order): non-negative and,
-/// for a writable argument, such that no two indices reach the same element. Axes of length
-/// 0 or 1 take the C stride, whatever the producer wrote there.
-fn layout<const N: usize>(shape: &[usize; N], given: Option<&[i64]>, writable: bool) -> Result<[usize; N], String> {
-    let mut strides = c_strides(shape);
-    let Some(given) = given else { return Ok(strides) };
-    for axis in 0..N {
-        if shape[axis] > 1 {
-            strides[axis] = usize::try_from(given[axis]).map_err(|_| format!("negative stride on axis {axis}"))?;
+/// Whether every element of a one-byte strided array is 0 or 1 (the only valid Rust bools).
+fn check_bools(data: usize, shape: &[usize], strides: &[isize]) -> Result<(), ()> {
+    let mut index = Dims::collect(shape.len(), std::iter::repeat(0usize));
+    let count: usize = shape.iter().product();
+    for _ in 0..count {
+        let offset: isize = index.iter().zip(strides).map(|(&i, &s)| i as isize * s).sum();
+        // SAFETY: an element of the array (every index in the shape), host memory the caller
+        // checked the extent of.
+        if unsafe { *(data as *const u8).offset(offset) } > 1 {
+            return Err(());
         }
-    }
-    if writable {
-        let mut axes: Vec<usize> = (0..N).filter(|&a| shape[a] > 1).collect();
-        axes.sort_by_key(|&a| strides[a]);
-        let mut reach = 0usize; // the largest offset the smaller-strided axes reach
-        for axis in axes {
-            if strides[axis] <= reach {
-                return Err(format!("overlapping strides (axis {axis}) in a writable array"));
+        for axis in (0..shape.len()).rev() {
+            index[axis] += 1;
+            if index[axis] < shape[axis] {
+                break;
             }
-            reach = strides[axis]
-                .checked_mul(shape[axis] - 1)
-                .and_then(|step| reach.checked_add(step))
-                .ok_or_else(|| format!("strides too large (axis {axis})"))?;
+            index[axis] = 0;
         }
     }
-    Ok(strides)
-}
-
-/// The byte offsets of every element of a strided one-byte array.
-fn strided_offsets<const N: usize>(shape: &[usize; N], strides: &[usize; N]) -> impl Iterator<Item = usize> {
-    let (shape, strides) = (*shape, *strides);
-    let size: usize = shape.iter().product();
-    (0..size).map(move |linear| {
-        let index = crate::shape::unravel(&shape, linear);
-        index.iter().zip(&strides).map(|(i, s)| i * s).sum()
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn layouts_accept_views_and_refuse_what_would_alias() {
-        assert_eq!(layout(&[2, 3], None, true), Ok([3, 1]));
-        assert_eq!(layout(&[2, 3], Some(&[1, 2]), true), Ok([1, 2]), "a transposed view");
-        assert_eq!(layout(&[2, 1], Some(&[1, -5]), true), Ok([1, 1]), "length-1 axes take the C stride");
-        assert!(layout(&[2, 3], Some(&[-3, 1]), false).unwrap_err().contains("negative"));
-        assert_eq!(layout(&[4, 3], Some(&[0, 1]), false), Ok([0, 1]), "a broadcast reads fine");
-        assert!(layout(&[4, 3], Some(&[0, 1]), true).unwrap_err().contains("overlapping"));
-        assert!(layout(&[3, 3], Some(&[2, 1]), true).unwrap_err().contains("overlapping"));
-    }
-
-    #[test]
-    fn dtype_names_follow_numpy() {
-        assert_eq!(dtype_name((2, 64, 1)), "float64");
-        assert_eq!(dtype_name((4, 16, 1)), "bfloat16");
-        assert_eq!(dtype_name((6, 8, 1)), "bool");
-        assert_eq!(dtype_name((0, 8, 4)), "int8x4");
-    }
+    Ok(())
 }

@@ -6,7 +6,8 @@ mod cic;
 
 use amso_macros::amso_array;
 use amso_runtime::cuda::{order_streams, with_stream, Kernel, LaunchConfig, PushKernelArg};
-use amso_runtime::python::{ArrayMut, ArrayRef};
+use amso_runtime::ndarray::{Array2, ShapeBuilder};
+use amso_runtime::python::{ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Framework, IntoFramework, UntypedArray};
 use amso_runtime::{DeviceIndexer, DeviceType};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -136,6 +137,93 @@ fn count_true(flags: ArrayRef<'_, bool, 1>) -> PyResult<usize> {
     Ok(flags.as_slice()?.iter().filter(|&&flag| flag).count())
 }
 
+/// The sum of any real array (bool, integer or floating point, any number of dimensions),
+/// dispatching on the dtype it arrives with.
+#[pyfunction]
+fn sum_any(x: UntypedArray<'_>) -> PyResult<f64> {
+    fn total<T: amso_runtime::Element + Into<f64>>(x: UntypedArray<'_>) -> PyResult<f64> {
+        let x: ArrayRefDyn<'_, T> = x.into_typed()?;
+        Ok(x.as_array()?.iter().map(|&v| v.into()).sum())
+    }
+    if x.is::<f64>() {
+        total::<f64>(x)
+    } else if x.is::<f32>() {
+        total::<f32>(x)
+    } else if x.is::<i32>() {
+        total::<i32>(x)
+    } else if x.is::<u8>() {
+        total::<u8>(x)
+    } else if x.is::<bool>() {
+        let x: ArrayRefDyn<'_, bool> = x.into_typed()?;
+        Ok(x.as_array()?.iter().filter(|&&v| v).count() as f64)
+    } else {
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "sum_any(): unsupported dtype {}",
+            x.dtype().map_or("outside the spec", |d| d.name)
+        )))
+    }
+}
+
+/// Call `callback` while holding `x` for writing: another typed argument over the same memory,
+/// from any extension module, is refused meanwhile.
+#[pyfunction]
+fn while_writing(mut x: ArrayMutDyn<'_, f64>, callback: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let _view = x.as_array_mut()?;
+    Ok(callback.call0()?.unbind())
+}
+
+/// `0, 1, ..., n - 1` (float64) as a Rust `Vec` handed to `framework` without a copy, with the
+/// vector's address (the tests check the framework's array uses that memory).
+#[pyfunction]
+fn owned_vec(py: Python<'_>, n: usize, framework: Framework) -> PyResult<(Bound<'_, PyAny>, usize)> {
+    let values: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let address = values.as_ptr() as usize;
+    Ok((values.into_framework(py, framework)?, address))
+}
+
+/// A (rows, columns) float32 `ndarray::Array2` holding `10 * row + column`, in Fortran order
+/// when `fortran`, handed to `framework` without a copy, with the address of its first element.
+#[pyfunction]
+fn owned_ndarray(
+    py: Python<'_>,
+    rows: usize,
+    columns: usize,
+    fortran: bool,
+    framework: Framework,
+) -> PyResult<(Bound<'_, PyAny>, usize)> {
+    let shape = (rows, columns).set_f(fortran);
+    let values = Array2::from_shape_fn(shape, |(i, j)| (10 * i + j) as f32);
+    let address = values.as_ptr() as usize;
+    Ok((values.into_framework(py, framework)?, address))
+}
+
+/// A (rows, columns) float32 array whose rows are reversed (a negative stride), handed over as
+/// it is.
+#[pyfunction]
+fn owned_reversed(py: Python<'_>, rows: usize, columns: usize, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
+    let mut values = Array2::from_shape_fn((rows, columns), |(i, j)| (10 * i + j) as f32);
+    values.invert_axis(amso_runtime::ndarray::Axis(0));
+    values.into_framework(py, framework)
+}
+
+/// A new amso `MemArray` (float64, 1-D, 0..n), on the device when `on_device`, handed to
+/// `framework` without a copy, with its data address.
+#[pyfunction]
+fn owned_memarray(
+    py: Python<'_>,
+    n: usize,
+    on_device: bool,
+    framework: Framework,
+) -> PyResult<(Bound<'_, PyAny>, usize)> {
+    let values: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let mut array = amso_runtime::MemArray::<f64, 1>::from_slice([n], &values)?;
+    if on_device {
+        array.move_memory(amso_runtime::Device::cuda(0), 0, false)?;
+    }
+    let address = array.data_address();
+    Ok((array.into_framework(py, framework)?, address))
+}
+
 /// Extract one float32 1-D argument and do nothing: the per-call cost of a typed argument.
 #[pyfunction]
 fn extract_one(_a: ArrayRef<'_, f32, 1>) {}
@@ -153,6 +241,12 @@ fn amso_user_example(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(cic_density, module)?)?;
     module.add_function(wrap_pyfunction!(add_index_sum, module)?)?;
     module.add_function(wrap_pyfunction!(count_true, module)?)?;
+    module.add_function(wrap_pyfunction!(sum_any, module)?)?;
+    module.add_function(wrap_pyfunction!(while_writing, module)?)?;
+    module.add_function(wrap_pyfunction!(owned_vec, module)?)?;
+    module.add_function(wrap_pyfunction!(owned_ndarray, module)?)?;
+    module.add_function(wrap_pyfunction!(owned_reversed, module)?)?;
+    module.add_function(wrap_pyfunction!(owned_memarray, module)?)?;
     module.add_function(wrap_pyfunction!(extract_one, module)?)?;
     module.add_function(wrap_pyfunction!(extract_three, module)?)
 }

@@ -1,0 +1,102 @@
+//! `UntypedArray`: an array argument of any element type and rank, as rust-numpy's
+//! `PyUntypedArray`. It reports what arrived and becomes a typed argument on request, without
+//! reading the producer again, so one function can dispatch on the dtype.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::Borrowed;
+
+use super::{describe, Access, Dimensions, Framework, TypedArray};
+use crate::device::Device;
+use crate::element::{DType, Element};
+use crate::python::source::{self, Source};
+
+/// An array argument of any element type and rank, from any framework, holding its memory.
+///
+/// ```ignore
+/// #[pyfunction]
+/// fn total(x: UntypedArray<'_>) -> PyResult<f64> {
+///     if x.is::<f32>() {
+///         let x: ArrayRefDyn<'_, f32> = x.into_typed()?;
+///         return Ok(x.as_array()?.sum() as f64);
+///     }
+///     let x: ArrayRefDyn<'_, f64> = x.into_typed()?;   // a TypeError naming what arrived
+///     Ok(x.as_array()?.sum())
+/// }
+/// ```
+pub struct UntypedArray<'py> {
+    object: Bound<'py, PyAny>,
+    source: Source,
+    shape: Vec<usize>,
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for UntypedArray<'py> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let object = obj.to_owned();
+        let Some(source) = source::acquire(&object, None)? else {
+            return Err(PyTypeError::new_err(format!(
+                "expected an array (an object with __dlpack__, __cuda_array_interface__, the buffer protocol or the \
+                 DLPack C exchange API), got {}",
+                describe(&object, None)
+            )));
+        };
+        let shape = source.extents(object.py()).dims.iter().map(|&d| d as usize).collect();
+        Ok(UntypedArray { object, source, shape })
+    }
+}
+
+impl<'py> UntypedArray<'py> {
+    /// The argument as passed.
+    pub fn object(&self) -> &Bound<'py, PyAny> {
+        &self.object
+    }
+
+    /// The spec's dtype of the elements, if the spec has one for what arrived.
+    pub fn dtype(&self) -> Option<&'static DType> {
+        DType::from_dlpack(self.source.dtype)
+    }
+
+    /// The elements' DLPack type: (code, bits, lanes).
+    pub fn dlpack_dtype(&self) -> (u8, u8, u16) {
+        self.source.dtype
+    }
+
+    /// Whether the elements are `T`s.
+    pub fn is<T: Element>(&self) -> bool {
+        self.source.dtype == T::DTYPE.dlpack()
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Where the data lives.
+    pub fn device(&self) -> Device {
+        self.source.device
+    }
+
+    /// Whether the producer forbids writes.
+    pub fn readonly(&self) -> bool {
+        self.source.readonly
+    }
+
+    /// The framework the argument came from.
+    pub fn framework(&self) -> PyResult<Framework> {
+        Framework::of(&self.object, self.source.device)
+    }
+
+    /// The typed argument (any of `ArrayRef`, `ArrayMut`, `ArrayRefDyn`, `ArrayMutDyn`, named
+    /// by the type it is assigned to), checked as extraction checks it: a mismatch is the same
+    /// `TypeError` or `ValueError`.
+    pub fn into_typed<T: Element, D: Dimensions, A: Access>(self) -> PyResult<TypedArray<'py, T, D, A>> {
+        TypedArray::check(self.object, self.source)
+    }
+}

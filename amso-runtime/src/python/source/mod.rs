@@ -1,0 +1,522 @@
+//! Where an array's memory comes from: the one acquisition path of typed arguments, kernel
+//! launches, `amso.from_dlpack` and `amso.asarray`. A producer is read by the first protocol
+//! its type speaks, in this order:
+//! 1. this runtime's own amso arrays: their memory, held directly;
+//! 2. NumPy arrays and subclasses: the array struct, read at the C level (`numpy.rs`), as
+//!    rust-numpy reads it;
+//! 3. the producer type's DLPack C exchange API (`__dlpack_c_exchange_api__`: PyTorch, TVM-FFI,
+//!    other crates' amso arrays), with no Python call;
+//! 4. `__dlpack__` (CuPy, JAX, ...): the array API handshake (`handshake.rs`);
+//! 5. `__cuda_array_interface__`;
+//! 6. the buffer protocol (`bytearray`, `array.array`, `memoryview`, `mmap`: `pep3118.rs`).
+//!
+//! Which protocol a type speaks is worked out once and cached by the type's identity, so a
+//! repeated call does no probing.
+//!
+//! The stream rule, stated once for every path: device data is handed over on the stream the
+//! caller names, else the thread's `amso.cuda.stream(...)` context, else amso's own stream of
+//! the device. Producers with the exchange API report their own current stream instead
+//! (inside `with torch.cuda.stream(s):` that is `s`); amso arrays report the context, else the
+//! legacy default stream.
+//!
+//! What comes back holds the memory until it drops: a managed tensor (its deleter runs exactly
+//! once, also when a later check refuses it), the producer object, a buffer view, or amso's own
+//! reference to its memory.
+
+mod handshake;
+pub(crate) mod numpy;
+mod pep3118;
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use dlpark::ffi::{DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+use pyo3::{ffi, intern};
+
+use super::array::MemArrayBase;
+use super::identity_cache::IdentityCache;
+use crate::device::{Device, DeviceType};
+use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
+
+pub(crate) use handshake::take_capsule;
+#[cfg(feature = "cuda")]
+pub(crate) use handshake::{device_of, parse_interface};
+
+/// The protocol a producer type speaks (see the module docs for the order).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Protocol {
+    /// An array of this runtime's classes.
+    OwnArray,
+    /// `numpy.ndarray` or a subclass.
+    NumPy,
+    /// The type's DLPack C exchange table.
+    Exchange(&'static DLPackExchangeAPI),
+    /// `__dlpack__`.
+    DLPack,
+    /// `__cuda_array_interface__`.
+    Interface,
+    /// The buffer protocol.
+    Buffer,
+}
+
+/// What keeps a source's memory alive, and where its dimensions and strides are read from.
+pub(crate) enum Holder {
+    /// A managed tensor, deleted once on drop; its shape and strides are read in place.
+    Tensor(ManagedTensor),
+    /// A NumPy array, whose struct holds its shape and byte strides.
+    NumPy(Producer),
+    /// A CUDA array interface producer, with the dimensions and byte strides its dict gave.
+    Interface(Box<Described>),
+    /// A buffer view, released on drop; its shape and byte strides are read in place.
+    Buffer(pep3118::BufferView),
+    /// An amso array of this runtime (its C-order shape in its header), and amso's own
+    /// reference to its memory.
+    Own(#[allow(dead_code)] Arc<dyn Any + Send + Sync>, Producer),
+}
+
+/// A producer object with the dimensions and byte strides it described.
+pub(crate) struct Described {
+    pub(super) _producer: Producer,
+    pub(super) dims: Vec<i64>,
+    pub(super) byte_strides: Option<Vec<i64>>,
+}
+
+/// A reference to a producer object, released at once when dropped, wherever that happens (a
+/// consumer's DLPack deleter, called from C, included): PyO3 would otherwise defer the release
+/// to its next call when it cannot tell the GIL is held, and keep the producer alive meanwhile.
+pub(crate) struct Producer(Option<Py<PyAny>>);
+
+impl Producer {
+    pub(crate) fn new(object: &Bound<'_, PyAny>) -> Producer {
+        Producer(Some(object.clone().unbind()))
+    }
+
+    fn object(&self) -> &Py<PyAny> {
+        self.0.as_ref().expect("taken only on drop")
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        if let Some(object) = self.0.take() {
+            Python::attach(|_| drop(object));
+        }
+    }
+}
+
+/// An array's memory as its producer describes it, before any typed check.
+pub(crate) struct Source {
+    pub(crate) holder: Holder,
+    /// Address of the first element (any byte offset applied).
+    pub(crate) data: usize,
+    /// DLPack (code, bits, lanes).
+    pub(crate) dtype: (u8, u8, u16),
+    pub(crate) device: Device,
+    pub(crate) readonly: bool,
+    /// For device data: the stream this call works on (see the module docs).
+    pub(crate) stream: Option<i64>,
+}
+
+/// A source's dimensions (none negative) and strides, read where its holder keeps them.
+pub(crate) struct Extents<'a> {
+    pub(crate) dims: &'a [i64],
+    pub(crate) strides: Strides<'a>,
+}
+
+/// How a producer gave its strides.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Strides<'a> {
+    /// None given: C order.
+    COrder,
+    /// In elements (DLPack).
+    Elements(&'a [i64]),
+    /// In bytes (NumPy, the buffer protocol, the CUDA array interface).
+    Bytes(&'a [i64]),
+}
+
+// NumPy's and the buffer protocol's `npy_intp` / `Py_ssize_t` lists are read as `i64` lists.
+const _: () = assert!(size_of::<isize>() == size_of::<i64>(), "amso reads 64-bit producers");
+
+/// `len` entries at `data` (`npy_intp` / `Py_ssize_t`) as `i64`s.
+///
+/// # Safety
+/// `data` addresses `len` readable entries (or `len` is 0), alive and unchanged for `'a`.
+unsafe fn as_i64s<'a>(data: *const isize, len: usize) -> &'a [i64] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: forwarded from the caller; isize and i64 have the same size (asserted above)
+    // and alignment on 64-bit targets.
+    unsafe { std::slice::from_raw_parts(data.cast::<i64>(), len) }
+}
+
+impl Source {
+    /// The dimensions and strides. NumPy keeps them in its array struct, which only Python code
+    /// changes (`x.shape = ...`): callers copy what they need before any Python code runs.
+    pub(crate) fn extents<'a>(&'a self, py: Python<'a>) -> Extents<'a> {
+        match &self.holder {
+            Holder::Tensor(tensor) => {
+                let t = tensor.describe().0;
+                // SAFETY: `from_tensor` checked ndim in 0..=64 and a non-NULL shape; a tensor's
+                // shape and (non-NULL) strides hold ndim entries, alive while it is.
+                unsafe {
+                    let ndim = t.ndim as usize;
+                    let dims = if ndim == 0 { &[][..] } else { std::slice::from_raw_parts(t.shape, ndim) };
+                    let strides = match t.strides.is_null() || ndim == 0 {
+                        true => Strides::COrder,
+                        false => Strides::Elements(std::slice::from_raw_parts(t.strides, ndim)),
+                    };
+                    Extents { dims, strides }
+                }
+            }
+            Holder::NumPy(array) => numpy::extents(array.object().bind(py)),
+            Holder::Interface(described) => Extents {
+                dims: &described.dims,
+                strides: described.byte_strides.as_deref().map_or(Strides::COrder, Strides::Bytes),
+            },
+            Holder::Buffer(view) => view.extents(),
+            Holder::Own(_, array) => {
+                // SAFETY: the holder was made for an instance of this runtime's class.
+                let array = unsafe { array.object().bind(py).cast_unchecked::<MemArrayBase>() };
+                Extents { dims: array.get().header().dims(), strides: Strides::COrder }
+            }
+        }
+    }
+
+    /// Bytes per element.
+    pub(crate) fn itemsize(&self) -> usize {
+        self.dtype.1 as usize * self.dtype.2 as usize / 8
+    }
+}
+
+impl Strides<'_> {
+    /// Write the element strides of an array of `shape` with `itemsize`-byte elements into
+    /// `out` (as long as `shape`). An empty array gets C-order strides whatever it came with;
+    /// otherwise a byte stride must be a multiple of the itemsize.
+    #[inline]
+    pub(crate) fn fill(self, shape: &[usize], itemsize: usize, out: &mut [isize]) -> PyResult<()> {
+        match self {
+            _ if shape.contains(&0) => crate::strided::fill_c_strides(shape, out),
+            Strides::COrder => crate::strided::fill_c_strides(shape, out),
+            Strides::Elements(given) => {
+                for (slot, &stride) in out.iter_mut().zip(given) {
+                    *slot = stride as isize;
+                }
+            }
+            Strides::Bytes(given) => {
+                let size = itemsize as i64;
+                for (axis, (slot, &stride)) in out.iter_mut().zip(given).enumerate() {
+                    if size != 0 && stride % size == 0 {
+                        *slot = (stride / size) as isize;
+                    } else if shape[axis] <= 1 {
+                        *slot = 0; // never steps
+                    } else {
+                        return Err(PyValueError::new_err(format!(
+                            "the array's stride of {stride} bytes on axis {axis} is not a multiple of its itemsize \
+                             ({itemsize} bytes); pass a copy (np.ascontiguousarray)"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuse strides that are not C-contiguous for `dims` (`itemsize`-byte elements).
+    pub(crate) fn check_c_contiguous(self, dims: &[i64], itemsize: usize) -> crate::Result<()> {
+        match self {
+            Strides::COrder => Ok(()),
+            Strides::Elements(given) => crate::memarray::foreign::check_c_contiguous(dims, given, 1),
+            Strides::Bytes(given) => crate::memarray::foreign::check_c_contiguous(dims, given, itemsize as i64),
+        }
+    }
+}
+
+/// The protocols of the types seen so far: a table address (the exchange API) or a small code.
+static PROTOCOLS: IdentityCache<64> = IdentityCache::new();
+
+const OWN_ARRAY: usize = 1;
+const NUMPY: usize = 2;
+const DLPACK: usize = 3;
+const INTERFACE: usize = 4;
+const BUFFER: usize = 5;
+
+impl PartialEq for Protocol {
+    fn eq(&self, other: &Self) -> bool {
+        self.encode() == other.encode()
+    }
+}
+
+impl Protocol {
+    fn encode(self) -> usize {
+        match self {
+            Protocol::OwnArray => OWN_ARRAY,
+            Protocol::NumPy => NUMPY,
+            Protocol::DLPack => DLPACK,
+            Protocol::Interface => INTERFACE,
+            Protocol::Buffer => BUFFER,
+            Protocol::Exchange(table) => table as *const DLPackExchangeAPI as usize,
+        }
+    }
+
+    fn decode(value: usize) -> Protocol {
+        match value {
+            OWN_ARRAY => Protocol::OwnArray,
+            NUMPY => Protocol::NumPy,
+            DLPACK => Protocol::DLPack,
+            INTERFACE => Protocol::Interface,
+            BUFFER => Protocol::Buffer,
+            // SAFETY: any other value is the address of a static exchange table (below).
+            table => Protocol::Exchange(unsafe { &*(table as *const DLPackExchangeAPI) }),
+        }
+    }
+}
+
+/// The protocol `obj` speaks. Types are classified once; an object that speaks a protocol only
+/// through attributes of its own (not its type's) is probed every time.
+#[inline]
+pub(crate) fn protocol_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<Protocol>> {
+    if let Some(protocol) = protocol_of_type(&obj.get_type())? {
+        return Ok(Some(protocol));
+    }
+    let py = obj.py();
+    Ok(if obj.hasattr(intern!(py, "__dlpack__"))? {
+        Some(Protocol::DLPack)
+    } else if obj.hasattr(intern!(py, "__cuda_array_interface__"))? {
+        Some(Protocol::Interface)
+    } else {
+        None
+    })
+}
+
+/// The protocol instances of `ty` speak, classified once per type.
+fn protocol_of_type(ty: &Bound<'_, PyType>) -> PyResult<Option<Protocol>> {
+    if let Some(value) = PROTOCOLS.get(ty.as_any(), 0) {
+        return Ok(Some(Protocol::decode(value)));
+    }
+    let protocol = classify(ty)?;
+    if let Some(protocol) = protocol {
+        PROTOCOLS.insert(ty.as_any(), 0, protocol.encode());
+    }
+    Ok(protocol)
+}
+
+/// What a type's own attributes and slots say it speaks.
+fn classify(ty: &Bound<'_, PyType>) -> PyResult<Option<Protocol>> {
+    let py = ty.py();
+    if ty.is_subclass_of::<MemArrayBase>()? {
+        return Ok(Some(Protocol::OwnArray));
+    }
+    if numpy::is_array_type(ty) {
+        return Ok(Some(Protocol::NumPy));
+    }
+    if let Some(table) = exchange_table(ty)? {
+        return Ok(Some(Protocol::Exchange(table)));
+    }
+    if ty.hasattr(intern!(py, "__dlpack__"))? {
+        return Ok(Some(Protocol::DLPack));
+    }
+    if ty.hasattr(intern!(py, "__cuda_array_interface__"))? {
+        return Ok(Some(Protocol::Interface));
+    }
+    Ok(pep3118::exports_buffers(ty).then_some(Protocol::Buffer))
+}
+
+/// `type.__dlpack_c_exchange_api__`, if the type has a DLPack 1.x table.
+fn exchange_table(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static DLPackExchangeAPI>> {
+    let Some(capsule) = ty.getattr_opt(intern!(ty.py(), "__dlpack_c_exchange_api__"))? else { return Ok(None) };
+    // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
+    if unsafe { ffi::PyCapsule_IsValid(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr()) } != 1 {
+        return Ok(None);
+    }
+    // SAFETY: a valid capsule of that name points at a table that lives for the process (the
+    // DLPack contract for `__dlpack_c_exchange_api__`); the cache keeps its type alive too.
+    let table = unsafe {
+        &*ffi::PyCapsule_GetPointer(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr()).cast::<DLPackExchangeAPI>()
+    };
+    Ok((table.header.version.major == DLPACK_VERSION.0 && (table as *const _ as usize) > BUFFER).then_some(table))
+}
+
+/// The exchange table of instances of `ty`, if they have one (results in their framework).
+pub(crate) fn exchange_api_of_type(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static DLPackExchangeAPI>> {
+    Ok(match protocol_of_type(ty)? {
+        Some(Protocol::Exchange(table)) => Some(table),
+        _ => None,
+    })
+}
+
+/// What a caller asks of an acquisition.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Request {
+    /// The stream to hand device data over on (default: the stream rule).
+    pub(crate) stream: Option<i64>,
+    /// Ask a `__dlpack__` producer for a copy (`true`) or for none (`false`).
+    pub(crate) copy: Option<bool>,
+    /// The caller wraps only C-contiguous memory: refuse other layouts before any driver call.
+    pub(crate) c_contiguous: bool,
+}
+
+/// `obj`'s memory by the first protocol it speaks (`None`: it speaks none); device data of
+/// producers without the exchange API is handed over on `stream` (default: the stream rule).
+#[inline]
+pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<Option<Source>> {
+    // A user crate whose module only defines typed functions registers no class: join here.
+    crate::process::join_bundled(obj.py())?;
+    let Some(protocol) = protocol_of(obj)? else { return Ok(None) };
+    acquire_as(obj, protocol, Request { stream, ..Request::default() }).map(Some)
+}
+
+/// `obj`'s memory through `protocol`.
+#[inline]
+pub(crate) fn acquire_as(obj: &Bound<'_, PyAny>, protocol: Protocol, request: Request) -> PyResult<Source> {
+    match protocol {
+        Protocol::OwnArray => {
+            // SAFETY: the protocol says the type is this runtime's class or a subclass.
+            let array = unsafe { obj.cast_unchecked::<MemArrayBase>() };
+            from_own(array, request.stream)
+        }
+        Protocol::NumPy => numpy::read(obj),
+        Protocol::Exchange(table) => from_exchange(obj, table),
+        Protocol::DLPack => {
+            let (tensor, stream) = handshake::dlpack_tensor(obj, request.stream, request.copy)?;
+            let mut source = from_tensor(tensor)?;
+            source.stream = stream.filter(|_| source.device.device_type == DeviceType::Cuda);
+            Ok(source)
+        }
+        Protocol::Interface => handshake::from_interface(obj, request),
+        Protocol::Buffer => pep3118::read(obj),
+    }
+}
+
+/// An amso array of this runtime: its memory held by reference (as an export holds it), its
+/// device data handed to the work stream (`stream`, else the context, else the legacy default).
+fn from_own(array: &Bound<'_, MemArrayBase>, stream: Option<i64>) -> PyResult<Source> {
+    let py = array.py();
+    let base = array.get();
+    let work = stream.or_else(crate::stream_context::current).unwrap_or(1);
+    let (owner, data, device, readonly) = base.read(py, |core| -> crate::Result<_> {
+        let on_device = core.device().device_type == DeviceType::Cuda;
+        let request = crate::dlpack::DlpackRequest {
+            stream: on_device.then_some(work),
+            max_version: Some(DLPACK_VERSION),
+            ..Default::default()
+        };
+        let plan = crate::dlpack::plan_export(core.device(), core.pinned(), &request)?;
+        let source = core.export_source(&plan, None)?;
+        Ok((source.owner, source.data as usize, source.device, source.readonly))
+    })?;
+    Ok(Source {
+        holder: Holder::Own(owner, Producer::new(array.as_any())),
+        data,
+        dtype: (base.header().code, base.header().bits, base.header().lanes),
+        device,
+        readonly,
+        stream: (device.device_type == DeviceType::Cuda).then_some(work),
+    })
+}
+
+/// Through the producer type's exchange table: an owning tensor, no Python call.
+fn from_exchange(obj: &Bound<'_, PyAny>, table: &'static DLPackExchangeAPI) -> PyResult<Source> {
+    let from_object = table
+        .managed_tensor_from_py_object_no_sync
+        .ok_or_else(|| PyTypeError::new_err("the producer's DLPack exchange API cannot export tensors"))?;
+    let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+    // SAFETY: `obj` is of the type the table came from, alive for the call, the GIL held.
+    if unsafe { from_object(obj.as_ptr().cast(), &mut out) } != 0 {
+        return Err(PyErr::fetch(obj.py()));
+    }
+    let tensor =
+        NonNull::new(out).ok_or_else(|| PyValueError::new_err("the producer's exchange API returned no tensor"))?;
+    // SAFETY: the producer hands the tensor over; we delete it once.
+    let tensor = unsafe { ManagedTensor::from_raw(RawManaged::Versioned(tensor)) };
+    let mut source = from_tensor(tensor)?;
+    if source.device.device_type == DeviceType::Cuda {
+        source.stream = Some(producer_stream(obj.py(), table, source.device.id)?);
+    }
+    Ok(source)
+}
+
+/// The producer's current work stream on CUDA device `device_id` (NULL: the legacy default).
+fn producer_stream(py: Python<'_>, table: &DLPackExchangeAPI, device_id: i32) -> PyResult<i64> {
+    let Some(current) = table.current_work_stream else { return Ok(1) };
+    let mut stream: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the producer's function with a writable output; the GIL is held.
+    if unsafe { current(DLDeviceType::CUDA, device_id, &mut stream) } != 0 {
+        return Err(
+            PyErr::take(py).unwrap_or_else(|| PyValueError::new_err("the producer's current_work_stream failed"))
+        );
+    }
+    Ok(if stream.is_null() { 1 } else { stream as i64 })
+}
+
+/// The stream this call works on for a producer without the exchange API (the module's rule).
+pub(crate) fn work_stream(stream: Option<i64>, device_id: i32) -> PyResult<i64> {
+    if let Some(stream) = stream.or_else(crate::stream_context::current) {
+        return Ok(stream);
+    }
+    #[cfg(feature = "cuda")]
+    return Ok(crate::cuda::stream::amso_stream(device_id)?.as_int());
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = device_id;
+        Ok(1)
+    }
+}
+
+/// A source over `tensor` (amso's own export, say), whose device data is on `stream`.
+#[cfg(feature = "cuda")]
+pub(crate) fn from_managed(tensor: ManagedTensor, stream: Option<i64>) -> PyResult<Source> {
+    let mut source = from_tensor(tensor)?;
+    source.stream = stream.filter(|_| source.device.device_type == DeviceType::Cuda);
+    Ok(source)
+}
+
+/// The fields of a producer's managed tensor, checked enough to be read safely.
+pub(crate) fn from_tensor(tensor: ManagedTensor) -> PyResult<Source> {
+    let (t, readonly, major) = tensor.describe();
+    crate::memarray::foreign::check_major_version(major)?;
+    if !(0..=64).contains(&t.ndim) {
+        return Err(PyValueError::new_err(format!("the producer's tensor ndim {} is outside DLPack's 0..=64", t.ndim)));
+    }
+    if t.ndim > 0 && t.shape.is_null() {
+        return Err(PyValueError::new_err("the producer's tensor shape is NULL"));
+    }
+    let ndim = t.ndim as usize;
+    let device = match DeviceType::from_dlpack(t.device.device_type.0 as i32)? {
+        DeviceType::CudaHost => Device::CPU, // page-locked host memory reads as host memory
+        kind => Device { device_type: kind, id: t.device.device_id },
+    };
+    if device.id < 0 || (device.device_type != DeviceType::Cuda && device.id != 0) {
+        return Err(PyValueError::new_err(format!(
+            "the producer's device id {} is not valid for device type {}",
+            t.device.device_id, t.device.device_type.0
+        )));
+    }
+    // SAFETY: a DLTensor's shape holds ndim entries (checked not NULL above when ndim > 0),
+    // alive while the tensor is.
+    let dims = if ndim == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(t.shape, ndim) } };
+    if let Some(&negative) = dims.iter().find(|&&d| d < 0) {
+        return Err(PyValueError::new_err(format!("the producer's tensor has a negative dimension {negative}")));
+    }
+    let data = (t.data as usize)
+        .checked_add(usize::try_from(t.byte_offset).unwrap_or(usize::MAX))
+        .ok_or_else(|| PyValueError::new_err("the producer's byte_offset overflows the data pointer"))?;
+    if t.data.is_null() && !dims.contains(&0) {
+        return Err(PyValueError::new_err(format!(
+            "the producer's tensor data pointer is NULL but its shape is {dims:?}"
+        )));
+    }
+    Ok(Source {
+        data,
+        dtype: (t.dtype.code.0, t.dtype.bits, t.dtype.lanes),
+        device,
+        readonly,
+        stream: None,
+        holder: Holder::Tensor(tensor),
+    })
+}

@@ -1,0 +1,228 @@
+//! Strided layouts of memory amso did not lay out itself (a typed argument's NumPy view, a
+//! producer's DLPack tensor): strides in elements, negative ones included, checked for what
+//! the memory they reach and whether a writable view would reach one element twice.
+
+use std::ops::{Deref, DerefMut};
+
+/// How many dimensions `Dims` holds without allocating.
+const INLINE: usize = 8;
+
+/// A short list of dimensions or strides, inline up to 8 entries (every amso array; NumPy
+/// allows 64, which then take one allocation).
+#[derive(Clone)]
+pub struct Dims<T: Copy + Default> {
+    len: usize,
+    inline: [T; INLINE],
+    heap: Option<Box<[T]>>,
+}
+
+impl<T: Copy + Default> Dims<T> {
+    /// The entries `values` yields, `len` of them (missing ones are `T::default()`).
+    #[inline]
+    pub(crate) fn collect(len: usize, values: impl IntoIterator<Item = T>) -> Self {
+        let mut dims = Dims { len, inline: [T::default(); INLINE], heap: None };
+        if len <= INLINE {
+            for (slot, value) in dims.inline[..len].iter_mut().zip(values) {
+                *slot = value;
+            }
+        } else {
+            let mut heap: Vec<T> = values.into_iter().take(len).collect();
+            heap.resize(len, T::default());
+            dims.heap = Some(heap.into_boxed_slice());
+        }
+        dims
+    }
+
+    /// A copy of `values`.
+    #[inline]
+    pub(crate) fn from_slice(values: &[T]) -> Self {
+        let len = values.len();
+        if len <= INLINE {
+            let mut inline = [T::default(); INLINE];
+            inline[..len].copy_from_slice(values);
+            return Dims { len, inline, heap: None };
+        }
+        Dims { len, inline: [T::default(); INLINE], heap: Some(values.into()) }
+    }
+}
+
+impl<T: Copy + Default> Deref for Dims<T> {
+    type Target = [T];
+
+    #[inline]
+    fn deref(&self) -> &[T] {
+        match &self.heap {
+            None => &self.inline[..self.len],
+            Some(heap) => heap,
+        }
+    }
+}
+
+impl<T: Copy + Default> DerefMut for Dims<T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [T] {
+        match &mut self.heap {
+            None => &mut self.inline[..self.len],
+            Some(heap) => heap,
+        }
+    }
+}
+
+impl<T: Copy + Default> AsRef<[T]> for Dims<T> {
+    fn as_ref(&self) -> &[T] {
+        self
+    }
+}
+
+impl<T: Copy + Default> AsMut<[T]> for Dims<T> {
+    fn as_mut(&mut self) -> &mut [T] {
+        self
+    }
+}
+
+impl<T: Copy + Default + std::fmt::Debug> std::fmt::Debug for Dims<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+/// Write the C-order strides in elements of `shape` into `strides` (of the same length; axes
+/// of length 0 count as 1, so the strides stay what NumPy would give).
+pub(crate) fn fill_c_strides(shape: &[usize], strides: &mut [isize]) {
+    let mut stride = 1isize;
+    for axis in (0..shape.len()).rev() {
+        strides[axis] = stride;
+        stride = stride.saturating_mul(shape[axis].max(1) as isize);
+    }
+}
+
+/// Whether `strides` are the C-order strides of `shape`, ignoring axes of length 1 (whose
+/// stride never matters) and any layout of an empty array.
+pub(crate) fn is_c_contiguous(shape: &[usize], strides: &[isize]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expected = 1isize;
+    for (&dim, &stride) in shape.iter().zip(strides).rev() {
+        if dim > 1 && stride != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(dim as isize);
+    }
+    true
+}
+
+/// The memory a non-empty strided array reaches, in bytes relative to its first element's
+/// address: `lowest` (at most 0, through negative strides) and `end` (one past the last byte
+/// reached). `None` if the offsets overflow.
+pub(crate) fn byte_extent(shape: &[usize], strides: &[isize], itemsize: usize) -> Option<(isize, isize)> {
+    let (mut lowest, mut highest) = (0isize, 0isize);
+    for (&dim, &stride) in shape.iter().zip(strides) {
+        let step = stride.checked_mul(dim.checked_sub(1)? as isize)?.checked_mul(itemsize as isize)?;
+        if step < 0 {
+            lowest = lowest.checked_add(step)?;
+        } else {
+            highest = highest.checked_add(step)?;
+        }
+    }
+    Some((lowest, highest.checked_add(itemsize as isize)?))
+}
+
+/// The first axis through which two different indices of a non-empty array reach the same
+/// element, if any (a broadcast's zero stride, or strides that overlap): what a writable view
+/// must not have. Axes of length 1 never step, so their strides do not count.
+pub(crate) fn self_overlap(shape: &[usize], strides: &[isize]) -> Option<usize> {
+    let mut axes: Dims<usize> = Dims::collect(shape.len(), 0..shape.len());
+    axes.sort_unstable_by_key(|&axis| strides[axis].unsigned_abs());
+    // With the axes ordered by stride, no overlap means each stride steps past everything the
+    // smaller-strided axes reach (a sufficient test, the one NumPy's own writers use).
+    let mut reach = 0usize;
+    for &axis in axes.iter().filter(|&&axis| shape[axis] > 1) {
+        let stride = strides[axis].unsigned_abs();
+        if stride <= reach {
+            return Some(axis);
+        }
+        reach = match stride.checked_mul(shape[axis] - 1).and_then(|step| reach.checked_add(step)) {
+            Some(reach) => reach,
+            None => return Some(axis),
+        };
+    }
+    None
+}
+
+/// The greatest common divisor of the byte strides of the axes that step (length > 1); 0 for
+/// an array of at most one element.
+pub(crate) fn stride_gcd(shape: &[usize], strides: &[isize], itemsize: usize) -> usize {
+    shape
+        .iter()
+        .zip(strides)
+        .filter(|(&dim, _)| dim > 1)
+        .map(|(_, &stride)| stride.unsigned_abs().saturating_mul(itemsize))
+        .fold(0, gcd)
+}
+
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dims_hold_short_and_long_lists() {
+        let short = Dims::from_slice(&[3usize, 4]);
+        assert_eq!(&*short, &[3, 4]);
+        let long: Vec<i64> = (0..20).collect();
+        assert_eq!(&*Dims::from_slice(&long), &long[..]);
+        assert_eq!(&*Dims::<i64>::from_slice(&[]), &[] as &[i64]);
+        let c_strides = |shape: &[usize]| {
+            let mut strides = vec![0; shape.len()];
+            fill_c_strides(shape, &mut strides);
+            strides
+        };
+        assert_eq!(c_strides(&[2, 3, 4]), [12, 4, 1]);
+        assert_eq!(c_strides(&[2, 0, 4]), [4, 4, 1], "an empty axis counts as 1");
+        let mut many = Dims::collect(12, std::iter::repeat(0isize));
+        fill_c_strides(&[1; 12], &mut many);
+        assert_eq!(&*many, &[1isize; 12]);
+    }
+
+    #[test]
+    fn contiguity_ignores_unit_axes_and_empty_arrays() {
+        assert!(is_c_contiguous(&[2, 3], &[3, 1]));
+        assert!(is_c_contiguous(&[2, 1], &[1, 99]), "a length-1 axis may have any stride");
+        assert!(!is_c_contiguous(&[2, 3], &[1, 2]), "Fortran order");
+        assert!(!is_c_contiguous(&[3], &[-1]), "reversed");
+        assert!(is_c_contiguous(&[0, 3], &[0, 0]), "an empty array has no layout to speak of");
+    }
+
+    #[test]
+    fn extents_reach_below_the_first_element_through_negative_strides() {
+        assert_eq!(byte_extent(&[2, 3], &[3, 1], 4), Some((0, 24)));
+        assert_eq!(byte_extent(&[4], &[-1], 8), Some((-24, 8)), "x[::-1]: three elements below the first");
+        assert_eq!(byte_extent(&[2, 3], &[-3, 2], 4), Some((-12, 20)));
+        assert_eq!(byte_extent(&[2], &[isize::MAX], 8), None);
+    }
+
+    #[test]
+    fn overlap_is_found_through_zero_and_overlapping_strides() {
+        assert_eq!(self_overlap(&[2, 3], &[3, 1]), None);
+        assert_eq!(self_overlap(&[2, 3], &[1, 2]), None, "a transposed view");
+        assert_eq!(self_overlap(&[3], &[-1]), None, "reversed");
+        assert_eq!(self_overlap(&[4, 3], &[0, 1]), Some(0), "a broadcast");
+        assert_eq!(self_overlap(&[3, 3], &[2, 1]), Some(0));
+        assert_eq!(self_overlap(&[3, 3], &[-2, 1]), Some(0), "overlap through a negative stride");
+        assert_eq!(self_overlap(&[1, 3], &[0, 1]), None, "a length-1 axis never steps");
+    }
+
+    #[test]
+    fn stride_gcds_count_stepping_axes_in_bytes() {
+        assert_eq!(stride_gcd(&[4], &[2], 8), 16);
+        assert_eq!(stride_gcd(&[2, 3], &[6, -2], 4), 8);
+        assert_eq!(stride_gcd(&[1, 1], &[5, 7], 4), 0);
+    }
+}

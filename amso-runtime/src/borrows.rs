@@ -8,9 +8,17 @@
 //! element lattices can meet: interleaved views such as `x[::2]` and `x[1::2]` do not conflict,
 //! as in rust-numpy. Python code writing the memory through its own views meanwhile is outside
 //! what a registry can see.
+//!
+//! The GIL is the registry's lock. Typed arguments are bound to the GIL's lifetime (`'py`):
+//! they are made and dropped by a thread that holds it, and so is every call of the shared
+//! table, in this copy and in the others. (amso extensions are built for the stable ABI, which
+//! free-threaded Pythons do not load.) Each borrow costs no atomic operation: a mutex would add
+//! four per argument, more than the rest of the bookkeeping together.
 
+use std::cell::UnsafeCell;
 use std::ffi::c_int;
-use std::sync::Mutex;
+
+use crate::strided::gcd;
 
 /// One borrow of host memory, as it crosses between runtime copies (`#[repr(C)]`).
 #[repr(C)]
@@ -52,45 +60,53 @@ impl BorrowKey {
     }
 }
 
-fn gcd(mut a: usize, mut b: usize) -> usize {
-    while b != 0 {
-        (a, b) = (b, a % b);
+/// Live borrows.
+#[derive(Default)]
+pub(crate) struct Registry(Vec<BorrowKey>);
+
+impl Registry {
+    /// Register `key` unless it conflicts with a live borrow, which is returned.
+    pub(crate) fn acquire(&mut self, key: &BorrowKey) -> Result<(), BorrowKey> {
+        if let Some(clash) = self.0.iter().find(|live| live.conflicts(key)) {
+            return Err(*clash);
+        }
+        self.0.push(*key);
+        Ok(())
     }
-    a
-}
 
-static ACTIVE: Mutex<Vec<BorrowKey>> = Mutex::new(Vec::new());
-
-/// Register `key` unless it conflicts with a live borrow, which is then written to `other`.
-pub(crate) fn acquire(key: &BorrowKey) -> Result<(), BorrowKey> {
-    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(clash) = active.iter().find(|live| live.conflicts(key)) {
-        return Err(*clash);
-    }
-    active.push(*key);
-    Ok(())
-}
-
-/// Drop one registration equal to `key`.
-pub(crate) fn release(key: &BorrowKey) {
-    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(index) = active.iter().position(|live| live == key) {
-        active.swap_remove(index);
+    /// Drop one registration equal to `key`.
+    pub(crate) fn release(&mut self, key: &BorrowKey) {
+        if let Some(index) = self.0.iter().position(|live| live == key) {
+            self.0.swap_remove(index);
+        }
     }
 }
 
-/// The number of live borrows.
-pub(crate) fn live() -> usize {
-    ACTIVE.lock().unwrap_or_else(|e| e.into_inner()).len()
-}
+/// This copy's registry, behind the GIL (see the module docs).
+struct GilGuarded(UnsafeCell<Registry>);
 
-/// `acquire` for other copies of the runtime: 0, or 1 with the conflicting borrow in `other`.
+// SAFETY: only reached through the functions below, whose callers hold the GIL.
+unsafe impl Sync for GilGuarded {}
+
+static ACTIVE: GilGuarded = GilGuarded(UnsafeCell::new(Registry(Vec::new())));
+
+/// This copy's registry.
 ///
 /// # Safety
-/// `key` points at a valid `BorrowKey`; `other` at a writable one.
+/// The caller holds the GIL, and drops the reference before anything else could reach the
+/// registry (no Python code runs meanwhile).
+unsafe fn registry<'a>() -> &'a mut Registry {
+    // SAFETY: the GIL serialises every caller (the caller's contract).
+    unsafe { &mut *ACTIVE.0.get() }
+}
+
+/// Register `key`: 0, or 1 with the conflicting borrow in `other`.
+///
+/// # Safety
+/// The GIL is held; `key` points at a valid `BorrowKey`, `other` at a writable one.
 pub(crate) unsafe extern "C" fn acquire_shared(key: *const BorrowKey, other: *mut BorrowKey) -> c_int {
-    // SAFETY: the caller's valid key.
-    match acquire(unsafe { &*key }) {
+    // SAFETY: the caller holds the GIL, and passes a valid key.
+    match unsafe { registry().acquire(&*key) } {
         Ok(()) => 0,
         Err(clash) => {
             // SAFETY: the caller's writable output.
@@ -100,18 +116,22 @@ pub(crate) unsafe extern "C" fn acquire_shared(key: *const BorrowKey, other: *mu
     }
 }
 
-/// `release` for other copies of the runtime.
+/// Release `key`.
 ///
 /// # Safety
-/// `key` points at a valid `BorrowKey`.
+/// The GIL is held; `key` points at a valid `BorrowKey`.
 pub(crate) unsafe extern "C" fn release_shared(key: *const BorrowKey) {
-    // SAFETY: the caller's valid key.
-    release(unsafe { &*key });
+    // SAFETY: the caller holds the GIL, and passes a valid key.
+    unsafe { registry().release(&*key) }
 }
 
-/// `live` for other copies of the runtime.
-pub(crate) extern "C" fn live_shared() -> usize {
-    live()
+/// The number of live borrows.
+///
+/// # Safety
+/// The GIL is held.
+pub(crate) unsafe extern "C" fn live_shared() -> usize {
+    // SAFETY: the caller holds the GIL.
+    unsafe { registry().0.len() }
 }
 
 #[cfg(test)]
@@ -151,14 +171,17 @@ mod tests {
 
     #[test]
     fn the_registry_admits_and_releases() {
+        let mut registry = Registry::default();
         let writer = key(0x7000_0000, 4, 4, 4, true);
         let reader = key(0x7000_0008, 1, 4, 4, false);
-        let before = live();
-        acquire(&writer).unwrap();
-        assert_eq!(acquire(&reader), Err(writer));
-        release(&writer);
-        acquire(&reader).unwrap();
-        release(&reader);
-        assert_eq!(live(), before);
+        registry.acquire(&writer).unwrap();
+        assert_eq!(registry.acquire(&reader), Err(writer));
+        registry.release(&writer);
+        registry.acquire(&reader).unwrap();
+        registry.acquire(&reader).unwrap(); // two readers of the same memory
+        registry.release(&reader);
+        assert_eq!(registry.0, [reader]);
+        registry.release(&reader);
+        assert!(registry.0.is_empty());
     }
 }

@@ -26,11 +26,12 @@ pub(crate) struct Table {
     /// Replace the thread's stream context, returning the previous one.
     pub(crate) replace_stream: extern "C" fn(i64) -> i64,
     /// Register a borrow: 0, or 1 with the conflicting borrow written to the second argument.
+    /// The borrow functions are called with the GIL held, which serialises them.
     pub(crate) acquire_borrow: unsafe extern "C" fn(*const BorrowKey, *mut BorrowKey) -> c_int,
     /// Release a borrow.
     pub(crate) release_borrow: unsafe extern "C" fn(*const BorrowKey),
     /// The number of live borrows.
-    pub(crate) live_borrows: extern "C" fn() -> usize,
+    pub(crate) live_borrows: unsafe extern "C" fn() -> usize,
 }
 
 static OWN: Table = Table {
@@ -59,20 +60,27 @@ pub(crate) fn table() -> &'static Table {
     joined().unwrap_or(&OWN)
 }
 
-/// Register `key` in the process's borrow registry; `Err` holds the borrow it conflicts with.
-pub(crate) fn acquire_borrow(key: &BorrowKey) -> Result<(), BorrowKey> {
+/// Register `key` in the process's borrow registry (the GIL held: `_attached`); `Err` holds
+/// the borrow it conflicts with.
+pub(crate) fn acquire_borrow(_attached: Python<'_>, key: &BorrowKey) -> Result<(), BorrowKey> {
     let mut other = *key;
-    // SAFETY: a valid key and a writable output, alive for the call.
+    // SAFETY: the GIL is held; a valid key and a writable output, alive for the call.
     match unsafe { (table().acquire_borrow)(key, &mut other) } {
         0 => Ok(()),
         _ => Err(other),
     }
 }
 
-/// Release `key` from the process's borrow registry.
-pub(crate) fn release_borrow(key: &BorrowKey) {
-    // SAFETY: a valid key, alive for the call.
+/// Release `key` from the process's borrow registry (the GIL held: `_attached`).
+pub(crate) fn release_borrow(_attached: Python<'_>, key: &BorrowKey) {
+    // SAFETY: the GIL is held; a valid key, alive for the call.
     unsafe { (table().release_borrow)(key) }
+}
+
+/// The number of live borrows in the process's registry.
+pub(crate) fn live_borrows(_attached: Python<'_>) -> usize {
+    // SAFETY: the GIL is held.
+    unsafe { (table().live_borrows)() }
 }
 
 /// Add this copy's table to `module` (the bundled `amso._amso`): the process's state. Called

@@ -65,6 +65,59 @@ impl ArrayCore {
     }
 }
 
+/// What a typed argument holds of an array: a reference to its memory where it is now.
+#[cfg(feature = "python")]
+pub(crate) enum HeldMemory {
+    /// The host buffer.
+    Host(Arc<crate::host::HostBuffer>),
+    /// The device memory.
+    #[cfg(feature = "cuda")]
+    Device(Arc<crate::cuda::memory::DeviceMemory>),
+}
+
+/// An array's memory held in place: what it holds, its first element, where it is, whether it
+/// is read-only.
+#[cfg(feature = "python")]
+pub(crate) struct Held {
+    pub(crate) memory: HeldMemory,
+    pub(crate) data: usize,
+    pub(crate) device: crate::device::Device,
+    pub(crate) readonly: bool,
+}
+
+#[cfg(feature = "python")]
+impl ArrayCore {
+    /// Hold the data where it is, without a copy: what a typed argument reads. Device data is
+    /// handed to `stream` (its pending work ordered first) and, as with any export, freed only
+    /// after the device synchronises. A locked array is refused.
+    #[inline]
+    pub(crate) fn hold(&self, stream: i64) -> Result<Held> {
+        let raw = self.raw_view();
+        check_access(raw.holder, None)?;
+        let device = raw.device();
+        match raw.residence {
+            Residence::Host => {
+                let buffer = Arc::clone(self.host_buffer());
+                let data = buffer.as_ptr() as usize;
+                Ok(Held { memory: HeldMemory::Host(buffer), data, device, readonly: raw.readonly })
+            }
+            #[cfg(feature = "cuda")]
+            Residence::Device => {
+                raw.device.hand_to(raw.device_id, crate::cuda::stream::StreamHandle::from_int(stream)?)?;
+                let memory = Arc::clone(raw.device.memory().expect("resident"));
+                memory.mark_shared();
+                let data = memory.ptr() as usize;
+                Ok(Held { memory: HeldMemory::Device(memory), data, device, readonly: raw.readonly })
+            }
+            #[cfg(not(feature = "cuda"))]
+            Residence::Device => {
+                let _ = stream;
+                Err(Error::Unavailable("device memory needs amso's CUDA layer".into()))
+            }
+        }
+    }
+}
+
 /// A private copy of the current data on `target` (another device, or the host), complete when
 /// this returns.
 #[cfg(feature = "cuda")]

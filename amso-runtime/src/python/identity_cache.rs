@@ -35,6 +35,12 @@ impl<const SLOTS: usize> IdentityCache<SLOTS> {
         self.find(object.as_ptr() as usize, tag)
     }
 
+    /// The value stored for the object at `address` and `tag` (no reference counting).
+    #[inline]
+    pub(crate) fn get_raw(&self, address: usize, tag: usize) -> Option<usize> {
+        self.find(address, tag)
+    }
+
     /// Entries stored.
     pub(crate) fn len(&self) -> usize {
         self.filled.load(Ordering::Acquire)

@@ -15,7 +15,8 @@ use crate::memarray::foreign::{check_dims, ForeignMemory};
 
 /// An amso array of a registered class over `source`'s memory, which must be C-contiguous.
 /// Device data records the stream it was handed over on, so amso's later work waits for it.
-pub(super) fn wrap_source(py: Python<'_>, source: Source) -> PyResult<Py<PyAny>> {
+/// `producer` is the object `source` came from (`None` for a bare tensor).
+pub(super) fn wrap_source(py: Python<'_>, source: Source, producer: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
     let extents = source.extents(py);
     check_dims(extents.dims)?;
     extents.strides.check_c_contiguous(extents.dims, source.itemsize())?;
@@ -29,7 +30,8 @@ pub(super) fn wrap_source(py: Python<'_>, source: Source) -> PyResult<Py<PyAny>>
         ))
     })?;
     let (readonly, stream) = (source.readonly, source.stream);
-    let memory = ForeignMemory { address: source.data, device: source.device, owner: Box::new(source.holder) };
+    let (address, device) = (source.data, source.device);
+    let memory = ForeignMemory { address, device, owner: source.into_owner(producer)? };
     // SAFETY: the producer's memory holds `dims` C-contiguous elements of this dtype at that
     // address (checked as far as a consumer can), valid until its holder drops.
     let mut array = unsafe { registration.wrap(&dims, memory, readonly) }?;
@@ -43,7 +45,7 @@ pub(super) fn wrap_source(py: Python<'_>, source: Source) -> PyResult<Py<PyAny>>
 /// An amso array over the tensor `owner` owns (its deleter runs exactly once, also when the
 /// tensor is refused).
 pub(super) fn wrap_tensor(py: Python<'_>, owner: ManagedTensor) -> PyResult<Py<PyAny>> {
-    wrap_source(py, source::from_tensor(owner)?)
+    wrap_source(py, source::from_tensor(owner)?, None)
 }
 
 /// `amso.from_dlpack(obj, *, copy=None)`: an amso array over `obj`'s memory (or a copy of it
@@ -64,7 +66,8 @@ pub fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<bool>) -
         Some(protocol) if copy != Some(true) => protocol,
         _ => Protocol::DLPack,
     };
-    wrap_source(py, source::acquire_as(obj, protocol, Request { copy, c_contiguous: true, ..Request::default() })?)
+    let request = Request { copy, c_contiguous: true, ..Request::default() };
+    wrap_source(py, source::acquire_as(obj, protocol, request)?, Some(obj))
 }
 
 /// `amso._amso._wrap(obj)`: an amso array over `obj`'s memory by the first protocol it speaks
@@ -78,7 +81,8 @@ pub fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
             obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
         ))
     })?;
-    wrap_source(py, source::acquire_as(obj, protocol, Request { c_contiguous: true, ..Request::default() })?)
+    let request = Request { c_contiguous: true, ..Request::default() };
+    wrap_source(py, source::acquire_as(obj, protocol, request)?, Some(obj))
 }
 
 /// `amso._amso.from_cuda_array_interface(obj)`: an amso array over the device memory `obj`
@@ -87,5 +91,5 @@ pub fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
 #[pyfunction]
 pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let request = Request { c_contiguous: true, ..Request::default() };
-    wrap_source(py, source::acquire_as(obj, Protocol::Interface, request)?)
+    wrap_source(py, source::acquire_as(obj, Protocol::Interface, request)?, Some(obj))
 }

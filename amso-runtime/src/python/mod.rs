@@ -158,8 +158,8 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// The number of typed-argument borrows alive in the process (for tests).
 #[pyfunction(name = "_live_borrows")]
-fn live_borrows() -> usize {
-    (crate::process::table().live_borrows)()
+fn live_borrows(py: Python<'_>) -> usize {
+    crate::process::live_borrows(py)
 }
 
 /// Whether a CUDA driver and at least one device are present (never raises).

@@ -1,12 +1,16 @@
 //! Recognising amso arrays, of this runtime or of another crate's copy of it (each extension
 //! module built with amso links its own), without trusting what an object says about itself.
 //!
-//! Every amso class carries `__amso_type__`, a capsule named `amso.array_type.v1` that points
+//! Every amso class carries `__amso_type__`, a capsule named `amso.array_type.v2` that points
 //! at its runtime's static `ArrayTypeInfo`. Only that runtime's `header_of` turns an object
 //! into a header, and only after a real type check against its own base class. So a class
 //! that copies the attribute, fakes it, or raises from it is simply not an amso array.
 //! (Code that forges a capsule through ctypes can crash anything; that is outside what any
 //! library can defend against.)
+//!
+//! The same table lets a typed argument of one runtime hold an array of another without a
+//! managed tensor: `hold` takes a reference to the memory where it is (the array's own
+//! runtime keeps it alive), `release` gives it back.
 
 use std::ffi::CStr;
 
@@ -14,24 +18,113 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use pyo3::exceptions::PyRuntimeError;
+
 use super::array::MemArrayBase;
 use crate::header::{Header, HEADER_MAGIC, HEADER_VERSION};
+use crate::memarray::export::HeldMemory;
 
-const TYPE_CAPSULE: &CStr = c"amso.array_type.v1";
+const TYPE_CAPSULE: &CStr = c"amso.array_type.v2";
 
 /// What one runtime copy tells the others about its array classes.
 #[repr(C)]
-struct ArrayTypeInfo {
+#[derive(Debug)]
+pub(crate) struct ArrayTypeInfo {
     header_version: u32,
     header_size: u32,
     /// The object's header, or NULL if it is not an array of this runtime.
-    header_of: unsafe extern "C" fn(*mut ffi::PyObject) -> *const Header,
+    pub(crate) header_of: unsafe extern "C" fn(*mut ffi::PyObject) -> *const Header,
     /// 1 if the type is this runtime's base class or a subclass of it, else 0.
     is_array_type: unsafe extern "C" fn(*mut ffi::PyObject) -> std::ffi::c_int,
+    /// Hold an array's memory where it is (device data handed to the stream, a protocol
+    /// value): 0, or -1 with a Python exception set (a locked array, not an array of this
+    /// runtime). The GIL is held.
+    pub(crate) hold: unsafe extern "C" fn(*mut ffi::PyObject, i64, *mut HeldArray) -> std::ffi::c_int,
+    /// Give back what `hold` took (any thread, with or without the GIL).
+    pub(crate) release: unsafe extern "C" fn(usize),
 }
 
-static INFO: ArrayTypeInfo =
-    ArrayTypeInfo { header_version: HEADER_VERSION, header_size: size_of::<Header>() as u32, header_of, is_array_type };
+/// What `hold` hands out.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct HeldArray {
+    /// The array's header (shape and dtype), alive as long as the array.
+    pub(crate) header: usize,
+    pub(crate) data: usize,
+    pub(crate) device_type: i32,
+    pub(crate) device_id: i32,
+    pub(crate) readonly: u32,
+    /// What `release` takes: the held memory's reference.
+    pub(crate) token: usize,
+}
+
+pub(crate) static INFO: ArrayTypeInfo = ArrayTypeInfo {
+    header_version: HEADER_VERSION,
+    header_size: size_of::<Header>() as u32,
+    header_of,
+    is_array_type,
+    hold,
+    release,
+};
+
+/// Token bit: the held memory is device memory (an `Arc` pointer is aligned, so its low bit is free).
+const DEVICE_TOKEN: usize = 1;
+
+/// # Safety
+/// `object` is a live object, `out` writable, and the GIL is held (the table's contract).
+unsafe extern "C" fn hold(object: *mut ffi::PyObject, stream: i64, out: *mut HeldArray) -> std::ffi::c_int {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> PyResult<HeldArray> {
+        // SAFETY: the caller holds the GIL.
+        let py = unsafe { Python::assume_attached() };
+        // SAFETY: a live object, borrowed.
+        let object = unsafe { Bound::from_borrowed_ptr(py, object) };
+        let array = object.cast::<MemArrayBase>().map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err("the object is not an amso array of the runtime asked to hold it")
+        })?;
+        let held = array.get().read(py, |core| core.hold(stream))?;
+        let token = match held.memory {
+            HeldMemory::Host(buffer) => std::sync::Arc::into_raw(buffer) as usize,
+            #[cfg(feature = "cuda")]
+            HeldMemory::Device(memory) => std::sync::Arc::into_raw(memory) as usize | DEVICE_TOKEN,
+        };
+        Ok(HeldArray {
+            header: array.get().header() as *const Header as usize,
+            data: held.data,
+            device_type: held.device.device_type as i32,
+            device_id: held.device.id,
+            readonly: held.readonly as u32,
+            token,
+        })
+    }));
+    // SAFETY: the caller holds the GIL.
+    let py = unsafe { Python::assume_attached() };
+    match outcome.unwrap_or_else(|_| Err(PyRuntimeError::new_err("internal error (panic) inside amso; please report it"))) {
+        Ok(held) => {
+            // SAFETY: the caller's writable output.
+            unsafe { out.write(held) };
+            0
+        }
+        Err(error) => {
+            error.restore(py);
+            -1
+        }
+    }
+}
+
+/// # Safety
+/// `token` came from this runtime's `hold` and is released once.
+unsafe extern "C" fn release(token: usize) {
+    let _ = std::panic::catch_unwind(|| {
+        if token & DEVICE_TOKEN == 0 {
+            // SAFETY: `hold` leaked this `Arc<HostBuffer>`; it comes back once.
+            drop(unsafe { std::sync::Arc::from_raw(token as *const crate::host::HostBuffer) });
+        } else {
+            #[cfg(feature = "cuda")]
+            // SAFETY: `hold` leaked this `Arc<DeviceMemory>`; it comes back once.
+            drop(unsafe { std::sync::Arc::from_raw((token & !DEVICE_TOKEN) as *const crate::cuda::memory::DeviceMemory) });
+        }
+    });
+}
 
 /// The `__amso_type__` capsule of this runtime's classes.
 pub(super) fn type_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -71,7 +164,7 @@ unsafe extern "C" fn is_array_type(type_object: *mut ffi::PyObject) -> std::ffi:
 
 /// The `ArrayTypeInfo` a class's `__amso_type__` capsule names, if it is a genuine one of this
 /// header layout. Only says which runtime to ask: it vouches for nothing about an object.
-fn type_info(class: &Bound<'_, PyAny>) -> Option<&'static ArrayTypeInfo> {
+pub(crate) fn type_info(class: &Bound<'_, PyAny>) -> Option<&'static ArrayTypeInfo> {
     let capsule = class.getattr(intern!(class.py(), "__amso_type__")).ok()?;
     // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
     if unsafe { ffi::PyCapsule_IsValid(capsule.as_ptr(), TYPE_CAPSULE.as_ptr()) } != 1 {
@@ -81,6 +174,15 @@ fn type_info(class: &Bound<'_, PyAny>) -> Option<&'static ArrayTypeInfo> {
     // `ArrayTypeInfo`, which lives for the process (extension modules are never unloaded).
     let info = unsafe { &*ffi::PyCapsule_GetPointer(capsule.as_ptr(), TYPE_CAPSULE.as_ptr()).cast::<ArrayTypeInfo>() };
     (info.header_version == HEADER_VERSION && info.header_size as usize == size_of::<Header>()).then_some(info)
+}
+
+/// The runtime whose array classes `ty` is one of (this runtime's, or another copy's), if any.
+pub(crate) fn runtime_of_type(ty: &Bound<'_, pyo3::types::PyType>) -> Option<&'static ArrayTypeInfo> {
+    if ty.is_subclass_of::<MemArrayBase>().unwrap_or(false) {
+        return Some(&INFO);
+    }
+    // SAFETY: a live type object, the GIL held; its runtime checks the type itself.
+    type_info(ty.as_any()).filter(|info| unsafe { (info.is_array_type)(ty.as_ptr()) } == 1)
 }
 
 /// The header of `object` if it is an amso array of any runtime copy, borrowed for as long

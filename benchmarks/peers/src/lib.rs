@@ -14,6 +14,16 @@ use numpy::{
 };
 use pyo3::prelude::*;
 
+// --- PyO3 alone: the floor under both ---
+
+/// Take one argument as it comes and do nothing: the cost of the call itself.
+#[pyfunction]
+fn pyo3_noop1(_a: &Bound<'_, PyAny>) {}
+
+/// Take three arguments as they come and do nothing.
+#[pyfunction]
+fn pyo3_noop3(_a: &Bound<'_, PyAny>, _b: &Bound<'_, PyAny>, _c: &Bound<'_, PyAny>) {}
+
 // --- amso ---
 
 /// Read one float32 2-D argument and do nothing.
@@ -100,6 +110,8 @@ fn numpy_mult_py(a: f64, x: &Bound<'_, PyArrayDyn<f64>>) {
 
 #[pymodule]
 fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(pyo3_noop1, module)?)?;
+    module.add_function(wrap_pyfunction!(pyo3_noop3, module)?)?;
     module.add_function(wrap_pyfunction!(amso_noop1, module)?)?;
     module.add_function(wrap_pyfunction!(amso_noop3, module)?)?;
     module.add_function(wrap_pyfunction!(amso_sum, module)?)?;

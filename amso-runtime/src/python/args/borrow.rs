@@ -2,24 +2,25 @@
 //! shared by every copy of the runtime through `process.rs`), released when it drops.
 
 use pyo3::exceptions::PyBufferError;
-use pyo3::PyResult;
+use pyo3::{PyResult, Python};
 
 use crate::borrows::BorrowKey;
 
-/// A registered borrow; released on drop.
-pub(super) struct Borrow(BorrowKey);
+/// A registered borrow; released on drop, with the GIL its `'py` says is held.
+pub(super) struct Borrow<'py>(BorrowKey, Python<'py>);
 
-impl Borrow {
+impl<'py> Borrow<'py> {
     /// Borrow the elements of a non-empty strided array (strides in elements, bytes from
     /// `data + lowest` to `data + end`), shared or `exclusive`.
     pub(super) fn new(
+        py: Python<'py>,
         data: usize,
         (lowest, end): (isize, isize),
         shape: &[usize],
         strides: &[isize],
         itemsize: usize,
         exclusive: bool,
-    ) -> PyResult<Borrow> {
+    ) -> PyResult<Borrow<'py>> {
         let key = BorrowKey {
             start: data.wrapping_add_signed(lowest),
             end: data.wrapping_add_signed(end),
@@ -28,7 +29,7 @@ impl Borrow {
             itemsize,
             exclusive: exclusive as u32,
         };
-        crate::process::acquire_borrow(&key).map_err(|other| {
+        crate::process::acquire_borrow(py, &key).map_err(|other| {
             PyBufferError::new_err(format!(
                 "the array overlaps another array argument that is borrowed {} (bytes 0x{:x}..0x{:x}), in this \
                  call or in another one still running; a writable argument cannot share memory with any other \
@@ -38,12 +39,12 @@ impl Borrow {
                 other.end
             ))
         })?;
-        Ok(Borrow(key))
+        Ok(Borrow(key, py))
     }
 }
 
-impl Drop for Borrow {
+impl Drop for Borrow<'_> {
     fn drop(&mut self) {
-        crate::process::release_borrow(&self.0);
+        crate::process::release_borrow(self.1, &self.0);
     }
 }

@@ -49,7 +49,7 @@ pub struct TypedArray<'py, T: Element, D: Dimensions, A: Access> {
     shape: D::Shape,
     /// Strides in elements (negative for reversed axes).
     strides: D::Strides,
-    _borrow: Option<Borrow>,
+    _borrow: Option<Borrow<'py>>,
     _element: PhantomData<(T, A)>,
 }
 
@@ -293,7 +293,7 @@ impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                         ))
                     })?;
                 }
-                Some(Borrow::new(source.data, extent, shape_ref, strides_ref, itemsize, A::WRITABLE)?)
+                Some(Borrow::new(object.py(), source.data, extent, shape_ref, strides_ref, itemsize, A::WRITABLE)?)
             }
             _ => None,
         };

@@ -128,12 +128,9 @@ impl Framework {
 
     fn classify(obj: &Bound<'_, PyAny>) -> PyResult<Option<Framework>> {
         match source::protocol_of(obj)? {
-            Some(Protocol::OwnArray) => return Ok(Some(Framework::Amso)),
+            Some(Protocol::Amso(_)) => return Ok(Some(Framework::Amso)),
             Some(Protocol::NumPy) => return Ok(Some(Framework::NumPy)),
             _ => {}
-        }
-        if crate::python::recognize::header_of_object(obj).is_some() {
-            return Ok(Some(Framework::Amso));
         }
         let module: String = obj.get_type().getattr(intern!(obj.py(), "__module__"))?.extract().unwrap_or_default();
         let named = match module.split('.').next().unwrap_or("") {

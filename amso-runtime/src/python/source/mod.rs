@@ -1,7 +1,8 @@
 //! Where an array's memory comes from: the one acquisition path of typed arguments, kernel
 //! launches, `amso.from_dlpack` and `amso.asarray`. A producer is read by the first protocol
 //! its type speaks, in this order:
-//! 1. this runtime's own amso arrays: their memory, held directly;
+//! 1. amso arrays of any crate: their memory, held in place through their runtime's
+//!    `__amso_type__` table (no managed tensor);
 //! 2. NumPy arrays and subclasses: the array struct, read at the C level (`numpy.rs`), as
 //!    rust-numpy reads it;
 //! 3. the producer type's DLPack C exchange API (`__dlpack_c_exchange_api__`: PyTorch, TVM-FFI,
@@ -20,17 +21,17 @@
 //! legacy default stream.
 //!
 //! What comes back holds the memory until it drops: a managed tensor (its deleter runs exactly
-//! once, also when a later check refuses it), the producer object, a buffer view, or amso's own
-//! reference to its memory.
+//! once, also when a later check refuses it), a buffer view, the producer object, or the amso
+//! runtime's reference to its memory. NumPy arrays and amso arrays are read in place, so a
+//! `Source` may only live while the object it came from does: its acquirer keeps that object
+//! (`into_owner` makes an owner that outlives it).
 
 mod handshake;
 pub(crate) mod numpy;
 mod pep3118;
 
-use std::any::Any;
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 use dlpark::ffi::{DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -38,8 +39,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use pyo3::{ffi, intern};
 
-use super::array::MemArrayBase;
 use super::identity_cache::IdentityCache;
+use super::recognize::{ArrayTypeInfo, HeldArray};
+use crate::header::Header;
 use crate::device::{Device, DeviceType};
 use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
 
@@ -50,8 +52,8 @@ pub(crate) use handshake::{device_of, parse_interface};
 /// The protocol a producer type speaks (see the module docs for the order).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Protocol {
-    /// An array of this runtime's classes.
-    OwnArray,
+    /// An amso array of the runtime this table describes (this one, or another crate's copy).
+    Amso(&'static ArrayTypeInfo),
     /// `numpy.ndarray` or a subclass.
     NumPy,
     /// The type's DLPack C exchange table.
@@ -68,15 +70,37 @@ pub(crate) enum Protocol {
 pub(crate) enum Holder {
     /// A managed tensor, deleted once on drop; its shape and strides are read in place.
     Tensor(ManagedTensor),
-    /// A NumPy array, whose struct holds its shape and byte strides.
-    NumPy(Producer),
+    /// A NumPy array (borrowed: the acquirer keeps it alive), whose struct holds its shape and
+    /// byte strides.
+    NumPy(NonNull<ffi::PyObject>),
     /// A CUDA array interface producer, with the dimensions and byte strides its dict gave.
     Interface(Box<Described>),
     /// A buffer view, released on drop; its shape and byte strides are read in place.
     Buffer(pep3118::BufferView),
-    /// An amso array of this runtime (its C-order shape in its header), and amso's own
-    /// reference to its memory.
-    Own(#[allow(dead_code)] Arc<dyn Any + Send + Sync>, Producer),
+    /// An amso array of any runtime (borrowed: the acquirer keeps it alive; its C-order shape
+    /// is in its header), its memory held through its runtime's table.
+    Amso(AmsoHold),
+}
+
+/// An amso array's memory held through its runtime's `__amso_type__` table, released when
+/// dropped; and the array's header, valid while the array lives.
+pub(crate) struct AmsoHold {
+    header: NonNull<Header>,
+    runtime: &'static ArrayTypeInfo,
+    token: usize,
+}
+
+// SAFETY: the token is a reference to memory the runtime releases from any thread; the header
+// is only read while the array lives (see `Holder::Amso`).
+unsafe impl Send for AmsoHold {}
+// SAFETY: as above.
+unsafe impl Sync for AmsoHold {}
+
+impl Drop for AmsoHold {
+    fn drop(&mut self) {
+        // SAFETY: a token this runtime's `hold` gave, released once.
+        unsafe { (self.runtime.release)(self.token) }
+    }
 }
 
 /// A producer object with the dimensions and byte strides it described.
@@ -94,10 +118,6 @@ pub(crate) struct Producer(Option<Py<PyAny>>);
 impl Producer {
     pub(crate) fn new(object: &Bound<'_, PyAny>) -> Producer {
         Producer(Some(object.clone().unbind()))
-    }
-
-    fn object(&self) -> &Py<PyAny> {
-        self.0.as_ref().expect("taken only on drop")
     }
 }
 
@@ -158,7 +178,7 @@ unsafe fn as_i64s<'a>(data: *const isize, len: usize) -> &'a [i64] {
 impl Source {
     /// The dimensions and strides. NumPy keeps them in its array struct, which only Python code
     /// changes (`x.shape = ...`): callers copy what they need before any Python code runs.
-    pub(crate) fn extents<'a>(&'a self, py: Python<'a>) -> Extents<'a> {
+    pub(crate) fn extents<'a>(&'a self, _attached: Python<'a>) -> Extents<'a> {
         match &self.holder {
             Holder::Tensor(tensor) => {
                 let t = tensor.describe().0;
@@ -174,18 +194,36 @@ impl Source {
                     Extents { dims, strides }
                 }
             }
-            Holder::NumPy(array) => numpy::extents(array.object().bind(py)),
+            // SAFETY: the array the acquirer keeps alive; the GIL is held.
+            Holder::NumPy(array) => unsafe { numpy::extents(*array) },
             Holder::Interface(described) => Extents {
                 dims: &described.dims,
                 strides: described.byte_strides.as_deref().map_or(Strides::COrder, Strides::Bytes),
             },
             Holder::Buffer(view) => view.extents(),
-            Holder::Own(_, array) => {
-                // SAFETY: the holder was made for an instance of this runtime's class.
-                let array = unsafe { array.object().bind(py).cast_unchecked::<MemArrayBase>() };
-                Extents { dims: array.get().header().dims(), strides: Strides::COrder }
+            Holder::Amso(held) => {
+                // SAFETY: the header of an array the holder keeps alive; its shape never changes.
+                let header = unsafe { held.header.as_ref() };
+                Extents { dims: header.dims(), strides: Strides::COrder }
             }
         }
+    }
+
+    /// What keeps the memory alive once `producer`, the object this source came from, may be
+    /// gone (an amso array over it, say).
+    pub(crate) fn into_owner(
+        self,
+        producer: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Box<dyn std::any::Any + Send + Sync>> {
+        Ok(match self.holder {
+            Holder::NumPy(_) => Box::new(Producer::new(
+                producer.ok_or_else(|| PyValueError::new_err("a NumPy source needs its array to be kept"))?,
+            )),
+            Holder::Tensor(tensor) => Box::new(tensor),
+            Holder::Interface(described) => Box::new(described),
+            Holder::Buffer(view) => Box::new(view),
+            Holder::Amso(held) => Box::new(held), // the runtime's reference keeps the memory
+        })
     }
 
     /// Bytes per element.
@@ -209,17 +247,23 @@ impl Strides<'_> {
                 }
             }
             Strides::Bytes(given) => {
+                // Every itemsize amso knows is a power of two: a mask and a shift, not a division
+                // (tens of cycles, for every argument).
                 let size = itemsize as i64;
+                let exact = |stride: i64| match itemsize.is_power_of_two() {
+                    true => (stride & (size - 1) == 0).then(|| stride >> itemsize.trailing_zeros()),
+                    false => (size != 0 && stride % size == 0).then(|| stride / size),
+                };
                 for (axis, (slot, &stride)) in out.iter_mut().zip(given).enumerate() {
-                    if size != 0 && stride % size == 0 {
-                        *slot = (stride / size) as isize;
-                    } else if shape[axis] <= 1 {
-                        *slot = 0; // never steps
-                    } else {
-                        return Err(PyValueError::new_err(format!(
-                            "the array's stride of {stride} bytes on axis {axis} is not a multiple of its itemsize \
-                             ({itemsize} bytes); pass a copy (np.ascontiguousarray)"
-                        )));
+                    match exact(stride) {
+                        Some(elements) => *slot = elements as isize,
+                        None if shape[axis] <= 1 => *slot = 0, // never steps
+                        None => {
+                            return Err(PyValueError::new_err(format!(
+                                "the array's stride of {stride} bytes on axis {axis} is not a multiple of its \
+                                 itemsize ({itemsize} bytes); pass a copy (np.ascontiguousarray)"
+                            )))
+                        }
                     }
                 }
             }
@@ -240,7 +284,9 @@ impl Strides<'_> {
 /// The protocols of the types seen so far: a table address (the exchange API) or a small code.
 static PROTOCOLS: IdentityCache<64> = IdentityCache::new();
 
-const OWN_ARRAY: usize = 1;
+/// Table addresses and the small codes below share one word: the codes are below any address,
+/// and an amso runtime's table is marked with the low bit (its address is aligned).
+const AMSO: usize = 1;
 const NUMPY: usize = 2;
 const DLPACK: usize = 3;
 const INTERFACE: usize = 4;
@@ -255,7 +301,7 @@ impl PartialEq for Protocol {
 impl Protocol {
     fn encode(self) -> usize {
         match self {
-            Protocol::OwnArray => OWN_ARRAY,
+            Protocol::Amso(runtime) => runtime as *const ArrayTypeInfo as usize | AMSO,
             Protocol::NumPy => NUMPY,
             Protocol::DLPack => DLPACK,
             Protocol::Interface => INTERFACE,
@@ -266,11 +312,12 @@ impl Protocol {
 
     fn decode(value: usize) -> Protocol {
         match value {
-            OWN_ARRAY => Protocol::OwnArray,
             NUMPY => Protocol::NumPy,
             DLPACK => Protocol::DLPack,
             INTERFACE => Protocol::Interface,
             BUFFER => Protocol::Buffer,
+            // SAFETY: a marked address is a runtime's static `ArrayTypeInfo` (`encode`).
+            runtime if runtime & AMSO != 0 => Protocol::Amso(unsafe { &*((runtime & !AMSO) as *const ArrayTypeInfo) }),
             // SAFETY: any other value is the address of a static exchange table (below).
             table => Protocol::Exchange(unsafe { &*(table as *const DLPackExchangeAPI) }),
         }
@@ -281,6 +328,9 @@ impl Protocol {
 /// through attributes of its own (not its type's) is probed every time.
 #[inline]
 pub(crate) fn protocol_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<Protocol>> {
+    if let Some(value) = PROTOCOLS.get_raw(obj.get_type_ptr() as usize, 0) {
+        return Ok(Some(Protocol::decode(value)));
+    }
     if let Some(protocol) = protocol_of_type(&obj.get_type())? {
         return Ok(Some(protocol));
     }
@@ -309,8 +359,8 @@ fn protocol_of_type(ty: &Bound<'_, PyType>) -> PyResult<Option<Protocol>> {
 /// What a type's own attributes and slots say it speaks.
 fn classify(ty: &Bound<'_, PyType>) -> PyResult<Option<Protocol>> {
     let py = ty.py();
-    if ty.is_subclass_of::<MemArrayBase>()? {
-        return Ok(Some(Protocol::OwnArray));
+    if let Some(runtime) = super::recognize::runtime_of_type(ty) {
+        return Ok(Some(Protocol::Amso(runtime)));
     }
     if numpy::is_array_type(ty) {
         return Ok(Some(Protocol::NumPy));
@@ -375,11 +425,7 @@ pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<O
 #[inline]
 pub(crate) fn acquire_as(obj: &Bound<'_, PyAny>, protocol: Protocol, request: Request) -> PyResult<Source> {
     match protocol {
-        Protocol::OwnArray => {
-            // SAFETY: the protocol says the type is this runtime's class or a subclass.
-            let array = unsafe { obj.cast_unchecked::<MemArrayBase>() };
-            from_own(array, request.stream)
-        }
+        Protocol::Amso(runtime) => from_amso(obj, runtime, request.stream),
         Protocol::NumPy => numpy::read(obj),
         Protocol::Exchange(table) => from_exchange(obj, table),
         Protocol::DLPack => {
@@ -393,29 +439,27 @@ pub(crate) fn acquire_as(obj: &Bound<'_, PyAny>, protocol: Protocol, request: Re
     }
 }
 
-/// An amso array of this runtime: its memory held by reference (as an export holds it), its
-/// device data handed to the work stream (`stream`, else the context, else the legacy default).
-fn from_own(array: &Bound<'_, MemArrayBase>, stream: Option<i64>) -> PyResult<Source> {
-    let py = array.py();
-    let base = array.get();
+/// An amso array of any runtime, held in place by that runtime; device data is handed to the
+/// work stream (`stream`, else the context, else the legacy default).
+fn from_amso(obj: &Bound<'_, PyAny>, runtime: &'static ArrayTypeInfo, stream: Option<i64>) -> PyResult<Source> {
     let work = stream.or_else(crate::stream_context::current).unwrap_or(1);
-    let (owner, data, device, readonly) = base.read(py, |core| -> crate::Result<_> {
-        let on_device = core.device().device_type == DeviceType::Cuda;
-        let request = crate::dlpack::DlpackRequest {
-            stream: on_device.then_some(work),
-            max_version: Some(DLPACK_VERSION),
-            ..Default::default()
-        };
-        let plan = crate::dlpack::plan_export(core.device(), core.pinned(), &request)?;
-        let source = core.export_source(&plan, None)?;
-        Ok((source.owner, source.data as usize, source.device, source.readonly))
-    })?;
+    let mut held = HeldArray::default();
+    // SAFETY: a live object, a writable output, the GIL held.
+    if unsafe { (runtime.hold)(obj.as_ptr(), work, &mut held) } != 0 {
+        return Err(PyErr::fetch(obj.py()));
+    }
+    let header = NonNull::new(held.header as *mut Header)
+        .ok_or_else(|| PyValueError::new_err("an amso runtime held an array without a header"))?;
+    let holder = AmsoHold { header, runtime, token: held.token };
+    // SAFETY: the header of the array just held, alive while it is.
+    let header = unsafe { header.as_ref() };
+    let device = Device { device_type: DeviceType::from_dlpack(held.device_type)?, id: held.device_id };
     Ok(Source {
-        holder: Holder::Own(owner, Producer::new(array.as_any())),
-        data,
-        dtype: (base.header().code, base.header().bits, base.header().lanes),
+        holder: Holder::Amso(holder),
+        data: held.data,
+        dtype: (header.code, header.bits, header.lanes),
         device,
-        readonly,
+        readonly: held.readonly != 0,
         stream: (device.device_type == DeviceType::Cuda).then_some(work),
     })
 }

@@ -13,7 +13,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyType};
 use pyo3::{ffi, intern};
 
-use super::{as_i64s, Extents, Holder, Producer, Source, Strides};
+use super::{as_i64s, Extents, Holder, Source, Strides};
 use crate::device::Device;
 use crate::element::DType;
 use crate::python::identity_cache::IdentityCache;
@@ -164,7 +164,7 @@ pub(crate) fn read(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
         )));
     }
     Ok(Source {
-        holder: Holder::NumPy(Producer::new(obj)),
+        holder: Holder::NumPy(std::ptr::NonNull::new(obj.as_ptr()).expect("a live object")),
         data: array.data as usize,
         dtype,
         device: Device::CPU,
@@ -180,9 +180,12 @@ fn dtype_text(obj: &Bound<'_, PyAny>) -> String {
 }
 
 /// The dimensions and byte strides of NumPy array `array`, in its struct.
-pub(super) fn extents<'a>(array: &'a Bound<'_, PyAny>) -> Extents<'a> {
-    // SAFETY: a NumPy array (the holder was made for one), alive while borrowed; its
-    // dimensions and strides hold `nd` entries each.
+///
+/// # Safety
+/// `array` is a live NumPy array, alive and left unchanged by Python code for `'a`.
+pub(super) unsafe fn extents<'a>(array: std::ptr::NonNull<ffi::PyObject>) -> Extents<'a> {
+    // SAFETY: as the caller guarantees; a NumPy array's dimensions and strides hold `nd`
+    // entries each.
     unsafe {
         let array = &*array.as_ptr().cast::<ArrayStruct>();
         let ndim = array.nd.max(0) as usize;

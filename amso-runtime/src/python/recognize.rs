@@ -98,7 +98,9 @@ unsafe extern "C" fn hold(object: *mut ffi::PyObject, stream: i64, out: *mut Hel
     }));
     // SAFETY: the caller holds the GIL.
     let py = unsafe { Python::assume_attached() };
-    match outcome.unwrap_or_else(|_| Err(PyRuntimeError::new_err("internal error (panic) inside amso; please report it"))) {
+    match outcome
+        .unwrap_or_else(|_| Err(PyRuntimeError::new_err("internal error (panic) inside amso; please report it")))
+    {
         Ok(held) => {
             // SAFETY: the caller's writable output.
             unsafe { out.write(held) };
@@ -121,7 +123,9 @@ unsafe extern "C" fn release(token: usize) {
         } else {
             #[cfg(feature = "cuda")]
             // SAFETY: `hold` leaked this `Arc<DeviceMemory>`; it comes back once.
-            drop(unsafe { std::sync::Arc::from_raw((token & !DEVICE_TOKEN) as *const crate::cuda::memory::DeviceMemory) });
+            drop(unsafe {
+                std::sync::Arc::from_raw((token & !DEVICE_TOKEN) as *const crate::cuda::memory::DeviceMemory)
+            });
         }
     });
 }

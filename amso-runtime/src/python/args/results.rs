@@ -219,15 +219,16 @@ impl Framework {
     }
 }
 
-/// Memory handed to a framework: what a DLPack tensor describes, and what keeps it alive.
-pub(crate) struct Handover {
+/// Memory handed to a framework: what a DLPack tensor describes, and `owner`, which keeps it
+/// alive.
+pub(crate) struct Handover<O: Owner> {
     data: *mut c_void,
     device: Device,
     dtype: &'static DType,
     shape: Dims<usize>,
     /// Strides in elements; `None` for C order.
     strides: Option<Dims<isize>>,
-    owner: Box<dyn Any + Send + Sync>,
+    owner: O,
     readonly: bool,
     /// For device data: the stream its last work was on, which the consumer is ordered after.
     stream: Option<i64>,
@@ -235,14 +236,14 @@ pub(crate) struct Handover {
 
 // SAFETY: `data` addresses memory `owner` (which is Send + Sync) keeps alive; the rest is
 // plain data.
-unsafe impl Send for Handover {}
+unsafe impl<O: Owner> Send for Handover<O> {}
 
-impl Handover {
+impl<O: Owner> Handover<O> {
     /// Hand the memory to `framework`, as its array object.
     fn deliver(self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
         framework.check_device(self.device)?;
         if framework == Framework::NumPy {
-            let owner = owner_capsule(py, self.owner)?;
+            let owner = self.owner.into_capsule(py)?;
             // SAFETY: `data` holds the elements `shape` and `strides` reach, kept alive by the
             // owner, which NumPy holds as the array's base.
             return unsafe {
@@ -286,8 +287,22 @@ impl Handover {
             }
         }
         let from_dlpack = framework.dlpack_importer(py)?;
-        let handoff = Bound::new(py, Handoff { handover: Mutex::new(Some(self)) })?;
+        let handoff = Bound::new(py, Handoff { handover: Mutex::new(Some(self.shared())) })?;
         from_dlpack.call1((handoff,))
+    }
+
+    /// The same handover with its owner shared (what a Python object can hold).
+    fn shared(self) -> Handover<Arc<dyn Any + Send + Sync>> {
+        Handover {
+            data: self.data,
+            device: self.device,
+            dtype: self.dtype,
+            shape: self.shape,
+            strides: self.strides,
+            owner: self.owner.into_arc(),
+            readonly: self.readonly,
+            stream: self.stream,
+        }
     }
 
     fn into_tensor(self, format: Format) -> ManagedTensor {
@@ -297,7 +312,7 @@ impl Handover {
             dtype: self.dtype.dl_data_type(),
             shape: &self.shape,
             strides: self.strides.as_deref(),
-            owner: Arc::from(self.owner),
+            owner: self.owner.into_arc(),
             readonly: self.readonly,
             copied: false,
         };
@@ -308,29 +323,97 @@ impl Handover {
 /// The versioned format amso writes.
 const VERSIONED: Format = Format::Versioned(DLPackVersion { major: DLPACK_VERSION.0, minor: DLPACK_VERSION.1 });
 
-/// A capsule owning `owner` (dropped with the capsule): what NumPy holds as an array's base.
-fn owner_capsule(py: Python<'_>, owner: Box<dyn Any + Send + Sync>) -> PyResult<Bound<'_, PyAny>> {
-    unsafe extern "C" fn release(capsule: *mut ffi::PyObject) {
-        // SAFETY: the capsule made below, named OWNER, holding a leaked Box<Box<dyn Any>>.
-        let pointer = unsafe { ffi::PyCapsule_GetPointer(capsule, OWNER.as_ptr()) };
-        if !pointer.is_null() {
-            // No panic may cross into NumPy; a panicking drop leaks instead.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                // SAFETY: leaked below, released once, here.
-                drop(unsafe { Box::from_raw(pointer.cast::<Box<dyn Any + Send + Sync>>()) });
-            }));
+/// What keeps a handed-over result's memory alive, whichever way it goes: as a capsule NumPy
+/// holds for an array's base, or as a DLPack tensor's owner.
+pub(crate) trait Owner: Send + Sync + 'static {
+    /// A capsule that drops the owner with itself.
+    fn into_capsule(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>>;
+    /// The owner, shared.
+    fn into_arc(self) -> Arc<dyn Any + Send + Sync>;
+}
+
+/// The capsule name of result owners.
+const OWNER: &CStr = c"amso.result_owner";
+
+/// A new capsule over `pointer` (with `context`), whose `release` frees what it points at; if
+/// no capsule can be made, `release_now` frees it at once.
+fn capsule<'py>(
+    py: Python<'py>,
+    pointer: *mut c_void,
+    context: *mut c_void,
+    release: unsafe extern "C" fn(*mut ffi::PyObject),
+    release_now: impl FnOnce(),
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: a live, non-NULL pointer, a static name and a destructor that frees it.
+    let capsule = unsafe { ffi::PyCapsule_New(pointer, OWNER.as_ptr(), Some(release)) };
+    // SAFETY: a valid capsule takes any context.
+    if capsule.is_null() || unsafe { ffi::PyCapsule_SetContext(capsule, context) } != 0 {
+        if capsule.is_null() {
+            release_now();
+        } else {
+            // SAFETY: our new reference; its destructor frees the pointer.
+            unsafe { ffi::Py_DecRef(capsule) };
         }
+        return Err(PyErr::fetch(py));
     }
-    const OWNER: &CStr = c"amso.result_owner";
-    let pointer = Box::into_raw(Box::new(owner));
-    // SAFETY: a live pointer, a static name and a destructor that frees it.
-    let capsule = unsafe { ffi::PyCapsule_New(pointer.cast(), OWNER.as_ptr(), Some(release)) };
-    if capsule.is_null() {
-        // SAFETY: no capsule took it.
-        drop(unsafe { Box::from_raw(pointer) });
+    // SAFETY: a new reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
+}
+
+/// A `Vec` goes into its capsule as its raw parts (the buffer, and its capacity as the
+/// capsule's context): no allocation beyond the vector's own.
+impl<T: Element> Owner for Vec<T> {
+    fn into_capsule(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        unsafe extern "C" fn release<T>(capsule: *mut ffi::PyObject) {
+            // SAFETY: a capsule made below: the vector's buffer and, as context, its capacity.
+            let (pointer, capacity) = unsafe {
+                (ffi::PyCapsule_GetPointer(capsule, OWNER.as_ptr()), ffi::PyCapsule_GetContext(capsule) as usize)
+            };
+            if !pointer.is_null() {
+                // SAFETY: the buffer of a vector of that capacity, given up below and freed once,
+                // here; its elements need no drop (`Element` types are `Copy`).
+                drop(unsafe { Vec::from_raw_parts(pointer.cast::<T>(), 0, capacity) });
+            }
+        }
+        let mut vector = std::mem::ManuallyDrop::new(self);
+        let (pointer, capacity) = (vector.as_mut_ptr(), vector.capacity());
+        let free = || {
+            // SAFETY: the parts just taken from the vector, freed once (no capsule took them).
+            drop(unsafe { Vec::from_raw_parts(pointer, 0, capacity) })
+        };
+        capsule(py, pointer.cast(), capacity as *mut c_void, release::<T>, free)
     }
-    // SAFETY: a new reference or NULL with an exception set.
-    unsafe { Bound::from_owned_ptr_or_err(py, capsule) }
+
+    fn into_arc(self) -> Arc<dyn Any + Send + Sync> {
+        Arc::new(self)
+    }
+}
+
+/// An amso array's memory (any kind) goes into its capsule boxed.
+impl Owner for Arc<dyn Any + Send + Sync> {
+    fn into_capsule(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        unsafe extern "C" fn release(capsule: *mut ffi::PyObject) {
+            // SAFETY: a capsule made below, holding a leaked box.
+            let pointer = unsafe { ffi::PyCapsule_GetPointer(capsule, OWNER.as_ptr()) };
+            if !pointer.is_null() {
+                // No panic may cross into NumPy; a panicking drop leaks instead.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    // SAFETY: leaked below, released once, here.
+                    drop(unsafe { Box::from_raw(pointer.cast::<Arc<dyn Any + Send + Sync>>()) });
+                }));
+            }
+        }
+        let pointer = Box::into_raw(Box::new(self));
+        let free = || {
+            // SAFETY: leaked just above, freed once (no capsule took it).
+            drop(unsafe { Box::from_raw(pointer) })
+        };
+        capsule(py, pointer.cast(), std::ptr::null_mut(), release, free)
+    }
+
+    fn into_arc(self) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
 }
 
 /// The framework's current stream on CUDA device `device_id` (NULL: the legacy default).
@@ -368,7 +451,7 @@ fn order(device_id: i32, earlier: Option<i64>, later: Option<i64>) -> PyResult<(
 /// reads, once.
 #[pyclass(frozen, module = "amso._amso", name = "_Handoff")]
 struct Handoff {
-    handover: Mutex<Option<Handover>>,
+    handover: Mutex<Option<Handover<Arc<dyn Any + Send + Sync>>>>,
 }
 
 #[pymethods]
@@ -430,7 +513,7 @@ impl<T: Element> IntoFramework for Vec<T> {
             dtype: &T::DTYPE,
             shape: Dims::from_slice(&[len]),
             strides: None,
-            owner: Box::new(self),
+            owner: self,
             readonly: false,
             stream: None,
         }
@@ -452,7 +535,7 @@ impl<T: Element, D: ndarray::Dimension> IntoFramework for ndarray::Array<T, D> {
             dtype: &T::DTYPE,
             shape,
             strides: Some(strides),
-            owner: Box::new(elements),
+            owner: elements,
             readonly: false,
             stream: None,
         }
@@ -486,7 +569,7 @@ fn core_into_framework(py: Python<'_>, core: ArrayCore, framework: Framework) ->
         dtype: core.dtype(),
         shape: Dims::from_slice(core.shape()),
         strides: None,
-        owner: Box::new(owner),
+        owner,
         readonly: source.readonly,
         stream: core.stream(),
     }

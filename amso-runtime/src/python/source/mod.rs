@@ -41,9 +41,9 @@ use pyo3::{ffi, intern};
 
 use super::identity_cache::IdentityCache;
 use super::recognize::{ArrayTypeInfo, HeldArray};
-use crate::header::Header;
 use crate::device::{Device, DeviceType};
 use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
+use crate::header::Header;
 
 pub(crate) use handshake::take_capsule;
 #[cfg(feature = "cuda")]

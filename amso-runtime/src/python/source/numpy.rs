@@ -83,31 +83,40 @@ fn ndarray_type(py: Python<'_>) -> *mut ffi::PyTypeObject {
     }
 }
 
-/// The DLPack (code, bits, lanes) of a builtin NumPy type number, as this platform sizes C's
-/// `int` and `long`.
-fn builtin_dtype(type_num: c_int) -> Option<(u8, u8, u16)> {
+/// The builtin NumPy type numbers amso reads, with their DLPack (code, bits, lanes) as this
+/// platform sizes C's `int` and `long`.
+const BUILTIN: [(c_int, (u8, u8, u16)); 16] = {
     const INT: u8 = std::ffi::c_int::BITS as u8;
     const LONG: u8 = std::ffi::c_long::BITS as u8;
-    let (code, bits) = match type_num {
-        0 => (6, 8),      // NPY_BOOL
-        1 => (0, 8),      // NPY_BYTE
-        2 => (1, 8),      // NPY_UBYTE
-        3 => (0, 16),     // NPY_SHORT
-        4 => (1, 16),     // NPY_USHORT
-        5 => (0, INT),    // NPY_INT
-        6 => (1, INT),    // NPY_UINT
-        7 => (0, LONG),   // NPY_LONG
-        8 => (1, LONG),   // NPY_ULONG
-        9 => (0, 64),     // NPY_LONGLONG
-        10 => (1, 64),    // NPY_ULONGLONG
-        11 => (2, 32),    // NPY_FLOAT
-        12 => (2, 64),    // NPY_DOUBLE
-        14 => (5, 64),    // NPY_CFLOAT
-        15 => (5, 128),   // NPY_CDOUBLE
-        23 => (2, 16),    // NPY_HALF
-        _ => return None, // long double, object, strings, dates, structured
-    };
-    Some((code, bits, 1))
+    [
+        (0, (6, 8, 1)),    // NPY_BOOL
+        (1, (0, 8, 1)),    // NPY_BYTE
+        (2, (1, 8, 1)),    // NPY_UBYTE
+        (3, (0, 16, 1)),   // NPY_SHORT
+        (4, (1, 16, 1)),   // NPY_USHORT
+        (5, (0, INT, 1)),  // NPY_INT
+        (6, (1, INT, 1)),  // NPY_UINT
+        (7, (0, LONG, 1)), // NPY_LONG
+        (8, (1, LONG, 1)), // NPY_ULONG
+        (9, (0, 64, 1)),   // NPY_LONGLONG
+        (10, (1, 64, 1)),  // NPY_ULONGLONG
+        (11, (2, 32, 1)),  // NPY_FLOAT
+        (12, (2, 64, 1)),  // NPY_DOUBLE
+        (14, (5, 64, 1)),  // NPY_CFLOAT
+        (15, (5, 128, 1)), // NPY_CDOUBLE
+        (23, (2, 16, 1)),  // NPY_HALF
+    ]
+};
+
+/// The DLPack type of a builtin NumPy type number (long double, object, strings, dates and
+/// structured types have none).
+fn builtin_dtype(type_num: c_int) -> Option<(u8, u8, u16)> {
+    BUILTIN.iter().find(|(number, _)| *number == type_num).map(|&(_, dtype)| dtype)
+}
+
+/// The builtin NumPy type number of a DLPack type (the first: `long` before `long long`).
+fn builtin_type_num(dtype: (u8, u8, u16)) -> Option<c_int> {
+    BUILTIN.iter().find(|(_, d)| *d == dtype).map(|&(number, _)| number)
 }
 
 /// The spec dtypes of user-registered NumPy dtypes seen so far, by scalar type (0: none).
@@ -233,8 +242,7 @@ impl ArrayApi {
 /// The descriptor of `dtype` (a new reference): NumPy's builtin one, or the registered one of
 /// a dtype another package defines.
 fn descriptor<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
-    let builtin = (0..24).find(|&type_num| builtin_dtype(type_num) == Some(dtype.dlpack()));
-    match builtin {
+    match builtin_type_num(dtype.dlpack()) {
         Some(type_num) => {
             // SAFETY: PyArray_DescrFromType(int) -> PyArray_Descr* (a new reference or NULL).
             let descr_from_type: unsafe extern "C" fn(c_int) -> *mut ffi::PyObject =

@@ -1,0 +1,122 @@
+"""amso against rust-numpy, in one process: the same `#[pyfunction]`s written against both crates
+(benchmarks/peers, module amso_peers) called with the same NumPy arrays, float32 (1024, 3):
+no-op with 1 and 3 arguments, a sum, an in-place scale, a new 1-D float64 result of 1024
+elements handed to NumPy (rust-numpy: `into_pyarray`), and the no-op with an amso array as its
+argument. PyO3's own call (a function taking `&Bound<PyAny>`) is the floor under both.
+
+Instructions per call come from callgrind (valgrind), where it is installed:
+
+    PYTHONHASHSEED=0 OPENBLAS_NUM_THREADS=1 python3 benchmarks/bench_rust.py --instructions OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import amso
+from protocols import paired
+
+ROWS = ["no-op, 1 argument", "no-op, 3 arguments", "sum", "in-place scale", "new 1-D float64 result",
+        "no-op, 1 amso array argument"]
+
+
+def calls() -> dict[str, dict[str, object]]:
+    """Per row: the call for amso, for rust-numpy and for PyO3 alone (where it applies)."""
+    import amso_peers as p
+
+    x, y, z = (np.zeros((1024, 3), np.float32) for _ in range(3))
+    a = amso.asarray(np.zeros((1024, 3), np.float32))
+    return {
+        "no-op, 1 argument": {"amso": lambda: p.amso_noop1(x), "rust-numpy": lambda: p.numpy_noop1(x),
+                              "PyO3 alone": lambda: p.pyo3_noop1(x)},
+        "no-op, 3 arguments": {"amso": lambda: p.amso_noop3(x, y, z), "rust-numpy": lambda: p.numpy_noop3(x, y, z),
+                               "PyO3 alone": lambda: p.pyo3_noop3(x, y, z)},
+        "sum": {"amso": lambda: p.amso_sum(x), "rust-numpy": lambda: p.numpy_sum(x)},
+        "in-place scale": {"amso": lambda: p.amso_scale(x, 1.0), "rust-numpy": lambda: p.numpy_scale(x, 1.0)},
+        "new 1-D float64 result": {"amso": lambda: p.amso_arange(1024), "rust-numpy": lambda: p.numpy_arange(1024)},
+        "no-op, 1 amso array argument": {"amso": lambda: p.amso_noop1(a), "rust-numpy": lambda: p.numpy_noop1(x)},
+    }
+
+
+def collect() -> dict:
+    """Nanoseconds per call, every contender of a row timed in the same rounds."""
+    try:
+        rows = calls()
+    except ImportError as error:
+        return {"rows": {}, "missing": [f"amso_peers: {error!r}"]}
+    return {"rows": {name: paired(contenders, 20_000) for name, contenders in rows.items()}, "missing": []}
+
+
+def count(row: str, who: str, n: int) -> int:
+    """Instructions callgrind counts inside PyO3's call trampoline over `n` calls (after 200
+    warm-up calls, which it counts too)."""
+    script = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+              f"import bench_rust\nf = bench_rust.calls()[{row!r}][{who!r}]\n"
+              f"for _ in range(200 + {n}): f()\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cg.out"
+        env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
+        subprocess.run(["valgrind", "--tool=callgrind", "--toggle-collect=*fastcall_cfunction_with_keywords*",
+                        f"--callgrind-out-file={out}", sys.executable, "-c", script],
+                       check=True, env=env, capture_output=True)
+        for line in out.read_text().splitlines():
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+    raise RuntimeError("callgrind wrote no totals")
+
+
+def instructions() -> dict[str, dict[str, int]]:
+    """Instructions per call, (I(6000) - I(1000)) / 5000: start-up and warm-up cancel out."""
+    if shutil.which("valgrind") is None:
+        raise RuntimeError("valgrind is not installed")
+    counts: dict[str, dict[str, int]] = {}
+    for row, contenders in calls().items():
+        counts[row] = {who: (count(row, who, 6000) - count(row, who, 1000)) // 5000 for who in contenders}
+    return counts
+
+
+def markdown(report: dict, counts: dict | None = None) -> str:
+    lines = ["The same `#[pyfunction]`s written against amso and against rust-numpy 0.30 (`benchmarks/peers`), "
+             "called with NumPy float32 (1024, 3) arrays (ns per call; goal: amso / rust-numpy <= 1.0). "
+             "\"PyO3 alone\" takes the same arguments as `&Bound<PyAny>`: the floor under both.", "",
+             "| call | amso | rust-numpy | amso / rust-numpy | PyO3 alone |" + (" amso instr. | rust-numpy instr. |" if counts else ""),
+             "|---|---|---|---|---|" + ("---|---|" if counts else "")]
+    for name in ROWS:
+        row = report["rows"].get(name)
+        if not row:
+            continue
+        floor = f"{row['PyO3 alone']:.0f}" if "PyO3 alone" in row else "-"
+        line = f"| {name} | {row['amso']:.0f} | {row['rust-numpy']:.0f} | {row['amso'] / row['rust-numpy']:.2f} | {floor} |"
+        if counts:
+            line += f" {counts[name]['amso']} | {counts[name]['rust-numpy']} |"
+        lines.append(line)
+    if counts:
+        lines += ["", "Instructions per call inside PyO3's call (callgrind; the last row's rust-numpy column is its "
+                  "NumPy argument)."]
+    lines += [f"Not measured: {m}" for m in report.get("missing", [])]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--instructions", type=Path, help="write callgrind's instructions per call to this JSON file")
+    args = parser.parse_args()
+    if args.instructions:
+        counts = instructions()
+        args.instructions.write_text(json.dumps(counts, indent=2) + "\n")
+        print(json.dumps(counts, indent=2))
+    else:
+        print(markdown(collect()))
+
+
+if __name__ == "__main__":
+    main()

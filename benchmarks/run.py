@@ -3,6 +3,11 @@ writing report.json and report.md to --out; with --readme, README's performance 
 regenerated from the report. Without a GPU only the host rows run.
 
     PYTHONPATH=/tmp/site python3 benchmarks/run.py --out benchmarks/results/DATE-GPU [--readme]
+        [--instructions instructions.json]
+
+`--instructions` adds callgrind's instructions per call of the rows against rust-numpy, counted
+with `benchmarks/bench_rust.py --instructions` on a machine with valgrind (the GPU machines have
+none; the counts depend on the code and the interpreter, not on the machine's speed).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import amso  # noqa: E402
 import bench_calls  # noqa: E402
 import bench_capi  # noqa: E402
+import bench_rust  # noqa: E402
 import conformance  # noqa: E402
 import output  # noqa: E402
 import protocols  # noqa: E402
@@ -45,8 +51,8 @@ def environment() -> dict:
 
 
 def collect(cycles: int) -> dict:
-    report = {"environment": environment(), "protocols": protocols.collect(), "calls": bench_calls.collect(),
-              "capi": bench_capi.collect()}
+    report = {"environment": environment(), "protocols": protocols.collect(), "rust": bench_rust.collect(),
+              "calls": bench_calls.collect(), "capi": bench_capi.collect()}
     if amso.cuda.is_available():
         import bench_alloc
         import bench_cic
@@ -67,6 +73,9 @@ def markdown(report: dict) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in env.items() if k not in ("date", "gpu") and v)
     parts = [f"Measured {env['date']} on {env['gpu'] or 'a machine without a GPU'} ({versions}), all in one process.", "",
              "### Python protocols", "", protocols.markdown(report["protocols"])]
+    if "rust" in report:
+        parts += ["### Rust functions over NumPy arrays: amso against rust-numpy", "",
+                  bench_rust.markdown(report["rust"], report["rust"].get("instructions"))]
     if "calls" in report:
         parts += ["### Functions over arrays: TVM-FFI and typed arguments", "", bench_calls.markdown(report["calls"])]
     parts += ["### C ABI", "",
@@ -118,8 +127,11 @@ def main() -> None:
     parser.add_argument("--readme", action="store_true", help="regenerate README's performance section")
     parser.add_argument("--from-report", type=Path, help="only render an existing report.json (no measuring)")
     parser.add_argument("--scale", type=Path, help="scale.md (scripts/scale.py) to include in README's section")
+    parser.add_argument("--instructions", type=Path, help="callgrind counts (bench_rust.py --instructions) to include")
     args = parser.parse_args()
     report = json.loads(args.from_report.read_text()) if args.from_report else collect(args.cycles)
+    if args.instructions:
+        report.setdefault("rust", {"rows": {}, "missing": []})["instructions"] = json.loads(args.instructions.read_text())
     text = markdown(report)
     output.write(args.out, "report", report, text)
     if "conformance" in report:

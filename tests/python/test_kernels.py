@@ -166,9 +166,9 @@ def test_deposit_with_cupy_jax_amso_and_mixed_inputs():
     with amso.cuda.stream(cupy.cuda.get_current_stream().ptr):  # CuPy's stream: its later reads wait
         ue.deposit(cupy.asarray(p), density, BOX)
     np.testing.assert_allclose(cupy.asnumpy(density), expected, rtol=1e-9)
-    made = ue.cic_density(cupy.asarray(p), SHAPE, BOX)  # an amso array, written on amso's stream
-    assert isinstance(made, ue.Density) and made.on_device
-    np.testing.assert_allclose(made.to_numpy(), expected, rtol=1e-9)
+    made = ue.cic_density(cupy.asarray(p), SHAPE, BOX)  # CuPy in, CuPy out: amso's memory, handed over
+    assert isinstance(made, cupy.ndarray) and made.dtype == cupy.float64
+    np.testing.assert_allclose(cupy.asnumpy(made), expected, rtol=1e-9)
     mine = amso.asarray(p)
     mine.move_memory(amso.dlpack.kDLCUDA)
     grid = amso.MemArray(SHAPE, np.float64, on_device=True)
@@ -185,3 +185,10 @@ def test_deposit_with_cupy_jax_amso_and_mixed_inputs():
     jax_grid = amso.MemArray(SHAPE, np.float64, on_device=True)
     ue.deposit(jax_positions, jax_grid, BOX)
     np.testing.assert_allclose(jax_grid.to_numpy(), expected, rtol=1e-9)
+    jax_out = ue.cic_density(jax_positions, SHAPE, BOX)  # JAX in, JAX out
+    assert isinstance(jax_out, jax.Array)
+    # Without jax_enable_x64, JAX's from_dlpack turns float64 into a float32 copy, as it does
+    # for every array it is given.
+    x64 = bool(getattr(jax.config, "jax_enable_x64", False))
+    assert jax_out.dtype == (np.float64 if x64 else np.float32)
+    np.testing.assert_allclose(np.asarray(jax_out), expected, rtol=1e-9 if x64 else 1e-6)

@@ -141,7 +141,7 @@ def test_a_reversed_ndarray_is_handed_over_with_its_negative_stride():
 
 def test_a_memarray_becomes_numpy_or_amso_without_a_copy():
     array, data = ue.owned_memarray(5, False, "numpy")
-    assert address(array) == data and array.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert address(array) == data and array.dtype == np.float32 and array.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
     mine, data = ue.owned_memarray(5, False, "amso")
     assert isinstance(mine, amso.MemArray) and address(np.asarray(mine)) == data
 
@@ -162,6 +162,36 @@ def test_a_vec_reaches_torch_without_a_copy():
     assert tensor.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     out = ext.axpy(2.0, torch.ones(2, 3, dtype=torch.float64), torch.zeros(2, 3, dtype=torch.float64))
     assert isinstance(out, torch.Tensor) and out.tolist() == [[2.0] * 3] * 2
+
+
+GPU = amso.cuda.is_available()
+
+
+def device_pointer(array) -> int:
+    """The device address of a framework's CUDA array."""
+    if hasattr(array, "data_ptr"):
+        return array.data_ptr()  # torch
+    if hasattr(array, "unsafe_buffer_pointer"):
+        return array.unsafe_buffer_pointer()  # jax
+    return array.__cuda_array_interface__["data"][0]  # cupy, amso
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA device")
+@pytest.mark.parametrize("framework", ["torch", "cupy", "jax", "amso"])
+def test_device_memory_reaches_every_framework_without_a_copy(framework):
+    module = pytest.importorskip(framework)
+    array, address = ue.owned_memarray(1000, True, framework)
+    assert device_pointer(array) == address, "the framework's array is amso's device memory"
+    to_host = {"torch": lambda a: a.cpu().numpy(), "cupy": module.asnumpy if framework == "cupy" else None,
+               "jax": np.asarray, "amso": lambda a: a.to_numpy()}[framework]
+    values = to_host(array)
+    np.testing.assert_array_equal(values, np.arange(1000, dtype=np.float32))
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA device")
+def test_device_results_refuse_numpy():
+    with pytest.raises(ValueError, match="NumPy arrays hold host memory, and this result is on cuda:0"):
+        ue.owned_memarray(10, True, "numpy")
 
 
 def test_frameworks_that_cannot_hold_the_memory_say_so():

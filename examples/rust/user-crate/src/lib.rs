@@ -206,7 +206,7 @@ fn owned_reversed(py: Python<'_>, rows: usize, columns: usize, framework: Framew
     values.into_framework(py, framework)
 }
 
-/// A new amso `MemArray` (float64, 1-D, 0..n), on the device when `on_device`, handed to
+/// A new amso `MemArray` (float32, 1-D, 0..n), on the device when `on_device`, handed to
 /// `framework` without a copy, with its data address.
 #[pyfunction]
 fn owned_memarray(
@@ -215,8 +215,8 @@ fn owned_memarray(
     on_device: bool,
     framework: Framework,
 ) -> PyResult<(Bound<'_, PyAny>, usize)> {
-    let values: Vec<f64> = (0..n).map(|i| i as f64).collect();
-    let mut array = amso_runtime::MemArray::<f64, 1>::from_slice([n], &values)?;
+    let values: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let mut array = amso_runtime::MemArray::<f32, 1>::from_slice([n], &values)?;
     if on_device {
         array.move_memory(amso_runtime::Device::cuda(0), 0, false)?;
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository with the wheels built here in wheels/:
 #   here:   python3 scripts/amso.py wheels      (builds wheels/ for amso and the user-crate example)
-#   there:  bash scripts/gpu_suite.sh [pytest|sanitizer|soak|bench|report|nvrtc12|all]
+#   there:  bash scripts/gpu_suite.sh [pytest|sanitizer|stacks|soak|bench|report|nvrtc12|all]
 # (all = pytest, sanitizer, soak; bench and report are separate runs)
 # Installs the wheels into /tmp/site and writes logs and reports to $OUT (or results/).
 set -uo pipefail
@@ -27,21 +27,52 @@ if [[ $what == sanitizer || $what == all ]]; then
   # memory management, threads; the peers' suites are too slow under it); racecheck over the
   # kernel and transfer tests. API errors are not reported: the corpus and OOM tests provoke
   # them on purpose (a host pointer given to cuPointerGetAttribute, an allocation too large).
-  # Left out of memcheck: the thread test in which four threads make device arrays and launch
-  # kernels while a fifth switches the allocator. Under memcheck, and only there, it hangs once
-  # test_memory's PyTorch-allocator test has run in the same process (without the switching
-  # too); alone under memcheck, in the plain suite and with CUDA_LAUNCH_BLOCKING=1 it passes
-  # (2026-11-23; cause not found: the lent machines have no debugger for native stacks).
+  # Left out of memcheck: the out-of-device-memory test, whose allocations of nearly all the
+  # device's memory memcheck cannot shadow.
   compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
     tests/python/test_cuda.py tests/python/test_corpus.py tests/python/test_kernels.py \
     tests/python/test_memory.py tests/python/test_threads.py tests/python/test_graphs.py \
-    -k "not out_of_device_memory and not switches_it" \
+    -k "not out_of_device_memory" \
     2>&1 | tail -n 25 | tee "$out/memcheck.log"
   status=$((status | ${PIPESTATUS[0]}))
   compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
     tests/python/test_cuda.py tests/python/test_kernels.py -k "add_index or design_sequence or pinned or move or kernel or deposit" \
     2>&1 | tail -n 25 | tee "$out/racecheck.log"
   status=$((status | ${PIPESTATUS[0]}))
+fi
+if [[ $what == stacks ]]; then
+  # The pair of tests that hung under memcheck while a thread held the GIL inside the driver
+  # (PyTorch's allocator test, then the thread test that switches allocators): run under
+  # memcheck while py-spy (carried in wheels_extra/) dumps every thread's Python and native
+  # stack every few seconds. A thread marked "+gil" with a CUDA driver frame is a violation.
+  compute-sanitizer --tool memcheck --report-api-errors no python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_memory.py tests/python/test_threads.py -k "torch_adapter_uses_torchs_pool or switches_it" \
+    > "$out/stacks_run.log" 2>&1 &
+  sanitizer=$!
+  : > "$out/stacks.txt"
+  while kill -0 "$sanitizer" 2>/dev/null; do
+    sleep 3
+    for pid in $(pgrep -f "python3 -m pytest -q -p no:cacheprovider tests/python/test_memory.py"); do
+      [[ $pid == "$sanitizer" ]] && continue
+      "${PYSPY:-/tmp/site/bin/py-spy}" dump --native --pid "$pid" >> "$out/stacks.txt" 2>&1 || true
+    done
+  done
+  wait "$sanitizer"
+  status=$((status | $?))
+  tail -n 3 "$out/stacks_run.log"
+  python3 - "$out/stacks.txt" <<'PY'
+import re, sys
+dumps = open(sys.argv[1]).read()
+threads = re.split(r"\n(?=Thread 0x)", dumps)
+holding = [t for t in threads if "+gil" in t.split("\n", 1)[0]]
+in_driver = [t for t in holding if "libcuda" in t]
+print(f"py-spy: {dumps.count('Process ')} dumps, {len(threads)} thread stacks, {len(holding)} holding the GIL, "
+      f"{len(in_driver)} of those inside libcuda")
+for t in in_driver[:3]:
+    print(t[:2000])
+sys.exit(1 if in_driver else 0)
+PY
+  status=$((status | $?))
 fi
 if [[ $what == soak || $what == all ]]; then
   python3 tests/soak.py --cycles 1000000 2>&1 | tee "$out/soak.log"

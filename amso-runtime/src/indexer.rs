@@ -142,6 +142,12 @@ pub struct DeviceIndexer<'a, T, const N: usize> {
     _borrow: PhantomData<(&'a mut [T], *mut T)>,
 }
 
+// SAFETY: a device address and a shape, which the host never dereferences: sharing or sending
+// them is sharing numbers (launches, which run with the GIL released, capture indexers).
+unsafe impl<T, const N: usize> Send for DeviceIndexer<'_, T, N> {}
+// SAFETY: as above.
+unsafe impl<T, const N: usize> Sync for DeviceIndexer<'_, T, N> {}
+
 impl<T: Element, const N: usize> DeviceIndexer<'_, T, N> {
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn new(data: u64, shape: [usize; N]) -> Self {

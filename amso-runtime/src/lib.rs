@@ -43,6 +43,8 @@ mod device;
 pub(crate) mod dlpack;
 mod element;
 mod error;
+#[cfg(feature = "cuda")]
+pub(crate) mod gil;
 #[cfg(feature = "python")]
 pub(crate) mod header;
 pub(crate) mod host;

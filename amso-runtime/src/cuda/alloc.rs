@@ -281,10 +281,15 @@ fn run_all(frees: Vec<PendingFree>) {
     if frees.is_empty() {
         return;
     }
-    let _relaxed = capture::Relaxed::enter();
-    for free in frees {
-        free.run();
-    }
+    // With the GIL released: a free may synchronise the device. A Python allocator's `free`
+    // takes the GIL back itself; no amso lock is held meanwhile (`DEFERRED` handed the frees
+    // over).
+    crate::gil::released(|| {
+        let _relaxed = capture::Relaxed::enter();
+        for free in frees {
+            free.run();
+        }
+    })
 }
 
 /// Whether a capture amso has seen is in progress, which holds every deferred free.

@@ -2,39 +2,47 @@
 //! the life of the process. Each amso call pushes the device's context and pops it afterwards,
 //! so the caller's current context (PyTorch's, CuPy's) is left as it was.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{result, sys, CudaContext};
 
 use super::driver::{check_device, cuda_error};
 use crate::error::Result;
 
-static CONTEXTS: Mutex<Vec<Option<&'static Arc<CudaContext>>>> = Mutex::new(Vec::new());
+/// Each device's primary context, made on first use.
+static CONTEXTS: OnceLock<Vec<OnceLock<&'static Arc<CudaContext>>>> = OnceLock::new();
 
-/// The primary context of `device_id`.
+/// The primary context of `device_id` (after the first call per device, a lock-free read).
 pub(crate) fn context(device_id: i32) -> Result<&'static Arc<CudaContext>> {
     check_device(device_id)?;
-    let mut contexts = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
-    let slot = device_id as usize;
-    if contexts.len() <= slot {
-        contexts.resize(slot + 1, None);
-    }
-    if let Some(context) = contexts[slot] {
+    let slots =
+        CONTEXTS.get_or_init(|| (0..super::driver::device_count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
+    let slot = &slots[device_id as usize]; // in range: checked above
+    if let Some(&context) = slot.get() {
         return Ok(context);
     }
-    // `CudaContext::new` makes the context current (cuCtxSetCurrent); put the caller's back.
-    let previous = result::ctx::get_current().map_err(cuda_error)?;
-    let created = CudaContext::new(slot);
-    // SAFETY: `previous` was current on this thread a moment ago (or there was none).
-    unsafe { result::ctx::set_current(previous.unwrap_or(std::ptr::null_mut())) }.map_err(cuda_error)?;
-    let created = created.map_err(cuda_error)?;
-    // amso owns no `CudaSlice`, whose reads and writes event tracking orders; with it on,
-    // cudarc's `new_stream` synchronises the whole context, which a CUDA graph capture in
-    // progress forbids. SAFETY: no cudarc slice of this context exists.
-    unsafe { created.disable_event_tracking() };
-    let context: &'static Arc<CudaContext> = Box::leak(Box::new(created));
-    contexts[slot] = Some(context);
-    Ok(context)
+    // Made once, with the GIL released (a primary context takes a long while): no thread waits
+    // for this lock holding the GIL.
+    static CREATING: Mutex<()> = Mutex::new(());
+    crate::gil::released(|| {
+        let _creating = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&context) = slot.get() {
+            return Ok(context);
+        }
+        // `CudaContext::new` makes the context current (cuCtxSetCurrent); put the caller's back.
+        let previous = result::ctx::get_current().map_err(cuda_error)?;
+        let created = CudaContext::new(device_id as usize);
+        // SAFETY: `previous` was current on this thread a moment ago (or there was none).
+        unsafe { result::ctx::set_current(previous.unwrap_or(std::ptr::null_mut())) }.map_err(cuda_error)?;
+        let created = created.map_err(cuda_error)?;
+        // amso owns no `CudaSlice`, whose reads and writes event tracking orders; with it on,
+        // cudarc's `new_stream` synchronises the whole context, which a CUDA graph capture in
+        // progress forbids. SAFETY: no cudarc slice of this context exists.
+        unsafe { created.disable_event_tracking() };
+        let context: &'static Arc<CudaContext> = Box::leak(Box::new(created));
+        let _ = slot.set(context);
+        Ok(context)
+    })
 }
 
 /// The device's primary context is current on this thread while this guard lives.

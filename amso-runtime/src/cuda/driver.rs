@@ -27,14 +27,22 @@ fn load() -> std::result::Result<Driver, String> {
     Ok(Driver { device_count })
 }
 
+/// The driver, loaded on first use with the GIL released (`cuInit` takes up to seconds).
+fn loaded() -> &'static std::result::Result<Driver, String> {
+    match DRIVER.get() {
+        Some(driver) => driver,
+        None => crate::gil::released(|| DRIVER.get_or_init(load)),
+    }
+}
+
 fn driver() -> Result<&'static Driver> {
-    DRIVER.get_or_init(load).as_ref().map_err(|message| Error::Unavailable(message.clone()))
+    loaded().as_ref().map_err(|message| Error::Unavailable(message.clone()))
 }
 
 /// Whether a CUDA driver is loaded and sees at least one device (every new array asks: without
 /// building the error `driver` would).
 pub fn is_available() -> bool {
-    DRIVER.get_or_init(load).as_ref().is_ok_and(|d| d.device_count > 0)
+    loaded().as_ref().is_ok_and(|d| d.device_count > 0)
 }
 
 /// Number of CUDA devices (an error when no driver is present).
@@ -49,13 +57,13 @@ pub fn device_of_pointer(address: usize) -> Result<i32> {
     device_count()?;
     let mut ordinal: i32 = -1;
     // SAFETY: the attribute is an int; the driver validates the address.
-    let status = unsafe {
+    let status = crate::gil::released(|| unsafe {
         sys::cuPointerGetAttribute(
             (&mut ordinal as *mut i32).cast(),
             sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
             address as sys::CUdeviceptr,
         )
-    };
+    });
     if status != sys::CUresult::CUDA_SUCCESS || ordinal < 0 {
         return Err(Error::InvalidArgument(format!("0x{address:x} is not CUDA device memory ({status:?})")));
     }

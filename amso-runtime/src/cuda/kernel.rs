@@ -72,21 +72,24 @@ impl Kernel {
 
 /// Run `launch` with `stream` (a protocol value: 1 legacy, 2 per-thread, else a handle) of
 /// `device_id` as cudarc's stream, with the device's context current and the caller's context
-/// restored afterwards. The stream is lent for the call only.
+/// restored afterwards. The stream is lent for the call only. `launch` runs with the GIL
+/// released, as every driver call amso makes does, hence `Send`: it takes no Python object.
 ///
 /// # Safety
 /// `stream` is 0, 1, 2 or a live stream of `device_id` (the driver dereferences handles): a
 /// typed argument's `stream()`, a `NewArray::stream()`, or a handle its owner keeps alive.
-pub unsafe fn with_stream<R>(
+pub unsafe fn with_stream<R: Send>(
     device_id: i32,
     stream: i64,
-    launch: impl FnOnce(&CudaStream) -> std::result::Result<R, DriverError>,
+    launch: impl FnOnce(&CudaStream) -> std::result::Result<R, DriverError> + Send,
 ) -> Result<R> {
-    let _ctx = Current::enter(device_id)?;
-    let stream = StreamHandle::from_int(stream)?;
-    stream.check(device_id)?;
-    let borrowed = stream.borrow(device_id)?;
-    launch(&borrowed).map_err(cuda_error)
+    crate::gil::released(|| {
+        let _ctx = Current::enter(device_id)?;
+        let stream = StreamHandle::from_int(stream)?;
+        stream.check(device_id)?;
+        let borrowed = stream.borrow(device_id)?;
+        launch(&borrowed).map_err(cuda_error)
+    })
 }
 
 /// Make work queued later on stream `later` wait for the work queued so far on `earlier`

@@ -46,7 +46,7 @@ impl DeviceMemory {
     /// Allocate `bytes` on `device_id`, usable in order on `stream`.
     pub fn alloc_on(device_id: i32, bytes: usize, stream: super::stream::StreamHandle) -> Result<DeviceMemory> {
         let (ptr, allocator) = if bytes > 0 {
-            let (ptr, allocator) = super::alloc::allocate(device_id, bytes, stream)?;
+            let (ptr, allocator) = crate::gil::released(|| super::alloc::allocate(device_id, bytes, stream))?;
             (ptr, Some(allocator))
         } else {
             (0, None)
@@ -154,18 +154,22 @@ unsafe impl Sync for PinnedMemory {}
 impl PinnedMemory {
     /// Allocate `bytes` of zeroed pinned memory, usable from every context.
     pub fn alloc_zeroed(bytes: usize) -> Result<PinnedMemory> {
-        let _ctx = Current::enter(0)?;
-        let _relaxed = super::capture::Relaxed::enter(); // see `capture.rs`
-        let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
-        if bytes > 0 {
-            // SAFETY: valid out-pointer; a context is current; PORTABLE makes it pinned for all contexts.
-            unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) }
-                .result()
-                .map_err(|e| map_error(e, bytes, "pinned host"))?;
-            // SAFETY: the allocation holds `bytes` bytes.
-            unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
-        }
-        Ok(PinnedMemory { ptr: ptr.cast() })
+        let ptr = crate::gil::released(|| -> Result<usize> {
+            let _ctx = Current::enter(0)?;
+            let _relaxed = super::capture::Relaxed::enter(); // see `capture.rs`
+            let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
+            if bytes > 0 {
+                // SAFETY: valid out-pointer; a context is current; PORTABLE makes it pinned for
+                // all contexts.
+                unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) }
+                    .result()
+                    .map_err(|e| map_error(e, bytes, "pinned host"))?;
+                // SAFETY: the allocation holds `bytes` bytes.
+                unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
+            }
+            Ok(ptr as usize)
+        })?;
+        Ok(PinnedMemory { ptr: ptr as *mut u8 })
     }
 
     /// First byte.
@@ -184,9 +188,11 @@ impl Drop for PinnedMemory {
 
 /// Free and total memory of `device_id`, in bytes.
 pub fn memory_info(device_id: i32) -> Result<(usize, usize)> {
-    let _ctx = Current::enter(device_id)?;
-    let (mut free, mut total) = (0usize, 0usize);
-    // SAFETY: valid out-pointers; context current.
-    unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) }.result().map_err(cuda_error)?;
-    Ok((free, total))
+    crate::gil::released(|| {
+        let _ctx = Current::enter(device_id)?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers; context current.
+        unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) }.result().map_err(cuda_error)?;
+        Ok((free, total))
+    })
 }

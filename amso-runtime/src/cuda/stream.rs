@@ -2,7 +2,7 @@
 //! ordering between streams with events (no host blocking). Streams of other libraries are
 //! borrowed through cudarc (`wrap_borrowed_stream`) for the duration of one call.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{sys, CudaStream};
 
@@ -63,14 +63,16 @@ impl StreamHandle {
         if self == StreamHandle::LEGACY {
             return Ok(Checked { handle: self, capture: Capture::Idle });
         }
-        let _ctx = Current::enter(device_id)?;
-        // The driver dereferences handles: a made-up number is undefined behaviour here, as in
-        // every CUDA library; destroyed or foreign handles are reported.
-        let capture = capture::state(self).map_err(|code| capture::state_error(self, device_id, code))?;
-        if let Capture::Active(id) = capture {
-            capture::note(device_id, self, id)?;
-        }
-        Ok(Checked { handle: self, capture })
+        crate::gil::released(|| {
+            let _ctx = Current::enter(device_id)?;
+            // The driver dereferences handles: a made-up number is undefined behaviour here, as
+            // in every CUDA library; destroyed or foreign handles are reported.
+            let capture = capture::state(self).map_err(|code| capture::state_error(self, device_id, code))?;
+            if let Capture::Active(id) = capture {
+                capture::note(device_id, self, id)?;
+            }
+            Ok(Checked { handle: self, capture })
+        })
     }
 }
 
@@ -88,26 +90,37 @@ impl Checked {
     }
 }
 
-static AMSO_STREAMS: Mutex<Vec<Option<StreamHandle>>> = Mutex::new(Vec::new());
+/// amso's stream of each device, made on first use.
+static AMSO_STREAMS: OnceLock<Vec<OnceLock<StreamHandle>>> = OnceLock::new();
 
 /// amso's own non-blocking stream on `device_id`, created once and never destroyed, so the
-/// handle it publishes (in `__cuda_array_interface__`) stays valid.
+/// handle it publishes (in `__cuda_array_interface__`) stays valid. After the first call per
+/// device, a lock-free read.
 pub fn amso_stream(device_id: i32) -> Result<StreamHandle> {
-    let mut streams = AMSO_STREAMS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&Some(stream)) = usize::try_from(device_id).ok().and_then(|slot| streams.get(slot)) {
+    crate::cuda::driver::check_device(device_id)?;
+    let slots = AMSO_STREAMS.get_or_init(|| {
+        let count = crate::cuda::driver::device_count().unwrap_or(0);
+        (0..count).map(|_| OnceLock::new()).collect()
+    });
+    let slot = &slots[device_id as usize]; // in range: checked above
+    if let Some(&stream) = slot.get() {
         return Ok(stream);
     }
-    crate::cuda::driver::check_device(device_id)?; // a negative or absent device has no slot
-    let slot = device_id as usize;
-    if streams.len() <= slot {
-        streams.resize(slot + 1, None);
-    }
-    let _ctx = Current::enter(device_id)?;
-    let stream = context(device_id)?.new_stream().map_err(cuda_error)?;
-    let handle = StreamHandle(stream.cu_stream() as usize);
-    std::mem::forget(stream); // kept for the process: its handle is published
-    streams[slot] = Some(handle);
-    Ok(handle)
+    // The driver call, and the lock that makes it once, with the GIL released: no thread waits
+    // for this lock holding the GIL.
+    static CREATING: Mutex<()> = Mutex::new(());
+    crate::gil::released(|| {
+        let _creating = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&stream) = slot.get() {
+            return Ok(stream);
+        }
+        let _ctx = Current::enter(device_id)?;
+        let stream = context(device_id)?.new_stream().map_err(cuda_error)?;
+        let handle = StreamHandle(stream.cu_stream() as usize);
+        std::mem::forget(stream); // kept for the process: its handle is published
+        let _ = slot.set(handle);
+        Ok(handle)
+    })
 }
 
 /// Make work submitted later to `later` wait for all work submitted so far to `earlier`,
@@ -119,6 +132,10 @@ pub(crate) fn order(device_id: i32, earlier: StreamHandle, later: Checked) -> Re
     if earlier == later.handle {
         return Ok(());
     }
+    crate::gil::released(|| order_now(device_id, earlier, later))
+}
+
+fn order_now(device_id: i32, earlier: StreamHandle, later: Checked) -> Result<()> {
     let _ctx = Current::enter(device_id)?;
     match (earlier.check(device_id)?.capture, later.capture) {
         (Capture::Active(_), Capture::Idle) => Ok(()),
@@ -151,7 +168,9 @@ pub(crate) fn synchronize(device_id: i32, stream: StreamHandle) -> Result<()> {
             "wait after the capture ends, or pass async_copy=True / a stream that is not capturing",
         ));
     }
-    let _ctx = Current::enter(device_id)?;
-    let _relaxed = capture::Relaxed::enter();
-    stream.borrow(device_id)?.synchronize().map_err(cuda_error)
+    crate::gil::released(|| {
+        let _ctx = Current::enter(device_id)?;
+        let _relaxed = capture::Relaxed::enter();
+        stream.borrow(device_id)?.synchronize().map_err(cuda_error)
+    })
 }

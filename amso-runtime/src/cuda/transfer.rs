@@ -158,13 +158,18 @@ pub unsafe fn host_to_device(
     pinned: bool,
     stream: StreamHandle,
 ) -> Result<()> {
-    let _ctx = Current::enter(device_id)?;
-    if pinned || bytes < PIPELINE_MIN {
-        // SAFETY: the caller guarantees both ranges.
-        return unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, stream.raw()) }.result().map_err(cuda_error);
-    }
-    // SAFETY: the caller guarantees both ranges; the context is current.
-    unsafe { staged(dst, src as usize, bytes, true, stream) }
+    let src = src as usize; // crosses into the GIL-free section as an integer
+    crate::gil::released(|| {
+        let _ctx = Current::enter(device_id)?;
+        if pinned || bytes < PIPELINE_MIN {
+            // SAFETY: the caller guarantees both ranges.
+            return unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src as *const std::ffi::c_void, bytes, stream.raw()) }
+                .result()
+                .map_err(cuda_error);
+        }
+        // SAFETY: the caller guarantees both ranges; the context is current.
+        unsafe { staged(dst, src, bytes, true, stream) }
+    })
 }
 
 /// Copy `bytes` from device `src` to host `dst` on `stream`.
@@ -180,19 +185,24 @@ pub unsafe fn device_to_host(
     pinned: bool,
     stream: StreamHandle,
 ) -> Result<()> {
-    let _ctx = Current::enter(device_id)?;
-    if pinned || bytes < PIPELINE_MIN {
-        // SAFETY: the caller guarantees both ranges.
-        unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, stream.raw()) }.result().map_err(cuda_error)?;
-        if !pinned {
-            // A pageable destination is only written once the copy has run.
-            // SAFETY: the stream was checked by the caller.
-            unsafe { sys::cuStreamSynchronize(stream.raw()) }.result().map_err(cuda_error)?;
+    let dst = dst as usize; // crosses into the GIL-free section as an integer
+    crate::gil::released(|| {
+        let _ctx = Current::enter(device_id)?;
+        if pinned || bytes < PIPELINE_MIN {
+            // SAFETY: the caller guarantees both ranges.
+            unsafe { sys::cuMemcpyDtoHAsync_v2(dst as *mut std::ffi::c_void, src, bytes, stream.raw()) }
+                .result()
+                .map_err(cuda_error)?;
+            if !pinned {
+                // A pageable destination is only written once the copy has run.
+                // SAFETY: the stream was checked by the caller.
+                unsafe { sys::cuStreamSynchronize(stream.raw()) }.result().map_err(cuda_error)?;
+            }
+            return Ok(());
         }
-        return Ok(());
-    }
-    // SAFETY: the caller guarantees both ranges; the context is current.
-    unsafe { staged(src, dst as usize, bytes, false, stream) }
+        // SAFETY: the caller guarantees both ranges; the context is current.
+        unsafe { staged(src, dst, bytes, false, stream) }
+    })
 }
 
 /// A pageable copy of `bytes` between the caller's host memory at `host` and `device`, through
@@ -254,9 +264,11 @@ pub unsafe fn device_to_device(
     bytes: usize,
     stream: StreamHandle,
 ) -> Result<()> {
-    let _ctx = Current::enter(device_id)?;
-    // SAFETY: the caller guarantees both ranges.
-    unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream.raw()) }.result().map_err(cuda_error)
+    crate::gil::released(|| {
+        let _ctx = Current::enter(device_id)?;
+        // SAFETY: the caller guarantees both ranges.
+        unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream.raw()) }.result().map_err(cuda_error)
+    })
 }
 
 /// Copy `bytes` from device memory of `src_device` to device memory of `dst_device`, queued on
@@ -279,12 +291,15 @@ pub unsafe fn device_to_peer(
         // SAFETY: forwarded from the caller.
         return unsafe { device_to_device(dst_device, dst, src, bytes, stream) };
     }
-    let _ctx = Current::enter(dst_device)?;
-    let (dst_context, src_context) = (context(dst_device)?.cu_ctx(), context(src_device)?.cu_ctx());
-    // SAFETY: the caller guarantees both ranges; both contexts are retained for the process.
-    unsafe { sys::cuMemcpyPeerAsync(dst, dst_context, src, src_context, bytes, stream.raw()) }
-        .result()
-        .map_err(cuda_error)
+    crate::gil::released(|| {
+        let _ctx = Current::enter(dst_device)?;
+        let (dst_context, src_context) =
+            (context(dst_device)?.cu_ctx() as usize, context(src_device)?.cu_ctx() as usize);
+        // SAFETY: the caller guarantees both ranges; both contexts are retained for the process.
+        unsafe { sys::cuMemcpyPeerAsync(dst, dst_context as _, src, src_context as _, bytes, stream.raw()) }
+            .result()
+            .map_err(cuda_error)
+    })
 }
 
 fn chunks(bytes: usize) -> Vec<(usize, usize)> {
@@ -305,7 +320,9 @@ pub unsafe fn zero(device_id: i32, dst: u64, bytes: usize, stream: StreamHandle)
     if bytes == 0 {
         return Ok(());
     }
-    let _ctx = Current::enter(device_id)?;
-    // SAFETY: forwarded from the caller; the memset is queued on `stream`.
-    unsafe { sys::cuMemsetD8Async(dst, 0, bytes, stream.raw()) }.result().map_err(cuda_error)
+    crate::gil::released(|| {
+        let _ctx = Current::enter(device_id)?;
+        // SAFETY: forwarded from the caller; the memset is queued on `stream`.
+        unsafe { sys::cuMemsetD8Async(dst, 0, bytes, stream.raw()) }.result().map_err(cuda_error)
+    })
 }

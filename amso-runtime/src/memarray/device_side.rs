@@ -1,7 +1,8 @@
 //! The device side of a `MemArray`: its device memory (kept across moves, shared with
 //! exports through `Arc`) and the stream of the last work on it. Work on a new stream is
 //! ordered after that stream with an event; work on a caller's stream is handed over to
-//! amso's own stream, so the stream amso publishes is one it keeps alive.
+//! amso's own stream, so the stream amso publishes is one it keeps alive. Each operation
+//! here makes its driver calls with the GIL released (`gil.rs`), once for the whole operation.
 
 use std::sync::Arc;
 
@@ -45,9 +46,11 @@ impl DeviceSide {
     /// Resolve the caller's stream value for work on `device_id`, ordered after earlier work
     /// (under capture: earlier work completed first, see `cuda/capture.rs`).
     pub(crate) fn begin(&mut self, device_id: i32, stream: i64) -> Result<Checked> {
-        let stream = checked(device_id, stream)?;
-        stream::order(device_id, self.last, stream)?;
-        Ok(stream)
+        crate::gil::released(|| {
+            let stream = checked(device_id, stream)?;
+            stream::order(device_id, self.last, stream)?;
+            Ok(stream)
+        })
     }
 
     /// Record that work was queued on `stream`; a caller's own stream is handed over to
@@ -57,7 +60,10 @@ impl DeviceSide {
         if stream.capturing() {
             return Ok(());
         }
-        let stream = stream.handle;
+        crate::gil::released(|| self.end_now(device_id, stream.handle, synchronize))
+    }
+
+    fn end_now(&mut self, device_id: i32, stream: StreamHandle, synchronize: bool) -> Result<()> {
         self.last = if stream == StreamHandle::LEGACY || stream == StreamHandle::PER_THREAD {
             stream
         } else {
@@ -99,6 +105,10 @@ impl DeviceSide {
 
     /// Fresh device memory of `bytes` on `device_id`, zeroed in order on `stream` if `zeroed`.
     pub(crate) fn allocate(&mut self, device_id: i32, bytes: usize, stream: i64, zeroed: bool) -> Result<()> {
+        crate::gil::released(|| self.allocate_now(device_id, bytes, stream, zeroed))
+    }
+
+    fn allocate_now(&mut self, device_id: i32, bytes: usize, stream: i64, zeroed: bool) -> Result<()> {
         let stream = self.begin(device_id, stream)?;
         let memory = self.ensure(device_id, bytes, stream)?;
         if zeroed {
@@ -121,12 +131,15 @@ impl DeviceSide {
         stream: i64,
         synchronize: bool,
     ) -> Result<()> {
-        let stream = self.begin(device_id, stream)?;
-        refuse_uncapturable(stream, pinned, synchronize)?;
-        let dst = self.ensure(device_id, bytes, stream)?.ptr();
-        // SAFETY: `dst` holds `bytes` (ensured); the caller vouches for `src`.
-        unsafe { transfer::host_to_device(device_id, dst, src, bytes, pinned, stream.handle) }?;
-        self.end(device_id, stream, synchronize)
+        let src = src as usize; // crosses into the GIL-free section as an integer
+        crate::gil::released(|| {
+            let stream = self.begin(device_id, stream)?;
+            refuse_uncapturable(stream, pinned, synchronize)?;
+            let dst = self.ensure(device_id, bytes, stream)?.ptr();
+            // SAFETY: `dst` holds `bytes` (ensured); the caller vouches for `src`.
+            unsafe { transfer::host_to_device(device_id, dst, src as *const u8, bytes, pinned, stream.handle) }?;
+            self.end(device_id, stream, synchronize)
+        })
     }
 
     /// Copy the device memory to host bytes on `stream`.
@@ -143,16 +156,23 @@ impl DeviceSide {
         stream: i64,
         synchronize: bool,
     ) -> Result<()> {
-        let stream = self.begin(device_id, stream)?;
-        refuse_uncapturable(stream, pinned, synchronize)?;
-        let src = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?.ptr();
-        // SAFETY: the device memory holds `bytes`; the caller vouches for `dst`.
-        unsafe { transfer::device_to_host(device_id, dst, src, bytes, pinned, stream.handle) }?;
-        self.end(device_id, stream, synchronize)
+        let dst = dst as usize; // crosses into the GIL-free section as an integer
+        crate::gil::released(|| {
+            let stream = self.begin(device_id, stream)?;
+            refuse_uncapturable(stream, pinned, synchronize)?;
+            let src = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?.ptr();
+            // SAFETY: the device memory holds `bytes`; the caller vouches for `dst`.
+            unsafe { transfer::device_to_host(device_id, dst as *mut u8, src, bytes, pinned, stream.handle) }?;
+            self.end(device_id, stream, synchronize)
+        })
     }
 
     /// Move the device data to `target` device (a peer copy, complete when this returns).
     pub(crate) fn change_device(&mut self, from: i32, target: i32, bytes: usize, stream: i64) -> Result<()> {
+        crate::gil::released(|| self.change_device_now(from, target, bytes, stream))
+    }
+
+    fn change_device_now(&mut self, from: i32, target: i32, bytes: usize, stream: i64) -> Result<()> {
         let source = self.memory.clone().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
         let stream = checked(target, stream)?;
         if stream.capturing() {
@@ -177,12 +197,14 @@ impl DeviceSide {
 
     /// A copy of the device memory (on the same device), complete when this returns.
     pub(crate) fn duplicate(&self, device_id: i32) -> Result<Arc<DeviceMemory>> {
-        let source = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
-        let copy = Arc::new(DeviceMemory::alloc_on(device_id, source.bytes(), self.last)?);
-        // SAFETY: both hold `bytes`; ordered after the last work and synchronised below.
-        unsafe { transfer::device_to_device(device_id, copy.ptr(), source.ptr(), source.bytes(), self.last) }?;
-        stream::synchronize(device_id, self.last)?;
-        Ok(copy)
+        crate::gil::released(|| {
+            let source = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
+            let copy = Arc::new(DeviceMemory::alloc_on(device_id, source.bytes(), self.last)?);
+            // SAFETY: both hold `bytes`; ordered after the last work and synchronised below.
+            unsafe { transfer::device_to_device(device_id, copy.ptr(), source.ptr(), source.bytes(), self.last) }?;
+            stream::synchronize(device_id, self.last)?;
+            Ok(copy)
+        })
     }
 
     /// Read or write `len` bytes at `offset` of the device memory from or to host memory,
@@ -199,21 +221,23 @@ impl DeviceSide {
         write: bool,
     ) -> Result<()> {
         let memory = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory".into()))?;
-        let address = memory.ptr() + offset as u64;
-        let _ctx = Current::enter(device_id)?;
-        // Synchronous copies on the legacy stream: relaxed, so that a capture in progress on
-        // another stream stays valid (they see the data as it is, see `cuda/capture.rs`).
-        let _relaxed = capture::Relaxed::enter();
-        stream::synchronize(device_id, self.last)?;
-        // SAFETY: the caller guarantees both ranges; the copies are synchronous.
-        unsafe {
-            if write {
-                transfer::host_to_device(device_id, address, host, len, false, StreamHandle::LEGACY)?;
-            } else {
-                transfer::device_to_host(device_id, host, address, len, false, StreamHandle::LEGACY)?;
+        let (address, host) = (memory.ptr() + offset as u64, host as usize);
+        crate::gil::released(|| {
+            let _ctx = Current::enter(device_id)?;
+            // Synchronous copies on the legacy stream: relaxed, so that a capture in progress on
+            // another stream stays valid (they see the data as it is, see `cuda/capture.rs`).
+            let _relaxed = capture::Relaxed::enter();
+            stream::synchronize(device_id, self.last)?;
+            // SAFETY: the caller guarantees both ranges; the copies are synchronous.
+            unsafe {
+                if write {
+                    transfer::host_to_device(device_id, address, host as *const u8, len, false, StreamHandle::LEGACY)?;
+                } else {
+                    transfer::device_to_host(device_id, host as *mut u8, address, len, false, StreamHandle::LEGACY)?;
+                }
             }
-        }
-        stream::synchronize(device_id, StreamHandle::LEGACY)
+            stream::synchronize(device_id, StreamHandle::LEGACY)
+        })
     }
 
     /// Note that the device memory is being handed to a consumer (DLPack, the interface dict).
@@ -225,7 +249,10 @@ impl DeviceSide {
 
     /// Make `consumer` wait for the array's pending work (DLPack's stream handshake).
     pub(crate) fn hand_to(&self, device_id: i32, consumer: StreamHandle) -> Result<()> {
-        stream::order(device_id, self.last, consumer.check(device_id)?)
+        if consumer == self.last {
+            return Ok(());
+        }
+        crate::gil::released(|| stream::order(device_id, self.last, consumer.check(device_id)?))
     }
 }
 

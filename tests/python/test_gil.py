@@ -6,6 +6,7 @@ hanging the suite."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -66,7 +67,8 @@ SCENARIOS = {
 def test_a_python_host_function_runs_while_amso_waits_in_the_driver(scenario):
     script = PRELUDE + textwrap.dedent(SCENARIOS[scenario]) + "\nassert ran, 'the host function never ran'\nprint('ok')\n"
     try:
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        timeout = float(os.environ.get("AMSO_DEADLOCK_TIMEOUT", "60"))
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{scenario}: deadlocked (a driver wait with the GIL held, behind a host function that needs it)")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr

@@ -23,11 +23,19 @@ PRELUDE = textwrap.dedent("""
     import ctypes, threading, numpy as np, amso
     cuda = ctypes.CDLL("libcuda.so.1")
     HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    cuda.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, HOST_FN, ctypes.c_void_p]
     ran = []
     callback = HOST_FN(lambda _: ran.append(threading.get_ident()))
 
     def queue_python_host_function(stream):
-        assert cuda.cuLaunchHostFunc(ctypes.c_void_p(stream), callback, None) == 0
+        context, popped = ctypes.c_void_p(), ctypes.c_void_p()
+        assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0) == 0
+        assert cuda.cuCtxPushCurrent_v2(context) == 0
+        try:
+            status = cuda.cuLaunchHostFunc(ctypes.c_void_p(stream), callback, None)
+            assert status == 0, f"cuLaunchHostFunc returned {status}"
+        finally:
+            cuda.cuCtxPopCurrent_v2(ctypes.byref(popped))
 """)
 
 SCENARIOS = {

@@ -144,9 +144,9 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArra
     if isinstance(obj, MemArrayBase) and dtype is None and copy is not True:
         return obj
     on_device = _device_type(obj) == dlpack.kDLCUDA
-    if dtype is None and copy is not True:
-        try:
-            return _wrap(obj)
+    if dtype is None and (copy is not True or hasattr(obj, "__dlpack__")):
+        try:  # copy=True asks the producer for its own copy (NumPy cannot import every dtype)
+            return _from_dlpack(obj, copy=True) if copy is True else _wrap(obj)
         except BufferError:
             if copy is False or on_device:
                 raise

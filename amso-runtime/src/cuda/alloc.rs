@@ -94,7 +94,8 @@ impl PoolAllocator {
     /// Bytes the driver's pool keeps reserved after frees (default: all of them, u64::MAX).
     pub fn set_release_threshold(&self, bytes: u64) {
         self.release_threshold.store(bytes, Ordering::Relaxed);
-        self.configured.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        // `configure` holds this lock across driver calls: taken with the GIL released.
+        crate::gil::released(|| self.configured.lock().unwrap_or_else(|e| e.into_inner()).clear());
     }
 
     fn configure(&self, device_id: i32) -> Result<()> {

@@ -181,17 +181,21 @@ pub(crate) fn in_progress(device_id: Option<i32>) -> bool {
     if WATCHING.load(Ordering::Acquire) == 0 {
         return false;
     }
-    let mut found = false;
-    for sentinel in sentinels().iter_mut().filter(|s| s.capture != 0) {
-        let Ok(_ctx) = super::context::Current::enter(sentinel.device_id) else { continue };
-        if matches!(state(sentinel.stream), Ok(Capture::Active(_))) {
-            found |= device_id.is_none_or(|d| d == sentinel.device_id);
-        } else {
-            sentinel.capture = 0;
-            WATCHING.fetch_sub(1, Ordering::AcqRel);
+    // The sentinels' lock is held across driver calls here and in `note`: it is only ever
+    // taken with the GIL released, so no Python thread waits for it holding the GIL.
+    crate::gil::released(|| {
+        let mut found = false;
+        for sentinel in sentinels().iter_mut().filter(|s| s.capture != 0) {
+            let Ok(_ctx) = super::context::Current::enter(sentinel.device_id) else { continue };
+            if matches!(state(sentinel.stream), Ok(Capture::Active(_))) {
+                found |= device_id.is_none_or(|d| d == sentinel.device_id);
+            } else {
+                sentinel.capture = 0;
+                WATCHING.fetch_sub(1, Ordering::AcqRel);
+            }
         }
-    }
-    found
+        found
+    })
 }
 
 /// The error for `what`, refused on capturing `stream` before anything was queued.

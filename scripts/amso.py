@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ VENV = ROOT / ".venv"
 REQUIREMENTS = [
     "maturin>=1.9,<2", "numpy>=1.26", "pytest>=8", "ml_dtypes>=0.4", "apache-tvm-ffi>=0.1",
     "mpi4py>=4", "mpich", "dask[distributed]>=2024",  # the distributed examples' engines
+    "twine>=6", "auditwheel>=6",  # the package checks
 ]
 # The bundled module first (the others' tests import it), then the example crates and the
 # benchmark crate that puts amso beside rust-numpy.
@@ -93,12 +95,15 @@ def build_extensions() -> None:
 
 
 def wheels() -> None:
-    """Release wheels of amso, the example crates and the benchmark crate into wheels/ (for the
-    GPU machine)."""
+    """Release wheels of amso, the example crates, the benchmark crate and the outside crate into
+    wheels/ (for the GPU machine)."""
     ensure_venv()
     shutil.rmtree(ROOT / "wheels", ignore_errors=True)
     for manifest in EXTENSIONS:
         run(venv_bin("python"), "-m", "maturin", "build", "--release", "--quiet", "-m", manifest, "-o", ROOT / "wheels", env=venv_env())
+    # The outside crate against the packaged crates (its GPU test: a kernel over its own dtype).
+    run(venv_bin("python"), "-m", "maturin", "build", "--release", "--quiet", "-m", package_crates(), "-o",
+        ROOT / "wheels", env=outside_env())
     # The runtime's Rust GPU test, as a binary the GPU machine runs without a Rust toolchain.
     built = subprocess.run(
         ["cargo", "test", "--release", "-p", "amso-runtime", "--features", "cuda", "--test", "cuda_design", "--no-run", "--message-format=json"],
@@ -110,8 +115,74 @@ def wheels() -> None:
             shutil.copy(message["executable"], ROOT / "wheels" / "cuda_design")
 
 
-def quickstart() -> None:
-    run(venv_bin("python"), ROOT / "examples" / "python" / "quickstart.py", env=venv_env())
+def quickstart(python: Path | None = None) -> None:
+    run(python or venv_bin("python"), ROOT / "examples" / "python" / "quickstart.py", env=venv_env())
+
+
+# The crates published to crates.io, and where the outside crate is built against them.
+PUBLISHED = ["amso-codegen", "amso-macros", "amso-runtime"]
+OUTSIDE = ROOT / "target" / "outside"
+
+
+def package_crates() -> Path:
+    """`cargo package` the published crates, each verified by building it, with every feature,
+    from its own tarball; then unpack them and copy tests/outside-crate beside them with a
+    `[patch.crates-io]` that points at the unpacked packages, as a registry would serve them.
+    Returns the copy's manifest."""
+    cargo("package", "--allow-dirty", "--all-features", *(arg for name in PUBLISHED for arg in ("-p", name)))
+    shutil.rmtree(OUTSIDE, ignore_errors=True)
+    patches = []
+    for name in PUBLISHED:
+        archive = max((ROOT / "target" / "package").glob(f"{name}-[0-9]*.crate"), key=lambda p: p.stat().st_mtime)
+        with tarfile.open(archive) as tar:
+            tar.extractall(OUTSIDE / "crates", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        unpacked = OUTSIDE / "crates" / archive.name.removesuffix(".crate")
+        patches.append(f'{name} = {{ path = "{unpacked.as_posix()}" }}')
+    crate = OUTSIDE / "crate"
+    shutil.copytree(ROOT / "tests" / "outside-crate", crate, ignore=shutil.ignore_patterns("target", "__pycache__"))
+    manifest = crate / "Cargo.toml"
+    manifest.write_text(manifest.read_text() + "\n[patch.crates-io]\n" + "\n".join(patches) + "\n")
+    shutil.copy(ROOT / "Cargo.lock", crate / "Cargo.lock")  # the workspace's versions of shared dependencies
+    return manifest
+
+
+def outside_env() -> dict[str, str]:
+    """The outside crate shares the workspace's build folder: its dependencies, built with the
+    same profile, are not built twice (the amso crates are, from their packages)."""
+    return dict(venv_env(), CARGO_TARGET_DIR=str(ROOT / "target"))
+
+
+def outside_check() -> None:
+    """A user crate outside the workspace, against the packaged crates by version: built and
+    installed into .venv, then its tests."""
+    manifest = package_crates()
+    run(venv_bin("python"), "-m", "maturin", "develop", "--release", "--quiet", "-m", manifest, env=outside_env())
+    run(venv_bin("python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/outside-crate/tests",
+        env=venv_env())
+
+
+def sdist_check() -> None:
+    """The Python package from source, as on a platform without a wheel: `maturin sdist`, then
+    `pip install` of it into a fresh virtual environment (pip builds it with Rust) and the
+    quickstart there; `twine check` over the sdist and the wheel of `wheel_check`, and
+    `auditwheel show` that the wheel's manylinux tag is the one its symbols allow."""
+    out = ROOT / "target" / "sdist-check"
+    shutil.rmtree(out, ignore_errors=True)
+    run(venv_bin("python"), "-m", "maturin", "sdist", "-m", EXTENSIONS[0], "-o", out / "dist", env=venv_env())
+    run(sys.executable, "-m", "venv", out / "venv")
+    python = out / "venv" / ("Scripts" if os.name == "nt" else "bin") / "python"
+    sdist = next((out / "dist").glob("amso-*.tar.gz"))
+    # The shared build folder only spares rebuilding dependencies; every amso source comes from
+    # the sdist (its crates sit at other paths, so cargo builds them anew).
+    run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", sdist, env=outside_env())
+    quickstart(python)
+    wheel = next((ROOT / "target" / "wheel-check" / "dist").glob("amso-*.whl"))
+    run(venv_bin("python"), "-m", "twine", "check", "--strict", sdist, wheel)
+    shown = subprocess.run([venv_bin("python"), "-m", "auditwheel", "show", wheel], capture_output=True, text=True)
+    print(shown.stdout + shown.stderr, flush=True)
+    claimed = wheel.name.removesuffix(".whl").split("-")[-1]
+    if shown.returncode != 0 or f'platform tag: "{claimed}"' not in " ".join(shown.stdout.split()):
+        sys.exit(f"amso: auditwheel does not find {wheel.name} consistent with its tag {claimed}")
 
 
 def main_job() -> None:
@@ -130,7 +201,9 @@ def test_job() -> None:
     build_extensions()
     quickstart()
     run(venv_bin("python"), "-m", "pytest", "-q", "-rs", "tests/python", env=venv_env())  # -rs: say what was skipped (GPU tests here)
+    outside_check()
     wheel_check()
+    sdist_check()
     fuzz_smoke()
 
 

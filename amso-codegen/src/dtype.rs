@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-/// A DLPack 1.3 type code for the scalar kinds amso supports.
+/// A DLPack 1.3 type code (`DLDataTypeCode`), by the enumerator's name in the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum TypeCode {
     /// Signed integer (`kDLInt`, 0).
@@ -23,31 +23,105 @@ pub enum TypeCode {
     /// Boolean (`kDLBool`, 6).
     #[serde(rename = "kDLBool")]
     Bool,
+    /// float8 e3m4 (`kDLFloat8_e3m4`, 7).
+    #[serde(rename = "kDLFloat8_e3m4")]
+    Float8E3M4,
+    /// float8 e4m3 (`kDLFloat8_e4m3`, 8).
+    #[serde(rename = "kDLFloat8_e4m3")]
+    Float8E4M3,
+    /// float8 e4m3b11fnuz (`kDLFloat8_e4m3b11fnuz`, 9).
+    #[serde(rename = "kDLFloat8_e4m3b11fnuz")]
+    Float8E4M3B11Fnuz,
+    /// float8 e4m3fn (`kDLFloat8_e4m3fn`, 10).
+    #[serde(rename = "kDLFloat8_e4m3fn")]
+    Float8E4M3Fn,
+    /// float8 e4m3fnuz (`kDLFloat8_e4m3fnuz`, 11).
+    #[serde(rename = "kDLFloat8_e4m3fnuz")]
+    Float8E4M3Fnuz,
+    /// float8 e5m2 (`kDLFloat8_e5m2`, 12).
+    #[serde(rename = "kDLFloat8_e5m2")]
+    Float8E5M2,
+    /// float8 e5m2fnuz (`kDLFloat8_e5m2fnuz`, 13).
+    #[serde(rename = "kDLFloat8_e5m2fnuz")]
+    Float8E5M2Fnuz,
+    /// float8 e8m0fnu, a power-of-two scale (`kDLFloat8_e8m0fnu`, 14).
+    #[serde(rename = "kDLFloat8_e8m0fnu")]
+    Float8E8M0Fnu,
+    /// float6 e2m3fn (`kDLFloat6_e2m3fn`, 15).
+    #[serde(rename = "kDLFloat6_e2m3fn")]
+    Float6E2M3Fn,
+    /// float6 e3m2fn (`kDLFloat6_e3m2fn`, 16).
+    #[serde(rename = "kDLFloat6_e3m2fn")]
+    Float6E3M2Fn,
+    /// float4 e2m1fn (`kDLFloat4_e2m1fn`, 17).
+    #[serde(rename = "kDLFloat4_e2m1fn")]
+    Float4E2M1Fn,
 }
 
+/// What values of a type code are, for the conversions to and from Python scalars.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `bool`.
+    Bool,
+    /// Signed integers.
+    Int,
+    /// Unsigned integers.
+    UInt,
+    /// Real floating point of any width.
+    Float,
+    /// Complex.
+    Complex,
+}
+
+/// Every type code: (code, number, enumerator name, family, bits one lane may have).
+const CODES: [(TypeCode, u8, &str, Family, &[u8]); 17] = [
+    (TypeCode::Int, 0, "kDLInt", Family::Int, &[8, 16, 32, 64]),
+    (TypeCode::UInt, 1, "kDLUInt", Family::UInt, &[8, 16, 32, 64]),
+    (TypeCode::Float, 2, "kDLFloat", Family::Float, &[16, 32, 64]),
+    (TypeCode::Bfloat, 4, "kDLBfloat", Family::Float, &[16]),
+    (TypeCode::Complex, 5, "kDLComplex", Family::Complex, &[64, 128]),
+    (TypeCode::Bool, 6, "kDLBool", Family::Bool, &[8]),
+    (TypeCode::Float8E3M4, 7, "kDLFloat8_e3m4", Family::Float, &[8]),
+    (TypeCode::Float8E4M3, 8, "kDLFloat8_e4m3", Family::Float, &[8]),
+    (TypeCode::Float8E4M3B11Fnuz, 9, "kDLFloat8_e4m3b11fnuz", Family::Float, &[8]),
+    (TypeCode::Float8E4M3Fn, 10, "kDLFloat8_e4m3fn", Family::Float, &[8]),
+    (TypeCode::Float8E4M3Fnuz, 11, "kDLFloat8_e4m3fnuz", Family::Float, &[8]),
+    (TypeCode::Float8E5M2, 12, "kDLFloat8_e5m2", Family::Float, &[8]),
+    (TypeCode::Float8E5M2Fnuz, 13, "kDLFloat8_e5m2fnuz", Family::Float, &[8]),
+    (TypeCode::Float8E8M0Fnu, 14, "kDLFloat8_e8m0fnu", Family::Float, &[8]),
+    (TypeCode::Float6E2M3Fn, 15, "kDLFloat6_e2m3fn", Family::Float, &[6]),
+    (TypeCode::Float6E3M2Fn, 16, "kDLFloat6_e3m2fn", Family::Float, &[6]),
+    (TypeCode::Float4E2M1Fn, 17, "kDLFloat4_e2m1fn", Family::Float, &[4]),
+];
+
 impl TypeCode {
-    /// The numeric DLPack code.
-    pub fn dlpack_code(self) -> u8 {
-        match self {
-            TypeCode::Int => 0,
-            TypeCode::UInt => 1,
-            TypeCode::Float => 2,
-            TypeCode::Bfloat => 4,
-            TypeCode::Complex => 5,
-            TypeCode::Bool => 6,
-        }
+    fn row(self) -> &'static (TypeCode, u8, &'static str, Family, &'static [u8]) {
+        CODES.iter().find(|row| row.0 == self).expect("every code has a row")
     }
 
-    /// The DLPack enumerator's name, as written in C.
+    /// The numeric DLPack code.
+    pub fn dlpack_code(self) -> u8 {
+        self.row().1
+    }
+
+    /// The DLPack enumerator's name, as written in C and in the spec.
     pub fn dlpack_name(self) -> &'static str {
-        match self {
-            TypeCode::Int => "kDLInt",
-            TypeCode::UInt => "kDLUInt",
-            TypeCode::Float => "kDLFloat",
-            TypeCode::Bfloat => "kDLBfloat",
-            TypeCode::Complex => "kDLComplex",
-            TypeCode::Bool => "kDLBool",
-        }
+        self.row().2
+    }
+
+    /// The code whose enumerator is called `name` (`kDLFloat8_e5m2`).
+    pub fn from_dlpack_name(name: &str) -> Option<TypeCode> {
+        CODES.iter().find(|row| row.2 == name).map(|row| row.0)
+    }
+
+    /// Every enumerator name, for messages.
+    pub fn dlpack_names() -> impl Iterator<Item = &'static str> {
+        CODES.iter().map(|row| row.2)
+    }
+
+    /// What the values are.
+    pub fn family(self) -> Family {
+        self.row().3
     }
 
     /// The array-interface kind character (`__array_interface__` typestr).
@@ -56,11 +130,44 @@ impl TypeCode {
             TypeCode::Int => 'i',
             TypeCode::UInt => 'u',
             TypeCode::Float => 'f',
-            // The array interface has no bfloat16; it travels as raw 2-byte values.
-            TypeCode::Bfloat => 'V',
             TypeCode::Complex => 'c',
             TypeCode::Bool => 'b',
+            // The array interface has no bfloat16 or float8: they travel as raw bytes.
+            _ => 'V',
         }
+    }
+
+    /// Whether a type of this code may have `bits` per lane and `lanes` lanes: the bits DLPack
+    /// defines for the code, and whole bytes per element. `Err` says what is allowed.
+    pub fn check_layout(self, bits: u8, lanes: u16) -> Result<(), String> {
+        let allowed = self.row().4;
+        let name = self.dlpack_name();
+        let list = allowed.iter().map(u8::to_string).collect::<Vec<_>>().join(", ");
+        if !allowed.contains(&bits) {
+            return Err(format!("{name} has {list} bits per lane, not {bits}"));
+        }
+        if !bits.is_multiple_of(8) {
+            return Err(format!(
+                "{name} is a sub-byte type ({bits} bits), which amso does not store yet: its elements need the \
+                 packed or padded layout DLPack defines"
+            ));
+        }
+        if lanes == 0 {
+            return Err("lanes must be at least 1".to_string());
+        }
+        Ok(())
+    }
+}
+
+/// Whether `name` may name a dtype: lowercase letters, digits and `_`, starting with a letter
+/// (it becomes part of class and C symbol names).
+pub fn check_dtype_name(name: &str) -> Result<(), String> {
+    let valid = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if valid {
+        Ok(())
+    } else {
+        Err(format!("dtype name `{name}` must be lowercase letters, digits and `_`, starting with a letter"))
     }
 }
 
@@ -89,6 +196,18 @@ impl DType {
     /// Bytes per element.
     pub fn itemsize(&self) -> usize {
         self.bits as usize * self.lanes as usize / 8
+    }
+
+    /// An unsigned C integer type of `bytes` bytes (the storage a C caller sees for a type C
+    /// has no name for), else an opaque `void`.
+    pub fn c_storage(bytes: usize) -> &'static str {
+        match bytes {
+            1 => "uint8_t",
+            2 => "uint16_t",
+            4 => "uint32_t",
+            8 => "uint64_t",
+            _ => "void",
+        }
     }
 
     /// The `__array_interface__` / `__cuda_array_interface__` typestr, e.g. `<f4`.

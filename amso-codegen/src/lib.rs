@@ -16,11 +16,17 @@ pub use spec::{Instantiation, Spec, SpecError};
 /// The largest `ndim` amso compiles; matches `amso_runtime::MAX_NDIM`.
 pub const MAX_NDIM: u8 = 8;
 
-/// Text of the spec bundled with this crate (`specs/types.yaml` of the workspace).
-pub const BUNDLED_SPEC: &str = include_str!("../../specs/types.yaml");
+/// Text of the spec bundled with this crate: `bundled/types.yaml`, a verbatim copy of the
+/// workspace's `specs/types.yaml` (the one file people edit) that `amso-generate` writes and
+/// `amso-generate --check` keeps current, so that the packaged crate carries its spec.
+pub const BUNDLED_SPEC: &str = include_str!("../bundled/types.yaml");
 
-/// Path of the bundled spec, as named in error messages.
-pub const BUNDLED_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../specs/types.yaml");
+/// Path of the bundled copy (for build scripts' `rerun-if-changed`).
+pub const BUNDLED_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/bundled/types.yaml");
+
+/// Where the bundled copy lives in the workspace, relative to its root (written by
+/// `amso-generate` from the spec it reads).
+pub const BUNDLED_SPEC_COPY: &str = "amso-codegen/bundled/types.yaml";
 
 /// Parse and validate the bundled spec.
 pub fn bundled_spec() -> Result<Spec, SpecError> {

@@ -13,7 +13,7 @@ use std::fmt;
 use serde::de::Deserializer;
 use serde::Deserialize;
 
-use crate::dtype::{DType, TypeCode};
+use crate::dtype::{check_dtype_name, DType, TypeCode};
 use crate::MAX_NDIM;
 
 /// One `(dtype, ndim)` pair to compile.
@@ -203,18 +203,47 @@ struct RawSpec {
     instantiations: Vec<RawEntry>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawDType {
     name: DTypeName,
     rust: RustType,
     code: TypeCode,
-    bits: Bits,
-    lanes: Lanes,
+    bits: u8,
+    lanes: u16,
     numpy: String,
-    #[serde(default)]
     numpy_module: Option<String>,
     c: String,
+}
+
+impl<'de> Deserialize<'de> for RawDType {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Fields {
+            name: DTypeName,
+            rust: RustType,
+            code: TypeCode,
+            bits: u8,
+            lanes: u16,
+            numpy: String,
+            #[serde(default)]
+            numpy_module: Option<String>,
+            c: String,
+        }
+        let f = Fields::deserialize(d)?;
+        // The one layout rule, shared with `#[derive(Element)]`: the bits DLPack defines for
+        // the code, whole bytes, at least one lane.
+        check(|_| f.code.check_layout(f.bits, f.lanes).map_err(|e| format!("dtype `{}`: {e}", f.name.0)))?;
+        Ok(RawDType {
+            name: f.name,
+            rust: f.rust,
+            code: f.code,
+            bits: f.bits,
+            lanes: f.lanes,
+            numpy: f.numpy,
+            numpy_module: f.numpy_module,
+            c: f.c,
+        })
+    }
 }
 
 struct DTypeName(String);
@@ -222,15 +251,7 @@ struct DTypeName(String);
 impl<'de> Deserialize<'de> for DTypeName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = String::deserialize(d)?;
-        check(|_| {
-            let valid = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-                && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-            if valid {
-                Ok(())
-            } else {
-                Err(format!("dtype name `{name}` must be lowercase letters, digits and `_`, starting with a letter"))
-            }
-        })?;
+        check(|_| check_dtype_name(&name))?;
         check(|ctx| {
             if ctx.seen_dtypes.insert(name.clone()) {
                 Ok(())
@@ -252,32 +273,6 @@ impl<'de> Deserialize<'de> for RustType {
             Err(e) => Err(format!("`{text}` is not a Rust type: {e}")),
         })?;
         Ok(RustType(text))
-    }
-}
-
-struct Bits(u8);
-
-impl<'de> Deserialize<'de> for Bits {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let bits = u8::deserialize(d)?;
-        check(|_| {
-            if bits > 0 && bits % 8 == 0 {
-                Ok(())
-            } else {
-                Err(format!("bits must be a positive multiple of 8, got {bits}"))
-            }
-        })?;
-        Ok(Bits(bits))
-    }
-}
-
-struct Lanes(u16);
-
-impl<'de> Deserialize<'de> for Lanes {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let lanes = u16::deserialize(d)?;
-        check(|_| if lanes >= 1 { Ok(()) } else { Err("lanes must be at least 1".to_string()) })?;
-        Ok(Lanes(lanes))
     }
 }
 
@@ -355,8 +350,8 @@ impl RawSpec {
                 name: raw.name.0,
                 rust: raw.rust.0,
                 code: raw.code,
-                bits: raw.bits.0,
-                lanes: raw.lanes.0,
+                bits: raw.bits,
+                lanes: raw.lanes,
                 numpy: raw.numpy,
                 numpy_module: raw.numpy_module,
                 c: raw.c,

@@ -503,11 +503,12 @@ pub fn generated_files(spec: &Spec) -> Vec<(PathBuf, String)> {
     ]
 }
 
-/// Write (or with `check`, compare) every generated file under `root`; returns the paths that
-/// differed from what is on disk.
-pub fn write_all(spec: &Spec, root: &Path, check: bool) -> std::io::Result<Vec<PathBuf>> {
+/// Write (or with `check`, compare) every generated file under `root`, and the bundled copy of
+/// the spec (`spec_text`, verbatim); returns the paths that differed from what is on disk.
+pub fn write_all(spec: &Spec, spec_text: &str, root: &Path, check: bool) -> std::io::Result<Vec<PathBuf>> {
     let mut stale = Vec::new();
-    for (relative, content) in generated_files(spec) {
+    let copy = (PathBuf::from(crate::BUNDLED_SPEC_COPY), spec_text.to_owned());
+    for (relative, content) in generated_files(spec).into_iter().chain([copy]) {
         let path = root.join(&relative);
         let current = std::fs::read_to_string(&path).ok();
         if current.as_deref() == Some(content.as_str()) {

@@ -43,24 +43,91 @@ impl DType {
         (self.code, self.bits, self.lanes)
     }
 
-    /// The spec's dtype with DLPack type (code, bits, lanes), if the spec has one.
+    /// The dtype with DLPack type (code, bits, lanes): the spec's, else one of this
+    /// extension's own element types that it has used (`#[derive(Element)]`).
     pub fn from_dlpack((code, bits, lanes): (u8, u8, u16)) -> Option<&'static DType> {
-        ALL.iter().copied().find(|d| d.code == code && d.bits == bits && d.lanes == lanes)
+        known().find(|d| d.code == code && d.bits == bits && d.lanes == lanes)
     }
 
-    /// The spec's dtype NumPy names `name` (`np.dtype(x).name`).
+    /// The dtype NumPy names `name` (`np.dtype(x).name`), as `from_dlpack` looks.
     pub fn from_numpy_name(name: &str) -> Option<&'static DType> {
-        ALL.iter().copied().find(|d| d.numpy == name)
+        known().find(|d| d.numpy == name)
     }
 
-    /// The spec's dtype with array-interface typestr `typestr` (`<f4`, `|b1`). `<`, `=` and `|`
-    /// all read as little-endian, the only order amso handles; `>` finds nothing.
+    /// The dtype with array-interface typestr `typestr` (`<f4`, `|b1`), as `from_dlpack`
+    /// looks. `<`, `=` and `|` all read as little-endian, the only order amso handles; `>` finds
+    /// nothing.
     pub fn from_typestr(typestr: &str) -> Option<&'static DType> {
         let (order, rest) = typestr.split_at_checked(1)?;
         if !matches!(order, "<" | "=" | "|") {
             return None;
         }
-        ALL.iter().copied().find(|d| d.typestr.get(1..) == Some(rest))
+        known().find(|d| d.typestr.get(1..) == Some(rest))
+    }
+}
+
+/// The spec's element types, then the extension's own that it has met.
+fn known() -> impl Iterator<Item = &'static DType> {
+    ALL.iter().copied().chain(own::registered())
+}
+
+/// Element types of the extension's own (`#[derive(Element)]` or a hand-written impl), made
+/// known to the lookups by name and DLPack type when the extension first uses them: in a
+/// typed argument, a new array, or a class it registers. Up to `own::CAPACITY` types.
+pub(crate) mod own {
+    use std::sync::atomic::{AtomicPtr, Ordering};
+    #[cfg(feature = "python")]
+    use std::sync::Mutex;
+
+    use super::DType;
+    #[cfg(feature = "python")]
+    use super::{Element, ElementOps};
+
+    pub(crate) const CAPACITY: usize = 64;
+
+    static TYPES: [AtomicPtr<DType>; CAPACITY] = [const { AtomicPtr::new(std::ptr::null_mut()) }; CAPACITY];
+    #[cfg(feature = "python")]
+    static APPENDING: Mutex<()> = Mutex::new(());
+
+    /// The types met so far, without locking (slots fill once, in order).
+    pub(crate) fn registered() -> impl Iterator<Item = &'static DType> {
+        TYPES.iter().map(|slot| slot.load(Ordering::Acquire)).take_while(|p| !p.is_null()).map(|p| {
+            // SAFETY: slots only ever hold `&'static DType`s (below).
+            unsafe { &*p }
+        })
+    }
+
+    /// Make `T` known, unless it is the spec's or already known. Free for the spec's types.
+    #[cfg(feature = "python")]
+    #[inline]
+    pub(crate) fn register<T: Element>() {
+        if T::IN_SPEC || registered().any(|d| *d == T::DTYPE) {
+            return;
+        }
+        note(ElementOps::of::<T>().dtype);
+    }
+
+    /// Make `dtype` known, unless the lookups find it already.
+    #[cfg(feature = "python")]
+    #[cold]
+    pub(crate) fn note(dtype: &'static DType) {
+        if super::ALL.contains(&dtype) {
+            return;
+        }
+        let _appending = APPENDING.lock().unwrap_or_else(|e| e.into_inner());
+        for slot in &TYPES {
+            let current = slot.load(Ordering::Acquire);
+            if current.is_null() {
+                slot.store((dtype as *const DType).cast_mut(), Ordering::Release);
+                return;
+            }
+            // SAFETY: as in `registered`.
+            if unsafe { *current } == *dtype {
+                return;
+            }
+        }
+        // Full: lookups by NumPy name or typestr miss this type, and say so in their errors;
+        // typed arguments over it still work through DLPack producers.
     }
 }
 
@@ -84,15 +151,38 @@ pub(crate) fn dlpack_type_name(dlpack: (u8, u8, u16)) -> String {
 /// when it reads foreign memory (`read_element`).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an amso element type",
-    note = "element types come from the dtype table of specs/types.yaml; add one there and rebuild"
+    note = "element types are the dtypes of specs/types.yaml, and types of your own with #[derive(amso_macros::Element)]"
 )]
 pub unsafe trait Element: Copy + Default + Send + Sync + std::fmt::Debug + 'static {
     /// This type's facts.
     const DTYPE: DType;
+    /// Whether the type is one of the spec's (the runtime knows those without being told).
+    #[doc(hidden)]
+    const IN_SPEC: bool = false;
     /// The value as a plain scalar (for Python and other dynamic callers).
     fn to_scalar(self) -> Scalar;
     /// A value from a plain scalar, converted as NumPy's item assignment does.
     fn from_scalar(value: Scalar) -> Result<Self>;
+}
+
+/// Types whose every bit pattern is a value, with no padding: what `#[derive(Element)]` may
+/// wrap. Sealed: integers, IEEE and bfloat floats, complex numbers and arrays of them.
+#[diagnostic::on_unimplemented(
+    message = "#[derive(Element)] cannot wrap `{Self}`: not every bit pattern of it is known to be a value",
+    note = "the derive wraps integers, floats (f16, bf16, f32, f64), complex numbers or arrays of them; for \
+            another field type, write `unsafe impl amso_runtime::Element` by hand and uphold its safety contract"
+)]
+pub trait PlainBits: plain::Sealed {}
+
+mod plain {
+    pub trait Sealed {}
+    macro_rules! plain {
+        ($($t:ty),*) => { $( impl Sealed for $t {} impl super::PlainBits for $t {} )* };
+    }
+    plain!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64, half::f16, half::bf16);
+    plain!(num_complex::Complex<f32>, num_complex::Complex<f64>);
+    impl<T: super::PlainBits, const N: usize> Sealed for [T; N] {}
+    impl<T: super::PlainBits, const N: usize> super::PlainBits for [T; N] {}
 }
 
 /// A dynamically typed element value.

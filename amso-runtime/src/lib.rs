@@ -87,6 +87,7 @@ pub const MAX_NDIM: usize = 8;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::dlpack::{plan_export, DlpackRequest, ManagedTensor};
+    pub use crate::element::{scalar, PlainBits};
     pub use crate::error::code;
     pub use crate::lock::LockId;
     pub use crate::memarray::access::RawView;

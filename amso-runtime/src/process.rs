@@ -1,24 +1,33 @@
 //! What every copy of amso's runtime in one process shares. Each extension module built with
 //! amso links its own copy: the bundled `amso._amso`, and each user crate's module. They share
 //! the stream context (`stream_context.rs`) and the borrow registry (`borrows.rs`) all the
-//! same, through a table of C functions that the bundled module publishes in a versioned
-//! capsule (no Rust type crosses between copies, which may be different builds). A copy whose
-//! process has no `amso` package keeps its own.
+//! same, through a table of C functions in a versioned capsule (no Rust type crosses between
+//! copies, which may be different builds).
+//!
+//! The first copy to load publishes its table as `sys.modules["_amso_process_v3"].table`, a
+//! module object made for it; every later copy finds it there and uses it. No copy needs the
+//! `amso` package, so two user crates share their borrows with or without it. Publishing is
+//! a lookup and an insertion in `sys.modules` with no Python code between them, so the GIL
+//! makes it atomic; a free-threaded interpreter is refused (`require_gil`).
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
+use pyo3::exceptions::PyImportError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::borrows::{self, BorrowKey};
 use crate::stream_context;
 
-/// The capsule's name; any change of `Table`'s layout takes a new name.
-const CAPSULE: &std::ffi::CStr = c"amso._amso._process.v2";
-const ATTRIBUTE: &str = "_process";
+/// The module in `sys.modules` that holds the table, and the capsule's name; any change of
+/// `Table`'s layout takes new names.
+const HOME_MODULE: &str = "_amso_process_v3";
+const CAPSULE: &std::ffi::CStr = c"_amso_process_v3.table";
+const ATTRIBUTE: &str = "table";
 
-/// What the bundled module publishes.
+/// What the first copy publishes.
 #[repr(C)]
 pub(crate) struct Table {
     /// The thread's stream context (`stream_context::current`), -1 for none.
@@ -42,20 +51,19 @@ static OWN: Table = Table {
     live_borrows: borrows::live_shared,
 };
 
-/// The bundled module's table, when this copy is another one that found it.
+/// The published table, when it is another copy's.
 static HOME: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
-/// Whether this copy needs to look no further: it is the bundled module's (whose own state is
-/// the process's), or the process has no `amso` package.
-static SETTLED: AtomicBool = AtomicBool::new(false);
+/// Whether this copy has joined: found another copy's table (`HOME`) or published its own.
+static JOINED: AtomicBool = AtomicBool::new(false);
 
-/// The bundled module's table, if this copy joined it.
+/// Another copy's table, if this copy found one when it joined.
 pub(crate) fn joined() -> Option<&'static Table> {
-    // SAFETY: HOME is null or points at a static table of the bundled module, which stays
+    // SAFETY: HOME is null or points at a static table of another copy, whose module stays
     // loaded for the process (CPython never unloads extension modules).
     unsafe { HOME.load(Ordering::Acquire).as_ref() }
 }
 
-/// The table this copy uses: the bundled module's, else its own.
+/// The table this copy uses: the published one (its own when it published).
 pub(crate) fn table() -> &'static Table {
     joined().unwrap_or(&OWN)
 }
@@ -83,62 +91,68 @@ pub(crate) fn live_borrows(_attached: Python<'_>) -> usize {
     unsafe { (table().live_borrows)() }
 }
 
-/// Add this copy's table to `module` (the bundled `amso._amso`): the process's state. Called
-/// before the module registers its classes, so that `join_bundled` finds this copy settled and
-/// never imports the module from inside its own initialisation.
-pub(crate) fn publish(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    // SAFETY: a static table and a static name; no destructor is needed.
-    let capsule = unsafe { ffi::PyCapsule_New((&OWN as *const Table).cast_mut().cast(), CAPSULE.as_ptr(), None) };
-    // SAFETY: a new reference or NULL with an exception set.
-    module.add(ATTRIBUTE, unsafe { Bound::from_owned_ptr_or_err(module.py(), capsule) }?)?;
-    SETTLED.store(true, Ordering::Release);
-    Ok(())
-}
-
-/// In a user crate's copy: use the bundled module's table from now on, if the `amso` package
-/// is installed. Without it, nothing can set a context from Python, and this copy keeps its
-/// own. Called where a user crate's module registers a class and where a typed argument is
-/// read; after the first call, two atomic loads.
-pub(crate) fn join_bundled(py: Python<'_>) -> PyResult<()> {
-    if joined().is_some() || SETTLED.load(Ordering::Acquire) {
+/// Use the process's table from now on: another copy's, or this copy's, published for the
+/// others. Called where a module registers its classes, where a typed argument is read and
+/// where results are made; after the first call, one atomic load.
+#[inline]
+pub(crate) fn join(py: Python<'_>) -> PyResult<()> {
+    if JOINED.load(Ordering::Acquire) {
         return Ok(());
     }
-    let bundled = match py.import("amso._amso") {
-        Ok(bundled) => bundled,
-        Err(error) if amso_is_absent(py, &error) => {
-            SETTLED.store(true, Ordering::Release);
-            return Ok(());
+    join_slow(py)
+}
+
+#[cold]
+fn join_slow(py: Python<'_>) -> PyResult<()> {
+    require_gil(py)?;
+    let modules = py.import("sys")?.getattr("modules")?.cast_into::<PyDict>()?;
+    match modules.get_item(HOME_MODULE)? {
+        Some(home) => {
+            let capsule = home.getattr(ATTRIBUTE)?;
+            // SAFETY: PyCapsule_GetPointer accepts any object; a wrong name or type returns
+            // NULL with an exception set.
+            let table = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), CAPSULE.as_ptr()) }.cast::<Table>();
+            if table.is_null() {
+                let _ = PyErr::take(py);
+                return Err(PyImportError::new_err(format!(
+                    "sys.modules[{HOME_MODULE:?}].{ATTRIBUTE} is not a {CAPSULE:?} capsule: something other than amso \
+                     took that name"
+                )));
+            }
+            if !std::ptr::eq(table, &OWN) {
+                HOME.store(table, Ordering::Release);
+            }
         }
-        // amso is there but cannot be imported (a missing dependency, say): working on state
-        // of its own would silently order this crate's work wrongly, or alias its borrows.
-        Err(error) => return Err(error),
-    };
-    let Some(capsule) = bundled.getattr_opt(ATTRIBUTE)? else {
-        return Err(pyo3::exceptions::PyImportError::new_err(
-            "amso._amso publishes no process table: this module was built against a different amso version than \
-             the installed one; rebuild it against the installed amso",
-        ));
-    };
-    // SAFETY: PyCapsule_GetPointer accepts any object; a wrong name or type returns NULL with
-    // an exception set.
-    let table = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), CAPSULE.as_ptr()) }.cast::<Table>();
-    if table.is_null() {
-        let _ = PyErr::take(py);
-        return Err(pyo3::exceptions::PyImportError::new_err(format!(
-            "amso._amso.{ATTRIBUTE} is not a {CAPSULE:?} capsule: this module was built against a different amso \
-             version than the installed one; rebuild it against the installed amso"
-        )));
+        None => {
+            let home = PyModule::new(py, HOME_MODULE)?;
+            home.setattr(
+                "__doc__",
+                "The table of functions every copy of amso's runtime in this process shares (stream context, borrows).",
+            )?;
+            // SAFETY: a static table and a static name; no destructor is needed.
+            let capsule =
+                unsafe { ffi::PyCapsule_New((&OWN as *const Table).cast_mut().cast(), CAPSULE.as_ptr(), None) };
+            // SAFETY: a new reference or NULL with an exception set.
+            home.add(ATTRIBUTE, unsafe { Bound::from_owned_ptr_or_err(py, capsule) }?)?;
+            modules.set_item(HOME_MODULE, home)?;
+        }
     }
-    HOME.store(table, Ordering::Release);
+    JOINED.store(true, Ordering::Release);
     Ok(())
 }
 
-/// Whether `error`, from importing `amso._amso`, means the `amso` package is not installed
-/// (Python finds no `amso` at all), rather than an installed one failing to import.
-fn amso_is_absent(py: Python<'_>, error: &PyErr) -> bool {
-    error.is_instance_of::<pyo3::exceptions::PyModuleNotFoundError>(py)
-        && py
-            .import("importlib.util")
-            .and_then(|util| util.call_method1("find_spec", ("amso",)))
-            .is_ok_and(|spec| spec.is_none())
+/// amso's shared state is serialised by the GIL (the borrow registry, the first copy's
+/// publication, NumPy's array fields read in place): refuse an interpreter running without it
+/// (a free-threaded build that a module declared safe for it).
+fn require_gil(py: Python<'_>) -> PyResult<()> {
+    let sys = py.import("sys")?;
+    let Some(enabled) = sys.getattr_opt("_is_gil_enabled")? else { return Ok(()) };
+    if enabled.call0()?.is_truthy()? {
+        return Ok(());
+    }
+    Err(PyImportError::new_err(
+        "amso's runtime needs the GIL, but this interpreter runs without it: declare the extension module with \
+         #[pymodule(gil_used = true)] (free-threaded Python then enables the GIL when importing it), or run with \
+         PYTHON_GIL=1",
+    ))
 }

@@ -7,6 +7,9 @@ rank and dtype dispatch, and borrows checked across extension modules."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -287,3 +290,55 @@ def test_many_threads_writing_their_own_rows_while_readers_share_one_array():
     assert not errors
     np.testing.assert_array_equal(grid, np.tile(200 * shared, (8, 1)))
     assert amso._amso._live_borrows() == 0
+
+
+def test_a_shape_beyond_the_address_space_is_refused():
+    """A producer's shape whose element count overflows, or whose non-zero dimensions exceed
+    what an address space holds even with zero strides or an empty axis, is refused before any
+    view is made (a view of 2**64 elements over 8 bytes would read anything)."""
+    from hostile import Tensor
+    for shape in [(2**32, 2**32), (2**62, 4), (0, 2**40, 2**40)]:
+        tensor = Tensor(shape=shape, strides=(0,) * len(shape), nbytes=8)
+        with pytest.raises(ValueError, match="more elements than an address space holds"):
+            ue.sum_any(tensor.producer())
+        gc.collect()
+        assert tensor.deleted == 1, shape
+    assert amso._amso._live_borrows() == 0
+
+
+def test_amso_does_not_change_an_array_a_typed_argument_holds():
+    """Item assignment on an amso array waits for no one: while a Rust function holds the
+    array through a typed argument, it is refused (BufferError), and the array is unchanged."""
+    a = amso.asarray(np.arange(4.0))
+    with pytest.raises(BufferError, match="cannot change the array: a typed argument"):
+        ue.while_writing(a, lambda: a.__setitem__(0, 5.0))
+    assert np.asarray(a).tolist() == [0.0, 1.0, 2.0, 3.0]
+    a[0] = 5.0  # after the call, freely
+    assert a[0] == 5.0 and amso._amso._live_borrows() == 0
+
+
+def test_crates_share_borrows_without_the_amso_package():
+    """Two user crates in a process where `import amso` fails still share one borrow registry:
+    the first copy of the runtime to load publishes it, whichever crate that is."""
+    script = textwrap.dedent("""
+        import sys, importlib.abc
+        class NoAmso(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == "amso" or name.startswith("amso."):
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        sys.meta_path.insert(0, NoAmso())
+        import numpy as np
+        import amso_user_example as ue, amso_rust_ext as ext
+        assert "amso" not in sys.modules
+        x = np.arange(4.0)
+        try:
+            ue.while_writing(x, lambda: ext.mult(2.0, x))
+        except BufferError as e:
+            assert "borrowed for writing" in str(e), e
+        else:
+            raise SystemExit("two crates held x for writing at once")
+        assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
+        print("shared")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "shared", done.stderr

@@ -1,4 +1,5 @@
-//! Writes `generated/` from the spec: `amso-generate [--check] [--spec PATH] [--root DIR]`.
+//! Writes `generated/` and the crate's bundled copy of the spec (`amso-codegen/bundled/types.yaml`)
+//! from the spec: `amso-generate [--check] [--spec PATH] [--root DIR]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,7 +36,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match write::write_all(&spec, &root, check) {
+    match write::write_all(&spec, &text, &root, check) {
         Ok(stale) if stale.is_empty() => {
             println!("amso-generate: generated files are up to date");
             ExitCode::SUCCESS

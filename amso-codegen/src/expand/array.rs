@@ -6,12 +6,13 @@ use quote::{format_ident, quote};
 use syn::parse::{Parse, ParseStream};
 use syn::{Fields, ItemStruct, LitInt, Token, Type};
 
-use crate::expand::pyclass::{instantiation_class, ClassNames};
+use crate::expand::pyclass::{instantiation_class, ClassNames, ElementType};
 use crate::{Spec, MAX_NDIM};
 
 /// The attribute's arguments: an element type and an ndim literal.
 pub struct ArrayArgs {
-    /// Element type as written: a spec dtype name (`float32`) or its Rust type (`f32`).
+    /// Element type as written: a spec dtype name (`float32`), its Rust type (`f32`), or a
+    /// user's own element type (`E5M2`).
     pub dtype: Type,
     /// The ndim literal.
     pub ndim: LitInt,
@@ -40,17 +41,23 @@ pub fn amso_array(args: TokenStream, item: TokenStream, spec: &Spec, spec_path: 
     let mut errors: Vec<syn::Error> = Vec::new();
 
     let written = args.dtype_string();
-    let dtype = spec.dtype_by_name_or_rust(&written);
-    if dtype.is_none() {
-        errors.push(syn::Error::new_spanned(
-            &args.dtype,
-            format!(
-                "unknown amso dtype `{written}`; known dtypes (name or Rust type): {}. \
-                 Add it to the dtype table of {spec_path} and rebuild",
-                spec.dtypes.iter().map(|d| format!("{} ({})", d.name, d.rust)).collect::<Vec<_>>().join(", ")
-            ),
-        ));
-    }
+    // A spec dtype by name or Rust type; else a user's own element type (`#[derive(Element)]`),
+    // unless it is written as a lowercase word, the way only spec names are.
+    let element = match spec.dtype_by_name_or_rust(&written) {
+        Some(dtype) => Some(ElementType::of(dtype)),
+        None if written.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') => {
+            errors.push(syn::Error::new_spanned(
+                &args.dtype,
+                format!(
+                    "unknown amso dtype `{written}`; known dtypes (name or Rust type): {}. Add it to the dtype table \
+                     of {spec_path}, or declare a type of your own with #[derive(amso_macros::Element)]",
+                    spec.dtypes.iter().map(|d| format!("{} ({})", d.name, d.rust)).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+            None
+        }
+        None => Some(ElementType { ty: args.dtype.clone(), shown: written.clone() }),
+    };
     let ndim = match args.ndim.base10_parse::<u8>() {
         Ok(n) if (1..=MAX_NDIM).contains(&n) => Some(n),
         _ => {
@@ -73,15 +80,15 @@ pub fn amso_array(args: TokenStream, item: TokenStream, spec: &Spec, spec_path: 
     }) {
         return Err(combined);
     }
-    let (dtype, ndim) = (dtype.expect("checked"), ndim.expect("checked"));
+    let (element, ndim) = (element.expect("checked"), ndim.expect("checked"));
 
     let ident = &item.ident;
     let python_name = ident.to_string();
     let names = ClassNames { ident, vis: &item.vis, attrs: &item.attrs, python_name: &python_name, module: None };
-    let class = instantiation_class(dtype, ndim, &names);
+    let class = instantiation_class(&element, ndim, &names);
     let alias = format_ident!("{}Array", ident);
     let vis = &item.vis;
-    let ty = dtype.runtime_path();
+    let ty = &element.ty;
     let ndim = ndim as usize;
     let alias_doc = format!("The typed Rust array behind the Python class `{python_name}`.");
     Ok(quote! {

@@ -5,7 +5,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 use syn::Visibility;
 
-use crate::expand::pyclass::{instantiation_class, typed_exports, ClassNames};
+use crate::expand::pyclass::{instantiation_class, typed_exports, ClassNames, ElementType};
 use crate::Spec;
 
 /// Every instantiation's class plus `pub fn register_classes(module)`.
@@ -17,7 +17,7 @@ pub fn spec_classes(spec: &Spec, module: &str) -> TokenStream {
         let name = dtype.class_name(ndim);
         let ident = format_ident!("{}", name);
         let names = ClassNames { ident: &ident, vis: &vis, attrs: &[], python_name: &name, module: Some(module) };
-        classes.push(instantiation_class(dtype, ndim, &names));
+        classes.push(instantiation_class(&ElementType::of(dtype), ndim, &names));
         classes.push(typed_exports(dtype, ndim, &ident));
         idents.push(ident);
     }

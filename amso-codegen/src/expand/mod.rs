@@ -2,6 +2,7 @@
 
 pub mod array;
 pub mod dispatch;
+pub mod element;
 pub mod pyclass;
 pub mod traits;
 

@@ -21,13 +21,29 @@ pub struct ClassNames<'a> {
     pub module: Option<&'a str>,
 }
 
+/// An instantiation's element type: the path its code names it by (`::amso_runtime::dtypes::
+/// float32`, or a user's own type), and how docs show it.
+pub struct ElementType {
+    /// The type, as generated code names it.
+    pub ty: syn::Type,
+    /// The type as docs show it (`f32`).
+    pub shown: String,
+}
+
+impl ElementType {
+    /// A dtype of the spec.
+    pub fn of(dtype: &DType) -> ElementType {
+        ElementType { ty: dtype.runtime_path(), shown: dtype.rust.clone() }
+    }
+}
+
 /// The class, its constructor and its `Instantiation` impl.
-pub fn instantiation_class(dtype: &DType, ndim: u8, names: &ClassNames<'_>) -> TokenStream {
+pub fn instantiation_class(element: &ElementType, ndim: u8, names: &ClassNames<'_>) -> TokenStream {
     let ClassNames { ident, vis, attrs, python_name, module } = names;
-    let ty = dtype.runtime_path();
+    let ty = &element.ty;
     let ndim = ndim as usize;
     let module = module.map(|m| quote!(module = #m,));
-    let doc = format!("amso `MemArray<{}, {ndim}>` ({}, {ndim}-D) as a Python class.", dtype.rust, dtype.name);
+    let doc = format!("amso `MemArray<{}, {ndim}>` as a Python class.", element.shown);
     let doc = if attrs.iter().any(|a| a.path().is_ident("doc")) { quote!() } else { quote!(#[doc = #doc]) };
     quote! {
         #doc

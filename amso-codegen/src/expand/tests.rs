@@ -15,7 +15,8 @@ fn element_impls_cover_the_dtype_table_with_size_checks() {
         assert!(code.contains(&format!("name:\"{}\"", dtype.name)), "{}", dtype.name);
         assert!(code.contains(&format!("pubusesuper::__dtype_{}as{};", dtype.name, dtype.name)));
     }
-    assert!(code.contains("unsafeimplcrate::element::Elementforhalf::bf16"));
+    assert!(code.contains("unsafeimplcrate::Elementforhalf::bf16"));
+    assert_eq!(code.matches("constIN_SPEC:bool=true;").count(), spec.dtypes.len());
     assert!(code.contains("code:4u8"), "bfloat16 is kDLBfloat (4)");
     assert_eq!(code.matches("size_of::<").count(), spec.dtypes.len(), "one size assertion per dtype");
 }
@@ -33,7 +34,7 @@ fn instantiation_class_is_a_thin_delegation() {
         python_name: "MemArray3DFloat32",
         module: Some("amso._amso"),
     };
-    let code = compact(pyclass::instantiation_class(dtype, 3, &names));
+    let code = compact(pyclass::instantiation_class(&pyclass::ElementType::of(dtype), 3, &names));
     assert!(code.contains("extends=::amso_runtime::python::MemArrayBase,frozen,subclass"));
     assert!(code.contains("::amso_runtime::__private::new_base::<Self>"));
     assert!(code.contains("typeArray=::amso_runtime::MemArray<::amso_runtime::dtypes::float32,3usize>;"));
@@ -94,7 +95,8 @@ fn amso_array_errors_say_what_to_do() {
     assert!(
         unknown.contains("unknown amso dtype `f17`")
             && unknown.contains("float32 (f32)")
-            && unknown.contains("specs/types.yaml"),
+            && unknown.contains("specs/types.yaml")
+            && unknown.contains("#[derive(amso_macros::Element)]"),
         "{unknown}"
     );
     assert!(error(

@@ -1,15 +1,19 @@
 //! `Element` impls (the DLPack type traits) for every dtype of the spec, written into the
 //! runtime crate by its build script.
 
-use proc_macro2::TokenStream;
-use quote::{format_ident, quote};
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
 
-use crate::dtype::{DType, TypeCode};
+use crate::dtype::{DType, Family};
 use crate::Spec;
 
 /// `impl Element for T` for every dtype, plus a test that each one's default is all-zero bits.
 pub fn element_impls(spec: &Spec) -> TokenStream {
-    let impls = spec.dtypes.iter().map(element_impl);
+    let impls = spec.dtypes.iter().map(|dtype| {
+        let conversion = Conversion::Family(dtype.code.family());
+        element_impl(dtype, &dtype.rust_type(), &quote!(crate), &conversion, true, Span::call_site())
+    });
     let types: Vec<_> = spec.dtypes.iter().map(DType::rust_type).collect();
     let names: Vec<_> = spec.dtypes.iter().map(|d| quote::format_ident!("{}", d.name)).collect();
     let hidden: Vec<_> = spec.dtypes.iter().map(|d| quote::format_ident!("__dtype_{}", d.name)).collect();
@@ -48,8 +52,27 @@ pub fn element_impls(spec: &Spec) -> TokenStream {
     }
 }
 
-fn element_impl(dtype: &DType) -> TokenStream {
-    let ty = dtype.rust_type();
+/// How an element type's values become Python scalars and back.
+pub enum Conversion {
+    /// By the family's rules in the runtime (`num-traits` conversions): the spec's types.
+    Family(Family),
+    /// Through another element type `V`: `V::from(self)` and `Self::from(v)`, with `V`'s
+    /// rules (a user's `#[amso(scalar = f32)]`).
+    Via(Box<syn::Type>),
+}
+
+/// `unsafe impl Element for ty` from `dtype`'s facts, naming the runtime as `krate` (`crate`
+/// inside amso-runtime, `::amso_runtime` elsewhere), with a compile-time check that the facts'
+/// bits x lanes are the type's size, reported at `size_span`. The one builder behind the
+/// spec's table and `#[derive(Element)]`.
+pub fn element_impl(
+    dtype: &DType,
+    ty: &syn::Type,
+    krate: &TokenStream,
+    conversion: &Conversion,
+    in_spec: bool,
+    size_span: Span,
+) -> TokenStream {
     let name = &dtype.name;
     let code = dtype.code.dlpack_code();
     let bits = dtype.bits;
@@ -61,22 +84,40 @@ fn element_impl(dtype: &DType) -> TokenStream {
     };
     let c_type = &dtype.c;
     let typestr = dtype.typestr();
-    let family = match dtype.code {
-        TypeCode::Bool => "bool",
-        TypeCode::Int => "int",
-        TypeCode::UInt => "uint",
-        TypeCode::Float | TypeCode::Bfloat => "float",
-        TypeCode::Complex => "complex",
+    let (to_scalar, from_scalar) = match conversion {
+        Conversion::Family(family) => {
+            let family = match family {
+                Family::Bool => "bool",
+                Family::Int => "int",
+                Family::UInt => "uint",
+                Family::Float => "float",
+                Family::Complex => "complex",
+            };
+            let (to, from) = (format_ident!("from_{}", family), format_ident!("to_{}", family));
+            (
+                quote!(#krate::__private::scalar::#to(self)),
+                quote!(#krate::__private::scalar::#from(value, &Self::DTYPE)),
+            )
+        }
+        // Spanned at `via`, so that a missing `From` is reported where `scalar = ...` says it.
+        Conversion::Via(via) => (
+            quote_spanned!(via.span()=> <#via as #krate::Element>::to_scalar(<#via as ::core::convert::From<Self>>::from(self))),
+            quote_spanned!(via.span()=> <#via as #krate::Element>::from_scalar(value).map(<Self as ::core::convert::From<#via>>::from)),
+        ),
     };
-    let to_scalar = format_ident!("from_{}", family);
-    let from_scalar = format_ident!("to_{}", family);
     let size_message = format!(
-        "specs/types.yaml: dtype `{name}` says {bits} bits x {lanes} lanes, which is not the size of `{}`",
-        dtype.rust
+        "amso dtype `{name}` says {bits} bits x {lanes} lanes, which is not the size of `{}`",
+        quote!(#ty).to_string().replace(' ', "")
     );
+    let size_check = quote_spanned! {size_span=>
+        const _: () = ::core::assert!(
+            ::core::mem::size_of::<#ty>() * 8 == #bits as usize * #lanes as usize,
+            #size_message
+        );
+    };
     quote! {
-        unsafe impl crate::element::Element for #ty {
-            const DTYPE: crate::element::DType = crate::element::DType {
+        unsafe impl #krate::Element for #ty {
+            const DTYPE: #krate::DType = #krate::DType {
                 name: #name,
                 code: #code,
                 bits: #bits,
@@ -86,18 +127,17 @@ fn element_impl(dtype: &DType) -> TokenStream {
                 c_type: #c_type,
                 typestr: #typestr,
             };
+            #[doc(hidden)]
+            const IN_SPEC: bool = #in_spec;
             #[inline]
-            fn to_scalar(self) -> crate::element::Scalar {
-                crate::element::scalar::#to_scalar(self)
+            fn to_scalar(self) -> #krate::Scalar {
+                #to_scalar
             }
             #[inline]
-            fn from_scalar(value: crate::element::Scalar) -> crate::Result<Self> {
-                crate::element::scalar::#from_scalar(value, &Self::DTYPE)
+            fn from_scalar(value: #krate::Scalar) -> #krate::Result<Self> {
+                #from_scalar
             }
         }
-        const _: () = assert!(
-            ::core::mem::size_of::<#ty>() * 8 == #bits as usize * #lanes as usize,
-            #size_message
-        );
+        #size_check
     }
 }

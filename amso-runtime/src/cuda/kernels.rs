@@ -180,17 +180,20 @@ pub(crate) unsafe fn launch_add_index(
     // 32-bit indices are cheaper; below 2^31 elements a grid-stride step cannot wrap them.
     let wide = size >= 1 << 31;
     let function = function(dtype, ndim, wide, device_id)?;
-    let _ctx = Current::enter(device_id)?;
-    const BLOCK: u64 = 256;
-    let sms = context(device_id)?
-        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .map_err(cuda_error)?;
-    let grid = size.div_ceil(BLOCK).min(sms.max(1) as u64 * 32) as u32;
-    let config = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (BLOCK as u32, 1, 1), shared_mem_bytes: 0 };
-    let stream = stream.borrow(device_id)?;
-    // SAFETY: the kernel takes one by-value `{ data, shape[ndim] }`, the prefix of `indexer`,
-    // and the caller guarantees the memory it describes.
-    unsafe { stream.launch_builder(&function).arg(indexer).launch(config) }.map(drop).map_err(cuda_error)
+    // Reached from Rust callers that hold the GIL too (`TypedMut::add_index_tuple`).
+    crate::gil::released(|| {
+        let _ctx = Current::enter(device_id)?;
+        const BLOCK: u64 = 256;
+        let sms = context(device_id)?
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(cuda_error)?;
+        let grid = size.div_ceil(BLOCK).min(sms.max(1) as u64 * 32) as u32;
+        let config = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (BLOCK as u32, 1, 1), shared_mem_bytes: 0 };
+        let stream = stream.borrow(device_id)?;
+        // SAFETY: the kernel takes one by-value `{ data, shape[ndim] }`, the prefix of
+        // `indexer`, and the caller guarantees the memory it describes.
+        unsafe { stream.launch_builder(&function).arg(indexer).launch(config) }.map(drop).map_err(cuda_error)
+    })
 }
 
 #[cfg(test)]

@@ -167,13 +167,36 @@ impl MemArrayBase {
     /// for `with_typed`). `f` gets every changing method of the array but not the array
     /// itself: replacing it would free memory that buffer exports still describe, and change
     /// a shape that C readers read without a lock.
+    ///
+    /// Meanwhile the array's host memory is borrowed for writing in the process's borrow
+    /// registry: while a typed argument of any extension module holds it, this returns
+    /// `Some(Err(..))` without calling `f`, and typed arguments over it are refused while `f`
+    /// runs.
     pub fn with_typed_mut<T: Element, const N: usize, R>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&mut TypedMut<'_, T, N>) -> R + Send,
-    ) -> Option<R> {
-        self.modify(py, |array| MemArray::view_mut(array).map(|array| f(&mut TypedMut { array, base: self })))
+    ) -> Option<PyResult<R>> {
+        self.modify(py, |array| {
+            let array = MemArray::view_mut(array)?;
+            Some(write_borrow(py, array.core(), true).map(|_borrow| f(&mut TypedMut { array, base: self })))
+        })
     }
+}
+
+/// amso's own borrow of `array`'s host memory while Rust code changes it, if it has any; with
+/// `lasting` false (a change that runs no other code meanwhile), taken only when some borrow
+/// is live, to see that none conflicts.
+pub(crate) fn write_borrow<'py>(
+    py: Python<'py>,
+    array: &crate::memarray::core::ArrayCore,
+    lasting: bool,
+) -> PyResult<Option<super::args::borrow::Borrow<'py>>> {
+    let view = array.raw_view();
+    if view.host.is_null() || view.nbytes == 0 || (!lasting && crate::process::live_borrows(py) == 0) {
+        return Ok(None);
+    }
+    super::args::borrow::Borrow::for_amso_write(py, view.host as usize, view.nbytes).map(Some)
 }
 
 /// Mutable access to an amso object's typed array (`MemArrayBase::with_typed_mut`): reads

@@ -61,7 +61,7 @@ pub fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<bool>) -
             obj.get_type().name()?
         )));
     }
-    crate::process::join_bundled(py)?;
+    crate::process::join(py)?;
     let protocol = match source::protocol_of(obj)? {
         Some(protocol) if copy != Some(true) => protocol,
         _ => Protocol::DLPack,
@@ -74,7 +74,7 @@ pub fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<bool>) -
 /// (what `amso.asarray` tries before copying); a BufferError when it speaks none.
 #[pyfunction(name = "_wrap")]
 pub fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-    crate::process::join_bundled(py)?;
+    crate::process::join(py)?;
     let protocol = source::protocol_of(obj)?.ok_or_else(|| {
         PyBufferError::new_err(format!(
             "a {} object exposes no memory (DLPack, the CUDA array interface or the buffer protocol)",

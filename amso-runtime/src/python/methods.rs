@@ -165,7 +165,10 @@ impl MemArrayBase {
     fn __setitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let index = parse_index(key)?;
         let scalar = scalar_from_py(value, self.element_type())?;
-        Ok(self.modify(py, |array| array.set_scalar(&index, scalar, None))?)
+        self.modify(py, |array| {
+            let _borrow = super::array::write_borrow(py, array, false)?;
+            Ok(array.set_scalar(&index, scalar, None)?)
+        })
     }
 
     /// The elements of a 1-D array; the rows (NumPy views) of a host array of higher rank.

@@ -87,6 +87,7 @@ const DISPATCH_ATTR: &str = "__amso_dispatch__";
 
 /// Add class `C` to `module` and its entry to the module's dispatch map.
 pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    crate::element::own::note(<C::Array as crate::object::ArrayType>::OPS.dtype);
     module.add_class::<C>()?;
     register_class(module, registry::Registration::of::<C>(module.py()))
 }
@@ -94,7 +95,7 @@ pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> 
 /// `register`'s body, one for every class: the dispatch entry, the registry, `_amso_rebuild`.
 fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Registration) -> PyResult<()> {
     let py = module.py();
-    crate::process::join_bundled(py)?;
+    crate::process::join(py)?;
     let class = registry::class_object(py, &registration);
     let dispatch = match module.getattr(DISPATCH_ATTR) {
         Ok(existing) => existing.cast_into::<PyDict>()?,
@@ -119,7 +120,7 @@ fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Regi
 /// (the bundled `amso._amso` module).
 #[doc(hidden)]
 pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    crate::process::publish(module)?;
+    crate::process::join(module.py())?;
     module.add_class::<MemArrayBase>()?;
     module.add_class::<DLPackContext>()?;
     module.add_class::<iteration::ArrayIterator>()?;

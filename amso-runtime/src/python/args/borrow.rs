@@ -1,5 +1,7 @@
-//! A typed argument's hold on host memory in the process's borrow registry (`borrows.rs`,
-//! shared by every copy of the runtime through `process.rs`), released when it drops.
+//! A hold on host memory in the process's borrow registry (`borrows.rs`, shared by every copy
+//! of the runtime through `process.rs`), released when it drops: a typed argument's, and
+//! amso's own while Rust code changes an amso array (`MemArrayBase::with_typed_mut`, item
+//! assignment).
 
 use pyo3::exceptions::PyBufferError;
 use pyo3::{PyResult, Python};
@@ -7,7 +9,7 @@ use pyo3::{PyResult, Python};
 use crate::borrows::BorrowKey;
 
 /// A registered borrow; released on drop, with the GIL its `'py` says is held.
-pub(super) struct Borrow<'py>(BorrowKey, Python<'py>);
+pub(crate) struct Borrow<'py>(BorrowKey, Python<'py>);
 
 impl<'py> Borrow<'py> {
     /// Borrow the elements of a non-empty strided array (strides in elements, bytes from
@@ -35,6 +37,22 @@ impl<'py> Borrow<'py> {
                  call or in another one still running; a writable argument cannot share memory with any other \
                  argument",
                 if other.exclusive != 0 { "for writing" } else { "for reading" },
+                other.start,
+                other.end
+            ))
+        })?;
+        Ok(Borrow(key, py))
+    }
+
+    /// Borrow `len` contiguous bytes at `data` for writing, on behalf of amso itself changing
+    /// an array of its own; refused while a typed argument holds any of them.
+    pub(crate) fn for_amso_write(py: Python<'py>, data: usize, len: usize) -> PyResult<Borrow<'py>> {
+        let key = BorrowKey { start: data, end: data + len, data, stride_gcd: 1, itemsize: 1, exclusive: 1 };
+        crate::process::acquire_borrow(py, &key).map_err(|other| {
+            PyBufferError::new_err(format!(
+                "cannot change the array: a typed argument of a Rust function still running holds its memory for {} \
+                 (bytes 0x{:x}..0x{:x}); change it after that call returns, or through that argument",
+                if other.exclusive != 0 { "writing" } else { "reading" },
                 other.start,
                 other.end
             ))

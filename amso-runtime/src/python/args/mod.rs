@@ -21,7 +21,7 @@
 //! writable, an unusable layout or device, a `BufferError` for memory another argument holds
 //! for writing; PyO3 adds the argument's name as a note (`while processing 'x'`).
 
-mod borrow;
+pub(crate) mod borrow;
 mod results;
 mod untyped;
 
@@ -185,6 +185,9 @@ impl<'a, 'py, T: Element, D: Dimensions, A: Access> FromPyObject<'a, 'py> for Ty
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let object = obj.to_owned();
+        // A type of the extension's own becomes known to NumPy-name lookups (nothing for the
+        // spec's types).
+        crate::element::own::register::<T>();
         match source::acquire(&object, None)? {
             Some(source) => Self::check(object, source),
             None => Err(PyTypeError::new_err(format!(
@@ -243,11 +246,21 @@ impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                 here(&source)
             )));
         }
-        let size = shape.as_ref().iter().try_fold(1usize, |n, &d| n.checked_mul(d));
         let (shape_ref, strides_ref) = (shape.as_ref(), strides.as_ref());
         let itemsize = size_of::<T>();
+        // NumPy's rule, which ndarray's views rely on too: the non-zero dimensions' bytes fit
+        // in an isize (so the element count cannot overflow either).
+        let bytes = shape_ref.iter().filter(|&&d| d != 0).try_fold(itemsize, |n, &d| n.checked_mul(d));
+        if bytes.is_none_or(|bytes| bytes > isize::MAX as usize) {
+            return Err(PyValueError::new_err(format!(
+                "the array's shape {:?} has more elements than an address space holds ({})",
+                shape_ref,
+                here(&source)
+            )));
+        }
+        let size = shape_ref.iter().product::<usize>();
         let extent = match size {
-            Some(0) => None,
+            0 => None,
             _ => {
                 let extent = strided::byte_extent(shape_ref, strides_ref, itemsize).filter(|&(lowest, end)| {
                     source.data.checked_add_signed(lowest).is_some() && source.data.checked_add_signed(end).is_some()

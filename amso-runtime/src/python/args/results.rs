@@ -474,10 +474,16 @@ impl Handoff {
                  copy={copy:?}"
             )));
         }
-        if handover.device.device_type == DeviceType::Cuda {
-            order(handover.device.id, handover.stream, Some(stream.unwrap_or(1)))?;
-        }
+        // Out of the slot before the ordering lets the GIL go, so that no other thread waits
+        // for the slot's lock holding the GIL; back in if the ordering fails.
         let handover = slot.take().expect("checked above");
+        drop(slot);
+        if handover.device.device_type == DeviceType::Cuda {
+            if let Err(error) = order(handover.device.id, handover.stream, Some(stream.unwrap_or(1))) {
+                *self.handover.lock().unwrap_or_else(|e| e.into_inner()) = Some(handover);
+                return Err(error);
+            }
+        }
         let format = match max_version {
             Some((major, minor)) if major >= 1 => {
                 let minor = if major == DLPACK_VERSION.0 { minor.min(DLPACK_VERSION.1) } else { DLPACK_VERSION.1 };
@@ -619,7 +625,7 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
     /// A new zeroed array of `shape` on `device`, for `framework` (device data zeroed on
     /// `stream`, else the stream rule's).
     pub fn zeros(py: Python<'py>, framework: Framework, shape: [usize; N], device: Device) -> PyResult<Self> {
-        crate::process::join_bundled(py)?;
+        crate::process::join(py)?;
         let stream =
             (device.device_type == DeviceType::Cuda).then(|| source::work_stream(None, device.id)).transpose()?;
         Self::zeros_in(py, framework, shape, device, stream)

@@ -416,7 +416,7 @@ pub(crate) struct Request {
 #[inline]
 pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<Option<Source>> {
     // A user crate whose module only defines typed functions registers no class: join here.
-    crate::process::join_bundled(obj.py())?;
+    crate::process::join(obj.py())?;
     let Some(protocol) = protocol_of(obj)? else { return Ok(None) };
     acquire_as(obj, protocol, Request { stream, ..Request::default() }).map(Some)
 }

@@ -5,7 +5,9 @@ cases for the peers' known failure modes.
 Only a consumer limitation listed in KNOWN_LIMITS (with its reason) is "n/a", and only when the
 consumer does fail; an environment fault listed in ENVIRONMENT (not amso's, not the consumer's
 design) is "env". Anything else that raises, the harness's own conversions included, is FAIL.
-bfloat16 values are compared through float32."""
+bfloat16 and the low-precision floats (float8, float4) are compared through float64 values,
+PyTorch's packed float4 pairs through their bytes. Managed memory (kDLCUDAManaged) has rows of
+its own against CuPy, the one peer that exchanges it."""
 
 from __future__ import annotations
 
@@ -44,8 +46,19 @@ class WithStream:
         return self.array.__dlpack_device__()
 
 
-# (consumer or consumer/path, dtype) -> why the consumer cannot take that dtype at all.
+# (consumer or consumer/path, dtype; a dtype ending in * names a family) -> why the consumer
+# cannot take that dtype at all.
 KNOWN_LIMITS = {
+    ("cupy", "float8*"): "CuPy has no float8 dtypes",
+    ("cupy", "float4*"): "CuPy has no float4 dtypes",
+    ("numba", "float8*"): "numba-cuda has no float8 types",
+    ("numba", "float4*"): "numba-cuda has no float4 types",
+    ("torch/interface", "float8*"): "the CUDA array interface has no float8 typestr (amso publishes '|V1')",
+    ("torch/interface", "float4*"): "the CUDA array interface has no float4 typestr (amso publishes '|V1')",
+    ("torch", "float4_e2m1fn"): "PyTorch has float4 only as packed pairs (float4_e2m1fn_x2), not one value per byte",
+    ("jax", "float4_e2m1fn_x2"): "JAX has no packed float4 pairs",
+    ("cuda.core", "float8*"): "StridedMemoryView maps DLPack types to NumPy dtypes, which have no float8",
+    ("cuda.core", "float4*"): "StridedMemoryView maps DLPack types to NumPy dtypes, which have no float4",
     ("torch/interface", "bfloat16"): "the CUDA array interface has no bfloat16 typestr (amso publishes '<V2')",
     ("cupy", "bfloat16"): "CuPy has no bfloat16 dtype",
     ("numba", "bfloat16"): "numba-cuda has no bfloat16 type",
@@ -65,13 +78,26 @@ def expected_values(name: str, shape: tuple[int, ...]) -> np.ndarray:
     return values.astype(amso.MemArray(shape, name).dtype)
 
 
+def limit(consumer: str, path: str, name: str) -> str | None:
+    """Why `consumer` (or `consumer/path`) cannot take dtype `name`, if KNOWN_LIMITS says so."""
+    for (who, dtype), why in KNOWN_LIMITS.items():
+        if who in (consumer, f"{consumer}/{path}") and (dtype == name or (dtype.endswith("*") and name.startswith(dtype[:-1]))):
+            return why
+    return None
+
+
 def host_of(result) -> tuple[np.ndarray, int]:
     """(values on the host, data pointer) of a consumer's array."""
     module = type(result).__module__.split(".")[0]
     if module == "torch":
         import torch
 
-        host = result.float() if result.dtype == torch.bfloat16 else result  # NumPy has no bfloat16
+        if result.dtype == getattr(torch, "float4_e2m1fn_x2", None):  # packed pairs: their bytes
+            host = result.view(torch.uint8)
+        elif result.dtype == torch.bfloat16 or "float8" in str(result.dtype):  # NumPy has neither
+            host = result.double()
+        else:
+            host = result
         return host.cpu().numpy(), result.data_ptr()
     if module == "tvm_ffi":
         import torch
@@ -153,7 +179,7 @@ def comparable(values: np.ndarray) -> np.ndarray:
         values = values.view(ml_dtypes.bfloat16)
     if values.dtype.name == "bfloat16":
         return values.astype(np.float32).astype(np.float64)
-    return values.astype(np.float64)
+    return values.astype(np.float64)  # ml_dtypes' float8 and float4 convert exactly too
 
 
 def check(a, consume, expected, pointer, consumer="", name="", path=""):
@@ -165,9 +191,9 @@ def check(a, consume, expected, pointer, consumer="", name="", path=""):
         for needle, why in ENVIRONMENT.items():
             if needle in str(error):
                 return "env", why
-        for key in ((consumer, name), (f"{consumer}/{path}", name)):
-            if key in KNOWN_LIMITS:
-                return "n/a", KNOWN_LIMITS[key]
+        why = limit(consumer, path, name)
+        if why is not None:
+            return "n/a", why
         return "FAIL", message
     try:
         same = values.shape == expected.shape and np.array_equal(comparable(values), comparable(expected))
@@ -195,7 +221,7 @@ def run() -> dict:
         expected = expected_values(name, shape)
         source = amso.MemArray(shape, name)
         source.read_numpy_array(expected)
-        if name != "bfloat16":  # NumPy has no bfloat16 DLPack import
+        if numpy_imports(name):
             for path, consume in (("versioned", np.from_dlpack), ("legacy", lambda o: np.from_dlpack(Fixed(o.__dlpack__(), (1, 0))))):
                 status, why = check(source, consume, expected, _header_data(source), "numpy", name)
                 rows.append((name, ndim, "numpy", path, "None", status, why))
@@ -221,8 +247,57 @@ def run() -> dict:
         rows.append((name, ndim, "C", "exchange API", "-", status, why))
     if amso.cuda.is_available():
         rows += regressions()
+        rows += managed_rows()
     counts = Counter(r[5] for r in rows)
     return {"rows": rows, "counts": dict(counts)}
+
+
+def numpy_imports(name: str) -> bool:
+    """Whether NumPy imports dtype `name` through DLPack: its own dtypes, and ml_dtypes' whole-byte
+    ones once registered (NumPy 2.5's register_dlpack_dtype, which amso calls)."""
+    _, _, bits, lanes, _, module = next(d for d in amso._amso._dtypes() if d[0] == name)
+    if module is None:
+        return lanes == 1
+    registered = hasattr(getattr(np, "dtypes", None), "register_dlpack_dtype")
+    return registered and lanes == 1 and bits % 8 == 0
+
+
+def managed_rows():
+    """kDLCUDAManaged both ways with CuPy: amso's managed arrays into CuPy, CuPy's managed arrays
+    into amso, each by address and values, with the device type kept."""
+    rows = []
+    try:
+        import cupy
+    except ImportError:
+        return rows
+    for name in ("float32", "float64", "int32"):
+        expected = expected_values(name, (3, 4))
+        mine = amso.MemArray((3, 4), name, managed=True)
+        mine.read_numpy_array(expected)
+        pointer = mine.__cuda_array_interface__["data"][0]
+        status, why = check(mine, cupy.from_dlpack, expected, pointer, "cupy", name, "protocol")
+        if status == "pass" and cupy.from_dlpack(mine).__dlpack_device__()[0] != 13:
+            status, why = "FAIL", "CuPy's array does not say kDLCUDAManaged"
+        rows.append((name, 2, "cupy", "managed=True out (kDLCUDAManaged)", "None", status, why))
+        previous = cupy.cuda.get_allocator()
+        cupy.cuda.set_allocator(cupy.cuda.MemoryPool(cupy.cuda.malloc_managed).malloc)
+        try:
+            theirs = cupy.asarray(expected)
+            status, why = "pass", ""
+            try:
+                imported = amso.from_dlpack(theirs)
+                if imported.__cuda_array_interface__["data"][0] != theirs.data.ptr:
+                    status, why = "FAIL", "copied (pointer differs)"
+                elif not imported.managed or imported.__dlpack_device__()[0] != 13:
+                    status, why = "FAIL", "the import does not say kDLCUDAManaged"
+                elif not np.array_equal(comparable(imported.to_numpy()), comparable(expected)):
+                    status, why = "FAIL", "values differ"
+            except Exception as error:  # noqa: BLE001 - a FAIL with its reason
+                status, why = "FAIL", f"{type(error).__name__}: {str(error)[:120]}"
+            rows.append((name, 2, "amso", "CuPy managed in (kDLCUDAManaged)", "None", status, why))
+        finally:
+            cupy.cuda.set_allocator(previous)
+    return rows
 
 
 def _header_data(array) -> int:

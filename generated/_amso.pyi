@@ -27,7 +27,9 @@ def _is_amso_class(cls: object) -> bool: ...
 def _amso_rebuild(
     dtype: str, shape: _Shape, readonly: bool, pinned: bool, device: int | None, data: Any
 ) -> MemArrayBase: ...
-def empty(shape: _Shape, dtype: Any = None, device_id: int = 0, *, on_device: bool = False) -> MemArrayBase:
+def empty(
+    shape: _Shape, dtype: Any = None, device_id: int = 0, *, on_device: bool = False, managed: bool = False
+) -> MemArrayBase:
     """Like ``MemArray`` but, with ``on_device=True``, the device memory is left uninitialised
     (as ``np.empty``); host memory is always zeroed."""
 def _new_array(
@@ -38,6 +40,7 @@ def _new_array(
     readonly: bool = False,
     pinned: bool = False,
     on_device: bool = False,
+    managed: bool = False,
 ) -> MemArrayBase: ...
 def _set_class_resolver(class_for: Callable[[_Shape, Any], type[MemArrayBase]]) -> None: ...
 def _class_cache_len() -> int: ...
@@ -45,6 +48,7 @@ def from_dlpack(obj: Any, *, copy: bool | None = None) -> MemArrayBase: ...
 def from_cuda_array_interface(obj: Any) -> MemArrayBase: ...
 def _wrap(obj: Any) -> MemArrayBase: ...
 def _live_borrows() -> int: ...
+def _dtypes() -> list[tuple[str, int, int, int, str, str | None]]: ...
 
 _C_API: Any
 
@@ -67,6 +71,8 @@ class MemArrayBase:
     def device_id(self) -> int: ...
     @property
     def on_device(self) -> bool: ...
+    @property
+    def managed(self) -> bool: ...
     @property
     def locked(self) -> bool: ...
     @property
@@ -170,6 +176,7 @@ class MemArray1DInt32(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray1DInt32: ...
 
 class MemArray2DInt32(MemArrayBase):
@@ -184,6 +191,7 @@ class MemArray2DInt32(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray2DInt32: ...
 
 class MemArray3DInt32(MemArrayBase):
@@ -198,6 +206,7 @@ class MemArray3DInt32(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray3DInt32: ...
 
 class MemArray1DInt64(MemArrayBase):
@@ -212,6 +221,7 @@ class MemArray1DInt64(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray1DInt64: ...
 
 class MemArray2DInt64(MemArrayBase):
@@ -226,6 +236,7 @@ class MemArray2DInt64(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray2DInt64: ...
 
 class MemArray3DInt64(MemArrayBase):
@@ -240,6 +251,7 @@ class MemArray3DInt64(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray3DInt64: ...
 
 class MemArray1DFloat32(MemArrayBase):
@@ -254,6 +266,7 @@ class MemArray1DFloat32(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray1DFloat32: ...
 
 class MemArray2DFloat32(MemArrayBase):
@@ -268,6 +281,7 @@ class MemArray2DFloat32(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray2DFloat32: ...
 
 class MemArray3DFloat32(MemArrayBase):
@@ -282,6 +296,7 @@ class MemArray3DFloat32(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray3DFloat32: ...
 
 class MemArray1DFloat64(MemArrayBase):
@@ -296,6 +311,7 @@ class MemArray1DFloat64(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray1DFloat64: ...
 
 class MemArray2DFloat64(MemArrayBase):
@@ -310,6 +326,7 @@ class MemArray2DFloat64(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray2DFloat64: ...
 
 class MemArray3DFloat64(MemArrayBase):
@@ -324,6 +341,7 @@ class MemArray3DFloat64(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray3DFloat64: ...
 
 class MemArray2DUint8(MemArrayBase):
@@ -338,6 +356,7 @@ class MemArray2DUint8(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray2DUint8: ...
 
 class MemArray3DUint8(MemArrayBase):
@@ -352,6 +371,7 @@ class MemArray3DUint8(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray3DUint8: ...
 
 class MemArray1DBool(MemArrayBase):
@@ -366,6 +386,7 @@ class MemArray1DBool(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray1DBool: ...
 
 class MemArray2DComplex64(MemArrayBase):
@@ -380,6 +401,7 @@ class MemArray2DComplex64(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray2DComplex64: ...
 
 class MemArray1DFloat16(MemArrayBase):
@@ -394,6 +416,7 @@ class MemArray1DFloat16(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray1DFloat16: ...
 
 class MemArray1DBfloat16(MemArrayBase):
@@ -408,4 +431,125 @@ class MemArray1DBfloat16(MemArrayBase):
         pinned: bool = False,
         on_device: bool = False,
         uninitialized: bool = False,
+        managed: bool = False,
     ) -> MemArray1DBfloat16: ...
+
+class MemArray1DFloat8E4m3fn(MemArrayBase):
+    """1-D array of float8_e4m3fn (microfloat::f8e4m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+    ) -> MemArray1DFloat8E4m3fn: ...
+
+class MemArray2DFloat8E4m3fn(MemArrayBase):
+    """2-D array of float8_e4m3fn (microfloat::f8e4m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+    ) -> MemArray2DFloat8E4m3fn: ...
+
+class MemArray3DFloat8E4m3fn(MemArrayBase):
+    """3-D array of float8_e4m3fn (microfloat::f8e4m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+    ) -> MemArray3DFloat8E4m3fn: ...
+
+class MemArray1DFloat8E5m2(MemArrayBase):
+    """1-D array of float8_e5m2 (microfloat::f8e5m2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+    ) -> MemArray1DFloat8E5m2: ...
+
+class MemArray2DFloat8E5m2(MemArrayBase):
+    """2-D array of float8_e5m2 (microfloat::f8e5m2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+    ) -> MemArray2DFloat8E5m2: ...
+
+class MemArray3DFloat8E5m2(MemArrayBase):
+    """3-D array of float8_e5m2 (microfloat::f8e5m2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+    ) -> MemArray3DFloat8E5m2: ...
+
+class MemArray1DFloat4E2m1fn(MemArrayBase):
+    """1-D array of float4_e2m1fn (microfloat::f4e2m1fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+    ) -> MemArray1DFloat4E2m1fn: ...
+
+class MemArray1DFloat4E2m1fnX2(MemArrayBase):
+    """1-D array of float4_e2m1fn_x2 (crate::element::Float4E2M1FnX2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+    ) -> MemArray1DFloat4E2m1fnX2: ...

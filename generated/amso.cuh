@@ -26,6 +26,39 @@ typedef unsigned long long uint64_t;
 #define AMSO_BFLOAT16 __nv_bfloat16
 #endif
 #endif
+// CUDA's float8 (cuda_fp8.h), float6 and float4 (cuda_fp6.h, cuda_fp4.h: CUDA 12.8 and later)
+// likewise; otherwise one-byte storage types, which kernels convert by hand.
+#if defined(__has_include)
+#if __has_include(<cuda_fp8.h>)
+#include <cuda_fp8.h>
+#define AMSO_FP8_E4M3 __nv_fp8_e4m3
+#define AMSO_FP8_E5M2 __nv_fp8_e5m2
+#endif
+#if __has_include(<cuda_fp6.h>) && __has_include(<cuda_fp4.h>)
+#include <cuda_fp6.h>
+#include <cuda_fp4.h>
+#define AMSO_FP6_E2M3 __nv_fp6_e2m3
+#define AMSO_FP6_E3M2 __nv_fp6_e3m2
+#define AMSO_FP4_E2M1 __nv_fp4_e2m1
+#define AMSO_FP4X2_E2M1 __nv_fp4x2_e2m1
+#endif
+#endif
+#ifndef AMSO_FP8_E4M3
+struct amso_fp8_e4m3_bits { unsigned char bits; };
+struct amso_fp8_e5m2_bits { unsigned char bits; };
+#define AMSO_FP8_E4M3 amso_fp8_e4m3_bits
+#define AMSO_FP8_E5M2 amso_fp8_e5m2_bits
+#endif
+#ifndef AMSO_FP4_E2M1
+struct amso_fp6_e2m3_bits { unsigned char bits; };
+struct amso_fp6_e3m2_bits { unsigned char bits; };
+struct amso_fp4_e2m1_bits { unsigned char bits; };
+struct amso_fp4x2_e2m1_bits { unsigned char bits; };
+#define AMSO_FP6_E2M3 amso_fp6_e2m3_bits
+#define AMSO_FP6_E3M2 amso_fp6_e3m2_bits
+#define AMSO_FP4_E2M1 amso_fp4_e2m1_bits
+#define AMSO_FP4X2_E2M1 amso_fp4x2_e2m1_bits
+#endif
 #ifndef AMSO_HALF
 struct amso_half_bits { unsigned short bits; };
 struct amso_bfloat16_bits { unsigned short bits; };
@@ -53,6 +86,18 @@ typedef float float32;
 typedef double float64;
 typedef complex64_t complex64;
 typedef complex128_t complex128;
+typedef struct { unsigned char bytes[1]; } float8_e3m4;
+typedef struct { unsigned char bytes[1]; } float8_e4m3;
+typedef struct { unsigned char bytes[1]; } float8_e4m3b11fnuz;
+typedef AMSO_FP8_E4M3 float8_e4m3fn;
+typedef struct { unsigned char bytes[1]; } float8_e4m3fnuz;
+typedef AMSO_FP8_E5M2 float8_e5m2;
+typedef struct { unsigned char bytes[1]; } float8_e5m2fnuz;
+typedef struct { unsigned char bytes[1]; } float8_e8m0fnu;
+typedef AMSO_FP6_E2M3 float6_e2m3fn;
+typedef AMSO_FP6_E3M2 float6_e3m2fn;
+typedef AMSO_FP4_E2M1 float4_e2m1fn;
+typedef AMSO_FP4X2_E2M1 float4_e2m1fn_x2;
 
 // A C-order array: its data pointer and shape, passed to a kernel by value. (Parameter names
 // are long so that a kernel's own -DN=... or -DT=... macros cannot rewrite them.)

@@ -49,6 +49,20 @@ typedef float _Complex amso_complex64_t;
 typedef double _Complex amso_complex128_t;
 #endif
 
+/* Low-precision floats: one byte of storage per element (sub-byte values padded). */
+typedef struct { uint8_t bits; } amso_float8_e3m4_t; /* float8_e3m4: its bits */
+typedef struct { uint8_t bits; } amso_float8_e4m3_t; /* float8_e4m3: its bits */
+typedef struct { uint8_t bits; } amso_float8_e4m3b11fnuz_t; /* float8_e4m3b11fnuz: its bits */
+typedef struct { uint8_t bits; } amso_float8_e4m3fn_t; /* float8_e4m3fn: its bits */
+typedef struct { uint8_t bits; } amso_float8_e4m3fnuz_t; /* float8_e4m3fnuz: its bits */
+typedef struct { uint8_t bits; } amso_float8_e5m2_t; /* float8_e5m2: its bits */
+typedef struct { uint8_t bits; } amso_float8_e5m2fnuz_t; /* float8_e5m2fnuz: its bits */
+typedef struct { uint8_t bits; } amso_float8_e8m0fnu_t; /* float8_e8m0fnu: its bits */
+typedef struct { uint8_t bits; } amso_float6_e2m3fn_t; /* float6_e2m3fn: a 6-bit value in the low bits */
+typedef struct { uint8_t bits; } amso_float6_e3m2fn_t; /* float6_e3m2fn: a 6-bit value in the low bits */
+typedef struct { uint8_t bits; } amso_float4_e2m1fn_t; /* float4_e2m1fn: a 4-bit value in the low bits */
+typedef struct { uint8_t bits; } amso_float4_e2m1fn_x2_t; /* float4_e2m1fn_x2: 2 packed 4-bit values, the first in the low bits */
+
 #ifndef Py_PYTHON_H
 typedef struct _object PyObject;
 #endif
@@ -272,6 +286,46 @@ AMSO_EXPORT int amso_bfloat16_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bfloat16_1d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_bfloat16_1d_shape(PyObject *object, const int64_t **out);
 
+/* float8_e4m3fn, 1-D (MemArray1DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fn_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fn_1d_data(PyObject *object, amso_float8_e4m3fn_t **out);
+AMSO_EXPORT int amso_float8_e4m3fn_1d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fn, 2-D (MemArray2DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fn_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fn_2d_data(PyObject *object, amso_float8_e4m3fn_t **out);
+AMSO_EXPORT int amso_float8_e4m3fn_2d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fn, 3-D (MemArray3DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fn_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fn_3d_data(PyObject *object, amso_float8_e4m3fn_t **out);
+AMSO_EXPORT int amso_float8_e4m3fn_3d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2, 1-D (MemArray1DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2_1d_data(PyObject *object, amso_float8_e5m2_t **out);
+AMSO_EXPORT int amso_float8_e5m2_1d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2, 2-D (MemArray2DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2_2d_data(PyObject *object, amso_float8_e5m2_t **out);
+AMSO_EXPORT int amso_float8_e5m2_2d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2, 3-D (MemArray3DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2_3d_data(PyObject *object, amso_float8_e5m2_t **out);
+AMSO_EXPORT int amso_float8_e5m2_3d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn, 1-D (MemArray1DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_1d_data(PyObject *object, amso_float4_e2m1fn_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_1d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn_x2, 1-D (MemArray1DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_x2_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_1d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_1d_shape(PyObject *object, const int64_t **out);
+
 /*
  * The DLPack C exchange API (DLPack >= 1.2). Every amso array type carries
  * __dlpack_c_exchange_api__, a "dlpack_exchange_api" capsule pointing at a static
@@ -284,10 +338,16 @@ AMSO_EXPORT int amso_bfloat16_1d_shape(PyObject *object, const int64_t **out);
 #define DLPACK_MINOR_VERSION 3
 #define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
 #define DLPACK_FLAG_BITMASK_IS_COPIED (1UL << 1UL)
+#define DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (1UL << 2UL)
 typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
-typedef enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 } DLDeviceType;
+typedef enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13 } DLDeviceType;
 typedef struct { DLDeviceType device_type; int32_t device_id; } DLDevice;
-typedef enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLOpaqueHandle = 3, kDLBfloat = 4, kDLComplex = 5, kDLBool = 6 } DLDataTypeCode;
+typedef enum {
+    kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLOpaqueHandle = 3, kDLBfloat = 4, kDLComplex = 5, kDLBool = 6,
+    kDLFloat8_e3m4 = 7, kDLFloat8_e4m3 = 8, kDLFloat8_e4m3b11fnuz = 9, kDLFloat8_e4m3fn = 10,
+    kDLFloat8_e4m3fnuz = 11, kDLFloat8_e5m2 = 12, kDLFloat8_e5m2fnuz = 13, kDLFloat8_e8m0fnu = 14,
+    kDLFloat6_e2m3fn = 15, kDLFloat6_e3m2fn = 16, kDLFloat4_e2m1fn = 17
+} DLDataTypeCode;
 typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
 typedef struct {
     void *data;

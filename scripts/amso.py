@@ -129,14 +129,26 @@ def package_crates() -> Path:
     from its own tarball; then unpack them and copy tests/outside-crate beside them with a
     `[patch.crates-io]` that points at the unpacked packages, as a registry would serve them.
     Returns the copy's manifest."""
-    cargo("package", "--allow-dirty", "--all-features", *(arg for name in PUBLISHED for arg in ("-p", name)))
+    # Cargo verifies each package against the others through a local registry, and takes a
+    # registry crate it built or unpacked before (same name and version) as current: start both
+    # afresh, so that what is verified is what is packaged now.
+    build = ROOT / "target" / "package-build"
+    shutil.rmtree(build, ignore_errors=True)
+    shutil.rmtree(ROOT / "target" / "package", ignore_errors=True)
+    cargo_home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo"))
+    for stale in (cargo_home / "registry" / "src").glob("-*/amso-*"):  # local registries' unpacked crates
+        shutil.rmtree(stale, ignore_errors=True)
+    cargo("package", "--allow-dirty", "--all-features", "--target-dir", str(build),
+          *(arg for name in PUBLISHED for arg in ("-p", name)))
     shutil.rmtree(OUTSIDE, ignore_errors=True)
     patches = []
     for name in PUBLISHED:
-        archive = max((ROOT / "target" / "package").glob(f"{name}-[0-9]*.crate"), key=lambda p: p.stat().st_mtime)
+        archive = max((build / "package").glob(f"{name}-[0-9]*.crate"), key=lambda p: p.stat().st_mtime)
         with tarfile.open(archive) as tar:
             tar.extractall(OUTSIDE / "crates", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         unpacked = OUTSIDE / "crates" / archive.name.removesuffix(".crate")
+        for file in unpacked.rglob("*"):  # packaged files carry old times; cargo must see them as new
+            os.utime(file)
         patches.append(f'{name} = {{ path = "{unpacked.as_posix()}" }}')
     crate = OUTSIDE / "crate"
     shutil.copytree(ROOT / "tests" / "outside-crate", crate, ignore=shutil.ignore_patterns("target", "__pycache__"))

@@ -50,17 +50,17 @@ def main() -> None:
     text = (copy / "specs" / "types.yaml").read_text()
     names = dtype_names(text)
     core = [(n, [1, 2, 3]) for n in ("int32", "int64", "float32", "float64")]
-    sizes = {
-        12: core,
-        # 15 dtypes x ndim 1..3, plus float32 4..6: 48 with the bundled dtype table.
-        48: [(n, [1, 2, 3]) for n in names] + [("float32", [4, 5, 6])],
-        len(names) * 8: [(n, list(range(1, 9))) for n in names],
-    }
+    sizes = [
+        core,  # 12
+        [(n, [1, 2, 3]) for n in names] + [("float32", [4, 5, 6])],  # every dtype x ndim 1..3, and more float32
+        [(n, list(range(1, 9))) for n in names],  # every dtype x ndim 1..8
+    ]
     # A warm-up build of the dependencies, so every measured row is a rebuild after a spec edit.
     subprocess.run([str(VENV_PYTHON), "-m", "maturin", "build", "--release", "--quiet", "-m", "amso-python/Cargo.toml",
                     "-o", str(work / "warm")], cwd=copy, check=True, stdout=subprocess.DEVNULL)
     results = []
-    for count, instantiations in sizes.items():
+    for instantiations in sizes:
+        count = sum(len(ndims) for _, ndims in instantiations)
         (copy / "specs" / "types.yaml").write_text(spec_with(text, instantiations))
         subprocess.run(["cargo", "run", "-q", "-p", "amso-codegen", "--bin", "amso-generate"], cwd=copy, check=True)
         dist = work / f"dist-{count}"
@@ -112,12 +112,14 @@ def main() -> None:
 SMOKE = r"""
 import numpy as np, amso
 count = 0
+# NumPy imports through DLPack the dtypes it defines (not ml_dtypes' nor packed vectors).
+numpy_dlpack = {name for name, _, _, lanes, _, module in amso._amso._dtypes() if module is None and lanes == 1}
 for name, ndim in amso.supported():
     shape = (2,) * ndim
     a = amso.MemArray(shape, name)
     a[(1,) * ndim] = 1
     assert a[(1,) * ndim] == 1
-    if name != "bfloat16":
+    if name in numpy_dlpack:
         view = np.from_dlpack(a)
         assert view.shape == shape and view[(1,) * ndim] == 1
     count += 1

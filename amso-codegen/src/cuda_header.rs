@@ -20,6 +20,14 @@ fn cuda_type(dtype: &DType) -> String {
         (TypeCode::UInt, bits, 1) => format!("uint{bits}_t"),
         (TypeCode::Float, 32, 1) => "float".into(),
         (TypeCode::Float, 64, 1) => "double".into(),
+        // CUDA's own low-precision types where its headers have them (one byte each, as amso
+        // stores them: __nv_fp4x2_e2m1 holds two packed values).
+        (TypeCode::Float8E4M3Fn, 8, 1) => "AMSO_FP8_E4M3".into(),
+        (TypeCode::Float8E5M2, 8, 1) => "AMSO_FP8_E5M2".into(),
+        (TypeCode::Float6E2M3Fn, 6, 1) => "AMSO_FP6_E2M3".into(),
+        (TypeCode::Float6E3M2Fn, 6, 1) => "AMSO_FP6_E3M2".into(),
+        (TypeCode::Float4E2M1Fn, 4, 1) => "AMSO_FP4_E2M1".into(),
+        (TypeCode::Float4E2M1Fn, 4, 2) => "AMSO_FP4X2_E2M1".into(),
         _ => format!("struct {{ unsigned char bytes[{}]; }}", dtype.itemsize()),
     }
 }
@@ -60,6 +68,39 @@ typedef unsigned long long uint64_t;
 #define AMSO_HALF __half
 #define AMSO_BFLOAT16 __nv_bfloat16
 #endif
+#endif
+// CUDA's float8 (cuda_fp8.h), float6 and float4 (cuda_fp6.h, cuda_fp4.h: CUDA 12.8 and later)
+// likewise; otherwise one-byte storage types, which kernels convert by hand.
+#if defined(__has_include)
+#if __has_include(<cuda_fp8.h>)
+#include <cuda_fp8.h>
+#define AMSO_FP8_E4M3 __nv_fp8_e4m3
+#define AMSO_FP8_E5M2 __nv_fp8_e5m2
+#endif
+#if __has_include(<cuda_fp6.h>) && __has_include(<cuda_fp4.h>)
+#include <cuda_fp6.h>
+#include <cuda_fp4.h>
+#define AMSO_FP6_E2M3 __nv_fp6_e2m3
+#define AMSO_FP6_E3M2 __nv_fp6_e3m2
+#define AMSO_FP4_E2M1 __nv_fp4_e2m1
+#define AMSO_FP4X2_E2M1 __nv_fp4x2_e2m1
+#endif
+#endif
+#ifndef AMSO_FP8_E4M3
+struct amso_fp8_e4m3_bits { unsigned char bits; };
+struct amso_fp8_e5m2_bits { unsigned char bits; };
+#define AMSO_FP8_E4M3 amso_fp8_e4m3_bits
+#define AMSO_FP8_E5M2 amso_fp8_e5m2_bits
+#endif
+#ifndef AMSO_FP4_E2M1
+struct amso_fp6_e2m3_bits { unsigned char bits; };
+struct amso_fp6_e3m2_bits { unsigned char bits; };
+struct amso_fp4_e2m1_bits { unsigned char bits; };
+struct amso_fp4x2_e2m1_bits { unsigned char bits; };
+#define AMSO_FP6_E2M3 amso_fp6_e2m3_bits
+#define AMSO_FP6_E3M2 amso_fp6_e3m2_bits
+#define AMSO_FP4_E2M1 amso_fp4_e2m1_bits
+#define AMSO_FP4X2_E2M1 amso_fp4x2_e2m1_bits
 #endif
 #ifndef AMSO_HALF
 struct amso_half_bits { unsigned short bits; };

@@ -71,6 +71,8 @@ pub enum Family {
     Float,
     /// Complex.
     Complex,
+    /// Values are their raw bits (an unsigned integer): packed vectors (lanes > 1).
+    Raw,
 }
 
 /// Every type code: (code, number, enumerator name, family, bits one lane may have).
@@ -119,6 +121,11 @@ impl TypeCode {
         CODES.iter().map(|row| row.2)
     }
 
+    /// Every code: (number, enumerator name, bits one lane may have).
+    pub fn table() -> impl Iterator<Item = (u8, &'static str, &'static [u8])> {
+        CODES.iter().map(|row| (row.1, row.2, row.4))
+    }
+
     /// What the values are.
     pub fn family(self) -> Family {
         self.row().3
@@ -138,7 +145,9 @@ impl TypeCode {
     }
 
     /// Whether a type of this code may have `bits` per lane and `lanes` lanes: the bits DLPack
-    /// defines for the code, and whole bytes per element. `Err` says what is allowed.
+    /// defines for the code, at least one lane, and whole bytes per element, except a single
+    /// sub-byte lane, which amso stores padded to one byte (DLPack's padded layout). `Err` says
+    /// what is allowed.
     pub fn check_layout(self, bits: u8, lanes: u16) -> Result<(), String> {
         let allowed = self.row().4;
         let name = self.dlpack_name();
@@ -146,14 +155,15 @@ impl TypeCode {
         if !allowed.contains(&bits) {
             return Err(format!("{name} has {list} bits per lane, not {bits}"));
         }
-        if !bits.is_multiple_of(8) {
-            return Err(format!(
-                "{name} is a sub-byte type ({bits} bits), which amso does not store yet: its elements need the \
-                 packed or padded layout DLPack defines"
-            ));
-        }
         if lanes == 0 {
             return Err("lanes must be at least 1".to_string());
+        }
+        let total = bits as u32 * lanes as u32;
+        if lanes > 1 && !total.is_multiple_of(8) {
+            return Err(format!(
+                "{lanes} lanes of {bits} bits are {total} bits, not whole bytes: a packed vector of sub-byte lanes \
+                 fills its bytes (e.g. 2 lanes of 4 bits)"
+            ));
         }
         Ok(())
     }
@@ -193,9 +203,25 @@ pub struct DType {
 }
 
 impl DType {
-    /// Bytes per element.
+    /// Bytes per element: a sub-byte element takes one byte (padded).
     pub fn itemsize(&self) -> usize {
-        self.bits as usize * self.lanes as usize / 8
+        (self.bits as usize * self.lanes as usize).div_ceil(8)
+    }
+
+    /// Whether an element leaves bits of its byte unused (a single sub-byte lane): DLPack's
+    /// padded sub-byte layout.
+    pub fn padded(&self) -> bool {
+        !(self.bits as usize * self.lanes as usize).is_multiple_of(8)
+    }
+
+    /// How values convert to and from Python scalars: by the code's family, as raw bits for a
+    /// packed vector.
+    pub fn family(&self) -> Family {
+        if self.lanes > 1 {
+            Family::Raw
+        } else {
+            self.code.family()
+        }
     }
 
     /// An unsigned C integer type of `bytes` bytes (the storage a C caller sees for a type C

@@ -19,7 +19,7 @@ pub fn python_stubs(spec: &Spec) -> String {
         let _ = write!(
             out,
             "\nclass {class}(MemArrayBase):\n    \"\"\"{ndim}-D array of {} ({}).\"\"\"\n\n    \
-             def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        uninitialized: bool = False,\n    ) -> {class}: ...\n",
+             def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        uninitialized: bool = False,\n        managed: bool = False,\n    ) -> {class}: ...\n",
             dtype.name, dtype.rust
         );
     }
@@ -54,7 +54,9 @@ def _is_amso_class(cls: object) -> bool: ...
 def _amso_rebuild(
     dtype: str, shape: _Shape, readonly: bool, pinned: bool, device: int | None, data: Any
 ) -> MemArrayBase: ...
-def empty(shape: _Shape, dtype: Any = None, device_id: int = 0, *, on_device: bool = False) -> MemArrayBase:
+def empty(
+    shape: _Shape, dtype: Any = None, device_id: int = 0, *, on_device: bool = False, managed: bool = False
+) -> MemArrayBase:
     """Like ``MemArray`` but, with ``on_device=True``, the device memory is left uninitialised
     (as ``np.empty``); host memory is always zeroed."""
 def _new_array(
@@ -65,6 +67,7 @@ def _new_array(
     readonly: bool = False,
     pinned: bool = False,
     on_device: bool = False,
+    managed: bool = False,
 ) -> MemArrayBase: ...
 def _set_class_resolver(class_for: Callable[[_Shape, Any], type[MemArrayBase]]) -> None: ...
 def _class_cache_len() -> int: ...
@@ -72,6 +75,7 @@ def from_dlpack(obj: Any, *, copy: bool | None = None) -> MemArrayBase: ...
 def from_cuda_array_interface(obj: Any) -> MemArrayBase: ...
 def _wrap(obj: Any) -> MemArrayBase: ...
 def _live_borrows() -> int: ...
+def _dtypes() -> list[tuple[str, int, int, int, str, str | None]]: ...
 
 _C_API: Any
 
@@ -94,6 +98,8 @@ class MemArrayBase:
     def device_id(self) -> int: ...
     @property
     def on_device(self) -> bool: ...
+    @property
+    def managed(self) -> bool: ...
     @property
     def locked(self) -> bool: ...
     @property
@@ -244,7 +250,20 @@ pub fn c_header(spec: &Spec) -> String {
             c = dtype.c,
         );
     }
-    C_HEADER_TEMPLATE.replace("@NOTE@", HEADER_NOTE).replace("@TYPED@", &typed)
+    // The low-precision floats (float8, float6, float4) as one-byte storage types: C has no
+    // arithmetic for them, so a distinct struct each keeps them from mixing with integers.
+    let mut storage = String::new();
+    for dtype in spec.dtypes.iter().filter(|d| d.code.dlpack_code() >= 7) {
+        let layout = if dtype.lanes > 1 {
+            format!("{} packed {}-bit values, the first in the low bits", dtype.lanes, dtype.bits)
+        } else if dtype.padded() {
+            format!("a {}-bit value in the low bits", dtype.bits)
+        } else {
+            "its bits".to_string()
+        };
+        let _ = writeln!(storage, "typedef struct {{ uint8_t bits; }} {}; /* {}: {layout} */", dtype.c, dtype.name);
+    }
+    C_HEADER_TEMPLATE.replace("@NOTE@", HEADER_NOTE).replace("@TYPED@", &typed).replace("@STORAGE@", &storage)
 }
 
 const C_HEADER_TEMPLATE: &str = r#"/* @NOTE@ */
@@ -298,6 +317,8 @@ typedef float _Complex amso_complex64_t;
 typedef double _Complex amso_complex128_t;
 #endif
 
+/* Low-precision floats: one byte of storage per element (sub-byte values padded). */
+@STORAGE@
 #ifndef Py_PYTHON_H
 typedef struct _object PyObject;
 #endif
@@ -443,10 +464,16 @@ static inline const char *amso_last_error(void) { return amso_api->last_error();
 #define DLPACK_MINOR_VERSION 3
 #define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
 #define DLPACK_FLAG_BITMASK_IS_COPIED (1UL << 1UL)
+#define DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (1UL << 2UL)
 typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
-typedef enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 } DLDeviceType;
+typedef enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13 } DLDeviceType;
 typedef struct { DLDeviceType device_type; int32_t device_id; } DLDevice;
-typedef enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLOpaqueHandle = 3, kDLBfloat = 4, kDLComplex = 5, kDLBool = 6 } DLDataTypeCode;
+typedef enum {
+    kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLOpaqueHandle = 3, kDLBfloat = 4, kDLComplex = 5, kDLBool = 6,
+    kDLFloat8_e3m4 = 7, kDLFloat8_e4m3 = 8, kDLFloat8_e4m3b11fnuz = 9, kDLFloat8_e4m3fn = 10,
+    kDLFloat8_e4m3fnuz = 11, kDLFloat8_e5m2 = 12, kDLFloat8_e5m2fnuz = 13, kDLFloat8_e8m0fnu = 14,
+    kDLFloat6_e2m3fn = 15, kDLFloat6_e3m2fn = 16, kDLFloat4_e2m1fn = 17
+} DLDataTypeCode;
 typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
 typedef struct {
     void *data;

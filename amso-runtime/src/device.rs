@@ -13,6 +13,10 @@ pub enum DeviceType {
     Cuda = 2,
     /// Pinned host memory registered with CUDA (`kDLCUDAHost`); only as an export target.
     CudaHost = 3,
+    /// CUDA managed memory (`kDLCUDAManaged`): device memory the host may also read and write
+    /// in place once the device's work on it is done. Arrays over it live on the device
+    /// (`Device::cuda`) and say `kDLCUDAManaged` at the DLPack boundary.
+    CudaManaged = 13,
 }
 
 impl DeviceType {
@@ -22,6 +26,7 @@ impl DeviceType {
             1 => Ok(DeviceType::Cpu),
             2 => Ok(DeviceType::Cuda),
             3 => Ok(DeviceType::CudaHost),
+            13 => Ok(DeviceType::CudaManaged),
             other => Err(Error::UnsupportedDevice(other)),
         }
     }

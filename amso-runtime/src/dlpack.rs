@@ -75,6 +75,9 @@ pub fn plan_export(current: Device, pinned: bool, request: &DlpackRequest) -> Re
                     "host devices have id 0 only, got dl_device=({device_type}, {device_id})"
                 )))
             }
+            // Managed memory is device memory: an export to it is an export from the device
+            // (a managed array's says kDLCUDAManaged).
+            Ok(DeviceType::CudaManaged) => Device::cuda(device_id),
             Ok(kind) => Device { device_type: kind, id: device_id },
             Err(_) => {
                 return Err(Error::ExportRefused(format!(
@@ -188,6 +191,7 @@ impl ManagedTensor {
                 let mut flags = DlpackFlags::empty();
                 flags.set(DlpackFlags::READ_ONLY, source.readonly);
                 flags.set(DlpackFlags::IS_COPIED, source.copied);
+                flags.set(DlpackFlags::IS_SUBBYTE_TYPE_PADDED, padded(source.dtype));
                 let managed = DLManagedTensorVersioned {
                     version,
                     manager_ctx: std::ptr::null_mut(),
@@ -215,17 +219,17 @@ impl ManagedTensor {
         self.raw
     }
 
-    /// The tensor's `DLTensor`, whether it is read-only (DLPack's flag; legacy tensors have
-    /// none), and the DLPack major version it declares (legacy: amso's).
-    pub fn describe(&self) -> (&DLTensor, bool, u32) {
+    /// The tensor's `DLTensor`, its flags (legacy tensors have none), and the DLPack major
+    /// version it declares (legacy: amso's).
+    pub fn describe(&self) -> (&DLTensor, DlpackFlags, u32) {
         // SAFETY: a live tensor this value owns, borrowed for as long as `self` is.
         unsafe {
             match self.raw {
                 RawManaged::Versioned(p) => {
                     let m: &DLManagedTensorVersioned = &*p.as_ptr();
-                    (&m.dl_tensor, m.flags.contains(DlpackFlags::READ_ONLY), m.version.major)
+                    (&m.dl_tensor, m.flags, m.version.major)
                 }
-                RawManaged::Legacy(p) => (&(*p.as_ptr()).dl_tensor, false, DLPACK_VERSION.0),
+                RawManaged::Legacy(p) => (&(*p.as_ptr()).dl_tensor, DlpackFlags::empty(), DLPACK_VERSION.0),
             }
         }
     }
@@ -270,6 +274,48 @@ unsafe fn call_deleter(raw: RawManaged) {
 }
 
 #[inline]
+/// Whether elements of `dtype` leave bits of their byte unused (one sub-byte lane), which
+/// DLPack's padded flag says; without it, DLPack packs sub-byte elements.
+pub(crate) fn padded(dtype: DLDataType) -> bool {
+    !(dtype.bits as u32 * dtype.lanes as u32).is_multiple_of(8)
+}
+
+#[cfg(feature = "python")]
+/// Refuse an export of a padded sub-byte `dtype` in the legacy format, which has no flags: its
+/// consumer would read the bytes as packed elements.
+pub(crate) fn check_format(plan: &ExportPlan, dtype: DLDataType) -> Result<()> {
+    if plan.format == Format::Legacy && padded(dtype) {
+        return Err(Error::ExportRefused(format!(
+            "a {}-bit element is stored padded to a byte, which only a versioned DLPack tensor can say (its \
+             padded flag); ask for one with __dlpack__(max_version=(1, 0)) or later",
+            dtype.bits
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(feature = "python")]
+/// Why a producer's sub-byte layout cannot be read, if it cannot: amso stores one sub-byte lane
+/// padded to a byte, and a padded flag on any other type is a contradiction.
+pub(crate) fn check_subbyte_layout(dtype: DLDataType, flags: DlpackFlags) -> std::result::Result<(), String> {
+    let flagged = flags.contains(DlpackFlags::IS_SUBBYTE_TYPE_PADDED);
+    match (padded(dtype), flagged) {
+        (true, false) => Err(format!(
+            "the producer's tensor packs {}-bit elements ({} lane{}, no padded flag); amso reads sub-byte elements \
+             stored one per byte (DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) or as packed vectors that fill their \
+             bytes (e.g. float4_e2m1fn_x2: 2 lanes of 4 bits)",
+            dtype.bits,
+            dtype.lanes,
+            if dtype.lanes == 1 { "" } else { "s" }
+        )),
+        (false, true) => Err(format!(
+            "the producer's tensor sets the sub-byte padded flag on {} x {}-bit elements, which fill their bytes",
+            dtype.lanes, dtype.bits
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn dl_tensor(source: &ExportSource) -> DLTensor {
     DLTensor {
         data: source.data,

@@ -28,9 +28,15 @@ pub struct DType {
 }
 
 impl DType {
-    /// Bytes per element.
+    /// Bytes per element: a sub-byte element takes one byte (padded).
     pub const fn itemsize(&self) -> usize {
-        self.bits as usize * self.lanes as usize / 8
+        (self.bits as usize * self.lanes as usize).div_ceil(8)
+    }
+
+    /// Whether an element leaves bits of its byte unused (one sub-byte lane): exported with
+    /// DLPack's padded flag, imported only with it.
+    pub const fn padded(&self) -> bool {
+        !(self.bits as usize * self.lanes as usize).is_multiple_of(8)
     }
 
     /// As DLPack's `DLDataType`.
@@ -55,14 +61,16 @@ impl DType {
     }
 
     /// The dtype with array-interface typestr `typestr` (`<f4`, `|b1`), as `from_dlpack`
-    /// looks. `<`, `=` and `|` all read as little-endian, the only order amso handles; `>` finds
-    /// nothing.
+    /// looks, if one alone has it (`|V1` is every float8). `<`, `=` and `|` all read as
+    /// little-endian, the only order amso handles; `>` finds nothing.
     pub fn from_typestr(typestr: &str) -> Option<&'static DType> {
         let (order, rest) = typestr.split_at_checked(1)?;
         if !matches!(order, "<" | "=" | "|") {
             return None;
         }
-        known().find(|d| d.typestr.get(1..) == Some(rest))
+        let mut found = known().filter(|d| d.typestr.get(1..) == Some(rest));
+        let first = found.next()?;
+        found.all(|other| other.dlpack() == first.dlpack()).then_some(first)
     }
 }
 
@@ -131,6 +139,23 @@ pub(crate) mod own {
     }
 }
 
+#[cfg(feature = "python")]
+/// Why a producer's DLPack type (code, bits, lanes) is not one DLPack defines, if it is not:
+/// an unknown code, bits the code does not have, no lanes.
+pub(crate) fn check_dlpack_type((code, bits, lanes): (u8, u8, u16)) -> std::result::Result<(), String> {
+    let Some(&(_, name, allowed)) = generated::DLPACK_CODES.iter().find(|row| row.0 == code) else {
+        return Err(format!("the producer's DLPack type code {code} is not an element type DLPack 1.3 defines"));
+    };
+    if !allowed.contains(&bits) || lanes == 0 {
+        let list = allowed.iter().map(u8::to_string).collect::<Vec<_>>().join(", ");
+        return Err(format!(
+            "the producer says {name} with {bits} bits x {lanes} lanes; DLPack's {name} has {list} bits per lane and \
+             at least one lane"
+        ));
+    }
+    Ok(())
+}
+
 /// What a DLPack type (code, bits, lanes) is called in messages: the spec's name
 /// (`float64`, `bfloat16`), else its DLPack fields.
 #[cfg(feature = "python")]
@@ -183,6 +208,32 @@ mod plain {
     plain!(num_complex::Complex<f32>, num_complex::Complex<f64>);
     impl<T: super::PlainBits, const N: usize> Sealed for [T; N] {}
     impl<T: super::PlainBits, const N: usize> super::PlainBits for [T; N] {}
+}
+
+/// Two float4 e2m1fn values packed in one byte, the first in the low four bits: PyTorch's
+/// `float4_e2m1fn_x2` (DLPack kDLFloat4_e2m1fn, 4 bits, 2 lanes). amso stores and moves them;
+/// as Python values they are their raw byte.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct Float4E2M1FnX2(pub u8);
+
+impl Float4E2M1FnX2 {
+    /// The pair `(first, second)`.
+    pub fn from_pair(first: microfloat::f4e2m1fn, second: microfloat::f4e2m1fn) -> Self {
+        Float4E2M1FnX2((first.to_bits() & 0x0f) | (second.to_bits() << 4))
+    }
+
+    /// The two values, first (low bits) and second.
+    pub fn pair(self) -> (microfloat::f4e2m1fn, microfloat::f4e2m1fn) {
+        (microfloat::f4e2m1fn::from_bits(self.0 & 0x0f), microfloat::f4e2m1fn::from_bits(self.0 >> 4))
+    }
+}
+
+impl std::fmt::Debug for Float4E2M1FnX2 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (first, second) = self.pair();
+        write!(f, "Float4E2M1FnX2({}, {})", first.to_f32(), second.to_f32())
+    }
 }
 
 /// A dynamically typed element value.
@@ -423,6 +474,51 @@ pub mod scalar {
         Scalar::Complex(value.re.to_f64().unwrap_or(f64::NAN), value.im.to_f64().unwrap_or(f64::NAN))
     }
 
+    /// A packed vector element (lanes > 1) as its raw bits.
+    pub fn from_raw<T: super::Element>(value: T) -> Scalar {
+        const { assert!(size_of::<T>() <= 8, "raw elements fit in 64 bits") };
+        let mut bits = [0u8; 8];
+        // SAFETY: `value` is `size_of::<T>()` initialised bytes without padding (Element's
+        // contract); they fit in `bits` (asserted).
+        unsafe { std::ptr::copy_nonoverlapping((&value as *const T).cast::<u8>(), bits.as_mut_ptr(), size_of::<T>()) };
+        Scalar::UInt(u64::from_le_bytes(bits))
+    }
+
+    /// A packed vector element from its raw bits (an integer that fits them).
+    pub fn to_raw<T: super::Element>(value: Scalar, dtype: &DType) -> Result<T> {
+        let raw = match value {
+            Scalar::Int(i) => u64::try_from(i).ok(),
+            Scalar::UInt(u) => Some(u),
+            Scalar::Bool(b) => Some(b as u64),
+            Scalar::Float(_) | Scalar::Complex(..) => {
+                return Err(Error::WrongValueType(format!(
+                    "a {} element is {} packed {}-bit values: assign its raw bits as an integer",
+                    dtype.name, dtype.lanes, dtype.bits
+                )))
+            }
+        };
+        let bits = size_of::<T>() * 8;
+        match raw.filter(|&r| bits >= 64 || r >> bits == 0) {
+            Some(raw) => {
+                let mut value = std::mem::MaybeUninit::<T>::uninit();
+                // SAFETY: the first `size_of::<T>()` bytes of `raw`, little-endian; every bit
+                // pattern of a packed vector element is a value (Element's contract).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        raw.to_le_bytes().as_ptr(),
+                        value.as_mut_ptr().cast::<u8>(),
+                        size_of::<T>(),
+                    );
+                    Ok(value.assume_init())
+                }
+            }
+            None => Err(Error::ValueOutOfRange(format!(
+                "raw bits {value:?} do not fit a {}-bit {} element",
+                bits, dtype.name
+            ))),
+        }
+    }
+
     /// A scalar as a complex element.
     pub fn to_complex<T: FromPrimitive>(value: Scalar, dtype: &DType) -> Result<Complex<T>> {
         let (re, im) = match value {
@@ -453,7 +549,7 @@ mod generated {
 pub use generated::dtypes;
 #[cfg(test)]
 pub(crate) use generated::for_each_element;
-use generated::ALL;
+pub(crate) use generated::ALL;
 
 #[cfg(test)]
 mod tests {

@@ -60,6 +60,13 @@ pub(crate) struct Placement {
     pub(crate) lock_id: u64,
 }
 
+impl Placement {
+    /// Whether the data is in device memory (CUDA's own or managed).
+    pub(crate) fn on_device(&self) -> bool {
+        self.flags & FLAG_ON_DEVICE != 0
+    }
+}
+
 impl Header {
     /// The header describing `array` now.
     pub(crate) fn of(array: &RawView<'_>) -> Header {
@@ -99,10 +106,16 @@ impl Header {
         if array.pinned() {
             flags |= FLAG_PINNED;
         }
+        // Managed memory says so (kDLCUDAManaged), as its DLPack exports do.
+        let device_type = if device.device_type == crate::DeviceType::Cuda && array.managed() {
+            crate::DeviceType::CudaManaged
+        } else {
+            device.device_type
+        };
         Placement {
             // A locked array's address is still described: the handle reports, it never grants.
             data: array.current_address(),
-            device_type: device.device_type as i32,
+            device_type: device_type as i32,
             device_id: device.id,
             flags,
             lock_id: array.lock_number(),

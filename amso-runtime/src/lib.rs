@@ -67,7 +67,7 @@ pub(crate) mod strided;
 pub mod python;
 
 pub use device::{Device, DeviceType, Residence};
-pub use element::{dtypes, DType, Element, Scalar};
+pub use element::{dtypes, DType, Element, Float4E2M1FnX2, Scalar};
 pub use error::{Error, Result};
 pub use indexer::{DeviceIndexer, HostIndexer, HostIndexerMut};
 pub use lock::LockGuard;

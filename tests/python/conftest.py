@@ -35,11 +35,28 @@ def case_id(case: tuple[str, tuple[int, ...]]) -> str:
     return f"{case[0]}-{'x'.join(map(str, case[1])) or 'scalar'}"
 
 
+# The spec's dtypes: name -> (code, bits, lanes, NumPy name, module that defines it or None).
+DTYPES = {name: rest for name, *rest in amso._amso._dtypes()}
+
+# Dtypes NumPy does not import through DLPack before 2.5 (ml_dtypes' and packed vectors): tests
+# reach their NumPy views through __array__ instead.
+NOT_NUMPY_DLPACK = frozenset(name for name, (_, _, lanes, _, module) in DTYPES.items() if module or lanes != 1)
+
+# The low-precision floats (float8, float6, float4, and PyTorch's packed float4 pairs).
+LOW_PRECISION = frozenset(name for name, (code, *_) in DTYPES.items() if code >= 7)
+
+
+def dtype_name(a: amso.MemArrayBase) -> str:
+    """The spec's name of an amso array's dtype (a packed pair's NumPy dtype is uint8)."""
+    return next(name for (name, _), cls in amso.__amso_dispatch__.items() if cls is type(a))
+
+
 def np_dtype(name: str) -> np.dtype:
-    if name == "bfloat16":
-        ml_dtypes = pytest.importorskip("ml_dtypes")
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
+    """The NumPy dtype amso gives `name` (ml_dtypes' types; a packed pair as its raw byte)."""
+    _, _, _, numpy_name, module = DTYPES[name]
+    if module is not None:
+        return np.dtype(getattr(pytest.importorskip(module), numpy_name))
+    return np.dtype(numpy_name)
 
 
 def sample(name: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
@@ -48,12 +65,19 @@ def sample(name: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
     dtype = np_dtype(name)
     if name == "bool":
         return rng.integers(0, 2, size=shape).astype(bool)
+    if name in LOW_PRECISION:
+        # Every finite value the type has (its bit patterns; sub-byte ones in the low bits).
+        _, bits, lanes, _, _ = DTYPES[name]
+        patterns = np.arange(2 ** min(bits * lanes, 8), dtype=np.uint8).view(dtype)
+        if dtype != np.uint8:
+            patterns = patterns[np.isfinite(patterns.astype(np.float32))]
+        return rng.choice(patterns, size=shape)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
     if dtype.kind == "c":
         return (rng.integers(-50, 50, size=shape) + 1j * rng.integers(-50, 50, size=shape)).astype(dtype)
-    # Small integers and halves are exact in every float type, bfloat16 included.
+    # Small integers and halves are exact in float16, bfloat16, float32 and float64.
     return (rng.integers(-64, 64, size=shape) / 2).astype(dtype)
 
 

@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import np_dtype, sample
+from conftest import DTYPES, NOT_NUMPY_DLPACK, dtype_name, np_dtype, sample
 
 import amso
 
@@ -27,7 +27,7 @@ def filled(name, shape, seed=0):
 
 def address(a) -> int:
     """The host address of `a`'s data, through DLPack (an independent path)."""
-    return np.from_dlpack(a).ctypes.data if a.dtype.name != "bfloat16" else a.__array__().ctypes.data
+    return a.__array__().ctypes.data if dtype_name(a) in NOT_NUMPY_DLPACK else np.from_dlpack(a).ctypes.data
 
 
 # --- np.asarray / __array__ ---
@@ -80,7 +80,7 @@ def test_views_outlive_the_array():
 # --- the buffer protocol ---
 
 
-@pytest.mark.parametrize("name", sorted({n for n, _ in amso.supported()} - {"bfloat16"}))
+@pytest.mark.parametrize("name", sorted({n for n, _ in amso.supported()} - NOT_NUMPY_DLPACK))
 def test_memoryview_matches_numpys_own(name):
     ndim = max(d for n, d in amso.supported() if n == name)
     shape = (3, 2, 4)[:ndim]
@@ -94,12 +94,16 @@ def test_memoryview_matches_numpys_own(name):
     assert not mine.readonly and mine.c_contiguous
 
 
-def test_bfloat16_has_no_buffer_format_but_a_numpy_view():
-    a = filled("bfloat16", (5,))
+@pytest.mark.parametrize("name", sorted({n for n, d in amso.supported() if d == 1} & NOT_NUMPY_DLPACK))
+def test_dtypes_without_a_buffer_format_have_a_numpy_view(name):
+    """bfloat16 and the low-precision floats have no PEP 3118 format: memoryview refuses them,
+    NumPy views them (through __array__) as ml_dtypes' dtype, a packed pair as its byte."""
+    a = filled(name, (5,))
     with pytest.raises(BufferError, match="no buffer-protocol .* format"):
         memoryview(a)
     view = np.asarray(a)
-    assert view.dtype == np_dtype("bfloat16") and view.ctypes.data == a.__array__().ctypes.data
+    assert view.dtype == np_dtype(name) and view.ctypes.data == a.__array__().ctypes.data
+    np.testing.assert_array_equal(view.view(np.uint8), sample(name, (5,)).view(np.uint8))
 
 
 def test_struct_frombuffer_and_ctypes_read_and_write_through_the_buffer():
@@ -247,8 +251,15 @@ def test_copies_are_independent():
 
 
 def test_every_supported_name_is_a_numpy_dtype():
+    """Every compiled dtype's name is a NumPy dtype (ml_dtypes' once amso is imported), except a
+    packed vector's, which NumPy lacks: its arrays read as their raw bytes."""
     for name, _ in amso.supported():
-        assert np.dtype(name) == np_dtype(name)
+        if DTYPES[name][2] > 1:  # lanes
+            assert np_dtype(name) == np.uint8
+            with pytest.raises(TypeError):
+                np.dtype(name)
+        else:
+            assert np.dtype(name) == np_dtype(name)
 
 
 def test_isinstance_spans_crates_and_subclasses():

@@ -71,7 +71,8 @@ class Producer:
 
 
 def numpy_dlpack_dtypes():
-    return [(n, s) for n, s in __import__("conftest").cases() if n != "bfloat16"]
+    conftest = __import__("conftest")
+    return [(n, s) for n, s in conftest.cases() if n not in conftest.NOT_NUMPY_DLPACK]
 
 
 @pytest.mark.parametrize("case", numpy_dlpack_dtypes(), ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}")

@@ -53,7 +53,7 @@ def test_every_class_has_its_own_dlpack_method_descriptors():
 
 def test_create_matches_numpy_zeros(case):
     name, shape = case
-    a = amso.MemArray(shape, np_dtype(name))
+    a = amso.MemArray(shape, name)
     expected = np.zeros(shape, np_dtype(name))
     assert isinstance(a, amso.MemArray)
     assert a.shape == expected.shape
@@ -126,7 +126,7 @@ def test_bad_options_name_the_argument_in_every_constructor():
 
 def test_item_get_and_set_match_numpy(case):
     name, shape = case
-    a = amso.MemArray(shape, np_dtype(name))
+    a = amso.MemArray(shape, name)
     if 0 in shape:
         with pytest.raises(IndexError, match="out of bounds"):
             a[(0,) * len(shape)]

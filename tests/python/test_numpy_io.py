@@ -11,7 +11,7 @@ import amso
 
 def test_round_trip_every_pair(case):
     name, shape = case
-    a = amso.MemArray(shape, np_dtype(name))
+    a = amso.MemArray(shape, name)
     reference = sample(name, shape, seed=1)
     a.read_numpy_array(reference)
     out = a.to_numpy()

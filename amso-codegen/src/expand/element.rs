@@ -168,7 +168,7 @@ fn declaration(input: &DeriveInput, errors: &mut Errors) -> Option<Declared> {
         bits,
         lanes,
         numpy_module: numpy_module.map(|(module, _)| module),
-        c: c.map_or_else(|| DType::c_storage(bits as usize * lanes as usize / 8).to_owned(), |(c, _)| c),
+        c: c.map_or_else(|| DType::c_storage((bits as usize * lanes as usize).div_ceil(8)).to_owned(), |(c, _)| c),
     };
     errors.is_empty().then_some(Declared { dtype, scalar, bits_span })
 }

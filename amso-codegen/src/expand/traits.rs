@@ -11,13 +11,20 @@ use crate::Spec;
 /// `impl Element for T` for every dtype, plus a test that each one's default is all-zero bits.
 pub fn element_impls(spec: &Spec) -> TokenStream {
     let impls = spec.dtypes.iter().map(|dtype| {
-        let conversion = Conversion::Family(dtype.code.family());
+        let conversion = Conversion::Family(dtype.family());
         element_impl(dtype, &dtype.rust_type(), &quote!(crate), &conversion, true, Span::call_site())
     });
     let types: Vec<_> = spec.dtypes.iter().map(DType::rust_type).collect();
     let names: Vec<_> = spec.dtypes.iter().map(|d| quote::format_ident!("{}", d.name)).collect();
     let hidden: Vec<_> = spec.dtypes.iter().map(|d| quote::format_ident!("__dtype_{}", d.name)).collect();
     let docs = spec.dtypes.iter().map(|d| format!("`{}`: the element type of dtype {}.", d.rust, d.name));
+    let table: Vec<_> = crate::dtype::TypeCode::table().collect();
+    let codes = table.iter().map(|row| row.0);
+    let code_names = table.iter().map(|row| row.1);
+    let code_bits = table.iter().map(|row| {
+        let bits = row.2;
+        quote!(#(#bits),*)
+    });
     quote! {
         #(#impls)*
 
@@ -42,6 +49,13 @@ pub fn element_impls(spec: &Spec) -> TokenStream {
         /// DLPack (code, bits, lanes), a NumPy dtype or an array-interface typestr.
         pub(crate) static ALL: &[&crate::element::DType] = &[
             #( &<#types as crate::element::Element>::DTYPE ),*
+        ];
+
+        /// DLPack's type codes, from the generator's one table: (number, enumerator name, bits
+        /// one lane may have).
+        #[cfg_attr(not(feature = "python"), allow(dead_code))]
+        pub(crate) static DLPACK_CODES: &[(u8, &str, &[u8])] = &[
+            #( (#codes, #code_names, &[#code_bits]) ),*
         ];
 
         /// Calls `f` once per element type of the spec.
@@ -92,6 +106,7 @@ pub fn element_impl(
                 Family::UInt => "uint",
                 Family::Float => "float",
                 Family::Complex => "complex",
+                Family::Raw => "raw",
             };
             let (to, from) = (format_ident!("from_{}", family), format_ident!("to_{}", family));
             (
@@ -105,15 +120,14 @@ pub fn element_impl(
             quote_spanned!(via.span()=> <#via as #krate::Element>::from_scalar(value).map(<Self as ::core::convert::From<#via>>::from)),
         ),
     };
+    let itemsize = dtype.itemsize();
     let size_message = format!(
-        "amso dtype `{name}` says {bits} bits x {lanes} lanes, which is not the size of `{}`",
+        "amso dtype `{name}` says {bits} bits x {lanes} lanes ({itemsize} byte{}), which is not the size of `{}`",
+        if itemsize == 1 { "" } else { "s" },
         quote!(#ty).to_string().replace(' ', "")
     );
     let size_check = quote_spanned! {size_span=>
-        const _: () = ::core::assert!(
-            ::core::mem::size_of::<#ty>() * 8 == #bits as usize * #lanes as usize,
-            #size_message
-        );
+        const _: () = ::core::assert!(::core::mem::size_of::<#ty>() == #itemsize, #size_message);
     };
     quote! {
         unsafe impl #krate::Element for #ty {

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import allocators, cuda, dlpack
 from ._amso import __amso_dispatch__, __version__, DLPackContext, MAX_NDIM, MemArrayBase, from_cuda_array_interface
-from ._amso import _is_amso_array, _is_amso_class, _new_array, _set_class_resolver, _wrap, empty
+from ._amso import _dtypes, _is_amso_array, _is_amso_class, _new_array, _set_class_resolver, _wrap, empty
 from ._amso import from_dlpack as _from_dlpack
 
 try:  # the memory-management API exists in builds with the CUDA layer
@@ -32,10 +32,29 @@ __all__ = [
 _DISPATCH: dict[tuple[str, int], type[MemArrayBase]] = dict(__amso_dispatch__)
 _DTYPE_NAMES = frozenset(name for name, _ in _DISPATCH)
 
-# dtypes NumPy does not define come from the package the spec names (bfloat16: ml_dtypes, a
-# dependency of this wheel); importing it makes every name in supported() a valid np.dtype.
-if "bfloat16" in _DTYPE_NAMES:
-    import ml_dtypes  # noqa: F401
+# dtypes NumPy does not define come from the package the spec names (bfloat16 and the float8,
+# float6 and float4 types: ml_dtypes, a dependency of this wheel); importing it makes their
+# names valid np.dtype names.
+import ml_dtypes  # noqa: E402, F401
+
+
+def _register_dlpack_dtypes() -> None:
+    """NumPy 2.5 imports and exports dtypes of other packages through DLPack once told their
+    (code, bits): tell it those of ml_dtypes the spec names, unless something else did. Sub-byte
+    types are left out: NumPy would export their bytes as packed elements."""
+    register = getattr(getattr(np, "dtypes", None), "register_dlpack_dtype", None)
+    if register is None:
+        return
+    for _name, code, bits, lanes, numpy_name, module in _dtypes():
+        if module != "ml_dtypes" or lanes != 1 or bits % 8:
+            continue
+        try:
+            register((code, bits), np.dtype(getattr(ml_dtypes, numpy_name)))
+        except ValueError:
+            pass  # registered already (by ml_dtypes, say): theirs stands
+
+
+_register_dlpack_dtypes()
 
 
 def supported() -> list[tuple[str, int]]:
@@ -101,8 +120,11 @@ class _MemArrayMeta(type):
         readonly: bool = False,
         pinned: bool = False,
         on_device: bool = False,
+        managed: bool = False,
     ) -> Any:
-        return _new_array(shape, dtype, device_id, readonly=readonly, pinned=pinned, on_device=on_device)
+        return _new_array(
+            shape, dtype, device_id, readonly=readonly, pinned=pinned, on_device=on_device, managed=managed
+        )
 
     def __instancecheck__(cls, instance: Any) -> bool:
         # Arrays of every crate's classes: each extension module links its own copy of amso's
@@ -114,8 +136,10 @@ class _MemArrayMeta(type):
 
 
 class MemArray(metaclass=_MemArrayMeta):
-    """``MemArray(shape, dtype=None, device_id=0, *, readonly=False, pinned=False, on_device=False)``:
-    a zero-filled array, on the host or (``on_device=True``) on CUDA device ``device_id``.
+    """``MemArray(shape, dtype=None, device_id=0, *, readonly=False, pinned=False, on_device=False,
+    managed=False)``: a zero-filled array, on the host or (``on_device=True``) on CUDA device
+    ``device_id``; with ``managed=True`` in CUDA managed memory there, which the host reads and
+    writes in place once the device's work is done (exported as ``kDLCUDAManaged``).
 
     Dispatches to the compiled class for ``(np.dtype(dtype).name, len(shape))``; ``dtype``
     defaults to float64, as in NumPy. Every amso array, of this package or of any other

@@ -185,6 +185,37 @@ pub fn default_pool() -> &'static PoolAllocator {
     POOL.get_or_init(PoolAllocator::default)
 }
 
+/// CUDA managed memory (`cuMemAllocManaged`, attached globally): one address for the device
+/// and the host, migrated by the driver. Allocated only within the device's free memory, and
+/// freed with `cuMemFree` (no stream-ordered free exists for it), after the device's work.
+#[derive(Debug, Default)]
+pub struct ManagedAllocator;
+
+impl DeviceAllocator for ManagedAllocator {
+    fn name(&self) -> String {
+        "cuMemAllocManaged".into()
+    }
+
+    fn allocate(&self, device_id: i32, bytes: usize, _stream: StreamHandle) -> Result<u64> {
+        let (free, _) = super::memory::memory_info(device_id)?;
+        if bytes > free {
+            return Err(Error::OutOfMemory { bytes, what: "managed" });
+        }
+        let _ctx = Current::enter(device_id)?;
+        // SAFETY: a context is current; the memory is zeroed or written before any read.
+        unsafe { cudarc::driver::result::malloc_managed(bytes, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }
+            .map_err(|e| map_error(e, bytes, "managed"))
+    }
+
+    fn free(&self, device_id: i32, ptr: u64, _bytes: usize, _stream: StreamHandle) {
+        if let Ok(_ctx) = Current::enter(device_id) {
+            // SAFETY: allocated by cuMemAllocManaged and freed once; cuMemFree waits for the
+            // device's work on it (the free is queued after it, `After`).
+            let _ = unsafe { cudarc::driver::result::free_sync(ptr) };
+        }
+    }
+}
+
 /// The allocator an allocation came from, which it is returned to.
 #[derive(Clone)]
 pub enum Source {
@@ -192,12 +223,15 @@ pub enum Source {
     Pool,
     /// An allocator plugged in with `set_allocator`.
     Plugged(Arc<dyn DeviceAllocator>),
+    /// Managed memory (`managed=True` arrays), whatever allocator is plugged in.
+    Managed,
 }
 
 impl Source {
     /// The allocator itself.
     pub fn allocator(&self) -> &dyn DeviceAllocator {
         match self {
+            Source::Managed => &ManagedAllocator,
             Source::Pool => default_pool(),
             Source::Plugged(allocator) => allocator.as_ref(),
         }
@@ -319,10 +353,15 @@ fn capacity(device_id: i32) -> usize {
     }
 }
 
-/// `bytes` of device memory from the current allocator; a failure for lack of memory flushes
-/// the deferred frees and tries once more.
-pub fn allocate(device_id: i32, bytes: usize, stream: StreamHandle) -> Result<(u64, Source)> {
-    let source = current();
+/// `bytes` (> 0) on `device_id` from `source` (`current()` or managed memory), usable in order
+/// on `stream`; when the allocator is out of memory, the deferred frees run and it is asked
+/// once more.
+pub(crate) fn allocate_from(
+    source: Source,
+    device_id: i32,
+    bytes: usize,
+    stream: StreamHandle,
+) -> Result<(u64, Source)> {
     let allocator = source.allocator();
     let ptr = match allocator.allocate(device_id, bytes, stream) {
         Err(Error::OutOfMemory { .. }) => {

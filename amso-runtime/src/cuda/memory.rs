@@ -23,6 +23,9 @@ pub struct DeviceMemory {
     /// Set once handed to a consumer (DLPack, the interface dict): its free then waits for
     /// the whole device, since the consumer's streams are unknown.
     shared: std::sync::atomic::AtomicBool,
+    /// CUDA managed memory (kDLCUDAManaged): the host may read it in place once the device's
+    /// work on it is done.
+    managed: bool,
 }
 
 impl std::fmt::Debug for DeviceMemory {
@@ -45,8 +48,25 @@ impl DeviceMemory {
 
     /// Allocate `bytes` on `device_id`, usable in order on `stream`.
     pub fn alloc_on(device_id: i32, bytes: usize, stream: super::stream::StreamHandle) -> Result<DeviceMemory> {
+        Self::alloc_from(super::alloc::current(), device_id, bytes, stream)
+    }
+
+    /// Allocate `bytes` of CUDA managed memory on `device_id` (within its free memory), for
+    /// work on `stream`.
+    pub fn alloc_managed(device_id: i32, bytes: usize, stream: super::stream::StreamHandle) -> Result<DeviceMemory> {
+        Self::alloc_from(super::alloc::Source::Managed, device_id, bytes, stream)
+    }
+
+    fn alloc_from(
+        source: super::alloc::Source,
+        device_id: i32,
+        bytes: usize,
+        stream: super::stream::StreamHandle,
+    ) -> Result<DeviceMemory> {
+        let managed = matches!(source, super::alloc::Source::Managed);
         let (ptr, allocator) = if bytes > 0 {
-            let (ptr, allocator) = crate::gil::released(|| super::alloc::allocate(device_id, bytes, stream))?;
+            let (ptr, allocator) =
+                crate::gil::released(|| super::alloc::allocate_from(source, device_id, bytes, stream))?;
             (ptr, Some(allocator))
         } else {
             (0, None)
@@ -59,6 +79,7 @@ impl DeviceMemory {
             allocator,
             last_stream: std::sync::atomic::AtomicI64::new(stream.as_int()),
             shared: std::sync::atomic::AtomicBool::new(false),
+            managed,
         })
     }
 
@@ -85,15 +106,18 @@ impl DeviceMemory {
         self.shared.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Foreign device memory (another library's export), kept alive by `owner`.
+    /// Foreign device memory (another library's export), kept alive by `owner`; `managed`
+    /// if the producer says it is CUDA managed memory (kDLCUDAManaged).
     ///
     /// # Safety
-    /// `ptr` addresses `bytes` bytes on `device_id`, valid until `owner` is dropped.
+    /// `ptr` addresses `bytes` bytes on `device_id` (managed memory if `managed`), valid until
+    /// `owner` is dropped.
     pub unsafe fn foreign(
         device_id: i32,
         ptr: sys::CUdeviceptr,
         bytes: usize,
         owner: Box<dyn std::any::Any + Send + Sync>,
+        managed: bool,
     ) -> DeviceMemory {
         DeviceMemory {
             ptr,
@@ -103,7 +127,13 @@ impl DeviceMemory {
             allocator: None,
             last_stream: std::sync::atomic::AtomicI64::new(1),
             shared: std::sync::atomic::AtomicBool::new(true),
+            managed,
         }
+    }
+
+    /// Whether this is CUDA managed memory.
+    pub fn managed(&self) -> bool {
+        self.managed
     }
 
     /// Device address of the first byte.

@@ -69,6 +69,15 @@ impl RawView<'_> {
         self.residence.device(self.device_id)
     }
 
+    /// Whether the data is in CUDA managed memory (exported as kDLCUDAManaged).
+    pub(crate) fn managed(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        if self.residence == Residence::Device {
+            return self.device.managed();
+        }
+        false
+    }
+
     /// The CUDA device the array moves to.
     pub fn device_id(&self) -> i32 {
         self.device_id

@@ -240,6 +240,9 @@ impl ArrayCore {
         match (target.device_type, self.residence) {
             (DeviceType::Cpu, Residence::Host) => Ok(()),
             (DeviceType::Cuda, Residence::Device) if target.id == self.device_id => Ok(()),
+            (DeviceType::CudaManaged, _) => Err(Error::InvalidArgument(
+                "move_memory targets kDLCPU or kDLCUDA; managed memory is chosen at construction (managed=True)".into(),
+            )),
             (DeviceType::CudaHost, _) => Err(Error::InvalidArgument(
                 "move_memory targets kDLCPU or kDLCUDA; pinned host memory is chosen at construction (pinned=True)"
                     .into(),
@@ -362,6 +365,28 @@ impl ArrayCore {
     pub(crate) unsafe fn copy_from(&mut self, src: *const u8, nbytes: usize, lock: Option<LockId>) -> Result<()> {
         // SAFETY: forwarded from the caller; `self` is borrowed mutably.
         unsafe { self.raw_view().copy_from(src, nbytes, lock) }
+    }
+
+    /// Overwrite the device data from host memory `src` of `nbytes` bytes, queued on `stream`
+    /// through the staging pipeline (pageable memory): `src` has been read when this returns,
+    /// the copy to the device completes in order on the stream. On the host, a plain copy.
+    ///
+    /// # Safety
+    /// `src` is valid for reads of `nbytes` bytes and does not alias the array.
+    #[cfg(feature = "python")]
+    pub(crate) unsafe fn upload_from(&mut self, src: *const u8, nbytes: usize, stream: i64) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        if self.residence == Residence::Device {
+            if nbytes != self.nbytes() {
+                return Err(Error::InvalidArgument(format!("{nbytes} bytes for an array of {}", self.nbytes())));
+            }
+            check_access(self.lock, None)?;
+            // SAFETY: forwarded from the caller; the device memory is this array's.
+            return unsafe { self.device.upload(self.device_id, src, nbytes, false, stream, false) };
+        }
+        let _ = stream;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.copy_from(src, nbytes, None) }
     }
 
     /// An independent copy on the same device, presenting `lock`.

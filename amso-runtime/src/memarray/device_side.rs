@@ -92,9 +92,28 @@ impl DeviceSide {
         Ok(self.memory.as_ref().expect("just ensured"))
     }
 
+    /// Whether the device memory is CUDA managed memory.
+    pub(crate) fn managed(&self) -> bool {
+        self.memory.as_ref().is_some_and(|memory| memory.managed())
+    }
+
     /// A new array's start: device memory of `bytes` (zeroed unless `options.uninitialized`)
     /// when `options.on_device`. Returns where the data lives.
     pub(crate) fn start(&mut self, options: &crate::memarray::ArrayOptions, bytes: usize) -> Result<Residence> {
+        if options.managed {
+            let stream = crate::stream_context::resolve(None);
+            crate::gil::released(|| -> Result<()> {
+                let stream = self.begin(options.device_id, stream)?;
+                let memory = DeviceMemory::alloc_managed(options.device_id, bytes, stream.handle)?;
+                if !options.uninitialized {
+                    // SAFETY: the new allocation holds `bytes`; the memset is queued on `stream`.
+                    unsafe { transfer::zero(options.device_id, memory.ptr(), bytes, stream.handle) }?;
+                }
+                self.memory = Some(Arc::new(memory));
+                self.end(options.device_id, stream, false)
+            })?;
+            return Ok(Residence::Device);
+        }
         if !options.on_device {
             return Ok(Residence::Host);
         }
@@ -222,6 +241,23 @@ impl DeviceSide {
     ) -> Result<()> {
         let memory = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory".into()))?;
         let (address, host) = (memory.ptr() + offset as u64, host as usize);
+        if memory.managed() {
+            // DLPack's rule for managed memory: once the work on it is done, read it in place.
+            return crate::gil::released(|| {
+                let _ctx = Current::enter(device_id)?;
+                stream::synchronize(device_id, self.last)?;
+                // SAFETY: managed memory is addressable from the host at its device address;
+                // the caller guarantees both ranges, and the device's work on it is done.
+                unsafe {
+                    if write {
+                        std::ptr::copy(host as *const u8, address as usize as *mut u8, len);
+                    } else {
+                        std::ptr::copy_nonoverlapping(address as usize as *const u8, host as *mut u8, len);
+                    }
+                }
+                Ok(())
+            });
+        }
         crate::gil::released(|| {
             let _ctx = Current::enter(device_id)?;
             // Synchronous copies on the legacy stream: relaxed, so that a capture in progress on

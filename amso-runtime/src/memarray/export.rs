@@ -8,7 +8,7 @@ use std::sync::Arc;
 #[cfg(feature = "cuda")]
 use super::access::RawView;
 use super::core::ArrayCore;
-use crate::device::{DeviceType, Residence};
+use crate::device::{Device, DeviceType, Residence};
 use crate::dlpack::{ExportPlan, ExportSource};
 use crate::error::{Error, Result};
 use crate::lock::{check_access, LockId};
@@ -52,9 +52,12 @@ impl ArrayCore {
                     )))
                 }
             };
+        // Managed memory is exported as what it is (kDLCUDAManaged); a copy of it is not.
+        let managed = raw.managed() && !copied && plan.target.device_type == DeviceType::Cuda;
+        let device = if managed { Device { device_type: DeviceType::CudaManaged, ..plan.target } } else { plan.target };
         Ok(ExportSource {
             data: data.cast(),
-            device: plan.target,
+            device,
             dtype: raw.dtype.dl_data_type(),
             shape: self.shape(),
             strides: None,

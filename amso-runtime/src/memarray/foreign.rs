@@ -101,7 +101,8 @@ pub unsafe fn claim(t: &DLTensor) -> Result<(Vec<i64>, usize, Device)> {
     let dims = unsafe { tensor_dims(t) }?;
     let device =
         Device { device_type: DeviceType::from_dlpack(t.device.device_type.0 as i32)?, id: t.device.device_id };
-    if device.id < 0 || (device.device_type != DeviceType::Cuda && device.id != 0) {
+    let on_device = matches!(device.device_type, DeviceType::Cuda | DeviceType::CudaManaged);
+    if device.id < 0 || (!on_device && device.id != 0) {
         return Err(Error::InvalidArgument(format!(
             "device id {} is not valid for device type {}",
             device.id, device.device_type as i32
@@ -148,7 +149,8 @@ impl ForeignMemory {
         }
         // SAFETY: forwarded from the caller.
         let device = unsafe {
-            crate::cuda::memory::DeviceMemory::foreign(self.device.id, self.address as u64, bytes, self.owner)
+            let managed = self.device.device_type == DeviceType::CudaManaged;
+            crate::cuda::memory::DeviceMemory::foreign(self.device.id, self.address as u64, bytes, self.owner, managed)
         };
         Ok(super::device_side::DeviceSide::with_memory(Arc::new(device)))
     }
@@ -179,7 +181,7 @@ impl ArrayCore {
                 Ok(Self::assemble(shape, ops, Arc::new(host), options, Residence::Host))
             }
             #[cfg(feature = "cuda")]
-            DeviceType::Cuda => {
+            DeviceType::Cuda | DeviceType::CudaManaged => {
                 let id = memory.device.id;
                 // SAFETY: as above, on the device.
                 let device = unsafe { memory.into_device_side(bytes) }?;
@@ -189,7 +191,7 @@ impl ArrayCore {
                 Ok(array)
             }
             #[cfg(not(feature = "cuda"))]
-            DeviceType::Cuda => {
+            DeviceType::Cuda | DeviceType::CudaManaged => {
                 Err(Error::Unavailable("CUDA memory needs amso's CUDA layer, which this build does not include".into()))
             }
         }

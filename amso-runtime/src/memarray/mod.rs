@@ -42,6 +42,9 @@ pub struct ArrayOptions {
     pub on_device: bool,
     /// Leave new device memory uninitialised (`amso.empty`); host memory is always zeroed.
     pub uninitialized: bool,
+    /// Start on the device in CUDA managed memory (`cuMemAllocManaged`), which the host reads
+    /// and writes in place once the device's work is done; exported as kDLCUDAManaged.
+    pub managed: bool,
 }
 
 impl ArrayOptions {
@@ -55,10 +58,16 @@ impl ArrayOptions {
             crate::cuda::driver::check_device(self.device_id)?;
         }
         #[cfg(not(feature = "cuda"))]
-        if self.pinned || self.on_device {
+        if self.pinned || self.on_device || self.managed {
             return Err(Error::Unavailable(format!(
                 "{} needs amso's CUDA layer, which this build does not include",
-                if self.pinned { "pinned memory" } else { "on_device=True" }
+                if self.pinned {
+                    "pinned memory"
+                } else if self.managed {
+                    "managed=True"
+                } else {
+                    "on_device=True"
+                }
             )));
         }
         Ok(())

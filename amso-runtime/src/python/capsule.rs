@@ -30,6 +30,7 @@ pub(crate) fn export_tensor(
     let view = array.raw_view();
     let device = view.device();
     let plan = plan_export(device, view.pinned(), request)?;
+    crate::dlpack::check_format(&plan, view.dtype.dl_data_type())?;
     let source = array.export_source(&plan, lock).map_err(|error| match error {
         // A device the producer cannot reach is DLPack's BufferError, whatever the cause.
         crate::Error::Unavailable(message) if plan.target != device => crate::Error::ExportRefused(message),
@@ -72,7 +73,7 @@ pub(crate) fn export_for_stream(array: &ArrayCore, stream: i64) -> crate::Result
 /// older consumers still send it, and amso treats it as the legacy default stream.
 #[inline]
 fn warn_ambiguous_stream(py: Python<'_>, array: &MemArrayBase, request: &DlpackRequest) -> PyResult<()> {
-    if request.stream == Some(0) && array.header().placement().device_type == crate::DeviceType::Cuda as i32 {
+    if request.stream == Some(0) && array.header().placement().on_device() {
         PyErr::warn(
             py,
             &py.get_type::<pyo3::exceptions::PyUserWarning>(),

@@ -25,22 +25,23 @@ static CLASS_FOR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// (as ``np.empty``); host memory is always zeroed.
 #[pyfunction]
 #[pyo3(
-    signature = (shape, dtype=None, device_id=None, *, on_device=None),
-    text_signature = "(shape, dtype=None, device_id=0, *, on_device=False)"
+    signature = (shape, dtype=None, device_id=None, *, on_device=None, managed=None),
+    text_signature = "(shape, dtype=None, device_id=0, *, on_device=False, managed=False)"
 )]
 pub(crate) fn empty(
     shape: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
     device_id: Option<&Bound<'_, PyAny>>,
     on_device: Option<&Bound<'_, PyAny>>,
+    managed: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    make(shape, dtype, options(device_id, None, None, on_device, true)?)
+    make(shape, dtype, options(device_id, None, None, on_device, managed, true)?)
 }
 
 /// What `amso.MemArray(shape, dtype, ...)` calls: a zero-filled array. Arguments left out
 /// (None) take their defaults; the others are checked as the classes' constructors check them.
 #[pyfunction(name = "_new_array")]
-#[pyo3(signature = (shape, dtype=None, device_id=None, *, readonly=None, pinned=None, on_device=None))]
+#[pyo3(signature = (shape, dtype=None, device_id=None, *, readonly=None, pinned=None, on_device=None, managed=None))]
 pub(crate) fn new_array(
     shape: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
@@ -48,8 +49,9 @@ pub(crate) fn new_array(
     readonly: Option<&Bound<'_, PyAny>>,
     pinned: Option<&Bound<'_, PyAny>>,
     on_device: Option<&Bound<'_, PyAny>>,
+    managed: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    make(shape, dtype, options(device_id, readonly, pinned, on_device, false)?)
+    make(shape, dtype, options(device_id, readonly, pinned, on_device, managed, false)?)
 }
 
 /// Set the function that resolves a `(shape, dtype)` the cache has not seen to its class. The
@@ -74,6 +76,7 @@ fn options(
     readonly: Option<&Bound<'_, PyAny>>,
     pinned: Option<&Bound<'_, PyAny>>,
     on_device: Option<&Bound<'_, PyAny>>,
+    managed: Option<&Bound<'_, PyAny>>,
     uninitialized: bool,
 ) -> PyResult<ArrayOptions> {
     let flag = |name, value: Option<&Bound<'_, PyAny>>| value.map_or(Ok(false), |value| convert::flag_arg(name, value));
@@ -82,6 +85,7 @@ fn options(
         readonly: flag("readonly", readonly)?,
         pinned: flag("pinned", pinned)?,
         on_device: flag("on_device", on_device)?,
+        managed: flag("managed", managed)?,
         uninitialized,
     })
 }

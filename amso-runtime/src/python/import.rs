@@ -30,7 +30,10 @@ pub(super) fn wrap_source(py: Python<'_>, source: Source, producer: Option<&Boun
         ))
     })?;
     let (readonly, stream) = (source.readonly, source.stream);
-    let (address, device) = (source.data, source.device);
+    let (address, mut device) = (source.data, source.device);
+    if source.managed {
+        device.device_type = DeviceType::CudaManaged;
+    }
     let memory = ForeignMemory { address, device, owner: source.into_owner(producer)? };
     // SAFETY: the producer's memory holds `dims` C-contiguous elements of this dtype at that
     // address (checked as far as a consumer can), valid until its holder drops.

@@ -26,7 +26,7 @@ pub(super) fn iterate(slf: &Bound<'_, MemArrayBase>) -> PyResult<ArrayIterator> 
     let array = slf.get();
     let dims = array.header().dims();
     let rows = if dims.len() > 1 {
-        if array.header().placement().device_type == crate::DeviceType::Cuda as i32 {
+        if array.header().placement().on_device() {
             return Err(PyTypeError::new_err(format!(
                 "iterating over a {}-D array yields its rows as NumPy views of host memory, and this array is on \
                  the device: iterate over a.to_numpy(), or move_memory(kDLCPU) first",

@@ -32,6 +32,8 @@ fn target_device(array: &RawView<'_>, device_type: Option<i32>, device_id: Optio
             Device::CPU
         }
         DeviceType::Cuda => Device { device_type, id: device_id.unwrap_or(array.device_id()) },
+        // Managed memory is device memory: the array stays (or goes) there.
+        DeviceType::CudaManaged => Device::cuda(device_id.unwrap_or(array.device_id())),
         DeviceType::CudaHost => {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "arrays move to kDLCPU or kDLCUDA; for pinned host memory create the array with pinned=True",
@@ -96,7 +98,14 @@ impl MemArrayBase {
         self.read(py, |array| array.raw_view().device_id())
     }
 
-    /// Whether the current data is in device memory.
+    /// Whether the current data is in CUDA managed memory (`managed=True`, or imported from a
+    /// kDLCUDAManaged producer).
+    #[getter]
+    fn managed(&self) -> bool {
+        self.header().placement().device_type == DeviceType::CudaManaged as i32
+    }
+
+    /// Whether the data is in CUDA device memory (its own, or managed memory).
     #[getter]
     fn on_device(&self) -> bool {
         self.has_flag(FLAG_ON_DEVICE)

@@ -128,6 +128,7 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(pyo3::wrap_pyfunction!(recognize::is_amso_class, module)?)?;
     module.add("MAX_NDIM", crate::MAX_NDIM)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_is_available, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(dtypes, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_device_count, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_memory_info, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(set_current_stream, module)?)?;
@@ -161,6 +162,15 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction(name = "_live_borrows")]
 fn live_borrows(py: Python<'_>) -> usize {
     crate::process::live_borrows(py)
+}
+
+/// One dtype as `_dtypes` lists it: `(name, code, bits, lanes, numpy name, numpy module)`.
+type DTypeRow = (&'static str, u8, u8, u16, &'static str, Option<&'static str>);
+
+/// The spec's element types, one `DTypeRow` each.
+#[pyfunction(name = "_dtypes")]
+fn dtypes() -> Vec<DTypeRow> {
+    crate::element::ALL.iter().map(|d| (d.name, d.code, d.bits, d.lanes, d.numpy, d.numpy_module)).collect()
 }
 
 /// Whether a CUDA driver and at least one device are present (never raises).

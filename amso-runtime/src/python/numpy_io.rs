@@ -22,7 +22,7 @@ pub(super) fn array_view<'py>(
     copy: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (py, array) = (slf.py(), slf.get());
-    if array.header().placement().device_type == crate::DeviceType::Cuda as i32 {
+    if array.header().placement().on_device() {
         return Err(PyTypeError::new_err(
             "the array is in CUDA device memory, and NumPy reads host memory: use a.to_numpy() for a host copy, \
              or a.move_memory(amso.dlpack.kDLCPU) first",
@@ -42,7 +42,9 @@ pub(super) fn array_view<'py>(
             target.str()?
         )));
     }
-    let view = if array.element_type().numpy_module.is_none() {
+    // NumPy imports through DLPack the dtypes it defines itself (not ml_dtypes' nor vectors).
+    let dtype = array.element_type();
+    let view = if dtype.numpy_module.is_none() && dtype.lanes == 1 {
         np.call_method1(intern!(py, "from_dlpack"), (slf,))?
     } else {
         // NumPy cannot import this dtype through DLPack or a typed buffer (bfloat16): view the

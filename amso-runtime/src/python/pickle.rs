@@ -1,7 +1,8 @@
 //! Pickle and copy. `__reduce_ex__` hands host data out of band (protocol 5: a `PickleBuffer`
-//! over the array's own memory) or inline (protocols 2-4: bytes), and device data through a
-//! host copy. The module that registered the class carries `_amso_rebuild`, which restores the
-//! array, checking everything it reads: a truncated or altered pickle is a clear error.
+//! over the array's own memory) or inline (protocols 2-4: bytes), and device data through one
+//! host copy (out of band from protocol 5). The module that registered the class carries
+//! `_amso_rebuild`, which restores the array, adopting the buffer it gets where it can (no
+//! copy) and checking everything it reads: a truncated or altered pickle is a clear error.
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeWarning, PyTypeError, PyValueError};
@@ -15,7 +16,7 @@ use super::convert::ShapeArg;
 use super::registry::{self, Registration};
 use crate::device::{Device, Residence};
 use crate::memarray::foreign::check_dims;
-use crate::memarray::ArrayOptions;
+use crate::memarray::{ArrayOptions, ForeignMemory};
 
 /// The name of the rebuild function in a registering module.
 pub(super) const REBUILD: &str = "_amso_rebuild";
@@ -42,19 +43,27 @@ pub(super) fn reduce<'py>(slf: &Bound<'py, MemArrayBase>, protocol: i64) -> PyRe
         (raw.readonly(), raw.pinned(), device, raw.nbytes())
     });
     let pickle_buffer = || py.import(intern!(py, "pickle"))?.getattr(intern!(py, "PickleBuffer"));
-    let data = if protocol >= 5 && device.is_none() {
+    let data = match device {
         // Out of band, no copy: the array's own host memory, as a raw byte buffer.
-        pickle_buffer()?.call1((Bound::new(py, RawBytes::from(slf))?,))?
-    } else {
-        let bytes = PyBytes::new_with(py, nbytes, |out| {
+        None if protocol >= 5 => pickle_buffer()?.call1((Bound::new(py, RawBytes::from(slf))?,))?,
+        None => PyBytes::new_with(py, nbytes, |out| {
             // SAFETY: `out` is a fresh bytes object of `nbytes` writable bytes.
             Ok(array.read(py, |object| unsafe { object.raw_view().copy_to(out.as_mut_ptr(), nbytes, None) })?)
         })?
-        .into_any();
-        if protocol >= 5 {
-            pickle_buffer()?.call1((bytes,))?
-        } else {
-            bytes
+        .into_any(),
+        // Device data: one copy into a fresh host buffer (NumPy's `empty`, never zeroed), through
+        // amso's pinned staging pipeline; out of band from protocol 5 on.
+        Some(_) => {
+            let host = super::convert::numpy(py)?.call_method1(intern!(py, "empty"), (nbytes, intern!(py, "uint8")))?;
+            let address: usize = host.getattr(intern!(py, "ctypes"))?.getattr(intern!(py, "data"))?.extract()?;
+            // SAFETY: `host` holds `nbytes` writable bytes and lives through the copy, which
+            // is complete when this returns.
+            array.read_detached(py, |object| unsafe { object.raw_view().copy_to(address as *mut u8, nbytes, None) })?;
+            if protocol >= 5 {
+                pickle_buffer()?.call1((host,))?
+            } else {
+                host
+            }
         }
     };
     let dims = PyTuple::new(py, array.header().dims())?;
@@ -65,6 +74,13 @@ pub(super) fn reduce<'py>(slf: &Bound<'py, MemArrayBase>, protocol: i64) -> PyRe
 }
 
 /// `_amso_rebuild(dtype, shape, readonly, pinned, device, data)`: the array a pickle describes.
+///
+/// Host data adopts the buffer it arrives in, without a copy (protocol 5's out-of-band buffer,
+/// or the bytes of an in-band one), as imported memory does: the array keeps the buffer alive.
+/// It is copied instead when the buffer is read-only and the array is not, when it is not
+/// aligned for the element type, or when the array was pinned (a pickle's buffer is not pinned
+/// memory: the data goes into fresh pinned memory). Device data is uploaded to the device
+/// (asynchronously, on the stream rule's stream) through amso's staging pipeline.
 #[pyfunction]
 #[pyo3(name = "_amso_rebuild", signature = (dtype, shape, readonly, pinned, device, data, class = None))]
 #[allow(clippy::too_many_arguments)]
@@ -107,28 +123,52 @@ pub(super) fn rebuild(
         )));
     }
     let cuda = cuda_devices();
+    let on_device = match device {
+        Some(id) if id >= 0 && id < cuda => Some(id),
+        Some(id) => {
+            warn(
+                py,
+                &std::ffi::CString::new(format!(
+                    "the array was pickled on CUDA device {id}, which this process does not have; unpickled on the host"
+                ))?,
+            )?;
+            None
+        }
+        None => None,
+    };
     if pinned && cuda == 0 {
         warn(py, c"the pickled array used pinned memory, which needs a CUDA driver; unpickled into pageable memory")?;
     }
-    let options = ArrayOptions { pinned: pinned && cuda > 0, ..Default::default() };
-    let mut array = registration.create(&dims, options)?;
-    // SAFETY: the buffer is a live C-contiguous run of exactly the array's bytes.
-    unsafe { array.copy_from(buffer.buf_ptr().cast(), buffer.len_bytes(), None) }?;
-    if readonly {
-        array.make_readonly();
-    }
-    match device {
-        Some(id) if id >= 0 && id < cuda => {
-            array.move_memory(Device::cuda(id), crate::stream_context::resolve(None), false, None)?
+    let pinned = pinned && cuda > 0;
+    let address = buffer.buf_ptr() as usize;
+    let adopt = on_device.is_none()
+        && !pinned
+        && (readonly || !buffer.readonly())
+        && address.is_multiple_of(registration.ops.align);
+    let array = if adopt {
+        let memory = ForeignMemory { address, device: Device::CPU, owner: Box::new(buffer) };
+        // SAFETY: the buffer holds exactly the array's bytes, C-contiguous (checked above) and
+        // aligned for its elements; `memory` owns the buffer export, which keeps them alive.
+        unsafe { registration.wrap(&dims, memory, readonly) }?
+    } else if let Some(id) = on_device {
+        let options = ArrayOptions { device_id: id, on_device: true, uninitialized: true, ..Default::default() };
+        let mut array = registration.create(&dims, options)?;
+        // SAFETY: the buffer holds the array's bytes (checked above), alive for the call; the
+        // upload has read them when it returns.
+        unsafe { array.upload_from(address as *const u8, buffer.len_bytes(), crate::stream_context::resolve(None)) }?;
+        if readonly {
+            array.make_readonly();
         }
-        Some(id) => warn(
-            py,
-            &std::ffi::CString::new(format!(
-                "the array was pickled on CUDA device {id}, which this process does not have; unpickled on the host"
-            ))?,
-        )?,
-        None => {}
-    }
+        array
+    } else {
+        let mut array = registration.create(&dims, ArrayOptions { pinned, ..Default::default() })?;
+        // SAFETY: the buffer is a live C-contiguous run of exactly the array's bytes.
+        unsafe { array.copy_from(address as *const u8, buffer.len_bytes(), None) }?;
+        if readonly {
+            array.make_readonly();
+        }
+        array
+    };
     (registration.instance)(py, MemArrayBase::new(array))
 }
 

@@ -474,6 +474,19 @@ impl Handoff {
                  copy={copy:?}"
             )));
         }
+        let format = match max_version {
+            Some((major, minor)) if major >= 1 => {
+                let minor = if major == DLPACK_VERSION.0 { minor.min(DLPACK_VERSION.1) } else { DLPACK_VERSION.1 };
+                Format::Versioned(DLPackVersion { major: DLPACK_VERSION.0, minor })
+            }
+            _ if crate::dlpack::padded(handover.dtype.dl_data_type()) => {
+                return Err(PyBufferError::new_err(
+                    "a sub-byte element padded to a byte needs a versioned DLPack tensor (its padded flag): call \
+                     __dlpack__(max_version=(1, 0)) or later",
+                ))
+            }
+            _ => Format::Legacy,
+        };
         // Out of the slot before the ordering lets the GIL go, so that no other thread waits
         // for the slot's lock holding the GIL; back in if the ordering fails.
         let handover = slot.take().expect("checked above");
@@ -484,13 +497,6 @@ impl Handoff {
                 return Err(error);
             }
         }
-        let format = match max_version {
-            Some((major, minor)) if major >= 1 => {
-                let minor = if major == DLPACK_VERSION.0 { minor.min(DLPACK_VERSION.1) } else { DLPACK_VERSION.1 };
-                Format::Versioned(DLPackVersion { major: DLPACK_VERSION.0, minor })
-            }
-            _ => Format::Legacy,
-        };
         crate::python::capsule::into_capsule(py, handover.into_tensor(format))
     }
 

@@ -28,12 +28,14 @@ pub(crate) fn dlpack_tensor(
         Some(method) => method.call0()?.extract()?,
         None => (DeviceType::Cpu as i32, 0),
     };
-    if device_type == DeviceType::Cuda as i32 && device_id < 0 {
+    // Managed memory (kDLCUDAManaged) is handed over on a stream as device memory is.
+    let on_device = device_type == DeviceType::Cuda as i32 || device_type == DeviceType::CudaManaged as i32;
+    if on_device && device_id < 0 {
         return Err(PyValueError::new_err(format!(
             "the producer's device id {device_id} is not valid for device type {device_type} (its __dlpack_device__)"
         )));
     }
-    let stream = (device_type == DeviceType::Cuda as i32).then(|| work_stream(stream, device_id)).transpose()?;
+    let stream = on_device.then(|| work_stream(stream, device_id)).transpose()?;
     let kwargs = PyDict::new(py);
     kwargs.set_item(intern!(py, "max_version"), DLPACK_VERSION)?;
     if let Some(stream) = stream {
@@ -172,6 +174,7 @@ pub(super) fn from_interface(obj: &Bound<'_, PyAny>, request: Request) -> PyResu
         device: Device::cuda(device_id),
         readonly: interface.readonly,
         stream: Some(work),
+        managed: false,
     })
 }
 

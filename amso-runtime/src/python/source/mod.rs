@@ -140,6 +140,9 @@ pub(crate) struct Source {
     pub(crate) readonly: bool,
     /// For device data: the stream this call works on (see the module docs).
     pub(crate) stream: Option<i64>,
+    /// The device data is CUDA managed memory (the producer said kDLCUDAManaged); `device`
+    /// is then the CUDA device.
+    pub(crate) managed: bool,
 }
 
 /// A source's dimensions (none negative) and strides, read where its holder keeps them.
@@ -226,9 +229,9 @@ impl Source {
         })
     }
 
-    /// Bytes per element.
+    /// Bytes per element (a sub-byte element takes one, padded).
     pub(crate) fn itemsize(&self) -> usize {
-        self.dtype.1 as usize * self.dtype.2 as usize / 8
+        (self.dtype.1 as usize * self.dtype.2 as usize).div_ceil(8)
     }
 }
 
@@ -461,6 +464,7 @@ fn from_amso(obj: &Bound<'_, PyAny>, runtime: &'static ArrayTypeInfo, stream: Op
         device,
         readonly: held.readonly != 0,
         stream: (device.device_type == DeviceType::Cuda).then_some(work),
+        managed: false,
     })
 }
 
@@ -522,8 +526,11 @@ pub(crate) fn from_managed(tensor: ManagedTensor, stream: Option<i64>) -> PyResu
 
 /// The fields of a producer's managed tensor, checked enough to be read safely.
 pub(crate) fn from_tensor(tensor: ManagedTensor) -> PyResult<Source> {
-    let (t, readonly, major) = tensor.describe();
+    let (t, flags, major) = tensor.describe();
+    let readonly = flags.contains(dlpark::DlpackFlags::READ_ONLY);
     crate::memarray::foreign::check_major_version(major)?;
+    crate::element::check_dlpack_type((t.dtype.code.0, t.dtype.bits, t.dtype.lanes)).map_err(PyTypeError::new_err)?;
+    crate::dlpack::check_subbyte_layout(t.dtype, flags).map_err(PyTypeError::new_err)?;
     if !(0..=64).contains(&t.ndim) {
         return Err(PyValueError::new_err(format!("the producer's tensor ndim {} is outside DLPack's 0..=64", t.ndim)));
     }
@@ -531,8 +538,10 @@ pub(crate) fn from_tensor(tensor: ManagedTensor) -> PyResult<Source> {
         return Err(PyValueError::new_err("the producer's tensor shape is NULL"));
     }
     let ndim = t.ndim as usize;
-    let device = match DeviceType::from_dlpack(t.device.device_type.0 as i32)? {
+    let kind = DeviceType::from_dlpack(t.device.device_type.0 as i32)?;
+    let device = match kind {
         DeviceType::CudaHost => Device::CPU, // page-locked host memory reads as host memory
+        DeviceType::CudaManaged => Device::cuda(t.device.device_id), // device memory, the host may read
         kind => Device { device_type: kind, id: t.device.device_id },
     };
     if device.id < 0 || (device.device_type != DeviceType::Cuda && device.id != 0) {
@@ -561,6 +570,7 @@ pub(crate) fn from_tensor(tensor: ManagedTensor) -> PyResult<Source> {
         device,
         readonly,
         stream: None,
+        managed: kind == DeviceType::CudaManaged,
         holder: Holder::Tensor(tensor),
     })
 }

@@ -179,6 +179,7 @@ pub(crate) fn read(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
         device: Device::CPU,
         readonly: array.flags & NPY_ARRAY_WRITEABLE == 0,
         stream: None,
+        managed: false,
     })
 }
 

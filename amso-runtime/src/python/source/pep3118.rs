@@ -76,7 +76,7 @@ pub(super) fn read(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
             format.to_string_lossy()
         ))
     })?;
-    let itemsize = dtype.1 as usize * dtype.2 as usize / 8;
+    let itemsize = (dtype.1 as usize * dtype.2 as usize).div_ceil(8);
     if b.itemsize != itemsize as isize {
         return Err(lie(format!(
             "format {:?} describes {itemsize}-byte items, but its itemsize is {}",
@@ -116,6 +116,7 @@ pub(super) fn read(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
         dtype,
         device: Device::CPU,
         stream: None,
+        managed: false,
     })
 }
 

@@ -6,6 +6,7 @@ mod cic;
 
 use amso_macros::amso_array;
 use amso_runtime::cuda::{order_streams, with_stream, Kernel, LaunchConfig, PushKernelArg};
+use amso_runtime::dtypes::float8_e4m3fn;
 use amso_runtime::ndarray::{Array2, ShapeBuilder};
 use amso_runtime::python::{ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Framework, IntoFramework, UntypedArray};
 use amso_runtime::{DeviceIndexer, DeviceType};
@@ -164,6 +165,19 @@ fn sum_any(x: UntypedArray<'_>) -> PyResult<f64> {
     }
 }
 
+/// The sum of a float8 e4m3fn matrix (NumPy with ml_dtypes, PyTorch, JAX, amso), in float64.
+#[pyfunction]
+fn float8_sum(x: ArrayRef<'_, float8_e4m3fn, 2>) -> PyResult<f64> {
+    Ok(x.as_array()?.iter().map(|v| f64::from(v.to_f32())).sum())
+}
+
+/// Halve a float8 e4m3fn vector in place, rounding to nearest even as ml_dtypes does.
+#[pyfunction]
+fn float8_halve(mut x: ArrayMut<'_, float8_e4m3fn, 1>) -> PyResult<()> {
+    x.as_array_mut()?.mapv_inplace(|v| float8_e4m3fn::from_f32(v.to_f32() / 2.0));
+    Ok(())
+}
+
 /// Call `callback` while holding `x` for writing: another typed argument over the same memory,
 /// from any extension module, is refused meanwhile.
 #[pyfunction]
@@ -243,6 +257,8 @@ fn amso_user_example(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(count_true, module)?)?;
     module.add_function(wrap_pyfunction!(sum_any, module)?)?;
     module.add_function(wrap_pyfunction!(while_writing, module)?)?;
+    module.add_function(wrap_pyfunction!(float8_sum, module)?)?;
+    module.add_function(wrap_pyfunction!(float8_halve, module)?)?;
     module.add_function(wrap_pyfunction!(owned_vec, module)?)?;
     module.add_function(wrap_pyfunction!(owned_ndarray, module)?)?;
     module.add_function(wrap_pyfunction!(owned_reversed, module)?)?;

@@ -27,6 +27,7 @@ import amso  # noqa: E402
 import bench_calls  # noqa: E402
 import bench_capi  # noqa: E402
 import bench_rust  # noqa: E402
+import bench_pickle  # noqa: E402
 import conformance  # noqa: E402
 import output  # noqa: E402
 import protocols  # noqa: E402
@@ -52,7 +53,7 @@ def environment() -> dict:
 
 def collect(cycles: int) -> dict:
     report = {"environment": environment(), "protocols": protocols.collect(), "rust": bench_rust.collect(),
-              "calls": bench_calls.collect(), "capi": bench_capi.collect()}
+              "calls": bench_calls.collect(), "capi": bench_capi.collect(), "pickles": bench_pickle.collect()}
     if amso.cuda.is_available():
         import bench_alloc
         import bench_cic
@@ -80,6 +81,8 @@ def markdown(report: dict) -> str:
         parts += ["### Functions over arrays: TVM-FFI and typed arguments", "", bench_calls.markdown(report["calls"])]
     parts += ["### C ABI", "",
              bench_capi.markdown(report["capi"]).split("\n", 4)[-1]]
+    if "pickles" in report:
+        parts += ["### Pickles and sharing between processes", "", bench_pickle.markdown(report["pickles"])]
     if "transfers" in report:
         import bench_alloc
         import bench_cic

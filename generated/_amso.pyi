@@ -28,7 +28,13 @@ def _amso_rebuild(
     dtype: str, shape: _Shape, readonly: bool, pinned: bool, device: int | None, data: Any
 ) -> MemArrayBase: ...
 def empty(
-    shape: _Shape, dtype: Any = None, device_id: int = 0, *, on_device: bool = False, managed: bool = False
+    shape: _Shape,
+    dtype: Any = None,
+    device_id: int = 0,
+    *,
+    on_device: bool = False,
+    managed: bool = False,
+    shareable: bool = False,
 ) -> MemArrayBase:
     """Like ``MemArray`` but, with ``on_device=True``, the device memory is left uninitialised
     (as ``np.empty``); host memory is always zeroed."""
@@ -41,6 +47,7 @@ def _new_array(
     pinned: bool = False,
     on_device: bool = False,
     managed: bool = False,
+    shareable: bool = False,
 ) -> MemArrayBase: ...
 def _set_class_resolver(class_for: Callable[[_Shape, Any], type[MemArrayBase]]) -> None: ...
 def _class_cache_len() -> int: ...
@@ -49,6 +56,21 @@ def from_cuda_array_interface(obj: Any) -> MemArrayBase: ...
 def _wrap(obj: Any) -> MemArrayBase: ...
 def _live_borrows() -> int: ...
 def _dtypes() -> list[tuple[str, int, int, int, str, str | None]]: ...
+def collect_shared() -> int: ...
+
+class SharedHandle:
+    """A device array of another process, or of this one, to open without a copy."""
+
+    @staticmethod
+    def from_bytes(data: bytes) -> SharedHandle: ...
+    def __bytes__(self) -> bytes: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def exporter_pid(self) -> int: ...
+    def open(self, device_id: int | None = None) -> MemArrayBase: ...
 
 _C_API: Any
 
@@ -111,6 +133,7 @@ class MemArrayBase:
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]: ...
+    def share(self) -> SharedHandle: ...
     def copy(self) -> Self: ...
     def __copy__(self) -> Self: ...
     def __deepcopy__(self, memo: Any, /) -> Self: ...
@@ -177,6 +200,7 @@ class MemArray1DInt32(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray1DInt32: ...
 
 class MemArray2DInt32(MemArrayBase):
@@ -192,6 +216,7 @@ class MemArray2DInt32(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray2DInt32: ...
 
 class MemArray3DInt32(MemArrayBase):
@@ -207,6 +232,7 @@ class MemArray3DInt32(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray3DInt32: ...
 
 class MemArray1DInt64(MemArrayBase):
@@ -222,6 +248,7 @@ class MemArray1DInt64(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray1DInt64: ...
 
 class MemArray2DInt64(MemArrayBase):
@@ -237,6 +264,7 @@ class MemArray2DInt64(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray2DInt64: ...
 
 class MemArray3DInt64(MemArrayBase):
@@ -252,6 +280,7 @@ class MemArray3DInt64(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray3DInt64: ...
 
 class MemArray1DFloat32(MemArrayBase):
@@ -267,6 +296,7 @@ class MemArray1DFloat32(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray1DFloat32: ...
 
 class MemArray2DFloat32(MemArrayBase):
@@ -282,6 +312,7 @@ class MemArray2DFloat32(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray2DFloat32: ...
 
 class MemArray3DFloat32(MemArrayBase):
@@ -297,6 +328,7 @@ class MemArray3DFloat32(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray3DFloat32: ...
 
 class MemArray1DFloat64(MemArrayBase):
@@ -312,6 +344,7 @@ class MemArray1DFloat64(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray1DFloat64: ...
 
 class MemArray2DFloat64(MemArrayBase):
@@ -327,6 +360,7 @@ class MemArray2DFloat64(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray2DFloat64: ...
 
 class MemArray3DFloat64(MemArrayBase):
@@ -342,6 +376,7 @@ class MemArray3DFloat64(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray3DFloat64: ...
 
 class MemArray2DUint8(MemArrayBase):
@@ -357,6 +392,7 @@ class MemArray2DUint8(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray2DUint8: ...
 
 class MemArray3DUint8(MemArrayBase):
@@ -372,6 +408,7 @@ class MemArray3DUint8(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray3DUint8: ...
 
 class MemArray1DBool(MemArrayBase):
@@ -387,6 +424,7 @@ class MemArray1DBool(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray1DBool: ...
 
 class MemArray2DComplex64(MemArrayBase):
@@ -402,6 +440,7 @@ class MemArray2DComplex64(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray2DComplex64: ...
 
 class MemArray1DFloat16(MemArrayBase):
@@ -417,6 +456,7 @@ class MemArray1DFloat16(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray1DFloat16: ...
 
 class MemArray1DBfloat16(MemArrayBase):
@@ -432,6 +472,7 @@ class MemArray1DBfloat16(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray1DBfloat16: ...
 
 class MemArray1DFloat8E4m3fn(MemArrayBase):
@@ -447,6 +488,7 @@ class MemArray1DFloat8E4m3fn(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray1DFloat8E4m3fn: ...
 
 class MemArray2DFloat8E4m3fn(MemArrayBase):
@@ -462,6 +504,7 @@ class MemArray2DFloat8E4m3fn(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray2DFloat8E4m3fn: ...
 
 class MemArray3DFloat8E4m3fn(MemArrayBase):
@@ -477,6 +520,7 @@ class MemArray3DFloat8E4m3fn(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray3DFloat8E4m3fn: ...
 
 class MemArray1DFloat8E5m2(MemArrayBase):
@@ -492,6 +536,7 @@ class MemArray1DFloat8E5m2(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray1DFloat8E5m2: ...
 
 class MemArray2DFloat8E5m2(MemArrayBase):
@@ -507,6 +552,7 @@ class MemArray2DFloat8E5m2(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray2DFloat8E5m2: ...
 
 class MemArray3DFloat8E5m2(MemArrayBase):
@@ -522,6 +568,7 @@ class MemArray3DFloat8E5m2(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray3DFloat8E5m2: ...
 
 class MemArray1DFloat4E2m1fn(MemArrayBase):
@@ -537,6 +584,7 @@ class MemArray1DFloat4E2m1fn(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray1DFloat4E2m1fn: ...
 
 class MemArray1DFloat4E2m1fnX2(MemArrayBase):
@@ -552,4 +600,5 @@ class MemArray1DFloat4E2m1fnX2(MemArrayBase):
         on_device: bool = False,
         uninitialized: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> MemArray1DFloat4E2m1fnX2: ...

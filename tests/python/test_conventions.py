@@ -225,6 +225,43 @@ def test_protocol_5_hands_the_data_out_of_band():
     assert len(inline) > 512 * 1024
 
 
+def test_protocol_5_loads_adopts_the_out_of_band_buffer_as_numpy_does():
+    """NumPy's own round trip with buffer_callback gives back an array over the same memory;
+    amso's does too: loads adopts the buffer (the array keeps it, and so the original, alive)."""
+    reference = np.arange(4.0)
+    numpy_buffers = []
+    numpy_back = pickle.loads(pickle.dumps(reference, protocol=5, buffer_callback=numpy_buffers.append),
+                              buffers=numpy_buffers)
+    assert numpy_back.ctypes.data == reference.ctypes.data
+    a = filled("float64", (64, 8))
+    buffers = []
+    b = pickle.loads(pickle.dumps(a, protocol=5, buffer_callback=buffers.append), buffers=buffers)
+    assert type(b) is type(a) and address(b) == address(a) and not b.readonly
+    b[0, 0] = -1.0
+    assert a[0, 0] == -1.0
+    del a, buffers
+    gc.collect()
+    assert b[0, 0] == -1.0 and b[1, 0] == sample("float64", (64, 8))[1, 0]
+
+
+def test_in_band_pickles_keep_read_only_arrays_read_only_and_copy_into_writable_ones():
+    frozen = amso.MemArray(5, np.int32, readonly=True)
+    for protocol in (2, 4, 5):
+        b = pickle.loads(pickle.dumps(frozen, protocol=protocol))
+        assert b.readonly and b.to_numpy().tolist() == [0] * 5
+    writable = pickle.loads(pickle.dumps(filled("int32", (5,)), protocol=4))
+    writable[0] = 7  # a writable array never writes into the pickle's read-only bytes
+    assert writable[0] == 7
+
+
+def test_a_misaligned_buffer_is_copied_not_misread():
+    raw = bytearray(4 * 8 + 1)
+    view = memoryview(raw)[1:]
+    view[:] = np.arange(4.0).tobytes()
+    b = amso._amso._amso_rebuild("float64", (4,), False, False, None, view)
+    assert b.to_numpy().tolist() == [0.0, 1.0, 2.0, 3.0] and address(b) % 8 == 0
+
+
 def test_pickle_keeps_readonly_and_drops_exports_and_locks():
     a = amso.MemArray((2, 2), np.float32, readonly=True)
     view = np.from_dlpack(a)
@@ -330,6 +367,17 @@ def test_device_pickle_and_copy_stay_on_the_device():
     np.testing.assert_array_equal(c.to_numpy(), a.to_numpy())
     pinned = amso.MemArray(4, np.float64, pinned=True)
     assert pickle.loads(pickle.dumps(pinned)).pinned
+    # Protocol 5: the device data's host copy goes out of band, and comes back uploaded.
+    buffers = []
+    payload = pickle.dumps(a, protocol=5, buffer_callback=buffers.append)
+    assert len(payload) < 4096 and [buffer.raw().nbytes for buffer in buffers] == [a.nbytes]
+    back = pickle.loads(payload, buffers=buffers)
+    assert back.on_device and np.array_equal(back.to_numpy(), sample("float32", (64, 3)))
+    # A pinned array's out-of-band buffer is not pinned memory: it comes back in fresh pinned memory.
+    pinned[1] = 3.0
+    buffers = []
+    again = pickle.loads(pickle.dumps(pinned, protocol=5, buffer_callback=buffers.append), buffers=buffers)
+    assert again.pinned and again[1] == 3.0 and address(again) != address(pinned)
 
 
 @gpu

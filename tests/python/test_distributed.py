@@ -61,6 +61,13 @@ def test_dask_maps_and_reduces_amso_arrays_across_processes():
     assert report["returned_type"] == "MemArray2DFloat64" and report["returned_ok"]
 
 
+@pytest.mark.skipif(not amso.cuda.is_available(), reason="needs a CUDA device")
+def test_dask_workers_exchange_device_arrays_as_shared_handles():
+    pytest.importorskip("distributed")
+    (report,) = reports([sys.executable, str(EXAMPLES / "dask_share.py")])
+    assert report["ok"] and report["two_processes"], report
+
+
 def test_dask_serialises_amso_arrays_out_of_band():
     protocol = pytest.importorskip("distributed.protocol")
     a = amso.MemArray((256, 256), np.float64)

@@ -121,9 +121,11 @@ class _MemArrayMeta(type):
         pinned: bool = False,
         on_device: bool = False,
         managed: bool = False,
+        shareable: bool = False,
     ) -> Any:
         return _new_array(
-            shape, dtype, device_id, readonly=readonly, pinned=pinned, on_device=on_device, managed=managed
+            shape, dtype, device_id, readonly=readonly, pinned=pinned, on_device=on_device, managed=managed,
+            shareable=shareable,
         )
 
     def __instancecheck__(cls, instance: Any) -> bool:
@@ -137,9 +139,10 @@ class _MemArrayMeta(type):
 
 class MemArray(metaclass=_MemArrayMeta):
     """``MemArray(shape, dtype=None, device_id=0, *, readonly=False, pinned=False, on_device=False,
-    managed=False)``: a zero-filled array, on the host or (``on_device=True``) on CUDA device
-    ``device_id``; with ``managed=True`` in CUDA managed memory there, which the host reads and
-    writes in place once the device's work is done (exported as ``kDLCUDAManaged``).
+    managed=False, shareable=False)``: a zero-filled array, on the host or (``on_device=True``) on
+    CUDA device ``device_id``; with ``managed=True`` in CUDA managed memory there, which the host
+    reads and writes in place once the device's work is done (exported as ``kDLCUDAManaged``);
+    with ``shareable=True`` in device memory other processes can map (``a.share()``).
 
     Dispatches to the compiled class for ``(np.dtype(dtype).name, len(shape))``; ``dtype``
     defaults to float64, as in NumPy. Every amso array, of this package or of any other

@@ -1,4 +1,5 @@
-"""CUDA facts (driver present, device count, memory) and the current-stream context."""
+"""CUDA facts (driver present, device count, memory), the current-stream context, and device
+arrays shared between processes (``a.share()``, ``SharedHandle.open()``)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,41 @@ from ._amso import cuda_memory_info as memory_info
 from ._amso import set_current_stream as _set_current_stream
 
 try:  # builds with the CUDA layer
-    from ._amso import Kernel
+    from ._amso import Kernel, SharedHandle, collect_shared
 except ImportError:  # pragma: no cover - a host-only build
     pass
 
-__all__ = ["is_available", "device_count", "memory_info", "stream", "Kernel"]
+__all__ = ["is_available", "device_count", "memory_info", "stream", "Kernel", "SharedHandle", "collect_shared",
+           "share_through_multiprocessing"]
+
+
+def _open_shared(handle: Any) -> Any:
+    return handle.open()
+
+
+def _reduce_shared(array: Any) -> tuple[Any, tuple[Any]]:
+    return _open_shared, (array.share(),)
+
+
+def share_through_multiprocessing() -> None:
+    """From now on, ``multiprocessing`` (queues, pipes, pool arguments and results) sends amso
+    device arrays of ``shareable=True`` memory as shared handles, which the receiving process
+    opens over the same memory, as PyTorch's ``torch.multiprocessing`` does for CUDA tensors.
+    Host arrays, and device arrays of amso's pool, still travel by pickle (a copy)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from . import _DISPATCH
+
+    def reduce(array: Any) -> Any:
+        if array.on_device:
+            try:
+                return _reduce_shared(array)
+            except ValueError:
+                pass  # not shareable memory: a pickle, as before
+        return array.__reduce_ex__(5)
+
+    for cls in set(_DISPATCH.values()):
+        ForkingPickler.register(cls, reduce)
 
 
 def _stream_value(stream: Any) -> Any:

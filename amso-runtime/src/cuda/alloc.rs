@@ -216,6 +216,31 @@ impl DeviceAllocator for ManagedAllocator {
     }
 }
 
+/// Memory another process can map (`cuMemAlloc`: legacy CUDA IPC handles name only such
+/// allocations, not a stream-ordered pool's), for `shareable=True` arrays; freed with
+/// `cuMemFree` after the device's work.
+#[derive(Debug, Default)]
+pub struct ShareableAllocator;
+
+impl DeviceAllocator for ShareableAllocator {
+    fn name(&self) -> String {
+        "cuMemAlloc (shareable)".into()
+    }
+
+    fn allocate(&self, device_id: i32, bytes: usize, _stream: StreamHandle) -> Result<u64> {
+        let _ctx = Current::enter(device_id)?;
+        // SAFETY: a context is current; the memory is zeroed or written before any read.
+        unsafe { cudarc::driver::result::malloc_sync(bytes) }.map_err(|e| map_error(e, bytes, "shareable device"))
+    }
+
+    fn free(&self, device_id: i32, ptr: u64, _bytes: usize, _stream: StreamHandle) {
+        if let Ok(_ctx) = Current::enter(device_id) {
+            // SAFETY: allocated by cuMemAlloc and freed once, after the device's work on it.
+            let _ = unsafe { cudarc::driver::result::free_sync(ptr) };
+        }
+    }
+}
+
 /// The allocator an allocation came from, which it is returned to.
 #[derive(Clone)]
 pub enum Source {
@@ -225,6 +250,8 @@ pub enum Source {
     Plugged(Arc<dyn DeviceAllocator>),
     /// Managed memory (`managed=True` arrays), whatever allocator is plugged in.
     Managed,
+    /// Memory other processes can map (`shareable=True` arrays).
+    Shareable,
 }
 
 impl Source {
@@ -232,6 +259,7 @@ impl Source {
     pub fn allocator(&self) -> &dyn DeviceAllocator {
         match self {
             Source::Managed => &ManagedAllocator,
+            Source::Shareable => &ShareableAllocator,
             Source::Pool => default_pool(),
             Source::Plugged(allocator) => allocator.as_ref(),
         }

@@ -57,6 +57,17 @@ impl DeviceMemory {
         Self::alloc_from(super::alloc::Source::Managed, device_id, bytes, stream)
     }
 
+    /// Allocate `bytes` on `device_id` that other processes can map (CUDA IPC), for work on
+    /// `stream`.
+    pub fn alloc_shareable(device_id: i32, bytes: usize, stream: super::stream::StreamHandle) -> Result<DeviceMemory> {
+        Self::alloc_from(super::alloc::Source::Shareable, device_id, bytes, stream)
+    }
+
+    /// Whether other processes can map this memory (`alloc_shareable`).
+    pub fn shareable(&self) -> bool {
+        matches!(self.allocator, Some(super::alloc::Source::Shareable))
+    }
+
     fn alloc_from(
         source: super::alloc::Source,
         device_id: i32,

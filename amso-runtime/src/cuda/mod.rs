@@ -27,6 +27,7 @@ pub(crate) mod compile;
 pub(crate) mod context;
 pub(crate) mod deferred;
 pub(crate) mod driver;
+pub(crate) mod ipc;
 mod kernel;
 pub(crate) mod kernels;
 pub(crate) mod memory;

@@ -100,11 +100,20 @@ impl DeviceSide {
     /// A new array's start: device memory of `bytes` (zeroed unless `options.uninitialized`)
     /// when `options.on_device`. Returns where the data lives.
     pub(crate) fn start(&mut self, options: &crate::memarray::ArrayOptions, bytes: usize) -> Result<Residence> {
-        if options.managed {
+        if options.managed && options.shareable {
+            return Err(Error::InvalidArgument(
+                "an array is managed=True or shareable=True, not both: CUDA IPC maps cuMemAlloc memory only".into(),
+            ));
+        }
+        if options.managed || options.shareable {
             let stream = crate::stream_context::resolve(None);
             crate::gil::released(|| -> Result<()> {
                 let stream = self.begin(options.device_id, stream)?;
-                let memory = DeviceMemory::alloc_managed(options.device_id, bytes, stream.handle)?;
+                let memory = if options.managed {
+                    DeviceMemory::alloc_managed(options.device_id, bytes, stream.handle)?
+                } else {
+                    DeviceMemory::alloc_shareable(options.device_id, bytes, stream.handle)?
+                };
                 if !options.uninitialized {
                     // SAFETY: the new allocation holds `bytes`; the memset is queued on `stream`.
                     unsafe { transfer::zero(options.device_id, memory.ptr(), bytes, stream.handle) }?;

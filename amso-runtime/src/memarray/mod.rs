@@ -45,6 +45,9 @@ pub struct ArrayOptions {
     /// Start on the device in CUDA managed memory (`cuMemAllocManaged`), which the host reads
     /// and writes in place once the device's work is done; exported as kDLCUDAManaged.
     pub managed: bool,
+    /// Start on the device in memory other processes can map (`cuMemAlloc`), so that
+    /// `share()` can hand it to them without a copy.
+    pub shareable: bool,
 }
 
 impl ArrayOptions {
@@ -58,13 +61,15 @@ impl ArrayOptions {
             crate::cuda::driver::check_device(self.device_id)?;
         }
         #[cfg(not(feature = "cuda"))]
-        if self.pinned || self.on_device || self.managed {
+        if self.pinned || self.on_device || self.managed || self.shareable {
             return Err(Error::Unavailable(format!(
                 "{} needs amso's CUDA layer, which this build does not include",
                 if self.pinned {
                     "pinned memory"
                 } else if self.managed {
                     "managed=True"
+                } else if self.shareable {
+                    "shareable=True"
                 } else {
                     "on_device=True"
                 }

@@ -271,7 +271,7 @@ pub fn dlpack_version(value: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
 }
 
 /// Parse a generated constructor's `(shape, device_id=0, *, readonly=False, pinned=False,
-/// on_device=False, uninitialized=False, managed=False)`, once for every class (instead of one parser
+/// on_device=False, uninitialized=False, managed=False, shareable=False)`, once for every class (instead of one parser
 /// generated per class).
 pub fn constructor_args(
     args: &Bound<'_, PyTuple>,
@@ -280,7 +280,7 @@ pub fn constructor_args(
     if args.len() > 2 {
         return Err(PyTypeError::new_err(format!(
             "MemArray() takes at most 2 positional arguments (shape, device_id), got {}; readonly, pinned, \
-             on_device, uninitialized and managed are keyword-only",
+             on_device, uninitialized, managed and shareable are keyword-only",
             args.len()
         )));
     }
@@ -298,6 +298,7 @@ pub fn constructor_args(
                 "pinned" => options.pinned = flag()?,
                 "on_device" => options.on_device = flag()?,
                 "managed" => options.managed = flag()?,
+                "shareable" => options.shareable = flag()?,
                 "uninitialized" => options.uninitialized = flag()?,
                 "shape" | "device_id" => {
                     return Err(PyTypeError::new_err(format!("MemArray() got multiple values for argument '{key}'")))

@@ -25,8 +25,8 @@ static CLASS_FOR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// (as ``np.empty``); host memory is always zeroed.
 #[pyfunction]
 #[pyo3(
-    signature = (shape, dtype=None, device_id=None, *, on_device=None, managed=None),
-    text_signature = "(shape, dtype=None, device_id=0, *, on_device=False, managed=False)"
+    signature = (shape, dtype=None, device_id=None, *, on_device=None, managed=None, shareable=None),
+    text_signature = "(shape, dtype=None, device_id=0, *, on_device=False, managed=False, shareable=False)"
 )]
 pub(crate) fn empty(
     shape: &Bound<'_, PyAny>,
@@ -34,14 +34,17 @@ pub(crate) fn empty(
     device_id: Option<&Bound<'_, PyAny>>,
     on_device: Option<&Bound<'_, PyAny>>,
     managed: Option<&Bound<'_, PyAny>>,
+    shareable: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    make(shape, dtype, options(device_id, None, None, on_device, managed, true)?)
+    let flags = Flags { on_device, managed, shareable, ..Flags::default() };
+    make(shape, dtype, options(device_id, flags, true)?)
 }
 
 /// What `amso.MemArray(shape, dtype, ...)` calls: a zero-filled array. Arguments left out
 /// (None) take their defaults; the others are checked as the classes' constructors check them.
 #[pyfunction(name = "_new_array")]
-#[pyo3(signature = (shape, dtype=None, device_id=None, *, readonly=None, pinned=None, on_device=None, managed=None))]
+#[pyo3(signature = (shape, dtype=None, device_id=None, *, readonly=None, pinned=None, on_device=None, managed=None, shareable=None))]
+#[allow(clippy::too_many_arguments)] // Python's keywords, one each
 pub(crate) fn new_array(
     shape: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
@@ -50,8 +53,10 @@ pub(crate) fn new_array(
     pinned: Option<&Bound<'_, PyAny>>,
     on_device: Option<&Bound<'_, PyAny>>,
     managed: Option<&Bound<'_, PyAny>>,
+    shareable: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    make(shape, dtype, options(device_id, readonly, pinned, on_device, managed, false)?)
+    let flags = Flags { readonly, pinned, on_device, managed, shareable };
+    make(shape, dtype, options(device_id, flags, false)?)
 }
 
 /// Set the function that resolves a `(shape, dtype)` the cache has not seen to its class. The
@@ -71,21 +76,25 @@ pub(crate) fn class_cache_len() -> usize {
 
 /// The options of `empty` and `_new_array`, checked as the classes' constructors check them;
 /// an argument left out (None) takes its default.
-fn options(
-    device_id: Option<&Bound<'_, PyAny>>,
-    readonly: Option<&Bound<'_, PyAny>>,
-    pinned: Option<&Bound<'_, PyAny>>,
-    on_device: Option<&Bound<'_, PyAny>>,
-    managed: Option<&Bound<'_, PyAny>>,
-    uninitialized: bool,
-) -> PyResult<ArrayOptions> {
+/// The flag keywords of `empty` and `_new_array`, as Python passed them (None: left out).
+#[derive(Default)]
+struct Flags<'a, 'py> {
+    readonly: Option<&'a Bound<'py, PyAny>>,
+    pinned: Option<&'a Bound<'py, PyAny>>,
+    on_device: Option<&'a Bound<'py, PyAny>>,
+    managed: Option<&'a Bound<'py, PyAny>>,
+    shareable: Option<&'a Bound<'py, PyAny>>,
+}
+
+fn options(device_id: Option<&Bound<'_, PyAny>>, flags: Flags<'_, '_>, uninitialized: bool) -> PyResult<ArrayOptions> {
     let flag = |name, value: Option<&Bound<'_, PyAny>>| value.map_or(Ok(false), |value| convert::flag_arg(name, value));
     Ok(ArrayOptions {
         device_id: device_id.map_or(Ok(0), convert::device_id_arg)?,
-        readonly: flag("readonly", readonly)?,
-        pinned: flag("pinned", pinned)?,
-        on_device: flag("on_device", on_device)?,
-        managed: flag("managed", managed)?,
+        readonly: flag("readonly", flags.readonly)?,
+        pinned: flag("pinned", flags.pinned)?,
+        on_device: flag("on_device", flags.on_device)?,
+        managed: flag("managed", flags.managed)?,
+        shareable: flag("shareable", flags.shareable)?,
         uninitialized,
     })
 }

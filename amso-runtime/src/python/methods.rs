@@ -315,6 +315,13 @@ impl MemArrayBase {
         super::pickle::reduce(slf, protocol)
     }
 
+    /// A picklable handle another process on this machine opens (`handle.open()`) as an amso
+    /// array over this array's device memory, without a copy (a `shareable=True` array).
+    #[cfg(feature = "cuda")]
+    fn share(slf: &Bound<'_, Self>) -> PyResult<super::share::SharedHandle> {
+        super::share::share(slf)
+    }
+
     /// An independent copy on the same device.
     fn copy(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         super::pickle::duplicate(slf)

@@ -29,6 +29,8 @@ mod numpy_io;
 mod pickle;
 mod recognize;
 mod registry;
+#[cfg(feature = "cuda")]
+mod share;
 mod source;
 
 use pyo3::prelude::*;
@@ -143,6 +145,8 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(feature = "cuda")]
     {
         module.add_class::<kernel::Kernel>()?;
+        module.add_class::<share::SharedHandle>()?;
+        module.add_function(pyo3::wrap_pyfunction!(share::collect_shared, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(memory::set_allocator, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(memory::deferred_limits, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(memory::set_release_threshold, module)?)?;

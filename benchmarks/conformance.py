@@ -57,6 +57,10 @@ KNOWN_LIMITS = {
     ("torch/interface", "float4*"): "the CUDA array interface has no float4 typestr (amso publishes '|V1')",
     ("torch", "float4_e2m1fn"): "PyTorch has float4 only as packed pairs (float4_e2m1fn_x2), not one value per byte",
     ("jax", "float4_e2m1fn_x2"): "JAX has no packed float4 pairs",
+    ("jax", "float4_e2m1fn"): "JAX asks for a legacy capsule, which cannot carry DLPack's padded flag: amso refuses "
+                              "rather than be read as packed",
+    ("tvm-ffi", "float4_e2m1fn"): "TVM-FFI asks for a legacy capsule, which cannot carry DLPack's padded flag: amso "
+                                  "refuses rather than be read as packed",
     ("cuda.core", "float8*"): "StridedMemoryView maps DLPack types to NumPy dtypes, which have no float8",
     ("cuda.core", "float4*"): "StridedMemoryView maps DLPack types to NumPy dtypes, which have no float4",
     ("torch/interface", "bfloat16"): "the CUDA array interface has no bfloat16 typestr (amso publishes '<V2')",
@@ -195,6 +199,12 @@ def check(a, consume, expected, pointer, consumer="", name="", path=""):
         if why is not None:
             return "n/a", why
         return "FAIL", message
+    if values.dtype.kind == "V" and expected.dtype.kind != "V" and values.dtype.itemsize == expected.dtype.itemsize:
+        # A typestr for raw bytes ('|V1': the CUDA array interface has none for float8 or
+        # float4): the consumer reads the bytes, not the values.
+        if data != pointer or values.tobytes() != expected.tobytes():
+            return "FAIL", "raw bytes differ or copied"
+        return "n/a", f"the CUDA array interface has no typestr for {name}: {consumer} reads its raw bytes ('|V1')"
     try:
         same = values.shape == expected.shape and np.array_equal(comparable(values), comparable(expected))
     except Exception as error:  # noqa: BLE001 - the harness's own conversion failing is a FAIL too

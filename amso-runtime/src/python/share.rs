@@ -8,7 +8,9 @@
 //! for it) in the export's folder (`/dev/shm/amso-shared-PID-SERIAL`). An export is freed, and
 //! its folder removed, once nothing in the exporting process uses the memory and no importer
 //! that is still running holds it: an importer that closes its array removes its file, one
-//! that dies leaves a file of a process that no longer runs, which counts for nothing.
+//! that dies leaves a file of a process that no longer runs, which counts for nothing. A handle
+//! not opened yet holds too, for `AMSO_SHARE_PENDING_SECONDS` (60 by default): it may be on its
+//! way to a process when the exporter drops its array.
 //! Exports are collected at each `share()`, at `amso.cuda.collect_shared()`, and at exit,
 //! where the exporter waits (up to `AMSO_SHARE_EXIT_WAIT` seconds, 10 by default) for its
 //! importers, since its memory goes away with it.
@@ -44,6 +46,8 @@ struct Parsed {
     pid: u32,
     start: u64,
     serial: u64,
+    /// This handle's pending hold (see `Holds`).
+    pending: u64,
     uuid: [u8; 16],
     nbytes: u64,
     memory: HandleBytes,
@@ -60,6 +64,7 @@ impl Parsed {
         out.extend_from_slice(&self.pid.to_le_bytes());
         out.extend_from_slice(&self.start.to_le_bytes());
         out.extend_from_slice(&self.serial.to_le_bytes());
+        out.extend_from_slice(&self.pending.to_le_bytes());
         out.extend_from_slice(&self.uuid);
         out.extend_from_slice(&self.nbytes.to_le_bytes());
         out.extend_from_slice(&self.memory);
@@ -93,6 +98,7 @@ impl Parsed {
         let pid = u32_at(take(4)?);
         let start = u64_at(take(8)?);
         let serial = u64_at(take(8)?);
+        let pending = u64_at(take(8)?);
         let uuid: [u8; 16] = take(16)?.try_into().expect("16 bytes");
         let nbytes = u64_at(take(8)?);
         let memory: HandleBytes = take(HANDLE_BYTES)?.try_into().expect("64 bytes");
@@ -115,7 +121,7 @@ impl Parsed {
         if !rest.is_empty() {
             return Err(format!("it has {} bytes after its end", rest.len()));
         }
-        Ok(Parsed { pid, start, serial, uuid, nbytes, memory, event, dtype, dims, readonly })
+        Ok(Parsed { pid, start, serial, pending, uuid, nbytes, memory, event, dtype, dims, readonly })
     }
 }
 
@@ -159,13 +165,31 @@ fn record(nbytes: u64, memory: &HandleBytes) -> Vec<u8> {
     bytes
 }
 
-/// Whether an importer that still runs holds the export in `dir`; files of importers that
-/// are gone are removed on the way.
-fn held(dir: &Path) -> bool {
+/// How long a handle that was never opened keeps its memory, in seconds
+/// (`AMSO_SHARE_PENDING_SECONDS`, 60 by default).
+fn pending_lifetime() -> std::time::Duration {
+    let seconds: f64 = std::env::var("AMSO_SHARE_PENDING_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60.0);
+    std::time::Duration::from_secs_f64(seconds.max(0.0))
+}
+
+/// Whether anything holds the export in `dir`: an importer that still runs, or (with
+/// `pending`) a handle shared less than `pending_lifetime()` ago and not opened yet, which may
+/// be on its way to a process. Files of importers that are gone, and stale pending ones, are
+/// removed on the way.
+fn held(dir: &Path, pending: bool) -> bool {
     let Ok(entries) = std::fs::read_dir(dir) else { return false };
     let mut held = false;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("pending-") {
+            let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+            if age.is_some_and(|age| age < pending_lifetime()) {
+                held |= pending;
+            } else {
+                let _ = std::fs::remove_file(entry.path());
+            }
+            continue;
+        }
         let Some(rest) = name.strip_prefix("importer-") else { continue };
         let mut parts = rest.split('-').map(|p| p.parse::<u64>().ok());
         match (parts.next().flatten(), parts.next().flatten()) {
@@ -190,6 +214,7 @@ struct Export {
 static EXPORTS: Mutex<Vec<Export>> = Mutex::new(Vec::new());
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 static NEXT_IMPORT: AtomicU64 = AtomicU64::new(1);
+static NEXT_PENDING: AtomicU64 = AtomicU64::new(1);
 
 fn exports() -> std::sync::MutexGuard<'static, Vec<Export>> {
     EXPORTS.lock().unwrap_or_else(|e| e.into_inner())
@@ -200,7 +225,7 @@ pub(crate) fn collect() -> usize {
     let finished: Vec<Export> = {
         let mut all = exports();
         let (keep, done): (Vec<Export>, Vec<Export>) =
-            all.drain(..).partition(|e| Arc::strong_count(&e.memory) > 1 || held(&e.dir));
+            all.drain(..).partition(|e| Arc::strong_count(&e.memory) > 1 || held(&e.dir, true));
         *all = keep;
         done
     };
@@ -254,10 +279,15 @@ pub(crate) fn share(array: &Bound<'_, MemArrayBase>) -> PyResult<SharedHandle> {
     memory.mark_shared();
     let event = event.record(stream)?;
     let (pid, start) = identity();
+    let pending = NEXT_PENDING.fetch_add(1, Ordering::Relaxed);
+    let pending_file = export_dir(pid, serial).join(format!("pending-{pending}"));
+    std::fs::write(&pending_file, b"")
+        .map_err(|e| PyValueError::new_err(format!("cannot record the share in {}: {e}", pending_file.display())))?;
     let parsed = Parsed {
         pid,
         start,
         serial,
+        pending,
         uuid: ipc::uuid(device_id)?,
         nbytes: memory.bytes() as u64,
         memory: handle,
@@ -289,7 +319,7 @@ fn at_exit(py: Python<'_>) -> PyResult<()> {
         // Nothing in this process uses the memory any more, whatever arrays are left.
         let left = py.detach(|| {
             collect();
-            exports().iter().filter(|e| held(&e.dir)).count()
+            exports().iter().filter(|e| held(&e.dir, false)).count()
         });
         if left == 0 {
             let finished = std::mem::take(&mut *exports());
@@ -450,6 +480,8 @@ fn open(py: Python<'_>, p: &Parsed, device_id: Option<i32>) -> PyResult<Py<PyAny
         ipc::wait_for(local, &p.event, stream)?;
         ForeignMemory { address: imported.ptr as usize, device: Device::cuda(local), owner: Box::new(imported) }
     };
+    // The handle arrived: its pending hold gives way to the mapping's (or the exporter's own).
+    let _ = std::fs::remove_file(export_dir(p.pid, p.serial).join(format!("pending-{}", p.pending)));
     let stream = crate::cuda::stream::amso_stream(memory.device.id)?.as_int();
     // SAFETY: the memory holds the exporter's array of `nbytes` (its record says so), C
     // contiguous elements of this dtype, mapped while `memory.owner` lives.
@@ -503,6 +535,7 @@ mod tests {
             pid: 42,
             start: 7,
             serial: 3,
+            pending: 5,
             uuid: [9; 16],
             nbytes: 4096,
             memory: [1; HANDLE_BYTES],

@@ -13,12 +13,14 @@ import numpy as np
 
 def produce(n: int):
     """In worker A: a device array 0..n-1 and its handle. The array stays alive in this worker
-    (a Dask actor would hold it; here a module-level list does) while others use it."""
+    (kept on the worker object) while others use it."""
+    from distributed import get_worker
+
     import amso
 
     array = amso.MemArray(n, np.float64, on_device=True, shareable=True)
     array.read_numpy_array(np.arange(n, dtype=np.float64))
-    KEPT.append(array)
+    get_worker().amso_kept = array
     return array.share(), __import__("os").getpid()
 
 
@@ -45,10 +47,9 @@ def consume(handle):
 
 def read_back(_token):
     """In worker A again: the array it made now holds the doubled values."""
-    return KEPT[-1].to_numpy().tolist()[:4]
+    from distributed import get_worker
 
-
-KEPT: list = []
+    return get_worker().amso_kept.to_numpy().tolist()[:4]
 
 
 def main() -> None:

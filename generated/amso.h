@@ -343,10 +343,24 @@ typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
 typedef enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13 } DLDeviceType;
 typedef struct { DLDeviceType device_type; int32_t device_id; } DLDevice;
 typedef enum {
-    kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLOpaqueHandle = 3, kDLBfloat = 4, kDLComplex = 5, kDLBool = 6,
-    kDLFloat8_e3m4 = 7, kDLFloat8_e4m3 = 8, kDLFloat8_e4m3b11fnuz = 9, kDLFloat8_e4m3fn = 10,
-    kDLFloat8_e4m3fnuz = 11, kDLFloat8_e5m2 = 12, kDLFloat8_e5m2fnuz = 13, kDLFloat8_e8m0fnu = 14,
-    kDLFloat6_e2m3fn = 15, kDLFloat6_e3m2fn = 16, kDLFloat4_e2m1fn = 17
+    kDLInt = 0,
+    kDLUInt = 1,
+    kDLFloat = 2,
+    kDLBfloat = 4,
+    kDLComplex = 5,
+    kDLBool = 6,
+    kDLFloat8_e3m4 = 7,
+    kDLFloat8_e4m3 = 8,
+    kDLFloat8_e4m3b11fnuz = 9,
+    kDLFloat8_e4m3fn = 10,
+    kDLFloat8_e4m3fnuz = 11,
+    kDLFloat8_e5m2 = 12,
+    kDLFloat8_e5m2fnuz = 13,
+    kDLFloat8_e8m0fnu = 14,
+    kDLFloat6_e2m3fn = 15,
+    kDLFloat6_e3m2fn = 16,
+    kDLFloat4_e2m1fn = 17,
+    kDLOpaqueHandle = 3
 } DLDataTypeCode;
 typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
 typedef struct {

@@ -26,6 +26,7 @@ REQUIREMENTS = [
     "maturin>=1.9,<2", "numpy>=1.26", "pytest>=8", "ml_dtypes>=0.4", "apache-tvm-ffi>=0.1",
     "mpi4py>=4", "mpich", "dask[distributed]>=2024",  # the distributed examples' engines
     "twine>=6", "auditwheel>=6",  # the package checks
+    "mypy>=1.18", "typing_extensions>=4.15",  # stubtest checks generated/_amso.pyi against the built module
 ]
 # The bundled module first (the others' tests import it), then the example crates and the
 # benchmark crate that puts amso beside rust-numpy.
@@ -212,11 +213,19 @@ def test_job() -> None:
     cargo("test", "--workspace")
     build_extensions()
     quickstart()
+    stubtest()
     run(venv_bin("python"), "-m", "pytest", "-q", "-rs", "tests/python", env=venv_env())  # -rs: say what was skipped (GPU tests here)
     outside_check()
     wheel_check()
     sdist_check()
     fuzz_smoke()
+
+
+def stubtest() -> None:
+    """The generated stubs against the built module, by mypy's stubtest: every name, signature
+    and class the extension registers must match `generated/_amso.pyi`."""
+    run(venv_bin("python"), "-m", "mypy.stubtest", "amso._amso", "--allowlist", ROOT / "tests" / "stubtest" / "allowlist.txt",
+        env=venv_env())
 
 
 def wheel_check() -> None:
@@ -235,6 +244,9 @@ def wheel_check() -> None:
 
 FUZZ = ROOT / "fuzz"
 FUZZ_TARGETS = {"spec": 3_000, "dlpack_import": 200_000}  # random inputs per target in the smoke
+# Inputs replayed besides each minimized corpus, whatever `cargo fuzz cmin` keeps: the spec
+# itself and one file per kind of spec mistake (the codegen's error corpus).
+FUZZ_SEEDS = {"spec": [ROOT / "specs" / "types.yaml", *sorted((ROOT / "amso-codegen" / "tests" / "corpus" / "spec").glob("*.yaml"))]}
 
 
 def fuzz_smoke() -> None:
@@ -245,14 +257,14 @@ def fuzz_smoke() -> None:
     cargo("build", "--release", "--manifest-path", FUZZ / "Cargo.toml")
     for target, runs in FUZZ_TARGETS.items():
         binary = FUZZ / "target" / "release" / target
-        inputs = sorted((FUZZ / "corpus" / target).iterdir())
+        inputs = sorted((FUZZ / "corpus" / target).iterdir()) + FUZZ_SEEDS.get(target, [])
         for start in range(0, len(inputs), 500):  # replay, in batches that fit a command line
             run(binary, *inputs[start : start + 500], quiet=True)
         run(binary, f"-runs={runs}", "-seed=1", "-max_len=4096", quiet=True)
 
 
 def hardening_job() -> None:
-    """The long runs behind a flag (issue 7): Miri over the runtime's host unit tests, each fuzz
+    """The long runs behind a flag: Miri over the runtime's host unit tests, each fuzz
     target coverage-guided for AMSO_FUZZ_SECONDS (default 300), the 1,000,000-cycle soak.
     Needs the nightly toolchain with miri and rust-src, and cargo-fuzz."""
     ensure_venv()

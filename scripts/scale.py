@@ -4,7 +4,7 @@ instantiations, and measure for each the release rebuild time after the spec edi
 extension's size and its import time; smoke-test every class of the full build. Works in a
 copy of the repository (its own target folder); writes scale.json and scale.md to --out.
 
-    python3 scripts/scale.py --out benchmarks/results/DATE-scale
+    python3 scripts/scale.py --out benchmarks/results
 """
 
 from __future__ import annotations

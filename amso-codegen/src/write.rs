@@ -28,10 +28,11 @@ pub fn python_stubs(spec: &Spec) -> String {
 
 const STUB_PRELUDE: &str = r#"from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Protocol, Self, SupportsIndex
+from typing import Any, Protocol, Self, SupportsIndex, final
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import disjoint_base
 
 _Shape = Sequence[SupportsIndex] | SupportsIndex
 _Index = SupportsIndex | tuple[SupportsIndex, ...]
@@ -68,13 +69,13 @@ def empty(
 def _new_array(
     shape: _Shape,
     dtype: Any = None,
-    device_id: int = 0,
+    device_id: int | None = None,
     *,
-    readonly: bool = False,
-    pinned: bool = False,
-    on_device: bool = False,
-    managed: bool = False,
-    shareable: bool = False,
+    readonly: bool | None = None,
+    pinned: bool | None = None,
+    on_device: bool | None = None,
+    managed: bool | None = None,
+    shareable: bool | None = None,
 ) -> MemArrayBase: ...
 def _set_class_resolver(class_for: Callable[[_Shape, Any], type[MemArrayBase]]) -> None: ...
 def _class_cache_len() -> int: ...
@@ -84,7 +85,15 @@ def _wrap(obj: Any) -> MemArrayBase: ...
 def _live_borrows() -> int: ...
 def _dtypes() -> list[tuple[str, int, int, int, str, str | None]]: ...
 def collect_shared() -> int: ...
+def memory_info(device_id: int = 0) -> dict[str, int | float | str]: ...
+def set_allocator(malloc: Any = None, free: Any = None, name: str | None = None) -> None: ...
+def deferred_limits(count: int | None = None, fraction: float | None = None) -> tuple[int, float]: ...
+def set_release_threshold(bytes: int) -> None: ...
+def defer_hold() -> None: ...
+def defer_release(device_id: int = 0) -> None: ...
+def flush_frees() -> None: ...
 
+@final
 class SharedHandle:
     """A device array of another process, or of this one, to open without a copy."""
 
@@ -101,6 +110,7 @@ class SharedHandle:
 
 _C_API: Any
 
+@disjoint_base
 class MemArrayBase:
     """Methods shared by every compiled (dtype, ndim) array class."""
 
@@ -133,8 +143,8 @@ class MemArrayBase:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
     def __len__(self) -> int: ...
-    def __getitem__(self, index: _Index) -> _Scalar: ...
-    def __setitem__(self, index: _Index, value: _Scalar) -> None: ...
+    def __getitem__(self, index: _Index, /) -> _Scalar: ...
+    def __setitem__(self, index: _Index, value: _Scalar, /) -> None: ...
     def __iter__(self) -> ArrayIterator: ...
     def __dlpack__(
         self,
@@ -158,13 +168,13 @@ class MemArrayBase:
     def read_numpy_array(self, array: npt.ArrayLike) -> None: ...
     def to_numpy(self) -> npt.NDArray[Any]: ...
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]: ...
-    def __buffer__(self, flags: int, /) -> memoryview: ...
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]: ...
     def share(self) -> SharedHandle: ...
     def copy(self) -> Self: ...
     def __copy__(self) -> Self: ...
     def __deepcopy__(self, memo: Any, /) -> Self: ...
 
+@final
 class ArrayIterator:
     """What `iter(array)` returns: elements of a 1-D array, rows (NumPy views) of higher ranks."""
 
@@ -172,16 +182,12 @@ class ArrayIterator:
     def __next__(self) -> Any: ...
     def __length_hint__(self) -> int: ...
 
-class RawBytes:
-    """An amso array's host memory as a plain byte buffer (for any dtype, bfloat16 included)."""
-
-    def __buffer__(self, flags: int, /) -> memoryview: ...
-
+@final
 class Kernel:
     """A CUDA kernel compiled by NVRTC (with amso.cuh) on first use per device; exported as
     `amso.cuda.Kernel`, called as CuPy's RawKernel is."""
 
-    def __init__(self, source: str, name: str, *, options: Sequence[str] = ()) -> None: ...
+    def __new__(cls, source: str, name: str, *, options: Sequence[str] = ()) -> Kernel: ...
     def __call__(
         self,
         grid: int | tuple[int, ...],
@@ -192,6 +198,7 @@ class Kernel:
         shared_mem: int = 0,
     ) -> None: ...
 
+@final
 class DLPackContext:
     """Locks an array for the duration of a `with` block and exports it through DLPack."""
 
@@ -286,7 +293,15 @@ pub fn c_header(spec: &Spec) -> String {
         };
         let _ = writeln!(storage, "typedef struct {{ uint8_t bits; }} {}; /* {}: {layout} */", dtype.c, dtype.name);
     }
-    C_HEADER_TEMPLATE.replace("@NOTE@", HEADER_NOTE).replace("@TYPED@", &typed).replace("@STORAGE@", &storage)
+    // DLPack's type codes, from the generator's one table (kDLOpaqueHandle, no element type,
+    // is the template's).
+    let codes: String =
+        crate::dtype::TypeCode::table().map(|(number, name, _)| format!("    {name} = {number},\n")).collect();
+    C_HEADER_TEMPLATE
+        .replace("@NOTE@", HEADER_NOTE)
+        .replace("@TYPED@", &typed)
+        .replace("@STORAGE@", &storage)
+        .replace("@CODES@", &codes)
 }
 
 const C_HEADER_TEMPLATE: &str = r#"/* @NOTE@ */
@@ -492,10 +507,7 @@ typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
 typedef enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13 } DLDeviceType;
 typedef struct { DLDeviceType device_type; int32_t device_id; } DLDevice;
 typedef enum {
-    kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLOpaqueHandle = 3, kDLBfloat = 4, kDLComplex = 5, kDLBool = 6,
-    kDLFloat8_e3m4 = 7, kDLFloat8_e4m3 = 8, kDLFloat8_e4m3b11fnuz = 9, kDLFloat8_e4m3fn = 10,
-    kDLFloat8_e4m3fnuz = 11, kDLFloat8_e5m2 = 12, kDLFloat8_e5m2fnuz = 13, kDLFloat8_e8m0fnu = 14,
-    kDLFloat6_e2m3fn = 15, kDLFloat6_e3m2fn = 16, kDLFloat4_e2m1fn = 17
+@CODES@    kDLOpaqueHandle = 3
 } DLDataTypeCode;
 typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
 typedef struct {

@@ -1,5 +1,5 @@
-//! Where data lives: DLPack device types, a device (type and ordinal), and an array's
-//! residence (host buffer or device memory).
+//! Where data lives and where its work is queued: DLPack device types, a device (type and
+//! ordinal), an array's residence (host buffer or device memory), and a CUDA stream.
 
 use crate::error::{Error, Result};
 
@@ -21,7 +21,7 @@ pub enum DeviceType {
 
 impl DeviceType {
     /// The device type for a DLPack code; other codes are `UnsupportedDevice`.
-    pub fn from_dlpack(code: i32) -> Result<DeviceType> {
+    pub fn from_code(code: i32) -> Result<DeviceType> {
         match code {
             1 => Ok(DeviceType::Cpu),
             2 => Ok(DeviceType::Cuda),
@@ -77,5 +77,74 @@ impl Residence {
                 "the data is in device memory; move_memory(kDLCPU) first to touch it from the host".into(),
             )),
         }
+    }
+}
+
+/// A CUDA stream, as amso's API takes and reports it: the legacy default stream, the
+/// per-thread default stream, or a stream by its handle (`CUstream`). The values are the array
+/// API standard's (`__dlpack__(stream=...)`): 1 the legacy default stream, 2 the per-thread
+/// default stream, a larger value a handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stream(i64);
+
+impl Stream {
+    /// The legacy default stream (`CU_STREAM_LEGACY`).
+    pub const LEGACY: Stream = Stream(1);
+    /// The per-thread default stream (`CU_STREAM_PER_THREAD`).
+    pub const PER_THREAD: Stream = Stream(2);
+
+    /// The stream with this handle (a `CUstream` as an address); 0, the null stream, is the
+    /// legacy default stream.
+    pub fn from_handle(handle: usize) -> Stream {
+        match handle {
+            0 => Stream::LEGACY,
+            handle => Stream(handle as i64),
+        }
+    }
+
+    /// The stream a protocol value names (`__dlpack__`'s `stream`, `__cuda_array_interface__`'s):
+    /// 0 and 1 the legacy default stream, 2 the per-thread default stream, else a handle.
+    /// Negative values name no stream and are refused where a stream is used.
+    pub fn from_protocol(value: i64) -> Stream {
+        match value {
+            0 => Stream::LEGACY,
+            value => Stream(value),
+        }
+    }
+
+    /// The protocol value: 1, 2 or the handle.
+    pub fn protocol_value(self) -> i64 {
+        self.0
+    }
+}
+
+impl Default for Stream {
+    /// The legacy default stream.
+    fn default() -> Stream {
+        Stream::LEGACY
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl From<&cudarc::driver::CudaStream> for Stream {
+    fn from(stream: &cudarc::driver::CudaStream) -> Stream {
+        Stream::from_handle(stream.cu_stream() as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stream;
+
+    #[test]
+    fn streams_follow_the_protocol_values() {
+        assert_eq!(Stream::default(), Stream::LEGACY);
+        assert_eq!((Stream::LEGACY.protocol_value(), Stream::PER_THREAD.protocol_value()), (1, 2));
+        // 0 is the null stream, which is the legacy default stream, by handle and by protocol.
+        assert_eq!(Stream::from_handle(0), Stream::LEGACY);
+        assert_eq!(Stream::from_protocol(0), Stream::LEGACY);
+        assert_eq!(Stream::from_protocol(2), Stream::PER_THREAD);
+        assert_eq!(Stream::from_handle(0x7f00_1000).protocol_value(), 0x7f00_1000);
+        assert_eq!(Stream::from_protocol(-1).protocol_value(), -1, "kept, and refused where it is used");
     }
 }

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::MAX_NDIM;
 
 /// The DLPack version amso produces.
-pub const DLPACK_VERSION: (u32, u32) = (dlpark::ffi::DLPACK_MAJOR_VERSION, dlpark::ffi::DLPACK_MINOR_VERSION);
+pub(crate) const DLPACK_VERSION: (u32, u32) = (dlpark::ffi::DLPACK_MAJOR_VERSION, dlpark::ffi::DLPACK_MINOR_VERSION);
 
 /// The consumer's `__dlpack__` arguments, as the array API standard defines them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,7 +69,7 @@ pub fn plan_export(current: Device, pinned: bool, request: &DlpackRequest) -> Re
     };
     let target = match request.dl_device {
         None => current,
-        Some((device_type, device_id)) => match DeviceType::from_dlpack(device_type) {
+        Some((device_type, device_id)) => match DeviceType::from_code(device_type) {
             Ok(DeviceType::Cpu | DeviceType::CudaHost) if device_id != 0 => {
                 return Err(Error::ExportRefused(format!(
                     "host devices have id 0 only, got dl_device=({device_type}, {device_id})"

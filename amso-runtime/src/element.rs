@@ -6,10 +6,14 @@ use std::any::TypeId;
 
 use crate::error::Result;
 
+/// The largest alignment an element type may have: amso's host memory is aligned to it.
+pub(crate) const MAX_ALIGN: usize = 16;
+
 /// One element type's facts, as the spec states them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DType {
-    /// NumPy dtype name, e.g. `float32`.
+    /// amso's name of the element type, the spec's key (`float32`, `float4_e2m1fn_x2`): what
+    /// `amso.MemArray(shape, dtype)` and `#[amso_array]` accept and errors print.
     pub name: &'static str,
     /// DLPack type code (`kDLInt` = 0, ...).
     pub code: u8,
@@ -17,7 +21,9 @@ pub struct DType {
     pub bits: u8,
     /// Vector lanes.
     pub lanes: u16,
-    /// NumPy dtype name.
+    /// The NumPy dtype arrays of this type show as (`np.dtype(numpy)`, from `numpy_module`
+    /// when set): the same as `name` except where NumPy has no such type, as for
+    /// `float4_e2m1fn_x2`, whose NumPy view is `uint8`.
     pub numpy: &'static str,
     /// Module that defines the NumPy dtype when NumPy does not (`ml_dtypes`).
     pub numpy_module: Option<&'static str>,
@@ -51,7 +57,7 @@ impl DType {
 
     /// The dtype with DLPack type (code, bits, lanes): the spec's, else one of this
     /// extension's own element types that it has used (`#[derive(Element)]`).
-    pub fn from_dlpack((code, bits, lanes): (u8, u8, u16)) -> Option<&'static DType> {
+    pub fn from_dlpack_type((code, bits, lanes): (u8, u8, u16)) -> Option<&'static DType> {
         known().find(|d| d.code == code && d.bits == bits && d.lanes == lanes)
     }
 
@@ -160,7 +166,7 @@ pub(crate) fn check_dlpack_type((code, bits, lanes): (u8, u8, u16)) -> std::resu
 /// (`float64`, `bfloat16`), else its DLPack fields.
 #[cfg(feature = "python")]
 pub(crate) fn dlpack_type_name(dlpack: (u8, u8, u16)) -> String {
-    match DType::from_dlpack(dlpack) {
+    match DType::from_dlpack_type(dlpack) {
         Some(dtype) => dtype.name.to_owned(),
         None => format!("DLPack type (code {}, bits {}, lanes {})", dlpack.0, dlpack.1, dlpack.2),
     }
@@ -265,7 +271,7 @@ pub(crate) fn default_is_zero_bits<T: Element>() -> bool {
 /// must be 0 or 1 in Rust while producers may store any byte. Every other element kind
 /// (integers, IEEE and bfloat floats, complex) is valid for every bit pattern.
 const fn has_invalid_bit_patterns<T: Element>() -> bool {
-    T::DTYPE.code == dlpark::ffi::DLDataTypeCode::BOOL.0
+    T::DTYPE.code == dlpack_code::BOOL
 }
 
 /// Read one element from memory amso may not have written (a foreign producer's buffer, a
@@ -318,7 +324,7 @@ struct OpsOf<T>(std::marker::PhantomData<T>);
 
 impl<T: Element> OpsOf<T> {
     const OPS: &'static ElementOps = {
-        assert!(align_of::<T>() <= crate::host::HOST_ALIGNMENT, "amso's host memory is 16-byte aligned");
+        assert!(align_of::<T>() <= MAX_ALIGN, "amso's host memory is 16-byte aligned");
         &ElementOps {
             dtype: &T::DTYPE,
             align: align_of::<T>(),
@@ -546,6 +552,7 @@ mod generated {
     include!(concat!(env!("OUT_DIR"), "/element_impls.rs"));
 }
 
+pub(crate) use generated::dlpack_code;
 pub use generated::dtypes;
 #[cfg(test)]
 pub(crate) use generated::for_each_element;

@@ -10,14 +10,13 @@ use crate::error::{Error, Result};
 /// every element type. Asking the system allocator for more makes `alloc_zeroed` memset the
 /// whole block instead of using calloc's lazily zeroed pages, which costs time and resident
 /// memory for large arrays.
-pub const HOST_ALIGNMENT: usize = 16;
+pub(crate) const HOST_ALIGNMENT: usize = crate::element::MAX_ALIGN;
 
-/// Up to this size, a buffer is allocated and then zeroed, rather than allocated zeroed. glibc's
+/// Up to this size, a buffer is allocated and then zeroed, rather than allocated zeroed: glibc's
 /// `calloc` does not take blocks from the per-thread cache that `malloc` and `free` use (blocks
-/// of up to 1032 bytes), so a small array made and dropped in a loop paid for the general
-/// allocator both ways: about 175 instructions more per array of 1 KiB, measured with
-/// callgrind (`benchmarks/results/2026-11-23-h100-staging/probe/local_callgrind_empty.txt`).
-/// Larger buffers keep `calloc`, whose fresh pages are zero without being touched.
+/// of up to 1032 bytes), so a small array made and dropped in a loop would pay for the general
+/// allocator both ways. Larger buffers
+/// use `calloc`, whose fresh pages are zero without being touched.
 const ZERO_AFTER_ALLOC_MAX: usize = 1024;
 
 /// A run of `bytes` bytes of host memory: amso's own (zeroed, aligned to `HOST_ALIGNMENT`,
@@ -26,12 +25,12 @@ const ZERO_AFTER_ALLOC_MAX: usize = 1024;
 ///
 /// The memory is reached only through raw pointers: exported views in other libraries alias
 /// it, so no Rust reference to the contents is held across calls.
-pub struct HostBuffer {
+pub(crate) struct HostBuffer {
     ptr: NonNull<u8>,
     bytes: usize,
     /// Page-locked memory from the CUDA driver, when the array asked for it.
     #[cfg(feature = "cuda")]
-    pinned: Option<crate::cuda::memory::PinnedMemory>,
+    pinned: Option<crate::cuda::device_memory::PinnedMemory>,
     /// Keeps foreign memory (another library's export) alive; dropping it releases that memory.
     foreign: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
@@ -46,7 +45,7 @@ unsafe impl Sync for HostBuffer {}
 impl HostBuffer {
     /// Allocate `bytes` zeroed bytes (zero bits are every element type's default, see
     /// `Element`).
-    pub fn zeroed(bytes: usize) -> Result<Self> {
+    pub(crate) fn zeroed(bytes: usize) -> Result<Self> {
         let layout = Self::layout(bytes)?;
         if layout.size() == 0 {
             return Ok(Self::from_raw(Self::dangling(), bytes));
@@ -91,35 +90,35 @@ impl HostBuffer {
     /// # Safety
     /// `ptr` points to `bytes` initialised bytes, aligned for the elements the array holds,
     /// that stay valid until `owner` is dropped.
-    pub unsafe fn foreign(ptr: *mut u8, bytes: usize, owner: Box<dyn std::any::Any + Send + Sync>) -> Self {
+    pub(crate) unsafe fn foreign(ptr: *mut u8, bytes: usize, owner: Box<dyn std::any::Any + Send + Sync>) -> Self {
         let ptr = NonNull::new(ptr).unwrap_or(Self::dangling());
         let mut buffer = Self::from_raw(ptr, bytes);
         buffer.foreign = Some(owner);
         buffer
     }
 
-    /// Allocate `bytes` zeroed bytes, page-locked when `options.pinned` (checked by
-    /// `ArrayOptions::check` to need the CUDA layer).
-    pub fn for_options(bytes: usize, options: &crate::memarray::ArrayOptions) -> Result<Self> {
+    /// Allocate `bytes` zeroed bytes, page-locked when `pinned` (which needs the CUDA layer:
+    /// `ArrayOptions::check` refuses it without).
+    pub(crate) fn zeroed_for(bytes: usize, pinned: bool) -> Result<Self> {
         #[cfg(feature = "cuda")]
-        if options.pinned {
+        if pinned {
             return Self::pinned_zeroed(bytes);
         }
-        let _ = options;
+        let _ = pinned;
         Self::zeroed(bytes)
     }
 
     /// Allocate `bytes` zeroed bytes of page-locked (pinned) memory.
     #[cfg(feature = "cuda")]
-    pub fn pinned_zeroed(bytes: usize) -> Result<Self> {
+    pub(crate) fn pinned_zeroed(bytes: usize) -> Result<Self> {
         let bytes = Self::layout(bytes)?.size();
-        let memory = crate::cuda::memory::PinnedMemory::alloc_zeroed(bytes)?;
+        let memory = crate::cuda::device_memory::PinnedMemory::alloc_zeroed(bytes)?;
         let ptr = if bytes == 0 { Self::dangling() } else { NonNull::new(memory.as_ptr()).expect("allocated") };
         Ok(HostBuffer { ptr, bytes, pinned: Some(memory), foreign: None })
     }
 
     /// Whether the memory is page-locked.
-    pub fn is_pinned(&self) -> bool {
+    pub(crate) fn is_pinned(&self) -> bool {
         #[cfg(feature = "cuda")]
         return self.pinned.is_some();
         #[cfg(not(feature = "cuda"))]
@@ -127,7 +126,7 @@ impl HostBuffer {
     }
 
     /// A new buffer of the same size and kind (pinned or not), zeroed.
-    pub fn zeroed_like(&self) -> Result<Self> {
+    pub(crate) fn zeroed_like(&self) -> Result<Self> {
         #[cfg(feature = "cuda")]
         if self.is_pinned() {
             return Self::pinned_zeroed(self.bytes);
@@ -136,7 +135,7 @@ impl HostBuffer {
     }
 
     /// A new buffer holding a copy of `self`'s contents.
-    pub fn try_clone(&self) -> Result<Self> {
+    pub(crate) fn try_clone(&self) -> Result<Self> {
         let copy = self.zeroed_like()?;
         // SAFETY: both buffers hold `bytes` bytes and are distinct allocations.
         unsafe { std::ptr::copy_nonoverlapping(self.as_ptr(), copy.as_ptr(), self.bytes) };
@@ -152,18 +151,18 @@ impl HostBuffer {
     }
 
     /// Size in bytes.
-    pub fn nbytes(&self) -> usize {
+    pub(crate) fn nbytes(&self) -> usize {
         self.bytes
     }
 
     /// Whether the buffer holds no bytes.
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.bytes == 0
     }
 
     /// Pointer to the first byte (dangling but aligned when empty).
-    pub fn as_ptr(&self) -> *mut u8 {
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 }

@@ -34,19 +34,17 @@
 
 #[cfg(feature = "python")]
 pub(crate) mod borrows;
-#[cfg(any(feature = "cuda", test))]
-pub(crate) mod crew;
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
+#[cfg(any(feature = "python", feature = "cuda"))]
+pub(crate) mod current_stream;
 mod device;
 pub(crate) mod dlpack;
 mod element;
 mod error;
 #[cfg(feature = "cuda")]
 pub(crate) mod gil;
-#[cfg(feature = "python")]
-pub(crate) mod header;
 pub(crate) mod host;
 mod indexer;
 mod lock;
@@ -55,10 +53,8 @@ pub(crate) mod object;
 #[cfg(feature = "python")]
 pub(crate) mod process;
 pub(crate) mod shape;
-#[cfg(any(feature = "python", feature = "cuda"))]
-pub(crate) mod stream_context;
 #[cfg(any(feature = "cuda", test))]
-pub(crate) mod streaming_copy;
+pub(crate) mod staging;
 #[cfg(feature = "python")]
 pub(crate) mod strided;
 
@@ -66,12 +62,11 @@ pub(crate) mod strided;
 #[cfg_attr(docsrs, doc(cfg(feature = "python")))]
 pub mod python;
 
-pub use device::{Device, DeviceType, Residence};
+pub use device::{Device, DeviceType, Residence, Stream};
 pub use element::{dtypes, DType, Element, Float4E2M1FnX2, Scalar};
 pub use error::{Error, Result};
 pub use indexer::{DeviceIndexer, HostIndexer, HostIndexerMut};
-pub use lock::LockGuard;
-pub use memarray::{ArrayOptions, ForeignMemory, MemArray};
+pub use memarray::{ArrayOptions, ForeignMemory, LockGuard, MemArray};
 
 /// The `ndarray` crate amso's views are made of (the `ndarray` feature): name its types
 /// through this path, and a helper taking `ArrayView2` needs no version of its own.

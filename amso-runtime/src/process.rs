@@ -1,6 +1,6 @@
 //! What every copy of amso's runtime in one process shares. Each extension module built with
 //! amso links its own copy: the bundled `amso._amso`, and each user crate's module. They share
-//! the stream context (`stream_context.rs`) and the borrow registry (`borrows.rs`) all the
+//! the stream context (`current_stream.rs`) and the borrow registry (`borrows.rs`) all the
 //! same, through a table of C functions in a versioned capsule (no Rust type crosses between
 //! copies, which may be different builds).
 //!
@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::borrows::{self, BorrowKey};
-use crate::stream_context;
+use crate::current_stream;
 
 /// The module in `sys.modules` that holds the table, and the capsule's name; any change of
 /// `Table`'s layout takes new names.
@@ -30,7 +30,7 @@ const ATTRIBUTE: &str = "table";
 /// What the first copy publishes.
 #[repr(C)]
 pub(crate) struct Table {
-    /// The thread's stream context (`stream_context::current`), -1 for none.
+    /// The thread's stream context (`current_stream::current`), -1 for none.
     pub(crate) current_stream: extern "C" fn() -> i64,
     /// Replace the thread's stream context, returning the previous one.
     pub(crate) replace_stream: extern "C" fn(i64) -> i64,
@@ -44,8 +44,8 @@ pub(crate) struct Table {
 }
 
 static OWN: Table = Table {
-    current_stream: stream_context::current_shared,
-    replace_stream: stream_context::replace_shared,
+    current_stream: current_stream::current_shared,
+    replace_stream: current_stream::replace_shared,
     acquire_borrow: borrows::acquire_shared,
     release_borrow: borrows::release_shared,
     live_borrows: borrows::live_shared,

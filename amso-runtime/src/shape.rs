@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 /// Check user-given dimensions for an `ndim`-D array of `itemsize`-byte elements: `ndim` in
 /// 1..=MAX_NDIM, the right count, none negative, and a byte size that fits in `isize::MAX`.
 /// Returns the shape (its first `ndim` entries) and the byte size.
-pub fn checked_shape(dims: &[i64], ndim: usize, itemsize: usize) -> Result<([usize; crate::MAX_NDIM], usize)> {
+pub(crate) fn checked_shape(dims: &[i64], ndim: usize, itemsize: usize) -> Result<([usize; crate::MAX_NDIM], usize)> {
     let mut shape = [0; crate::MAX_NDIM];
     if ndim == 0 || ndim > crate::MAX_NDIM {
         return Err(Error::InvalidShape(format!("amso arrays have 1 to {} dimensions, not {ndim}", crate::MAX_NDIM)));
@@ -41,20 +41,20 @@ fn too_large(dims: &[i64], itemsize: usize) -> Error {
 }
 
 /// Bytes spanned by `shape`, or `None` past `isize::MAX`.
-pub fn byte_size(shape: &[usize], itemsize: usize) -> Option<usize> {
+pub(crate) fn byte_size(shape: &[usize], itemsize: usize) -> Option<usize> {
     let bytes = shape.iter().try_fold(itemsize, |acc, &d| acc.checked_mul(d))?;
     (bytes <= isize::MAX as usize).then_some(bytes)
 }
 
 /// Number of elements of `shape` (the caller has checked it does not overflow).
-pub fn element_count(shape: &[usize]) -> usize {
+pub(crate) fn element_count(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
 /// `shape` (at most `MAX_NDIM` dimensions) and its C-order (row-major) strides in elements,
 /// as the fixed-size `int64` arrays DLPack tensors and the C header carry.
 #[cfg(feature = "python")] // the C header's
-pub fn c_layout(shape: &[usize]) -> ([i64; crate::MAX_NDIM], [i64; crate::MAX_NDIM]) {
+pub(crate) fn c_layout(shape: &[usize]) -> ([i64; crate::MAX_NDIM], [i64; crate::MAX_NDIM]) {
     let mut dims = [0i64; crate::MAX_NDIM];
     let mut strides = [0i64; crate::MAX_NDIM];
     for_each_c_stride(shape, |axis, dim, stride| {
@@ -67,7 +67,7 @@ pub fn c_layout(shape: &[usize]) -> ([i64; crate::MAX_NDIM], [i64; crate::MAX_ND
 /// Calls `f(axis, dimension, C-order stride in elements)` for each axis of `shape` (up to
 /// `MAX_NDIM`), the last axis first.
 #[inline]
-pub fn for_each_c_stride(shape: &[usize], mut f: impl FnMut(usize, i64, i64)) {
+pub(crate) fn for_each_c_stride(shape: &[usize], mut f: impl FnMut(usize, i64, i64)) {
     let mut stride = 1i64;
     for (axis, &dim) in shape.iter().enumerate().take(crate::MAX_NDIM).rev() {
         f(axis, dim as i64, stride);
@@ -76,7 +76,7 @@ pub fn for_each_c_stride(shape: &[usize], mut f: impl FnMut(usize, i64, i64)) {
 }
 
 /// Linear offset of an in-bounds `index` into a C-order array of `shape`.
-pub fn linear_offset<const N: usize>(shape: &[usize; N], index: &[usize; N]) -> Result<usize> {
+pub(crate) fn linear_offset<const N: usize>(shape: &[usize; N], index: &[usize; N]) -> Result<usize> {
     let mut offset = 0usize;
     for axis in 0..N {
         if index[axis] >= shape[axis] {
@@ -100,7 +100,7 @@ pub fn unravel<const N: usize>(shape: &[usize; N], mut offset: usize) -> [usize;
 
 /// The C-order linear offset (in elements) of a Python-style index into `shape`: negative
 /// entries count from the end; the count and every entry are checked.
-pub fn python_offset(shape: &[usize], index: &[i64]) -> Result<usize> {
+pub(crate) fn python_offset(shape: &[usize], index: &[i64]) -> Result<usize> {
     if index.len() != shape.len() {
         return Err(Error::IndexArity { expected: shape.len(), got: index.len() });
     }

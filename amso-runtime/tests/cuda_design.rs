@@ -3,7 +3,7 @@
 //! then move back and check again. Skips (and says so) where no CUDA driver is present.
 #![cfg(feature = "cuda")]
 
-use amso_runtime::{Device, MemArray};
+use amso_runtime::{Device, MemArray, Stream};
 
 /// The GPU, one test at a time (a CUDA graph capture forbids host waits in other threads),
 /// or None (the test skips, and says so) where no CUDA driver is present.
@@ -26,7 +26,7 @@ fn design_sequence<T: amso_runtime::Element + PartialEq, const N: usize>(
     let layout = MemArray::<u8, N>::new(shape).unwrap();
     let layout = layout.indexer().unwrap();
     let unravel = |offset| layout.unravel(offset);
-    array.add_index_tuple(0).unwrap();
+    array.add_index_tuple(Stream::LEGACY).unwrap();
     assert!(array.on_device());
     let device = array.device_indexer().unwrap();
     assert_eq!((device.shape(), device.size()), (shape, size));
@@ -36,7 +36,7 @@ fn design_sequence<T: amso_runtime::Element + PartialEq, const N: usize>(
         let sum: usize = index.iter().sum();
         assert_eq!(array.get(index).unwrap(), expected(fill, sum), "on the device at {index:?}");
     }
-    array.move_memory(Device::CPU, 0, false).unwrap();
+    array.move_memory(Device::CPU, Stream::LEGACY, false).unwrap();
     let values = array.to_vec().unwrap();
     for (offset, value) in values.into_iter().enumerate() {
         let sum: usize = unravel(offset).iter().sum();
@@ -62,7 +62,7 @@ fn clone_of_a_device_array_is_deep() {
         return;
     };
     let mut a = MemArray::<f32, 1>::from_slice([4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
-    a.move_memory(Device::cuda(0), 0, false).unwrap();
+    a.move_memory(Device::cuda(0), Stream::LEGACY, false).unwrap();
     let b = a.clone();
     a.write([0], 10.0).unwrap();
     assert_eq!(b.get([0]).unwrap(), 1.0);
@@ -91,8 +91,8 @@ fn your_own_kernel_through_the_rust_api() {
     );
     let values: Vec<f64> = (0..210).map(f64::from).collect();
     let mut array = MemArray::<f64, 2>::from_slice([30, 7], &values).unwrap();
-    array.add_index_tuple(0).unwrap(); // pending work on amso's stream, which the kernel must follow
-    let stream = 2; // the per-thread default stream: not amso's
+    array.add_index_tuple(Stream::LEGACY).unwrap(); // pending work on amso's stream, which the kernel must follow
+    let stream = Stream::PER_THREAD; // not amso's
     let function = SCALE.function(0).unwrap();
     // SAFETY: the per-thread default stream is always valid.
     let x = unsafe { array.device_indexer_on(stream) }.unwrap();
@@ -104,7 +104,7 @@ fn your_own_kernel_through_the_rust_api() {
     unsafe { with_stream(0, stream, queue) }.unwrap();
     // SAFETY: as above.
     unsafe { array.record_work(stream) }.unwrap();
-    array.move_memory(Device::CPU, 0, false).unwrap();
+    array.move_memory(Device::CPU, Stream::LEGACY, false).unwrap();
     let got = array.to_vec().unwrap();
     for (offset, value) in got.into_iter().enumerate() {
         let (i, j) = (offset / 7, offset % 7);
@@ -144,7 +144,7 @@ fn operations_captured_into_a_cuda_graph_run_once_per_launch() {
     let mut pageable = MemArray::<f32, 2>::from_slice(shape, &values).unwrap();
     let context = CudaContext::new(0).unwrap();
     let stream = context.new_stream().unwrap();
-    let handle = stream.cu_stream() as i64;
+    let handle = Stream::from(&*stream);
     let function = SCALE.function(0).unwrap();
 
     stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();

@@ -55,7 +55,7 @@ pub fn instantiation_class(element: &ElementType, ndim: u8, names: &ClassNames<'
         #[::pyo3::pymethods]
         impl #ident {
             #[new]
-            #[pyo3(signature = (*args, **kwargs), text_signature = "(shape, device_id=0, *, readonly=False, pinned=False, on_device=False, uninitialized=False, managed=False)")]
+            #[pyo3(signature = (*args, **kwargs), text_signature = "(shape, device_id=0, *, readonly=False, pinned=False, on_device=False, uninitialized=False, managed=False, shareable=False)")]
             fn __new__(
                 args: &::pyo3::Bound<'_, ::pyo3::types::PyTuple>,
                 kwargs: ::std::option::Option<&::pyo3::Bound<'_, ::pyo3::types::PyDict>>,

@@ -21,6 +21,9 @@ pub fn element_impls(spec: &Spec) -> TokenStream {
     let table: Vec<_> = crate::dtype::TypeCode::table().collect();
     let codes = table.iter().map(|row| row.0);
     let code_names = table.iter().map(|row| row.1);
+    let code_consts = table.iter().map(|row| format_ident!("{}", row.1.trim_start_matches("kDL").to_uppercase()));
+    let code_values = table.iter().map(|row| row.0);
+    let code_docs = table.iter().map(|row| format!("`{}`.", row.1));
     let code_bits = table.iter().map(|row| {
         let bits = row.2;
         quote!(#(#bits),*)
@@ -50,6 +53,13 @@ pub fn element_impls(spec: &Spec) -> TokenStream {
         pub(crate) static ALL: &[&crate::element::DType] = &[
             #( &<#types as crate::element::Element>::DTYPE ),*
         ];
+
+        /// DLPack's type codes by name (`dlpack_code::FLOAT` is `kDLFloat`), from the
+        /// generator's one table.
+        #[allow(dead_code)]
+        pub(crate) mod dlpack_code {
+            #( #[doc = #code_docs] pub(crate) const #code_consts: u8 = #code_values; )*
+        }
 
         /// DLPack's type codes, from the generator's one table: (number, enumerator name, bits
         /// one lane may have).

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use cudarc::driver::sys;
+use cudarc::driver::{result, sys};
 
 use super::capture;
 use super::context::Current;
@@ -21,7 +21,7 @@ use super::stream::StreamHandle;
 use crate::error::{Error, Result};
 
 /// A source of device memory.
-pub trait DeviceAllocator: Send + Sync + 'static {
+pub(crate) trait DeviceAllocator: Send + Sync + 'static {
     /// A name for `memory_info`.
     fn name(&self) -> String;
     /// `bytes` (> 0) of memory on `device_id`, usable in order on `stream`.
@@ -37,13 +37,13 @@ pub trait DeviceAllocator: Send + Sync + 'static {
 /// Counters reported by `memory_info` (amso's pool counts its hits and misses itself, under
 /// its lock).
 #[derive(Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// Bytes of live amso allocations.
     pub in_use: AtomicUsize,
 }
 
 /// The process-wide counters.
-pub static STATS: Stats = Stats { in_use: AtomicUsize::new(0) };
+pub(crate) static STATS: Stats = Stats { in_use: AtomicUsize::new(0) };
 
 /// Blocks up to this size are cached by amso's pool.
 const SMALL_BLOCK: usize = 1 << 20;
@@ -52,7 +52,7 @@ const CACHE_LIMIT: usize = 256 << 20;
 
 /// amso's default allocator.
 #[derive(Default)]
-pub struct PoolAllocator {
+pub(crate) struct PoolAllocator {
     cache: Mutex<Cache>,
     release_threshold: AtomicU64,
     configured: Mutex<Vec<i32>>,
@@ -86,13 +86,13 @@ impl PoolAllocator {
     }
 
     /// Allocations served from the cache, and allocations that went to the driver.
-    pub fn hits_and_misses(&self) -> (u64, u64) {
+    pub(crate) fn hits_and_misses(&self) -> (u64, u64) {
         let cache = self.cache();
         (cache.hits, cache.misses)
     }
 
     /// Bytes the driver's pool keeps reserved after frees (default: all of them, u64::MAX).
-    pub fn set_release_threshold(&self, bytes: u64) {
+    pub(crate) fn set_release_threshold(&self, bytes: u64) {
         self.release_threshold.store(bytes, Ordering::Relaxed);
         // `configure` holds this lock across driver calls: taken with the GIL released.
         crate::gil::released(|| self.configured.lock().unwrap_or_else(|e| e.into_inner()).clear());
@@ -103,21 +103,19 @@ impl PoolAllocator {
         if configured.contains(&device_id) {
             return Ok(());
         }
-        let device = cudarc::driver::result::device::get(device_id).map_err(cuda_error)?;
-        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        let device = result::device::get(device_id).map_err(cuda_error)?;
         let mut threshold = match self.release_threshold.load(Ordering::Relaxed) {
             0 => u64::MAX,
             bytes => bytes,
         };
-        // SAFETY: valid out-pointer and device; the attribute is a u64.
+        // SAFETY: a device from `device::get`; the attribute is a u64.
         unsafe {
-            sys::cuDeviceGetDefaultMemPool(&mut pool, device).result().map_err(cuda_error)?;
-            sys::cuMemPoolSetAttribute(
+            let pool = result::device::get_default_mem_pool(device).map_err(cuda_error)?;
+            result::mem_pool::set_attribute(
                 pool,
                 sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                 (&mut threshold as *mut u64).cast(),
             )
-            .result()
             .map_err(cuda_error)?;
         }
         configured.push(device_id);
@@ -149,12 +147,8 @@ impl DeviceAllocator for PoolAllocator {
         let _relaxed = capture::Relaxed::enter();
         self.configure(device_id)?;
         let _ctx = Current::enter(device_id)?;
-        let mut ptr: sys::CUdeviceptr = 0;
-        // SAFETY: valid out-pointer; the device's context is current; the stream was checked.
-        unsafe { sys::cuMemAllocAsync(&mut ptr, class, stream.raw()) }
-            .result()
-            .map_err(|e| map_error(e, bytes, "device"))?;
-        Ok(ptr)
+        // SAFETY: the device's context is current; the stream was checked.
+        unsafe { result::malloc_async(stream.raw(), class) }.map_err(|e| map_error(e, bytes, "device"))
     }
 
     fn free(&self, device_id: i32, ptr: u64, bytes: usize, stream: StreamHandle) {
@@ -170,7 +164,7 @@ impl DeviceAllocator for PoolAllocator {
         }
         if let Ok(_ctx) = Current::enter(device_id) {
             // SAFETY: allocated by cuMemAllocAsync and freed once, after `stream`'s work.
-            let _ = unsafe { sys::cuMemFreeAsync(ptr, stream.raw()) };
+            let _ = unsafe { result::free_async(ptr, stream.raw()) };
         }
     }
 
@@ -180,7 +174,7 @@ impl DeviceAllocator for PoolAllocator {
 }
 
 /// amso's pool, for the process.
-pub fn default_pool() -> &'static PoolAllocator {
+pub(crate) fn default_pool() -> &'static PoolAllocator {
     static POOL: OnceLock<PoolAllocator> = OnceLock::new();
     POOL.get_or_init(PoolAllocator::default)
 }
@@ -189,7 +183,7 @@ pub fn default_pool() -> &'static PoolAllocator {
 /// and the host, migrated by the driver. Allocated only within the device's free memory, and
 /// freed with `cuMemFree` (no stream-ordered free exists for it), after the device's work.
 #[derive(Debug, Default)]
-pub struct ManagedAllocator;
+pub(crate) struct ManagedAllocator;
 
 impl DeviceAllocator for ManagedAllocator {
     fn name(&self) -> String {
@@ -197,13 +191,13 @@ impl DeviceAllocator for ManagedAllocator {
     }
 
     fn allocate(&self, device_id: i32, bytes: usize, _stream: StreamHandle) -> Result<u64> {
-        let (free, _) = super::memory::memory_info(device_id)?;
+        let (free, _) = super::device_memory::memory_info(device_id)?;
         if bytes > free {
             return Err(Error::OutOfMemory { bytes, what: "managed" });
         }
         let _ctx = Current::enter(device_id)?;
         // SAFETY: a context is current; the memory is zeroed or written before any read.
-        unsafe { cudarc::driver::result::malloc_managed(bytes, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }
+        unsafe { result::malloc_managed(bytes, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }
             .map_err(|e| map_error(e, bytes, "managed"))
     }
 
@@ -220,7 +214,7 @@ impl DeviceAllocator for ManagedAllocator {
 /// allocations, not a stream-ordered pool's), for `shareable=True` arrays; freed with
 /// `cuMemFree` after the device's work.
 #[derive(Debug, Default)]
-pub struct ShareableAllocator;
+pub(crate) struct ShareableAllocator;
 
 impl DeviceAllocator for ShareableAllocator {
     fn name(&self) -> String {
@@ -243,7 +237,7 @@ impl DeviceAllocator for ShareableAllocator {
 
 /// The allocator an allocation came from, which it is returned to.
 #[derive(Clone)]
-pub enum Source {
+pub(crate) enum Source {
     /// amso's pool (no reference count to take: it lives for the process).
     Pool,
     /// An allocator plugged in with `set_allocator`.
@@ -256,7 +250,7 @@ pub enum Source {
 
 impl Source {
     /// The allocator itself.
-    pub fn allocator(&self) -> &dyn DeviceAllocator {
+    pub(crate) fn allocator(&self) -> &dyn DeviceAllocator {
         match self {
             Source::Managed => &ManagedAllocator,
             Source::Shareable => &ShareableAllocator,
@@ -272,7 +266,7 @@ static CURRENT: RwLock<Option<Arc<dyn DeviceAllocator>>> = RwLock::new(None);
 static PLUGGED: AtomicBool = AtomicBool::new(false);
 
 /// The allocator new device memory comes from.
-pub fn current() -> Source {
+pub(crate) fn current() -> Source {
     if !PLUGGED.load(Ordering::Acquire) {
         return Source::Pool;
     }
@@ -280,20 +274,20 @@ pub fn current() -> Source {
 }
 
 /// Plug in `allocator` (None: amso's pool). Existing allocations keep the allocator that made them.
-pub fn set_allocator(allocator: Option<Arc<dyn DeviceAllocator>>) {
+pub(crate) fn set_allocator(allocator: Option<Arc<dyn DeviceAllocator>>) {
     let mut current = CURRENT.write().unwrap_or_else(|e| e.into_inner());
     PLUGGED.store(allocator.is_some(), Ordering::Release);
     *current = allocator;
 }
 
 /// Set the driver pool's release threshold of amso's default allocator.
-pub fn set_release_threshold(bytes: u64) {
+pub(crate) fn set_release_threshold(bytes: u64) {
     default_pool().set_release_threshold(bytes);
 }
 
 /// What a free waits for.
 #[derive(Debug, Clone, Copy)]
-pub enum After {
+pub(crate) enum After {
     /// The work queued so far on this stream.
     Stream(StreamHandle),
     /// All work on the device (memory handed to consumers whose streams are unknown).
@@ -301,7 +295,7 @@ pub enum After {
 }
 
 /// A pending free.
-pub enum PendingFree {
+pub(crate) enum PendingFree {
     /// Device memory, returned to the allocator that made it.
     Device { source: Source, device_id: i32, ptr: u64, bytes: usize, after: After },
     /// Page-locked host memory (`cuMemFreeHost` synchronises the device, so it waits out a
@@ -317,10 +311,9 @@ impl PendingFree {
                     After::Stream(stream) => stream,
                     After::Device => {
                         if let Ok(_ctx) = Current::enter(device_id) {
-                            // Raw: cudarc's context synchronise binds the context to the thread.
-                            // SAFETY: a context is current. Never during a capture amso has seen
-                            // (`run_all`), which this would invalidate.
-                            let _ = unsafe { sys::cuCtxSynchronize() };
+                            // Never during a capture amso has seen (`run_all`), which this would
+                            // invalidate.
+                            let _ = result::ctx::synchronize();
                         }
                         StreamHandle::LEGACY
                     }
@@ -331,7 +324,7 @@ impl PendingFree {
             PendingFree::Pinned { ptr } => {
                 if let Ok(_ctx) = Current::enter(0) {
                     // SAFETY: allocated by cuMemHostAlloc and freed once, here.
-                    let _ = unsafe { sys::cuMemFreeHost(ptr as *mut std::ffi::c_void) };
+                    let _ = unsafe { result::free_host(ptr as *mut std::ffi::c_void) };
                 }
             }
         }
@@ -361,7 +354,7 @@ fn capturing() -> bool {
 }
 
 /// The deferred-free queue.
-pub static DEFERRED: Deferred<PendingFree> = Deferred::new();
+pub(crate) static DEFERRED: Deferred<PendingFree> = Deferred::new();
 
 /// `device_id`'s memory in bytes, asked of the driver until it answers, then kept (every free
 /// reads it: after the first answer, without a lock). Unknown, it counts as unlimited: only
@@ -374,7 +367,7 @@ fn capacity(device_id: i32) -> usize {
     if let Some(&total) = slot.and_then(OnceLock::get) {
         return total;
     }
-    match (super::memory::memory_info(device_id), slot) {
+    match (super::device_memory::memory_info(device_id), slot) {
         (Ok((_, total)), Some(slot)) => *slot.get_or_init(|| total),
         (Ok((_, total)), None) => total,
         (Err(_), _) => usize::MAX,
@@ -403,7 +396,7 @@ pub(crate) fn allocate_from(
 }
 
 /// Return memory to the allocator it came from through the deferred queue.
-pub fn release(source: Source, device_id: i32, ptr: u64, bytes: usize, after: After) {
+pub(crate) fn release(source: Source, device_id: i32, ptr: u64, bytes: usize, after: After) {
     let pending = PendingFree::Device { source, device_id, ptr, bytes, after };
     run_all(DEFERRED.push(pending, bytes, capacity(device_id), capturing()));
 }
@@ -420,21 +413,21 @@ pub(crate) fn release_pinned(ptr: *mut u8) {
 }
 
 /// Begin a `defer_cleanup` block.
-pub fn hold_frees() {
+pub(crate) fn hold_frees() {
     DEFERRED.hold();
 }
 
 /// End a `defer_cleanup` block, running the frees that are due.
-pub fn release_frees(device_id: i32) {
+pub(crate) fn release_frees(device_id: i32) {
     run_all(DEFERRED.release(capacity(device_id), capturing()));
 }
 
 /// Run every pending free now (unless a `defer_cleanup` block or a capture holds them).
-pub fn flush() {
+pub(crate) fn flush() {
     run_all(DEFERRED.take_all(capturing()));
 }
 
 /// Set the deferred-free limits.
-pub fn set_deferred_limits(limits: Limits) {
+pub(crate) fn set_deferred_limits(limits: Limits) {
     DEFERRED.set_limits(limits);
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{result, sys, CudaContext};
 
-use super::driver::{check_device, cuda_error};
+use super::driver::{cuda_error, per_device};
 use crate::error::Result;
 
 /// Each device's primary context, made on first use.
@@ -14,10 +14,9 @@ static CONTEXTS: OnceLock<Vec<OnceLock<&'static Arc<CudaContext>>>> = OnceLock::
 
 /// The primary context of `device_id` (after the first call per device, a lock-free read).
 pub(crate) fn context(device_id: i32) -> Result<&'static Arc<CudaContext>> {
-    check_device(device_id)?;
     let slots =
         CONTEXTS.get_or_init(|| (0..super::driver::device_count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
-    let slot = &slots[device_id as usize]; // in range: checked above
+    let slot = per_device(slots, device_id)?;
     if let Some(&context) = slot.get() {
         return Ok(context);
     }

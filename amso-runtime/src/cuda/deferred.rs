@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 /// Flush limits.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Flush when this many frees are pending (Numba's default: 10).
     pub count: usize,
     /// Flush when pending frees hold this share of the device's memory (default 0.2).
@@ -26,7 +26,7 @@ impl Default for Limits {
 }
 
 /// A queue of pending frees of type `F` with its policy.
-pub struct Deferred<F> {
+pub(crate) struct Deferred<F> {
     state: Mutex<State<F>>,
 }
 
@@ -39,7 +39,7 @@ struct State<F> {
 
 impl<F> Deferred<F> {
     /// An empty queue with default limits.
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Deferred {
             state: Mutex::new(State {
                 pending: Vec::new(),
@@ -57,7 +57,7 @@ impl<F> Deferred<F> {
     /// Queue `free` (of `bytes`); returns the frees to run now, if a limit was reached and
     /// neither a `defer_cleanup` block nor a `capture` in progress holds them. `capacity` is
     /// the device's memory in bytes.
-    pub fn push(&self, free: F, bytes: usize, capacity: usize, capture: bool) -> Vec<F> {
+    pub(crate) fn push(&self, free: F, bytes: usize, capacity: usize, capture: bool) -> Vec<F> {
         let mut state = self.lock();
         state.pending.push((free, bytes));
         state.pending_bytes += bytes;
@@ -81,7 +81,7 @@ impl<F> Deferred<F> {
 
     /// Every pending free, to run now (after an allocation failed for lack of memory), unless a
     /// `defer_cleanup` block or a `capture` in progress holds them.
-    pub fn take_all(&self, capture: bool) -> Vec<F> {
+    pub(crate) fn take_all(&self, capture: bool) -> Vec<F> {
         let mut state = self.lock();
         if state.holds == 0 && !capture {
             Self::drain(&mut state)
@@ -91,29 +91,29 @@ impl<F> Deferred<F> {
     }
 
     /// Start holding (a `defer_cleanup` block begins).
-    pub fn hold(&self) {
+    pub(crate) fn hold(&self) {
         self.lock().holds += 1;
     }
 
     /// Stop holding; returns the frees due once the last hold ends (and no `capture` holds them).
-    pub fn release(&self, capacity: usize, capture: bool) -> Vec<F> {
+    pub(crate) fn release(&self, capacity: usize, capture: bool) -> Vec<F> {
         let mut state = self.lock();
         state.holds = state.holds.saturating_sub(1);
         Self::due(&mut state, capacity, capture)
     }
 
     /// Set the limits.
-    pub fn set_limits(&self, limits: Limits) {
+    pub(crate) fn set_limits(&self, limits: Limits) {
         self.lock().limits = limits;
     }
 
     /// The limits.
-    pub fn limits(&self) -> Limits {
+    pub(crate) fn limits(&self) -> Limits {
         self.lock().limits
     }
 
     /// Pending frees and their bytes.
-    pub fn pending(&self) -> (usize, usize) {
+    pub(crate) fn pending(&self) -> (usize, usize) {
         let state = self.lock();
         (state.pending.len(), state.pending_bytes)
     }

@@ -52,7 +52,7 @@ pub fn device_count() -> Result<i32> {
 
 /// The CUDA device holding device memory at `address`; anything the driver does not know as
 /// device memory (a host pointer, a made-up number) is `InvalidArgument`.
-pub fn device_of_pointer(address: usize) -> Result<i32> {
+pub(crate) fn device_of_pointer(address: usize) -> Result<i32> {
     use cudarc::driver::sys;
     device_count()?;
     let mut ordinal: i32 = -1;
@@ -70,8 +70,20 @@ pub fn device_of_pointer(address: usize) -> Result<i32> {
     Ok(ordinal)
 }
 
+/// The slot of `device_id` in a table with one entry per device. Device ids are checked where
+/// they enter amso ([`check_device`]); this lookup only keeps the indexing in bounds, and says
+/// the same as the check when it fails.
+pub(crate) fn per_device<T>(slots: &[T], device_id: i32) -> Result<&T> {
+    match usize::try_from(device_id).ok().and_then(|index| slots.get(index)) {
+        Some(slot) => Ok(slot),
+        None => Err(check_device(device_id).err().unwrap_or_else(|| {
+            Error::InvalidArgument(format!("device_id {device_id} has no slot (table of {})", slots.len()))
+        })),
+    }
+}
+
 /// Check that `device_id` names a device of this machine.
-pub fn check_device(device_id: i32) -> Result<()> {
+pub(crate) fn check_device(device_id: i32) -> Result<()> {
     let count = device_count()?;
     if (0..count).contains(&device_id) {
         Ok(())
@@ -84,14 +96,14 @@ pub fn check_device(device_id: i32) -> Result<()> {
 }
 
 /// A driver error's name and description.
-pub fn describe(error: &DriverError) -> String {
+pub(crate) fn describe(error: &DriverError) -> String {
     let name = error.error_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let text = error.error_string().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     format!("{name}: {text}")
 }
 
 /// Map a driver error: out of memory is `OutOfMemory` (Python MemoryError), the rest `Cuda`.
-pub fn map_error(error: DriverError, bytes: usize, what: &'static str) -> Error {
+pub(crate) fn map_error(error: DriverError, bytes: usize, what: &'static str) -> Error {
     if error.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
         Error::OutOfMemory { bytes, what }
     } else {
@@ -100,6 +112,6 @@ pub fn map_error(error: DriverError, bytes: usize, what: &'static str) -> Error 
 }
 
 /// Map a driver error of a call that allocates nothing.
-pub fn cuda_error(error: DriverError) -> Error {
+pub(crate) fn cuda_error(error: DriverError) -> Error {
     Error::Cuda(describe(&error))
 }

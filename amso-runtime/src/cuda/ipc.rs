@@ -7,7 +7,7 @@
 //! a stream-ordered pool; they pass between processes as plain bytes, with no file descriptor
 //! to send, so a pickle can carry them. Every call here runs with the GIL released.
 
-use cudarc::driver::sys;
+use cudarc::driver::{result, sys};
 
 use super::context::{context, Current};
 use super::driver::{cuda_error, device_count};
@@ -63,7 +63,7 @@ pub(crate) fn close_memory(device_id: i32, ptr: u64) -> Result<()> {
         let _ctx = Current::enter(device_id)?;
         // SAFETY: the context is current; work queued on any stream of it may still use the
         // mapping, so wait for the device first.
-        unsafe { sys::cuCtxSynchronize() }.result().map_err(cuda_error)?;
+        result::ctx::synchronize().map_err(cuda_error)?;
         // SAFETY: `ptr` came from `open_memory` on this device and is unmapped once.
         unsafe { sys::cuIpcCloseMemHandle(ptr) }.result().map_err(cuda_error)
     })
@@ -100,8 +100,7 @@ impl IpcEvent {
         crate::gil::released(|| {
             let _ctx = Current::enter(self.device_id)?;
             // SAFETY: a live event of this context and a stream checked for this device.
-            unsafe { sys::cuEventRecord(self.event, stream.check(self.device_id)?.handle.raw()) }
-                .result()
+            unsafe { result::event::record(self.event, stream.check(self.device_id)?.handle.raw()) }
                 .map_err(cuda_error)?;
             let mut handle = sys::CUipcEventHandle_st { reserved: [0; HANDLE_BYTES] };
             // SAFETY: a valid out-pointer; an interprocess event.
@@ -117,7 +116,7 @@ impl Drop for IpcEvent {
         let _ = crate::gil::released(|| -> Result<()> {
             let _ctx = Current::enter(device_id)?;
             // SAFETY: this value's event, destroyed once.
-            let _ = unsafe { sys::cuEventDestroy_v2(event as sys::CUevent) };
+            let _ = unsafe { result::event::destroy(event as sys::CUevent) };
             Ok(())
         });
     }
@@ -138,9 +137,15 @@ pub(crate) fn wait_for(device_id: i32, handle: &HandleBytes, stream: StreamHandl
         })?;
         // SAFETY: a live event and a stream checked for this device; the event may be
         // destroyed once the wait is queued (the driver keeps what the wait needs).
-        let waited = unsafe { sys::cuStreamWaitEvent(stream.check(device_id)?.handle.raw(), event, 0) }.result();
+        let waited = unsafe {
+            result::stream::wait_event(
+                stream.check(device_id)?.handle.raw(),
+                event,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        };
         // SAFETY: the event opened above, destroyed once.
-        let _ = unsafe { sys::cuEventDestroy_v2(event) };
+        let _ = unsafe { result::event::destroy(event) };
         waited.map_err(cuda_error)
     })
 }

@@ -76,16 +76,17 @@ impl Kernel {
 /// released, as every driver call amso makes does, hence `Send`: it takes no Python object.
 ///
 /// # Safety
-/// `stream` is 0, 1, 2 or a live stream of `device_id` (the driver dereferences handles): a
-/// typed argument's `stream()`, a `NewArray::stream()`, or a handle its owner keeps alive.
+/// `stream` is a default stream or a live stream of `device_id` (the driver dereferences
+/// handles): a typed argument's `stream()`, a `NewArray::stream()`, or a handle its owner keeps
+/// alive.
 pub unsafe fn with_stream<R: Send>(
     device_id: i32,
-    stream: i64,
+    stream: crate::Stream,
     launch: impl FnOnce(&CudaStream) -> std::result::Result<R, DriverError> + Send,
 ) -> Result<R> {
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
-        let stream = StreamHandle::from_int(stream)?;
+        let stream = StreamHandle::from_int(stream.protocol_value())?;
         stream.check(device_id)?;
         let borrowed = stream.borrow(device_id)?;
         launch(&borrowed).map_err(cuda_error)
@@ -93,11 +94,13 @@ pub unsafe fn with_stream<R: Send>(
 }
 
 /// Make work queued later on stream `later` wait for the work queued so far on `earlier`
-/// (protocol values, device `device_id`), without blocking the host: for arguments that
-/// arrived on different streams.
+/// (device `device_id`), without blocking the host: for arguments that arrived on different
+/// streams.
 ///
 /// # Safety
-/// Both are 0, 1, 2 or live streams of `device_id` (as for `with_stream`).
-pub unsafe fn order_streams(device_id: i32, earlier: i64, later: i64) -> Result<()> {
-    super::stream::order(device_id, StreamHandle::from_int(earlier)?, StreamHandle::from_int(later)?.check(device_id)?)
+/// Both are default streams or live streams of `device_id` (as for `with_stream`).
+pub unsafe fn order_streams(device_id: i32, earlier: crate::Stream, later: crate::Stream) -> Result<()> {
+    let (earlier, later) =
+        (StreamHandle::from_int(earlier.protocol_value())?, StreamHandle::from_int(later.protocol_value())?);
+    super::stream::order(device_id, earlier, later.check(device_id)?)
 }

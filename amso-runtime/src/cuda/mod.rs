@@ -8,29 +8,33 @@
 //!
 //! cudarc's safe layer carries contexts (`CudaContext`, one primary context per device),
 //! amso's own streams and borrowed foreign ones (`CudaStream`, `wrap_borrowed_stream`),
-//! events (`CudaEvent`), modules (`CudaModule`) and kernel launches (the launch builder, with
-//! `DeviceRepr` for amso's device indexers). Raw `cudarc::driver::sys` calls remain where
-//! that layer cannot serve, each with its reason at the call:
+//! modules (`CudaModule`) and kernel launches (the launch builder, with `DeviceRepr` for
+//! amso's device indexers). Memory is amso's own (its pool, `cuMemAllocAsync` with a release
+//! threshold, a user's allocator, a foreign producer's address), not a `CudaSlice` that frees
+//! itself, so allocation, events, waits, zeroing and peer copies go through cudarc's `result`
+//! layer. Raw `cudarc::driver::sys` calls remain only where neither layer serves:
 //! - context push/pop (`context.rs`): cudarc binds with `cuCtxSetCurrent`, which would leave
 //!   the caller's thread (PyTorch's, CuPy's) on amso's device afterwards;
-//! - device memory, pinned memory and transfers (`memory.rs`, `alloc.rs`, `transfer.rs`):
-//!   amso's memory comes from its own pool, from `cuMemAllocAsync` with a release threshold,
-//!   from a user's allocator, or from a foreign producer by address, while cudarc's
-//!   `CudaSlice` owns and frees its allocation itself; copies run between those raw pointers;
-//! - pointer and stream queries (`driver.rs`, `stream.rs`, `capture.rs`), which cudarc does
-//!   not wrap or wraps only behind a context bind on every call;
+//! - host-device copies (`transfer.rs`): `result`'s take Rust slices, but these run between
+//!   raw pointers and outlive the call (asynchronous copies), and `cuMemcpyAsync` (unified
+//!   addressing) is not wrapped;
+//! - pointer attributes (`driver.rs`) and capture status and mode (`capture.rs`): not wrapped;
+//! - interprocess handles (`ipc.rs`): not wrapped, and an interprocess event needs two event
+//!   flags at once, which `result::event::create`'s single enum value cannot carry;
 //! - NVRTC to CUBIN (`compile.rs`): cudarc's `compile_ptx` returns PTX only.
 
+pub(crate) mod add_index;
 pub(crate) mod alloc;
 pub(crate) mod capture;
 pub(crate) mod compile;
 pub(crate) mod context;
 pub(crate) mod deferred;
+pub(crate) mod device_memory;
 pub(crate) mod driver;
+// Process-to-process sharing is reached from Python only (`MemArray.share`).
+#[cfg(feature = "python")]
 pub(crate) mod ipc;
 mod kernel;
-pub(crate) mod kernels;
-pub(crate) mod memory;
 pub(crate) mod stream;
 pub(crate) mod transfer;
 

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 
 /// A CUDA stream as a raw handle value; `LEGACY` also stands for the null stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct StreamHandle(usize);
+pub(crate) struct StreamHandle(usize);
 
 // The driver's special handles (cuda.h: CU_STREAM_LEGACY, CU_STREAM_PER_THREAD).
 const LEGACY_HANDLE: usize = 0x1;
@@ -21,14 +21,14 @@ const PER_THREAD_HANDLE: usize = 0x2;
 
 impl StreamHandle {
     /// The legacy default stream.
-    pub const LEGACY: StreamHandle = StreamHandle(LEGACY_HANDLE);
+    pub(crate) const LEGACY: StreamHandle = StreamHandle(LEGACY_HANDLE);
     /// The per-thread default stream.
-    pub const PER_THREAD: StreamHandle = StreamHandle(PER_THREAD_HANDLE);
+    pub(crate) const PER_THREAD: StreamHandle = StreamHandle(PER_THREAD_HANDLE);
 
     /// A stream from the integer callers pass (`move_memory(stream=...)`, `__dlpack__`,
     /// `__cuda_array_interface__`): 0 and 1 the legacy default stream, 2 the per-thread
     /// default stream, anything larger a `cudaStream_t` / `CUstream` handle.
-    pub fn from_int(value: i64) -> Result<StreamHandle> {
+    pub(crate) fn from_int(value: i64) -> Result<StreamHandle> {
         match value {
             0 | 1 => Ok(StreamHandle::LEGACY),
             2 => Ok(StreamHandle::PER_THREAD),
@@ -40,7 +40,7 @@ impl StreamHandle {
     }
 
     /// The raw handle for driver calls.
-    pub fn raw(self) -> sys::CUstream {
+    pub(crate) fn raw(self) -> sys::CUstream {
         self.0 as sys::CUstream
     }
 
@@ -53,7 +53,7 @@ impl StreamHandle {
     }
 
     /// The value to publish in protocols (1 legacy, 2 per-thread, else the handle).
-    pub fn as_int(self) -> i64 {
+    pub(crate) fn as_int(self) -> i64 {
         self.0 as i64
     }
 
@@ -96,13 +96,12 @@ static AMSO_STREAMS: OnceLock<Vec<OnceLock<StreamHandle>>> = OnceLock::new();
 /// amso's own non-blocking stream on `device_id`, created once and never destroyed, so the
 /// handle it publishes (in `__cuda_array_interface__`) stays valid. After the first call per
 /// device, a lock-free read.
-pub fn amso_stream(device_id: i32) -> Result<StreamHandle> {
-    crate::cuda::driver::check_device(device_id)?;
+pub(crate) fn amso_stream(device_id: i32) -> Result<StreamHandle> {
     let slots = AMSO_STREAMS.get_or_init(|| {
         let count = crate::cuda::driver::device_count().unwrap_or(0);
         (0..count).map(|_| OnceLock::new()).collect()
     });
-    let slot = &slots[device_id as usize]; // in range: checked above
+    let slot = crate::cuda::driver::per_device(slots, device_id)?;
     if let Some(&stream) = slot.get() {
         return Ok(stream);
     }

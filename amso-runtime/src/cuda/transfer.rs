@@ -1,36 +1,32 @@
 //! Host <-> device copies on a stream. Pinned host memory goes straight to the copy engines
 //! (asynchronous). Pageable memory of two chunks or more is pipelined through pinned staging
-//! chunks: a crew of host threads (`crew.rs`) fills (or drains) the next chunks while the copy
+//! chunks: a crew of host threads (`staging/crew.rs`) fills (or drains) the next chunks while the copy
 //! engine moves the previous ones. Pageable copies return once the host memory may be reused.
 //!
 //! The drain writes the caller's memory with non-temporal stores, which skip reading it into
 //! the cache first; the fill uses ordinary stores, which leave the chunk in the cache for the
-//! copy engine to read (`streaming_copy.rs` has the measurements).
+//! copy engine to read (`staging/streaming_copy.rs`).
 
 use std::cell::Cell;
 use std::sync::Mutex;
 
-use cudarc::driver::sys;
+use cudarc::driver::{result, sys};
 
 use super::context::{context, Current};
+use super::device_memory::PinnedMemory;
 use super::driver::cuda_error;
-use super::memory::PinnedMemory;
 use super::stream::StreamHandle;
-use crate::crew;
 use crate::error::Result;
-use crate::streaming_copy::copy_streaming;
+use crate::staging::crew;
+use crate::staging::streaming_copy::copy_streaming;
 
-/// Bytes per staging chunk. With `DEPTH` and `MAX_WORKERS`, chosen by sweeps on the H100
-/// machines (16 cores, 256 MiB copies). With threads meeting at a barrier per chunk
-/// (`benchmarks/results/2026-11-22-h100-issue15-levers/staging_sweep.md`), 16 MiB, 4 in flight
-/// and 12 threads beat 8 MiB, 64 MiB and 16 threads. With the crew (`benchmarks/results/
-/// 2026-11-23-h100-staging/probe/crew_sweep.txt`, three processes per shape), 16 MiB and 4
-/// stayed best: 0.82-0.85 of pinned bandwidth host-to-device, 0.87-0.89 device-to-host;
-/// 8 MiB x 4 drained at 0.73-0.79, and 8 MiB x 8, 4 MiB x 8 and 32 MiB x 2 fell to 0.74-0.77
-/// host-to-device in their worst process. Copies below `PIPELINE_MIN` (32 MiB) use
-/// the driver's own staging. The staging memory is kept for reuse: DEPTH * CHUNK = 64 MiB of
-/// pinned memory per pageable copy running at the same time.
-pub const CHUNK: usize = 16 << 20;
+/// Bytes per staging chunk. 16 MiB chunks, 4 in flight (`DEPTH`), keep the copy engine busy
+/// while the host crew fills or drains the next chunk: on an H100 host a pageable copy reaches
+/// over 0.8 of the pinned bandwidth this way, and smaller or fewer chunks leave the engine
+/// waiting. Copies below `PIPELINE_MIN` (32 MiB) use the driver's own staging. The staging
+/// memory is kept for reuse: DEPTH * CHUNK = 64 MiB of pinned memory per pageable copy running
+/// at the same time.
+pub(crate) const CHUNK: usize = 16 << 20;
 /// Staging chunks in flight per pageable copy.
 const DEPTH: usize = 4;
 /// Most host threads copying one transfer (fewer when the machine has fewer cores).
@@ -41,7 +37,7 @@ const PIPELINE_MIN: usize = 2 * CHUNK;
 /// come free.
 const PIECE: usize = 1 << 20;
 
-// The schedules in `crew.rs` take chunk i's slot as i % DEPTH, and need two slots at least.
+// The schedules in `staging/crew.rs` take chunk i's slot as i % DEPTH, and need two slots at least.
 const _: () = assert!(DEPTH >= 2);
 
 static STAGING: Mutex<Vec<PinnedMemory>> = Mutex::new(Vec::new());
@@ -72,12 +68,10 @@ impl Staging {
             staging.slots.push(PinnedMemory::alloc_zeroed(CHUNK)?);
         }
         for _ in 0..DEPTH {
-            let mut event: sys::CUevent = std::ptr::null_mut();
-            // SAFETY: valid out-pointer; the caller made a context current.
-            unsafe { sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }
-                .result()
-                .map_err(cuda_error)?;
-            staging.events.push(event);
+            // The caller made a context current.
+            staging
+                .events
+                .push(result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(cuda_error)?);
         }
         Ok(staging)
     }
@@ -94,14 +88,14 @@ impl Drop for Staging {
         for &event in &self.events {
             // SAFETY: live events created in `take`, destroyed once here.
             unsafe {
-                done &= sys::cuEventSynchronize(event) == sys::CUresult::CUDA_SUCCESS;
-                let _ = sys::cuEventDestroy_v2(event);
+                done &= result::event::synchronize(event).is_ok();
+                let _ = result::event::destroy(event);
             }
         }
         if !done {
             // A failed call may have left a copy that no event covers: wait for the stream.
             // SAFETY: the transfer's stream, checked by its caller.
-            done = unsafe { sys::cuStreamSynchronize(self.stream.raw()) } == sys::CUresult::CUDA_SUCCESS;
+            done = unsafe { result::stream::synchronize(self.stream.raw()) }.is_ok();
         }
         if done {
             STAGING.lock().unwrap_or_else(|e| e.into_inner()).append(&mut self.slots);
@@ -136,12 +130,12 @@ impl crew::Engine for Copies<'_> {
         };
         queued.result().map_err(cuda_error)?;
         // SAFETY: a live event of `take`; the stream was checked by the caller.
-        unsafe { sys::cuEventRecord(self.staging.events[index % DEPTH], stream) }.result().map_err(cuda_error)
+        unsafe { result::event::record(self.staging.events[index % DEPTH], stream) }.map_err(cuda_error)
     }
 
     fn wait(&self, slot: usize) -> Result<()> {
         // SAFETY: a live event of `take`.
-        unsafe { sys::cuEventSynchronize(self.staging.events[slot]) }.result().map_err(cuda_error)
+        unsafe { result::event::synchronize(self.staging.events[slot]) }.map_err(cuda_error)
     }
 }
 
@@ -150,7 +144,7 @@ impl crew::Engine for Copies<'_> {
 /// # Safety
 /// `src` holds `bytes` readable bytes (kept alive until the copy completes when `pinned`),
 /// `dst` holds `bytes` on `device_id`.
-pub unsafe fn host_to_device(
+pub(crate) unsafe fn host_to_device(
     device_id: i32,
     dst: sys::CUdeviceptr,
     src: *const u8,
@@ -177,7 +171,7 @@ pub unsafe fn host_to_device(
 /// # Safety
 /// `dst` holds `bytes` writable bytes (kept alive until the copy completes when `pinned`),
 /// `src` holds `bytes` on `device_id`.
-pub unsafe fn device_to_host(
+pub(crate) unsafe fn device_to_host(
     device_id: i32,
     dst: *mut u8,
     src: sys::CUdeviceptr,
@@ -196,7 +190,7 @@ pub unsafe fn device_to_host(
             if !pinned {
                 // A pageable destination is only written once the copy has run.
                 // SAFETY: the stream was checked by the caller.
-                unsafe { sys::cuStreamSynchronize(stream.raw()) }.result().map_err(cuda_error)?;
+                unsafe { result::stream::synchronize(stream.raw()) }.map_err(cuda_error)?;
             }
             return Ok(());
         }
@@ -208,7 +202,7 @@ pub unsafe fn device_to_host(
 /// A pageable copy of `bytes` between the caller's host memory at `host` and `device`, through
 /// a staging ring: the crew fills the slots and the engine sends them (`to_device`), or the
 /// engine fills them and the crew drains them into the caller's memory with non-temporal
-/// stores (`streaming_copy.rs`). Returns once the caller's memory may be reused.
+/// stores (`staging/streaming_copy.rs`). Returns once the caller's memory may be reused.
 ///
 /// # Safety
 /// `host` holds `bytes` bytes, readable when sending and writable when receiving; `device`
@@ -257,7 +251,7 @@ unsafe fn staged(
 ///
 /// # Safety
 /// Both ranges hold `bytes` bytes.
-pub unsafe fn device_to_device(
+pub(crate) unsafe fn device_to_device(
     device_id: i32,
     dst: sys::CUdeviceptr,
     src: sys::CUdeviceptr,
@@ -279,7 +273,7 @@ pub unsafe fn device_to_device(
 ///
 /// # Safety
 /// Both ranges hold `bytes` bytes of their devices' memory.
-pub unsafe fn device_to_peer(
+pub(crate) unsafe fn device_to_peer(
     dst_device: i32,
     dst: sys::CUdeviceptr,
     src_device: i32,
@@ -296,8 +290,7 @@ pub unsafe fn device_to_peer(
         let (dst_context, src_context) =
             (context(dst_device)?.cu_ctx() as usize, context(src_device)?.cu_ctx() as usize);
         // SAFETY: the caller guarantees both ranges; both contexts are retained for the process.
-        unsafe { sys::cuMemcpyPeerAsync(dst, dst_context as _, src, src_context as _, bytes, stream.raw()) }
-            .result()
+        unsafe { result::memcpy_peer_async(dst_context as _, dst, src_context as _, src, bytes, stream.raw()) }
             .map_err(cuda_error)
     })
 }
@@ -307,7 +300,7 @@ fn chunks(bytes: usize) -> Vec<(usize, usize)> {
 }
 
 /// Host threads for one pageable copy: one core cannot saturate the host's memory bandwidth,
-/// and more than `MAX_WORKERS` were slower in the sweep.
+/// and more than `MAX_WORKERS` measure slower.
 fn workers() -> usize {
     std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(2, MAX_WORKERS)
 }
@@ -316,13 +309,13 @@ fn workers() -> usize {
 ///
 /// # Safety
 /// `dst` holds `bytes` bytes of device memory of `device_id`, not in use by other work.
-pub unsafe fn zero(device_id: i32, dst: u64, bytes: usize, stream: StreamHandle) -> Result<()> {
+pub(crate) unsafe fn zero(device_id: i32, dst: u64, bytes: usize, stream: StreamHandle) -> Result<()> {
     if bytes == 0 {
         return Ok(());
     }
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
         // SAFETY: forwarded from the caller; the memset is queued on `stream`.
-        unsafe { sys::cuMemsetD8Async(dst, 0, bytes, stream.raw()) }.result().map_err(cuda_error)
+        unsafe { result::memset_d8_async(dst, 0, bytes, stream.raw()) }.map_err(cuda_error)
     })
 }

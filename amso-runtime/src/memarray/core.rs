@@ -15,7 +15,7 @@ use crate::shape;
 use crate::MAX_NDIM;
 
 /// An array of any element type and rank, in C (row-major) order.
-pub struct ArrayCore {
+pub(crate) struct ArrayCore {
     ops: &'static ElementOps,
     ndim: usize,
     /// The first `ndim` entries are the shape.
@@ -40,7 +40,7 @@ impl ArrayCore {
     ) -> Result<Self> {
         options.check()?;
         let (shape, bytes) = shape::checked_shape(dims, ndim, ops.itemsize())?;
-        let host = HostBuffer::for_options(bytes, &options)?;
+        let host = HostBuffer::zeroed_for(bytes, options.pinned)?;
         #[allow(unused_mut)] // only changed with the CUDA layer
         let mut array = Self::assemble(&shape[..ndim], ops, Arc::new(host), options, Residence::Host);
         #[cfg(feature = "cuda")]
@@ -302,14 +302,14 @@ impl ArrayCore {
         self.move_memory(Device::cuda(self.device_id), stream, true, lock)?;
         let device_id = self.device_id;
         let stream = self.device.begin(device_id, stream)?;
-        let mut any_rank = crate::cuda::kernels::AnyRankIndexer { data: self.device_address(), shape: [0; MAX_NDIM] };
+        let mut any_rank = crate::cuda::add_index::AnyRankIndexer { data: self.device_address(), shape: [0; MAX_NDIM] };
         for (slot, &dim) in any_rank.shape.iter_mut().zip(self.shape()) {
             *slot = dim as u64;
         }
         // SAFETY: the indexer describes this array's live device memory of its dtype on
         // `device_id`; the launch copies it by value before returning.
         unsafe {
-            crate::cuda::kernels::launch_add_index(self.dtype(), self.ndim, &any_rank, device_id, stream.handle)
+            crate::cuda::add_index::launch_add_index(self.dtype(), self.ndim, &any_rank, device_id, stream.handle)
         }?;
         self.device.end(device_id, stream, false)
     }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::cuda::capture;
-use crate::cuda::memory::DeviceMemory;
+use crate::cuda::device_memory::DeviceMemory;
 use crate::cuda::stream::{self, Checked, StreamHandle};
 use crate::cuda::transfer;
 use crate::cuda::{context::Current, driver::check_device};
@@ -106,7 +106,7 @@ impl DeviceSide {
             ));
         }
         if options.managed || options.shareable {
-            let stream = crate::stream_context::resolve(None);
+            let stream = crate::current_stream::resolve(None);
             crate::gil::released(|| -> Result<()> {
                 let stream = self.begin(options.device_id, stream)?;
                 let memory = if options.managed {
@@ -126,7 +126,7 @@ impl DeviceSide {
         if !options.on_device {
             return Ok(Residence::Host);
         }
-        let stream = crate::stream_context::resolve(None);
+        let stream = crate::current_stream::resolve(None);
         self.allocate(options.device_id, bytes, stream, !options.uninitialized)?;
         Ok(Residence::Device)
     }

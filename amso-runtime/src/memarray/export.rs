@@ -75,7 +75,7 @@ pub(crate) enum HeldMemory {
     Host(Arc<crate::host::HostBuffer>),
     /// The device memory.
     #[cfg(feature = "cuda")]
-    Device(Arc<crate::cuda::memory::DeviceMemory>),
+    Device(Arc<crate::cuda::device_memory::DeviceMemory>),
 }
 
 /// An array's memory held in place: what it holds, its first element, where it is, whether it
@@ -128,7 +128,7 @@ fn copy_to_device(
     raw: &RawView<'_>,
     target: crate::device::Device,
 ) -> Result<(*mut u8, Arc<dyn Any + Send + Sync>, bool)> {
-    use crate::cuda::{memory::DeviceMemory, stream, transfer};
+    use crate::cuda::{device_memory::DeviceMemory, stream, transfer};
     use crate::host::HostBuffer;
     let bytes = raw.nbytes;
     match (raw.residence, target.device_type) {

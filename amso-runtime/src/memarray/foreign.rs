@@ -32,7 +32,7 @@ pub struct ForeignMemory {
 /// # Safety
 /// When `1 <= t.ndim <= MAX_NDIM`, `t.shape` and `t.strides` are NULL or hold `t.ndim`
 /// entries (DLPack's contract; nothing is read for other `ndim`).
-pub unsafe fn tensor_dims(t: &DLTensor) -> Result<Vec<i64>> {
+pub(crate) unsafe fn tensor_dims(t: &DLTensor) -> Result<Vec<i64>> {
     if t.ndim < 1 || t.ndim as usize > MAX_NDIM {
         return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", t.ndim)));
     }
@@ -52,7 +52,7 @@ pub unsafe fn tensor_dims(t: &DLTensor) -> Result<Vec<i64>> {
 
 /// Refuse foreign dimensions amso cannot wrap: an ndim outside `1..=MAX_NDIM`, or a negative
 /// dimension.
-pub fn check_dims(dims: &[i64]) -> Result<()> {
+pub(crate) fn check_dims(dims: &[i64]) -> Result<()> {
     if dims.is_empty() || dims.len() > MAX_NDIM {
         return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", dims.len())));
     }
@@ -64,7 +64,7 @@ pub fn check_dims(dims: &[i64]) -> Result<()> {
 
 /// Refuse `strides` that are not C-contiguous for `dims`; `unit` is what one stride step
 /// counts: 1 for DLPack (elements), the itemsize for the CUDA array interface (bytes).
-pub fn check_c_contiguous(dims: &[i64], strides: &[i64], unit: i64) -> Result<()> {
+pub(crate) fn check_c_contiguous(dims: &[i64], strides: &[i64], unit: i64) -> Result<()> {
     let mut expected = unit;
     for axis in (0..dims.len()).rev() {
         if dims[axis] > 1 && strides.get(axis) != Some(&expected) {
@@ -99,8 +99,7 @@ pub fn check_major_version(major: u32) -> Result<()> {
 pub unsafe fn claim(t: &DLTensor) -> Result<(Vec<i64>, usize, Device)> {
     // SAFETY: forwarded from the caller.
     let dims = unsafe { tensor_dims(t) }?;
-    let device =
-        Device { device_type: DeviceType::from_dlpack(t.device.device_type.0 as i32)?, id: t.device.device_id };
+    let device = Device { device_type: DeviceType::from_code(t.device.device_type.0 as i32)?, id: t.device.device_id };
     let on_device = matches!(device.device_type, DeviceType::Cuda | DeviceType::CudaManaged);
     if device.id < 0 || (!on_device && device.id != 0) {
         return Err(Error::InvalidArgument(format!(
@@ -150,7 +149,13 @@ impl ForeignMemory {
         // SAFETY: forwarded from the caller.
         let device = unsafe {
             let managed = self.device.device_type == DeviceType::CudaManaged;
-            crate::cuda::memory::DeviceMemory::foreign(self.device.id, self.address as u64, bytes, self.owner, managed)
+            crate::cuda::device_memory::DeviceMemory::foreign(
+                self.device.id,
+                self.address as u64,
+                bytes,
+                self.owner,
+                managed,
+            )
         };
         Ok(super::device_side::DeviceSide::with_memory(Arc::new(device)))
     }

@@ -15,19 +15,21 @@ pub(crate) mod core;
 pub(crate) mod device_side;
 pub(crate) mod export;
 pub(crate) mod foreign;
+mod guard;
 
 use std::marker::PhantomData;
 
 use self::core::ArrayCore;
-use crate::device::{Device, Residence};
+use crate::device::{Device, Residence, Stream};
 use crate::element::{read_element, read_elements, Element, ElementOps};
 use crate::error::{Error, Result};
 use crate::indexer::{HostIndexer, HostIndexerMut};
-use crate::lock::{check_access, LockGuard, LockId};
+use crate::lock::{check_access, LockId};
 use crate::shape;
 use crate::MAX_NDIM;
 
 pub use foreign::ForeignMemory;
+pub use guard::LockGuard;
 
 /// Construction options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -179,8 +181,10 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         self.core.nbytes()
     }
 
-    /// The CUDA device this array moves to.
-    pub fn device_id(&self) -> i32 {
+    /// The CUDA device the array belongs to: where its device data is, and where a move to
+    /// the device without another id puts it. [`device`](Self::device) is where the current
+    /// data is (the host, or this device).
+    pub fn cuda_device_id(&self) -> i32 {
         self.core.device_id()
     }
 
@@ -365,20 +369,19 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         self.core.export_count()
     }
 
-    /// Move the current data to `target`, copying on `stream` (0 or 1: legacy default
-    /// stream, 2: per-thread default stream, else a stream handle). Returns at once when the
+    /// Move the current data to `target`, copying on `stream`. Returns at once when the
     /// data is already there; with `async_copy` it returns once the copy is queued (pinned
     /// host memory) instead of done. Device memory is kept after moving back to the host, and
     /// exports keep whatever memory they describe alive.
-    pub fn move_memory(&mut self, target: Device, stream: i64, async_copy: bool) -> Result<()> {
-        self.core.move_memory(target, stream, async_copy, None)
+    pub fn move_memory(&mut self, target: Device, stream: Stream, async_copy: bool) -> Result<()> {
+        self.core.move_memory(target, stream.protocol_value(), async_copy, None)
     }
 
     /// The MemArray design's kernel: add the sum of each element's indices to it, on the
     /// device (moving the data there first, on `stream`). Returns once the kernel is queued.
     #[cfg(feature = "cuda")]
-    pub fn add_index_tuple(&mut self, stream: i64) -> Result<()> {
-        self.core.add_index_tuple(stream, None)
+    pub fn add_index_tuple(&mut self, stream: Stream) -> Result<()> {
+        self.core.add_index_tuple(stream.protocol_value(), None)
     }
 
     /// What a kernel receives for this array's device data: its device address and shape.
@@ -389,18 +392,18 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         Ok(self.device_indexer_unchecked())
     }
 
-    /// The device indexer for a kernel launched on `stream` (a protocol value), which is first
+    /// The device indexer for a kernel launched on `stream`, which is first
     /// ordered after amso's pending work on the array. Call `record_work(stream)` after the
     /// launch so that amso's later work on the array waits for the kernel.
     ///
     /// # Safety
-    /// `stream` is 0, 1, 2 or a live stream of the array's device (the driver dereferences
-    /// handles).
+    /// `stream` is a default stream or a live stream of the array's device (the driver
+    /// dereferences handles).
     #[cfg(feature = "cuda")]
-    pub unsafe fn device_indexer_on(&mut self, stream: i64) -> Result<crate::indexer::DeviceIndexer<'_, T, N>> {
+    pub unsafe fn device_indexer_on(&mut self, stream: Stream) -> Result<crate::indexer::DeviceIndexer<'_, T, N>> {
         self.core.check_on_device()?;
         // SAFETY: forwarded from the caller.
-        unsafe { self.core.begin_on(stream) }?;
+        unsafe { self.core.begin_on(stream.protocol_value()) }?;
         Ok(self.device_indexer_unchecked())
     }
 
@@ -411,9 +414,9 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// # Safety
     /// As `device_indexer_on`.
     #[cfg(feature = "cuda")]
-    pub unsafe fn record_work(&mut self, stream: i64) -> Result<()> {
+    pub unsafe fn record_work(&mut self, stream: Stream) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.core.record_work(stream) }
+        unsafe { self.core.record_work(stream.protocol_value()) }
     }
 
     #[cfg(feature = "cuda")]
@@ -421,10 +424,10 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         crate::indexer::DeviceIndexer::new(self.core.device_address(), *self.shape())
     }
 
-    /// The stream a consumer of the device data must order after (1: legacy default,
-    /// 2: per-thread default, else a stream amso keeps alive); `None` on the host.
-    pub fn stream(&self) -> Option<i64> {
-        self.core.stream()
+    /// The stream a consumer of the device data must order after (a default stream, or a
+    /// stream amso keeps alive); `None` on the host.
+    pub fn stream(&self) -> Option<Stream> {
+        self.core.stream().map(Stream::from_protocol)
     }
 }
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::device::{Device, Residence};
+use crate::device::{Device, Residence, Stream};
 use crate::object::ArrayObject;
 use crate::Scalar;
 
@@ -9,7 +9,7 @@ fn new_arrays_are_zeroed_with_their_shape() {
     assert_eq!(a.shape(), &[2, 3, 4]);
     assert_eq!((a.size(), a.nbytes()), (24, 96));
     assert_eq!(a.to_vec().unwrap(), vec![0.0; 24]);
-    assert_eq!((a.residence(), a.on_device(), a.device_id()), (Residence::Host, false, 0));
+    assert_eq!((a.residence(), a.on_device(), a.cuda_device_id()), (Residence::Host, false, 0));
 }
 
 #[test]
@@ -107,11 +107,11 @@ fn indexer_matches_checked_access() {
 #[test]
 fn moving_to_cuda_is_a_clear_error_without_a_gpu() {
     let mut a = MemArray::<f32, 1>::new([2]).unwrap();
-    assert_eq!(a.move_memory(Device::CPU, 0, false), Ok(()));
+    assert_eq!(a.move_memory(Device::CPU, Stream::LEGACY, false), Ok(()));
     if cfg!(feature = "cuda") && crate_has_gpu() {
         return;
     }
-    let err = a.move_memory(Device::cuda(0), 0, false).unwrap_err();
+    let err = a.move_memory(Device::cuda(0), Stream::LEGACY, false).unwrap_err();
     assert!(matches!(err, Error::Unavailable(ref m) if m.contains("CUDA")), "{err}");
     assert_eq!(a.residence(), Residence::Host);
 }

@@ -20,9 +20,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::element::{DType, Element};
-use crate::header::Header;
 use crate::memarray::core::ArrayCore;
 use crate::memarray::MemArray;
+use crate::python::header::Header;
 
 /// Base class of every amso array class (Python name `amso._amso.MemArrayBase`).
 #[pyclass(subclass, frozen, module = "amso._amso", name = "MemArrayBase")]
@@ -247,14 +247,14 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
 
     /// See `MemArray::move_memory`; refused while buffer exports describe the host data, as
     /// the Python method is.
-    pub fn move_memory(&mut self, target: crate::Device, stream: i64, async_copy: bool) -> crate::Result<()> {
-        self.base.move_locked(self.array.core_mut(), target, stream, async_copy)
+    pub fn move_memory(&mut self, target: crate::Device, stream: crate::Stream, async_copy: bool) -> crate::Result<()> {
+        self.base.move_locked(self.array.core_mut(), target, stream.protocol_value(), async_copy)
     }
 
     /// See `MemArray::add_index_tuple`; refused while buffer exports describe the host data.
     #[cfg(feature = "cuda")]
-    pub fn add_index_tuple(&mut self, stream: i64) -> crate::Result<()> {
-        self.base.add_index_locked(self.array.core_mut(), stream)
+    pub fn add_index_tuple(&mut self, stream: crate::Stream) -> crate::Result<()> {
+        self.base.add_index_locked(self.array.core_mut(), stream.protocol_value())
     }
 
     /// See `MemArray::device_indexer`.
@@ -268,7 +268,7 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
     /// # Safety
     /// As `MemArray::device_indexer_on`.
     #[cfg(feature = "cuda")]
-    pub unsafe fn device_indexer_on(&mut self, stream: i64) -> crate::Result<crate::DeviceIndexer<'_, T, N>> {
+    pub unsafe fn device_indexer_on(&mut self, stream: crate::Stream) -> crate::Result<crate::DeviceIndexer<'_, T, N>> {
         // SAFETY: forwarded from the caller.
         unsafe { self.array.device_indexer_on(stream) }
     }
@@ -278,7 +278,7 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
     /// # Safety
     /// As `MemArray::record_work`.
     #[cfg(feature = "cuda")]
-    pub unsafe fn record_work(&mut self, stream: i64) -> crate::Result<()> {
+    pub unsafe fn record_work(&mut self, stream: crate::Stream) -> crate::Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { self.array.record_work(stream) }
     }

@@ -19,23 +19,24 @@ use crate::host::HostBuffer;
 use crate::MAX_NDIM;
 
 /// The PEP 3118 format of an element type, from its DLPack facts; `None` where PEP 3118 has
-/// no character for it (bfloat16).
+/// no character for it (bfloat16, the low-precision floats, packed vectors).
 fn format_of(dtype: &DType) -> Option<&'static CStr> {
+    use crate::element::dlpack_code::{BOOL, COMPLEX, FLOAT, INT, UINT};
     Some(match (dtype.code, dtype.bits, dtype.lanes) {
-        (0, 8, 1) => c"b",
-        (0, 16, 1) => c"h",
-        (0, 32, 1) => c"i",
-        (0, 64, 1) => c"q",
-        (1, 8, 1) => c"B",
-        (1, 16, 1) => c"H",
-        (1, 32, 1) => c"I",
-        (1, 64, 1) => c"Q",
-        (2, 16, 1) => c"e",
-        (2, 32, 1) => c"f",
-        (2, 64, 1) => c"d",
-        (5, 64, 1) => c"Zf",
-        (5, 128, 1) => c"Zd",
-        (6, 8, 1) => c"?",
+        (INT, 8, 1) => c"b",
+        (INT, 16, 1) => c"h",
+        (INT, 32, 1) => c"i",
+        (INT, 64, 1) => c"q",
+        (UINT, 8, 1) => c"B",
+        (UINT, 16, 1) => c"H",
+        (UINT, 32, 1) => c"I",
+        (UINT, 64, 1) => c"Q",
+        (FLOAT, 16, 1) => c"e",
+        (FLOAT, 32, 1) => c"f",
+        (FLOAT, 64, 1) => c"d",
+        (COMPLEX, 64, 1) => c"Zf",
+        (COMPLEX, 128, 1) => c"Zd",
+        (BOOL, 8, 1) => c"?",
         _ => return None,
     })
 }

@@ -15,8 +15,8 @@ use super::recognize;
 use super::registry;
 use super::Instantiation;
 use crate::error::code;
-use crate::header::{Header, HEADER_MAGIC, HEADER_VERSION};
 use crate::object::ArrayType;
+use crate::python::header::{Header, HEADER_MAGIC, HEADER_VERSION};
 
 /// The opaque handle C sees.
 pub type Handle = *const Header;
@@ -41,7 +41,7 @@ pub(crate) fn guard(body: impl FnOnce() -> c_int) -> c_int {
 /// The message of this thread's last error ("" if none); valid until the next amso call on
 /// this thread.
 #[no_mangle]
-pub extern "C" fn amso_last_error() -> *const c_char {
+pub(crate) extern "C" fn amso_last_error() -> *const c_char {
     LAST_ERROR.with(|last| last.borrow().as_ptr())
 }
 
@@ -58,7 +58,7 @@ static LAST_TYPE: AtomicUsize = AtomicUsize::new(0);
 /// # Safety
 /// `object` is NULL or a live Python object; the GIL is held.
 #[no_mangle]
-pub unsafe extern "C" fn amso_get_handle(object: *mut ffi::PyObject, out: *mut Handle) -> c_int {
+pub(crate) unsafe extern "C" fn amso_get_handle(object: *mut ffi::PyObject, out: *mut Handle) -> c_int {
     if object.is_null() || out.is_null() {
         return fail(code::NULL_ARGUMENT, "amso_get_handle: NULL object or output pointer");
     }
@@ -126,6 +126,7 @@ macro_rules! getter {
         /// # Safety
         /// `handle` comes from `amso_get_handle` and its object is alive; `out` is writable.
         #[no_mangle]
+        #[allow(unreachable_pub)] // a C symbol of the extension, exported by `no_mangle`
         pub unsafe extern "C" fn $name(handle: Handle, out: *mut $ty) -> c_int {
             guard(|| read(handle, out, |$h| $value))
         }
@@ -162,7 +163,7 @@ getter! {
 }
 
 /// What a typed export checks an object against: its class, by the class's own lookup.
-pub struct ClassFacts {
+pub(crate) struct ClassFacts {
     type_object: fn(Python<'_>) -> *mut ffi::PyTypeObject,
     dtype: &'static str,
     ndim: usize,
@@ -170,7 +171,7 @@ pub struct ClassFacts {
 
 impl ClassFacts {
     /// The facts of class `C`.
-    pub const fn of<C: Instantiation>() -> ClassFacts {
+    pub(crate) const fn of<C: Instantiation>() -> ClassFacts {
         ClassFacts { type_object: C::type_object_raw, dtype: C::Array::OPS.dtype.name, ndim: C::Array::NDIM }
     }
 }
@@ -247,7 +248,7 @@ unsafe fn class_field<T>(
 
 /// The table behind generated/amso.h's `amso_import()`; its layout is `amso_c_api` there.
 #[repr(C)]
-pub struct CApi {
+pub(crate) struct CApi {
     version: u32,
     struct_size: u32,
     header_version: u32,
@@ -270,7 +271,7 @@ pub struct CApi {
 }
 
 /// Version of the `CApi` table; bumped when functions are added.
-pub const C_API_VERSION: u32 = 1;
+pub(crate) const C_API_VERSION: u32 = 1;
 
 static C_API: CApi = CApi {
     version: C_API_VERSION,
@@ -295,7 +296,7 @@ static C_API: CApi = CApi {
 };
 
 /// The `amso._amso._C_API` capsule.
-pub fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
+pub(crate) fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
     // SAFETY: a static table and a static name; no destructor is needed.
     let capsule =
         unsafe { ffi::PyCapsule_New((&C_API as *const CApi).cast_mut().cast(), c"amso._amso._C_API".as_ptr(), None) };

@@ -11,7 +11,7 @@ use crate::element::{DType, Scalar};
 use crate::MAX_NDIM;
 
 /// A shape as Python gives it: an integer or a sequence of integers.
-pub struct ShapeArg(pub Vec<i64>);
+pub(super) struct ShapeArg(pub Vec<i64>);
 
 impl<'a, 'py> FromPyObject<'a, 'py> for ShapeArg {
     type Error = PyErr;
@@ -63,7 +63,7 @@ impl ShapeArg {
 /// streams), which returns `(version, handle)`. A NULL handle (0: CuPy's and PyTorch's
 /// default stream) is the legacy default stream and reads as 1, so that no reader mistakes it
 /// for "no stream given".
-pub struct StreamArg(pub Option<i64>);
+pub(super) struct StreamArg(pub Option<i64>);
 
 fn handle(value: i64) -> StreamArg {
     StreamArg(Some(if value == 0 { 1 } else { value }))
@@ -116,7 +116,7 @@ fn index_like(obj: &Borrowed<'_, '_, PyAny>) -> PyResult<Option<i64>> {
 }
 
 /// A Python index (`i` or `(i, j, ...)`) as integers; slices and other keys are a TypeError.
-pub fn parse_index(key: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+pub(super) fn parse_index(key: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
     let unsupported = || {
         PyTypeError::new_err(format!(
             "amso arrays take integer indices only, as a[i] or a[i, j, ...], got {}; \
@@ -140,7 +140,7 @@ pub fn parse_index(key: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
 }
 
 /// A scalar as the Python object NumPy's `.item()` would give.
-pub fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Bound<'_, PyAny>> {
+pub(super) fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Bound<'_, PyAny>> {
     Ok(match value {
         Scalar::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
         Scalar::Int(i) => i.into_pyobject(py)?.into_any(),
@@ -151,7 +151,7 @@ pub fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Bound<'_, PyAny>>
 }
 
 /// A Python number as a scalar for an element of `dtype`.
-pub fn scalar_from_py(value: &Bound<'_, PyAny>, dtype: &DType) -> PyResult<Scalar> {
+pub(super) fn scalar_from_py(value: &Bound<'_, PyAny>, dtype: &DType) -> PyResult<Scalar> {
     let py = value.py();
     if value.is_instance_of::<PyBool>() {
         return Ok(Scalar::Bool(value.extract()?));
@@ -202,14 +202,14 @@ fn is_complex(value: &Bound<'_, PyAny>) -> PyResult<bool> {
 }
 
 /// The NumPy module.
-pub fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+pub(super) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     NUMPY.import_module(py, "numpy")
 }
 
 /// The NumPy dtype object of `dtype` (cached), importing the module that defines it if NumPy
 /// does not (bfloat16 from ml_dtypes).
-pub fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
+pub(super) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
     static CACHE: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
     let cache = CACHE.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
     if let Some(found) = cache.get_item(dtype.name)? {
@@ -244,7 +244,7 @@ impl ImportModule for PyOnceLock<Py<PyModule>> {
 
 /// `max_version` of `__dlpack__`: a `(major, minor)` tuple of non-negative ints. Read by hand:
 /// NumPy passes it on every import, and generic tuple extraction costs more than the export.
-pub fn dlpack_version(value: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
+pub(super) fn dlpack_version(value: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
     let wrong = || {
         PyTypeError::new_err(format!(
             "max_version must be a (major, minor) tuple of ints, got {}",
@@ -273,7 +273,7 @@ pub fn dlpack_version(value: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
 /// Parse a generated constructor's `(shape, device_id=0, *, readonly=False, pinned=False,
 /// on_device=False, uninitialized=False, managed=False, shareable=False)`, once for every class (instead of one parser
 /// generated per class).
-pub fn constructor_args(
+pub(super) fn constructor_args(
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
 ) -> PyResult<(ShapeArg, crate::memarray::ArrayOptions)> {
@@ -319,14 +319,14 @@ pub fn constructor_args(
 }
 
 /// A constructor's boolean option `name`.
-pub fn flag_arg(name: &str, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+pub(super) fn flag_arg(name: &str, value: &Bound<'_, PyAny>) -> PyResult<bool> {
     value
         .extract::<bool>()
         .map_err(|_| PyTypeError::new_err(format!("{name} must be a bool, got {}", type_name(&value.as_borrowed()))))
 }
 
 /// A constructor's `device_id`.
-pub fn device_id_arg(value: &Bound<'_, PyAny>) -> PyResult<i32> {
+pub(super) fn device_id_arg(value: &Bound<'_, PyAny>) -> PyResult<i32> {
     value
         .extract::<i32>()
         .map_err(|_| PyTypeError::new_err(format!("device_id must be an int, got {}", type_name(&value.as_borrowed()))))

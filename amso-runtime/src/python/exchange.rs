@@ -41,12 +41,12 @@ static API: Table = Table(DLPackExchangeAPI {
 });
 
 /// Address of the static table (`__c_dlpack_exchange_api__`).
-pub fn api_address() -> usize {
+pub(super) fn api_address() -> usize {
     &API.0 as *const DLPackExchangeAPI as usize
 }
 
 /// The "dlpack_exchange_api" capsule (`__dlpack_c_exchange_api__`).
-pub fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
+pub(super) fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
     // SAFETY: a static table and name; no destructor is needed.
     let capsule = unsafe { ffi::PyCapsule_New(api_address() as *mut c_void, c"dlpack_exchange_api".as_ptr(), None) };
     // SAFETY: a new reference or NULL with an exception set.
@@ -71,7 +71,7 @@ fn python_call(body: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
 
 /// The header of the amso array `object`, borrowed for as long as `object` is; a locked array
 /// is refused (exports happen inside the `with` block that holds it).
-fn unlocked_header<'a>(object: &'a Bound<'_, PyAny>) -> PyResult<&'a crate::header::Header> {
+fn unlocked_header<'a>(object: &'a Bound<'_, PyAny>) -> PyResult<&'a crate::python::header::Header> {
     let header = super::recognize::header_of_object(object).ok_or_else(|| {
         let kind = object.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
         PyTypeError::new_err(format!("a {kind} object is not an amso array"))
@@ -129,7 +129,7 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
         if let Ok(array) = object.cast::<MemArrayBase>() {
             // "No sync" means the consumer works on `current_work_stream`; amso orders its own
             // pending work on the array before that stream, so the consumer needs nothing else.
-            let work = crate::stream_context::current().unwrap_or(1);
+            let work = crate::current_stream::current().unwrap_or(1);
             let tensor = array.get().read(py, |array| export_for_stream(array, work))?;
             let RawManaged::Versioned(raw) = tensor.into_raw() else { unreachable!("asked for a versioned tensor") };
             // SAFETY: checked non-null above.
@@ -210,11 +210,11 @@ unsafe extern "C" fn managed_tensor_allocator(
                         registry::compiled()
                     ))
                 })?;
-            let device = DeviceType::from_dlpack(t.device.device_type.0 as i32)?;
+            let device = DeviceType::from_code(t.device.device_type.0 as i32)?;
             let device_id = if device == DeviceType::Cuda { t.device.device_id } else { 0 };
             let mut array = registration.create(&dims, ArrayOptions { device_id, ..Default::default() })?;
             if device == DeviceType::Cuda {
-                array.move_memory(Device::cuda(device_id), crate::stream_context::resolve(None), false, None)?;
+                array.move_memory(Device::cuda(device_id), crate::current_stream::resolve(None), false, None)?;
             }
             let target = array.raw_view().device();
             let plan = crate::dlpack::ExportPlan {
@@ -255,7 +255,7 @@ unsafe extern "C" fn current_work_stream(device_type: DLDeviceType, _device_id: 
     if out.is_null() {
         return python_call(|_| Err(PyValueError::new_err("current_work_stream: NULL output pointer")));
     }
-    let stream = match (device_type.0, crate::stream_context::current()) {
+    let stream = match (device_type.0, crate::current_stream::current()) {
         (2, Some(value)) if value > 1 => value as usize as *mut c_void,
         _ => std::ptr::null_mut(),
     };

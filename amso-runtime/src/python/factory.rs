@@ -45,7 +45,7 @@ pub(crate) fn empty(
 #[pyfunction(name = "_new_array")]
 #[pyo3(signature = (shape, dtype=None, device_id=None, *, readonly=None, pinned=None, on_device=None, managed=None, shareable=None))]
 #[allow(clippy::too_many_arguments)] // Python's keywords, one each
-pub(crate) fn new_array(
+pub(crate) fn zeroed_array(
     shape: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
     device_id: Option<&Bound<'_, PyAny>>,

@@ -57,7 +57,7 @@ pub(super) fn wrap_tensor(py: Python<'_>, owner: ManagedTensor) -> PyResult<Py<P
 /// `__dlpack__` itself.
 #[pyfunction]
 #[pyo3(signature = (obj, *, copy = None))]
-pub fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<Py<PyAny>> {
+pub(super) fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<Py<PyAny>> {
     if !obj.hasattr(pyo3::intern!(py, "__dlpack__"))? {
         return Err(PyTypeError::new_err(format!(
             "{} has no __dlpack__; amso.asarray also takes the CUDA array interface and the buffer protocol",
@@ -76,7 +76,7 @@ pub fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<bool>) -
 /// `amso._amso._wrap(obj)`: an amso array over `obj`'s memory by the first protocol it speaks
 /// (what `amso.asarray` tries before copying); a BufferError when it speaks none.
 #[pyfunction(name = "_wrap")]
-pub fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+pub(super) fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     crate::process::join(py)?;
     let protocol = source::protocol_of(obj)?.ok_or_else(|| {
         PyBufferError::new_err(format!(
@@ -92,7 +92,7 @@ pub fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
 /// describes with `__cuda_array_interface__` (version 2 or 3), keeping `obj` alive. A v3
 /// `stream` is honoured: amso's work on the array waits for it.
 #[pyfunction]
-pub fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+pub(super) fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let request = Request { c_contiguous: true, ..Request::default() };
     wrap_source(py, source::acquire_as(obj, Protocol::Interface, request)?, Some(obj))
 }

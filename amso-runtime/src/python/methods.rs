@@ -10,19 +10,19 @@ use pyo3::types::{PyDict, PyTuple};
 
 use super::array::MemArrayBase;
 use super::capsule::dlpack_call;
-use super::context::DLPackContext;
 use super::convert::{numpy_dtype, parse_index, scalar_from_py, scalar_to_py, StreamArg};
+use super::dlpack_context::DLPackContext;
 use super::iteration::ArrayIterator;
 use crate::device::{Device, DeviceType};
-use crate::header::{FLAG_ON_DEVICE, FLAG_PINNED, FLAG_READONLY};
 use crate::lock::LockId;
 use crate::memarray::access::RawView;
+use crate::python::header::{FLAG_ON_DEVICE, FLAG_PINNED, FLAG_READONLY};
 
 /// Parse a `(device_type, device_id)` request against an array's defaults.
 fn target_device(array: &RawView<'_>, device_type: Option<i32>, device_id: Option<i32>) -> PyResult<Device> {
     let device_type = match device_type {
         None => array.device().device_type,
-        Some(code) => DeviceType::from_dlpack(code)?,
+        Some(code) => DeviceType::from_code(code)?,
     };
     Ok(match device_type {
         DeviceType::Cpu => {
@@ -227,7 +227,10 @@ impl MemArrayBase {
 
     /// A context manager that moves the data to the requested device, locks the array for
     /// the `with` block and exports it through DLPack.
-    #[pyo3(signature = (device_type = None, device_id = None, stream = StreamArg(None)))]
+    #[pyo3(
+        signature = (device_type = None, device_id = None, stream = StreamArg(None)),
+        text_signature = "($self, device_type=None, device_id=None, stream=None)"
+    )]
     fn get_dlpack(
         slf: &Bound<'_, Self>,
         device_type: Option<i32>,
@@ -245,7 +248,10 @@ impl MemArrayBase {
     /// Move the current data to `device_type` (kDLCPU or kDLCUDA) on `stream` (0 or 1: legacy
     /// default stream, 2: per-thread default stream, else a stream handle); returns at once
     /// when it is already there, and without waiting for the copy when `async_copy`.
-    #[pyo3(signature = (device_type, device_id = None, stream = StreamArg(None), async_copy = false))]
+    #[pyo3(
+        signature = (device_type, device_id = None, stream = StreamArg(None), async_copy = false),
+        text_signature = "($self, device_type, device_id=None, stream=None, async_copy=False)"
+    )]
     fn move_memory(
         &self,
         py: Python<'_>,
@@ -260,9 +266,9 @@ impl MemArrayBase {
 
     /// The MemArray design's kernel: add the sum of each element's indices to it, on the GPU
     /// (moving the data there first), queued on `stream`.
-    #[pyo3(signature = (stream = StreamArg(None)))]
+    #[pyo3(signature = (stream = StreamArg(None)), text_signature = "($self, stream=None)")]
     fn add_index_tuple(&self, py: Python<'_>, stream: StreamArg) -> PyResult<()> {
-        let stream = crate::stream_context::resolve(stream.0);
+        let stream = crate::current_stream::resolve(stream.0);
         Ok(self.modify_detached(py, |array| self.add_index_locked(array, stream))?)
     }
 
@@ -339,7 +345,7 @@ impl MemArrayBase {
 impl MemArrayBase {
     /// Move the data to `target` on `stream` (detached), unless buffers pin it on the host.
     fn move_to(&self, py: Python<'_>, target: Device, stream: StreamArg, async_copy: bool) -> PyResult<()> {
-        let stream = crate::stream_context::resolve(stream.0);
+        let stream = crate::current_stream::resolve(stream.0);
         Ok(self.modify_detached(py, |array| self.move_locked(array, target, stream, async_copy))?)
     }
 }

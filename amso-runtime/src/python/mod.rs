@@ -5,25 +5,24 @@
 //!
 //! The `amso-macros` crate's documentation shows a complete extension module.
 
+#[cfg(feature = "cuda")]
+mod allocators;
 mod args;
 mod array;
 mod buffer;
 pub(crate) mod capi;
 mod capsule;
-mod context;
 mod convert;
+mod dlpack_context;
 mod error;
 mod exchange;
 mod factory;
+pub(crate) mod header;
 mod hot_methods;
 mod identity_cache;
 mod import;
 mod interface;
 mod iteration;
-#[cfg(feature = "cuda")]
-mod kernel;
-#[cfg(feature = "cuda")]
-mod memory;
 mod methods;
 mod numpy_io;
 mod pickle;
@@ -32,6 +31,8 @@ mod registry;
 #[cfg(feature = "cuda")]
 mod share;
 mod source;
+#[cfg(feature = "cuda")]
+mod user_kernel;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyModule, PyTuple};
@@ -44,7 +45,7 @@ pub use args::{
     Rank, Read, TypedArray, UntypedArray, Write,
 };
 pub use array::{MemArrayBase, TypedMut};
-pub use context::DLPackContext;
+pub use dlpack_context::DLPackContext;
 
 use crate::object::ArrayType;
 
@@ -136,7 +137,7 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(pyo3::wrap_pyfunction!(set_current_stream, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(import::from_dlpack, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(factory::empty, module)?)?;
-    module.add_function(pyo3::wrap_pyfunction!(factory::new_array, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(factory::zeroed_array, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(factory::set_class_resolver, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(factory::class_cache_len, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(import::from_cuda_array_interface, module)?)?;
@@ -144,16 +145,16 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(pyo3::wrap_pyfunction!(live_borrows, module)?)?;
     #[cfg(feature = "cuda")]
     {
-        module.add_class::<kernel::Kernel>()?;
+        module.add_class::<user_kernel::UserKernel>()?;
         module.add_class::<share::SharedHandle>()?;
         module.add_function(pyo3::wrap_pyfunction!(share::collect_shared, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(memory::set_allocator, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(memory::deferred_limits, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(memory::set_release_threshold, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(memory::defer_hold, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(memory::defer_release, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(memory::flush_frees, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(memory::memory_info, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::set_allocator, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::deferred_limits, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::set_release_threshold, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::defer_hold, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::defer_release, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::flush_frees, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::memory_info, module)?)?;
     }
     module.add("_C_API", capi::api_capsule(module.py())?)?;
     if module.getattr(DISPATCH_ATTR).is_err() {
@@ -200,7 +201,7 @@ fn cuda_device_count() -> PyResult<i32> {
 #[pyo3(signature = (device_id = 0))]
 fn cuda_memory_info(device_id: i32) -> PyResult<(usize, usize)> {
     #[cfg(feature = "cuda")]
-    return Ok(crate::cuda::memory::memory_info(device_id)?);
+    return Ok(crate::cuda::device_memory::memory_info(device_id)?);
     #[cfg(not(feature = "cuda"))]
     {
         let _ = device_id;
@@ -217,5 +218,5 @@ fn set_current_stream(stream: convert::StreamArg) -> PyResult<Option<i64>> {
     if let Some(value) = stream.filter(|&v| v < 0) {
         return Err(crate::Error::InvalidArgument(format!("stream {value} is not a CUDA stream")).into());
     }
-    Ok(crate::stream_context::replace(stream))
+    Ok(crate::current_stream::replace(stream))
 }

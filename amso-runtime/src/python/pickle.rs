@@ -155,7 +155,7 @@ pub(super) fn rebuild(
         let mut array = registration.create(&dims, options)?;
         // SAFETY: the buffer holds the array's bytes (checked above), alive for the call; the
         // upload has read them when it returns.
-        unsafe { array.upload_from(address as *const u8, buffer.len_bytes(), crate::stream_context::resolve(None)) }?;
+        unsafe { array.upload_from(address as *const u8, buffer.len_bytes(), crate::current_stream::resolve(None)) }?;
         if readonly {
             array.make_readonly();
         }

@@ -21,8 +21,8 @@ use pyo3::prelude::*;
 use pyo3::exceptions::PyRuntimeError;
 
 use super::array::MemArrayBase;
-use crate::header::{Header, HEADER_MAGIC, HEADER_VERSION};
 use crate::memarray::export::HeldMemory;
+use crate::python::header::{Header, HEADER_MAGIC, HEADER_VERSION};
 
 const TYPE_CAPSULE: &CStr = c"amso.array_type.v2";
 
@@ -124,7 +124,7 @@ unsafe extern "C" fn release(token: usize) {
             #[cfg(feature = "cuda")]
             // SAFETY: `hold` leaked this `Arc<DeviceMemory>`; it comes back once.
             drop(unsafe {
-                std::sync::Arc::from_raw((token & !DEVICE_TOKEN) as *const crate::cuda::memory::DeviceMemory)
+                std::sync::Arc::from_raw((token & !DEVICE_TOKEN) as *const crate::cuda::device_memory::DeviceMemory)
             });
         }
     });

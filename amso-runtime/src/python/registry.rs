@@ -18,7 +18,7 @@ use crate::memarray::{ArrayOptions, ForeignMemory};
 use crate::object::ArrayType;
 
 /// How to make arrays of one registered class.
-pub struct Registration {
+pub(super) struct Registration {
     /// The element type's table.
     pub ops: &'static ElementOps,
     /// Number of dimensions.
@@ -41,12 +41,12 @@ static REGISTRY: RwLock<Vec<&'static Registration>> = RwLock::new(Vec::new());
 
 impl Registration {
     /// The element type.
-    pub fn dtype(&self) -> &'static DType {
+    pub(super) fn dtype(&self) -> &'static DType {
         self.ops.dtype
     }
 
     /// A zero-filled array of this class's element type and rank.
-    pub fn create(&self, dims: &[i64], options: ArrayOptions) -> Result<ArrayCore> {
+    pub(super) fn create(&self, dims: &[i64], options: ArrayOptions) -> Result<ArrayCore> {
         ArrayCore::from_dims(dims, self.ndim, self.ops, options)
     }
 
@@ -54,7 +54,7 @@ impl Registration {
     ///
     /// # Safety
     /// As `MemArray::from_foreign`, for this class's element type.
-    pub unsafe fn wrap(&self, dims: &[i64], memory: ForeignMemory, readonly: bool) -> Result<ArrayCore> {
+    pub(super) unsafe fn wrap(&self, dims: &[i64], memory: ForeignMemory, readonly: bool) -> Result<ArrayCore> {
         // SAFETY: forwarded from the caller.
         unsafe { ArrayCore::from_foreign(dims, self.ndim, self.ops, memory, readonly) }
     }
@@ -108,7 +108,7 @@ pub(super) fn interned(text: &str) -> &'static str {
 }
 
 /// Whether `type_object` is one of this module's array classes (a few pointer compares).
-pub fn is_known_type(type_object: usize) -> bool {
+pub(super) fn is_known_type(type_object: usize) -> bool {
     let count = TYPE_COUNT.load(Ordering::Acquire).min(MAX_TYPES);
     TYPES[..count].iter().any(|t| t.load(Ordering::Relaxed) == type_object)
 }
@@ -119,32 +119,32 @@ fn find_by(matches: impl Fn(&Registration) -> bool) -> Option<&'static Registrat
 }
 
 /// The registered class for a DLPack dtype and ndim.
-pub fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<&'static Registration> {
+pub(super) fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<&'static Registration> {
     find_by(|r| r.ndim == ndim && r.dtype().code == code && r.dtype().bits == bits && r.dtype().lanes == lanes)
 }
 
 /// The registration of exactly the class `type_object`.
-pub fn of_type(type_object: usize) -> Option<&'static Registration> {
+pub(super) fn of_type(type_object: usize) -> Option<&'static Registration> {
     find_by(|r| r.type_object == type_object)
 }
 
 /// The registered class that `object`'s type is, or derives from (a Python subclass).
-pub fn of_object(object: &Bound<'_, PyAny>) -> Option<&'static Registration> {
+pub(super) fn of_object(object: &Bound<'_, PyAny>) -> Option<&'static Registration> {
     object.get_type().mro().iter().find_map(|class| of_type(class.as_ptr() as usize))
 }
 
 /// The registered class of Python name `class` holding `dtype` arrays with `ndim` dimensions.
-pub fn find_class_name(class: &str, dtype: &str, ndim: usize) -> Option<&'static Registration> {
+pub(super) fn find_class_name(class: &str, dtype: &str, ndim: usize) -> Option<&'static Registration> {
     find_by(|r| r.ndim == ndim && r.dtype().name == dtype && r.name == class)
 }
 
 /// The registered class for a dtype name (`float32`) and ndim.
-pub fn find_name(name: &str, ndim: usize) -> Option<&'static Registration> {
+pub(super) fn find_name(name: &str, ndim: usize) -> Option<&'static Registration> {
     find_by(|r| r.ndim == ndim && r.dtype().name == name)
 }
 
 /// The compiled `(dtype, ndim)` pairs, for error messages.
-pub fn compiled() -> String {
+pub(super) fn compiled() -> String {
     let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
     registry.iter().map(|r| format!("({}, {})", r.dtype().name, r.ndim)).collect::<Vec<_>>().join(", ")
 }

@@ -33,8 +33,8 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use super::array::MemArrayBase;
 use super::registry;
+use crate::cuda::device_memory::DeviceMemory;
 use crate::cuda::ipc::{self, HandleBytes, IpcEvent, HANDLE_BYTES};
-use crate::cuda::memory::DeviceMemory;
 use crate::device::{Device, Residence};
 use crate::memarray::ForeignMemory;
 

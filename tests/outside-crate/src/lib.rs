@@ -100,7 +100,7 @@ fn double(mut x: ArrayMut<'_, E5M2, 1>) -> PyResult<()> {
         x.as_array_mut()?.mapv_inplace(|v| E5M2::from(2.0 * f32::from(v)));
         return Ok(());
     }
-    let (device_id, stream) = (x.device().id, x.stream().unwrap_or(1));
+    let (device_id, stream) = (x.device().id, x.stream().unwrap_or_default());
     let indexer = x.device_indexer()?;
     if indexer.size() == 0 {
         return Ok(());

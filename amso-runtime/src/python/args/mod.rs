@@ -298,7 +298,7 @@ impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         let host = source.device.device_type != DeviceType::Cuda;
         let borrow = match extent {
             Some(extent) if host => {
-                if T::DTYPE.code == dlpark::ffi::DLDataTypeCode::BOOL.0 {
+                if T::DTYPE.code == crate::element::dlpack_code::BOOL {
                     check_bools(source.data, shape_ref, strides_ref).map_err(|()| {
                         PyValueError::new_err(format!(
                             "the bool array holds bytes other than 0 and 1 ({}); convert it with x.astype(bool) first",
@@ -356,8 +356,8 @@ impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// For device data: the stream to work on (the caller's current stream for producers with
     /// the DLPack exchange API, else amso's stream context, else amso's stream). `None` on the
     /// host.
-    pub fn stream(&self) -> Option<i64> {
-        self.source.stream
+    pub fn stream(&self) -> Option<crate::Stream> {
+        self.source.stream.map(crate::Stream::from_protocol)
     }
 
     /// The address of the first element (host or device).

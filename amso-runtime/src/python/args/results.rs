@@ -247,7 +247,7 @@ impl<O: Owner> Handover<O> {
             // SAFETY: `data` holds the elements `shape` and `strides` reach, kept alive by the
             // owner, which NumPy holds as the array's base.
             return unsafe {
-                numpy::new_array(
+                numpy::array_over(
                     py,
                     self.dtype,
                     &self.shape,
@@ -650,7 +650,7 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
         let bytes = shape.iter().product::<usize>() * size_of::<T>();
         let (storage, data) = if framework == Framework::NumPy {
             // SAFETY: NULL data: NumPy allocates the array.
-            let array = unsafe { numpy::new_array(py, &T::DTYPE, &shape, None, std::ptr::null_mut(), None, false) }?;
+            let array = unsafe { numpy::array_over(py, &T::DTYPE, &shape, None, std::ptr::null_mut(), None, false) }?;
             let data = numpy::data_address(&array);
             // SAFETY: NumPy's fresh allocation of `bytes`, reached by nothing else yet.
             unsafe { std::ptr::write_bytes(data as *mut u8, 0, bytes) };
@@ -702,8 +702,8 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
     }
 
     /// For device data: the stream it was zeroed on, which work on it should use.
-    pub fn stream(&self) -> Option<i64> {
-        self.stream
+    pub fn stream(&self) -> Option<crate::Stream> {
+        self.stream.map(crate::Stream::from_protocol)
     }
 
     /// The address of the first element (host or device).

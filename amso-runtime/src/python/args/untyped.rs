@@ -55,7 +55,7 @@ impl<'py> UntypedArray<'py> {
 
     /// The spec's dtype of the elements, if the spec has one for what arrived.
     pub fn dtype(&self) -> Option<&'static DType> {
-        DType::from_dlpack(self.source.dtype)
+        DType::from_dlpack_type(self.source.dtype)
     }
 
     /// The elements' DLPack type: (code, bits, lanes).

@@ -43,7 +43,7 @@ use super::identity_cache::IdentityCache;
 use super::recognize::{ArrayTypeInfo, HeldArray};
 use crate::device::{Device, DeviceType};
 use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
-use crate::header::Header;
+use crate::python::header::Header;
 
 pub(crate) use handshake::take_capsule;
 #[cfg(feature = "cuda")]
@@ -445,7 +445,7 @@ pub(crate) fn acquire_as(obj: &Bound<'_, PyAny>, protocol: Protocol, request: Re
 /// An amso array of any runtime, held in place by that runtime; device data is handed to the
 /// work stream (`stream`, else the context, else the legacy default).
 fn from_amso(obj: &Bound<'_, PyAny>, runtime: &'static ArrayTypeInfo, stream: Option<i64>) -> PyResult<Source> {
-    let work = stream.or_else(crate::stream_context::current).unwrap_or(1);
+    let work = stream.or_else(crate::current_stream::current).unwrap_or(1);
     let mut held = HeldArray::default();
     // SAFETY: a live object, a writable output, the GIL held.
     if unsafe { (runtime.hold)(obj.as_ptr(), work, &mut held) } != 0 {
@@ -456,7 +456,7 @@ fn from_amso(obj: &Bound<'_, PyAny>, runtime: &'static ArrayTypeInfo, stream: Op
     let holder = AmsoHold { header, runtime, token: held.token };
     // SAFETY: the header of the array just held, alive while it is.
     let header = unsafe { header.as_ref() };
-    let device = Device { device_type: DeviceType::from_dlpack(held.device_type)?, id: held.device_id };
+    let device = Device { device_type: DeviceType::from_code(held.device_type)?, id: held.device_id };
     Ok(Source {
         holder: Holder::Amso(holder),
         data: held.data,
@@ -504,7 +504,7 @@ fn producer_stream(py: Python<'_>, table: &DLPackExchangeAPI, device_id: i32) ->
 
 /// The stream this call works on for a producer without the exchange API (the module's rule).
 pub(crate) fn work_stream(stream: Option<i64>, device_id: i32) -> PyResult<i64> {
-    if let Some(stream) = stream.or_else(crate::stream_context::current) {
+    if let Some(stream) = stream.or_else(crate::current_stream::current) {
         return Ok(stream);
     }
     #[cfg(feature = "cuda")]
@@ -538,7 +538,7 @@ pub(crate) fn from_tensor(tensor: ManagedTensor) -> PyResult<Source> {
         return Err(PyValueError::new_err("the producer's tensor shape is NULL"));
     }
     let ndim = t.ndim as usize;
-    let kind = DeviceType::from_dlpack(t.device.device_type.0 as i32)?;
+    let kind = DeviceType::from_code(t.device.device_type.0 as i32)?;
     let device = match kind {
         DeviceType::CudaHost => Device::CPU, // page-locked host memory reads as host memory
         DeviceType::CudaManaged => Device::cuda(t.device.device_id), // device memory, the host may read

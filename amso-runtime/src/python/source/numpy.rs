@@ -84,27 +84,28 @@ fn ndarray_type(py: Python<'_>) -> *mut ffi::PyTypeObject {
 }
 
 /// The builtin NumPy type numbers amso reads, with their DLPack (code, bits, lanes) as this
-/// platform sizes C's `int` and `long`.
+/// platform sizes C's `int` and `long` (the codes are the spec generator's).
 const BUILTIN: [(c_int, (u8, u8, u16)); 16] = {
-    const INT: u8 = std::ffi::c_int::BITS as u8;
-    const LONG: u8 = std::ffi::c_long::BITS as u8;
+    use crate::element::dlpack_code::{BOOL, COMPLEX, FLOAT, INT, UINT};
+    const C_INT: u8 = std::ffi::c_int::BITS as u8;
+    const C_LONG: u8 = std::ffi::c_long::BITS as u8;
     [
-        (0, (6, 8, 1)),    // NPY_BOOL
-        (1, (0, 8, 1)),    // NPY_BYTE
-        (2, (1, 8, 1)),    // NPY_UBYTE
-        (3, (0, 16, 1)),   // NPY_SHORT
-        (4, (1, 16, 1)),   // NPY_USHORT
-        (5, (0, INT, 1)),  // NPY_INT
-        (6, (1, INT, 1)),  // NPY_UINT
-        (7, (0, LONG, 1)), // NPY_LONG
-        (8, (1, LONG, 1)), // NPY_ULONG
-        (9, (0, 64, 1)),   // NPY_LONGLONG
-        (10, (1, 64, 1)),  // NPY_ULONGLONG
-        (11, (2, 32, 1)),  // NPY_FLOAT
-        (12, (2, 64, 1)),  // NPY_DOUBLE
-        (14, (5, 64, 1)),  // NPY_CFLOAT
-        (15, (5, 128, 1)), // NPY_CDOUBLE
-        (23, (2, 16, 1)),  // NPY_HALF
+        (0, (BOOL, 8, 1)),       // NPY_BOOL
+        (1, (INT, 8, 1)),        // NPY_BYTE
+        (2, (UINT, 8, 1)),       // NPY_UBYTE
+        (3, (INT, 16, 1)),       // NPY_SHORT
+        (4, (UINT, 16, 1)),      // NPY_USHORT
+        (5, (INT, C_INT, 1)),    // NPY_INT
+        (6, (UINT, C_INT, 1)),   // NPY_UINT
+        (7, (INT, C_LONG, 1)),   // NPY_LONG
+        (8, (UINT, C_LONG, 1)),  // NPY_ULONG
+        (9, (INT, 64, 1)),       // NPY_LONGLONG
+        (10, (UINT, 64, 1)),     // NPY_ULONGLONG
+        (11, (FLOAT, 32, 1)),    // NPY_FLOAT
+        (12, (FLOAT, 64, 1)),    // NPY_DOUBLE
+        (14, (COMPLEX, 64, 1)),  // NPY_CFLOAT
+        (15, (COMPLEX, 128, 1)), // NPY_CDOUBLE
+        (23, (FLOAT, 16, 1)),    // NPY_HALF
     ]
 };
 
@@ -262,7 +263,7 @@ fn descriptor<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound<'py, PyAny>
 /// # Safety
 /// Unless NULL, `data` addresses initialised elements of `dtype` at every index `shape` and
 /// `strides` reach, valid while `owner` lives and writable unless `readonly`.
-pub(crate) unsafe fn new_array<'py>(
+pub(crate) unsafe fn array_over<'py>(
     py: Python<'py>,
     dtype: &DType,
     shape: &[usize],

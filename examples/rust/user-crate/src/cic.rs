@@ -14,7 +14,7 @@ fn split(x: f64, spacing: f64, cells: usize) -> ([usize; 2], [f64; 2]) {
 }
 
 /// Add each particle's unit mass to the 8 cells around it, periodic in every axis.
-pub fn deposit(positions: ArrayView2<'_, f32>, mut density: ArrayViewMut3<'_, f64>, box_size: f64) {
+pub(crate) fn deposit(positions: ArrayView2<'_, f32>, mut density: ArrayViewMut3<'_, f64>, box_size: f64) {
     let cells = density.dim();
     let cells = [cells.0, cells.1, cells.2];
     if cells.contains(&0) {

@@ -9,7 +9,7 @@ use amso_runtime::cuda::{order_streams, with_stream, Kernel, LaunchConfig, PushK
 use amso_runtime::dtypes::float8_e4m3fn;
 use amso_runtime::ndarray::{Array2, ShapeBuilder};
 use amso_runtime::python::{ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Framework, IntoFramework, UntypedArray};
-use amso_runtime::{DeviceIndexer, DeviceType};
+use amso_runtime::{DeviceIndexer, DeviceType, Stream};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -47,7 +47,7 @@ fn deposit(
         )));
     }
     if density.device().device_type == DeviceType::Cuda {
-        let stream = density.stream().unwrap_or(1);
+        let stream = density.stream().unwrap_or_default();
         return deposit_on_device(&positions, density.device_indexer()?, box_size, stream);
     }
     let (positions, density) = (positions.as_array()?, density.as_array_mut()?);
@@ -61,7 +61,7 @@ fn deposit_on_device(
     positions: &ArrayRef<'_, f32, 2>,
     density: DeviceIndexer<'_, f64, 3>,
     box_size: f64,
-    stream: i64,
+    stream: Stream,
 ) -> PyResult<()> {
     let device_id = positions.device().id;
     if let Some(earlier) = positions.stream().filter(|&s| s != stream) {
@@ -97,7 +97,7 @@ fn cic_density<'py>(
     check_positions("cic_density", &positions, box_size)?;
     let mut density = positions.new_array::<f64, 3>(shape)?;
     if density.device().device_type == DeviceType::Cuda {
-        let stream = density.stream().unwrap_or(1);
+        let stream = density.stream().unwrap_or_default();
         deposit_on_device(&positions, density.device_indexer()?, box_size, stream)?;
         return density.into_object();
     }
@@ -232,7 +232,7 @@ fn owned_memarray(
     let values: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let mut array = amso_runtime::MemArray::<f32, 1>::from_slice([n], &values)?;
     if on_device {
-        array.move_memory(amso_runtime::Device::cuda(0), 0, false)?;
+        array.move_memory(amso_runtime::Device::cuda(0), Stream::LEGACY, false)?;
     }
     let address = array.data_address();
     Ok((array.into_framework(py, framework)?, address))

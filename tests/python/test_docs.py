@@ -1,0 +1,74 @@
+"""README's and the guide's Python and C code blocks, run (the Rust ones are doctests of the
+`docs` crate). Each ```python block runs in a fresh interpreter; a block whose first line is
+`# needs a GPU` runs where CUDA is. Each ```c block compiles against generated/amso.h, and the
+functions the pages define (`sum_float64`, `describe`) are called on amso arrays and on what
+they must refuse."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import amso
+from test_capi import build
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+GPU_MARK = "# needs a GPU"
+
+
+def blocks(language: str) -> list[tuple[str, str]]:
+    """(page:line, code) of every fenced block in `language`."""
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        for match in re.finditer(rf"^```{language}\n(.*?)^```$", text, flags=re.S | re.M):
+            line = text.count("\n", 0, match.start()) + 1
+            found.append((f"{page.relative_to(ROOT)}:{line}", match.group(1)))
+    return found
+
+
+PYTHON = blocks("python")
+C = blocks("c")
+
+
+def test_the_pages_have_blocks_to_run():
+    assert len(PYTHON) >= 3 and len(C) >= 1, (PYTHON, C)
+
+
+@pytest.mark.parametrize("where,code", PYTHON, ids=[where for where, _ in PYTHON])
+def test_python_block_runs(where, code):
+    if code.startswith(GPU_MARK) and not amso.cuda.is_available():
+        pytest.skip("no CUDA driver here; the GPU suite runs on the GPU machine (scripts/gpu_suite.sh)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"{where} failed:\n{result.stderr}"
+
+
+@pytest.mark.parametrize("where,code", C, ids=[where for where, _ in C])
+def test_c_block_compiles_and_sums(where, code, tmp_path):
+    source = tmp_path / "block.c"
+    source.write_text(code)
+    library = ctypes.PyDLL(str(build(source, tmp_path / "block.so")))
+    assert "sum_float64" in code or "describe" in code, f"{where}: a block defines a function the test calls"
+    if "describe" in code:
+        library.describe.argtypes, library.describe.restype = [ctypes.py_object], ctypes.c_int
+        assert library.describe(amso.MemArray((2, 3), np.int32)) == 0
+        assert library.describe(np.zeros(3)) == -1
+    if "sum_float64" not in code:
+        return
+    function = library.sum_float64
+    function.argtypes, function.restype = [ctypes.py_object, ctypes.POINTER(ctypes.c_double)], ctypes.c_int
+    values = np.random.default_rng(3).normal(size=(5, 7))
+    array = amso.MemArray(values.shape, np.float64)
+    array.read_numpy_array(values)
+    total = ctypes.c_double()
+    assert function(array, ctypes.byref(total)) == 0
+    assert total.value == pytest.approx(values.sum(), rel=1e-12)
+    assert function(np.zeros(3), ctypes.byref(total)) == -1, "a NumPy array is not an amso array"
+    assert function(amso.MemArray((3,), np.float32), ctypes.byref(total)) == -2, "float32 is not float64"

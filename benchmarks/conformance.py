@@ -6,7 +6,9 @@ Only a consumer limitation listed in KNOWN_LIMITS (with its reason) is "n/a", an
 consumer does fail; an environment fault listed in ENVIRONMENT (not amso's, not the consumer's
 design) is "env". Anything else that raises, the harness's own conversions included, is FAIL.
 bfloat16 and the low-precision floats (float8, float4) are compared through float64 values,
-PyTorch's packed float4 pairs through their bytes. Managed memory (kDLCUDAManaged) has rows of
+PyTorch's packed float4 pairs through their bytes. A consumer that reads raw bytes (the CUDA
+array interface's '|V1' and '|V2', which it has for types with no typestr) passes when it reads
+amso's bytes in place, and its note says so. Managed memory (kDLCUDAManaged) has rows of
 its own against CuPy, the one peer that exchanges it."""
 
 from __future__ import annotations
@@ -199,12 +201,15 @@ def check(a, consume, expected, pointer, consumer="", name="", path=""):
         if why is not None:
             return "n/a", why
         return "FAIL", message
-    if values.dtype.kind == "V" and expected.dtype.kind != "V" and values.dtype.itemsize == expected.dtype.itemsize:
+    raw = values.dtype.type is np.void and values.dtype.names is None
+    if raw and expected.dtype.type is not np.void and values.dtype.itemsize == expected.dtype.itemsize:
         # A typestr for raw bytes ('|V1': the CUDA array interface has none for float8 or
-        # float4): the consumer reads the bytes, not the values.
-        if data != pointer or values.tobytes() != expected.tobytes():
-            return "FAIL", "raw bytes differ or copied"
-        return "n/a", f"the CUDA array interface has no typestr for {name}: {consumer} reads its raw bytes ('|V1')"
+        # float4): the consumer reads the bytes, not the values; they must be amso's, in place.
+        if data != pointer:
+            return "FAIL", "copied (pointer differs)"
+        if values.shape != expected.shape or values.tobytes() != expected.tobytes():
+            return "FAIL", "raw bytes differ"
+        return "pass", f"raw bytes ('|V{values.dtype.itemsize}'): the CUDA array interface has no typestr for {name}"
     try:
         same = values.shape == expected.shape and np.array_equal(comparable(values), comparable(expected))
     except Exception as error:  # noqa: BLE001 - the harness's own conversion failing is a FAIL too

@@ -144,7 +144,8 @@ fn operations_captured_into_a_cuda_graph_run_once_per_launch() {
     let mut pageable = MemArray::<f32, 2>::from_slice(shape, &values).unwrap();
     let context = CudaContext::new(0).unwrap();
     let stream = context.new_stream().unwrap();
-    let handle = Stream::from(&*stream);
+    // SAFETY: the stream lives until the end of the test, after amso's last use of it.
+    let handle = unsafe { Stream::from_handle(stream.cu_stream() as usize) };
     let function = SCALE.function(0).unwrap();
 
     stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();

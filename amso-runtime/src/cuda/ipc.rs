@@ -108,6 +108,18 @@ impl IpcEvent {
             Ok(handle.reserved.map(|b| b as u8))
         })
     }
+
+    /// Queue on `stream` a wait for the work this event was last recorded after (in the
+    /// process that made the event; other processes open its handle with `wait_for`).
+    pub(crate) fn wait_on(&self, stream: StreamHandle) -> Result<()> {
+        crate::gil::released(|| {
+            let _ctx = Current::enter(self.device_id)?;
+            let stream = stream.check(self.device_id)?.handle.raw();
+            // SAFETY: a live event of this context and a stream checked for this device.
+            unsafe { result::stream::wait_event(stream, self.event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
+                .map_err(cuda_error)
+        })
+    }
 }
 
 impl Drop for IpcEvent {
@@ -126,6 +138,7 @@ impl Drop for IpcEvent {
 pub(crate) fn wait_for(device_id: i32, handle: &HandleBytes, stream: StreamHandle) -> Result<()> {
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
+        let stream = stream.check(device_id)?.handle.raw(); // before the event exists to leak
         let handle = sys::CUipcEventHandle_st { reserved: handle.map(|b| b as std::ffi::c_char) };
         let mut event: sys::CUevent = std::ptr::null_mut();
         // SAFETY: a valid out-pointer; the context is current.
@@ -137,13 +150,8 @@ pub(crate) fn wait_for(device_id: i32, handle: &HandleBytes, stream: StreamHandl
         })?;
         // SAFETY: a live event and a stream checked for this device; the event may be
         // destroyed once the wait is queued (the driver keeps what the wait needs).
-        let waited = unsafe {
-            result::stream::wait_event(
-                stream.check(device_id)?.handle.raw(),
-                event,
-                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-            )
-        };
+        let waited =
+            unsafe { result::stream::wait_event(stream, event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) };
         // SAFETY: the event opened above, destroyed once.
         let _ = unsafe { result::event::destroy(event) };
         waited.map_err(cuda_error)

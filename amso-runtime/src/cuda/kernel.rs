@@ -70,8 +70,7 @@ impl Kernel {
     }
 }
 
-/// Run `launch` with `stream` (a protocol value: 1 legacy, 2 per-thread, else a handle) of
-/// `device_id` as cudarc's stream, with the device's context current and the caller's context
+/// Run `launch` with `stream` of `device_id` as cudarc's stream, with the device's context current and the caller's context
 /// restored afterwards. The stream is lent for the call only. `launch` runs with the GIL
 /// released, as every driver call amso makes does, hence `Send`: it takes no Python object.
 ///

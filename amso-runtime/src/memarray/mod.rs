@@ -427,7 +427,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// The stream a consumer of the device data must order after (a default stream, or a
     /// stream amso keeps alive); `None` on the host.
     pub fn stream(&self) -> Option<Stream> {
-        self.core.stream().map(Stream::from_protocol)
+        self.core.stream().map(Stream::reported)
     }
 }
 

@@ -158,11 +158,58 @@ fn export_dir(pid: u32, serial: u64) -> PathBuf {
     base_dir().join(format!("amso-shared-{pid}-{serial}"))
 }
 
-/// What an export's folder records, for importers to check a handle against.
-fn record(nbytes: u64, memory: &HandleBytes) -> Vec<u8> {
-    let mut bytes = nbytes.to_le_bytes().to_vec();
-    bytes.extend_from_slice(memory);
+/// What an export's folder records, for importers to check a handle against: the memory (its
+/// size and IPC handle) and the array over it (dtype, shape, read-only), so that a handle whose
+/// description was altered names no export.
+fn record(p: &Parsed) -> Vec<u8> {
+    let mut bytes = p.nbytes.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&p.memory);
+    bytes.extend_from_slice(p.dtype.as_bytes());
+    bytes.push(0);
+    for dim in &p.dims {
+        bytes.extend_from_slice(&dim.to_le_bytes());
+    }
+    bytes.push(u8::from(p.readonly));
     bytes
+}
+
+/// Refuse a handle that does not match its export's record.
+fn check_record(dir: &Path, p: &Parsed) -> PyResult<()> {
+    match std::fs::read(dir.join("record")) {
+        Ok(recorded) if recorded == record(p) => Ok(()),
+        _ => Err(no_export(p)),
+    }
+}
+
+fn no_export(p: &Parsed) -> PyErr {
+    PyValueError::new_err(format!(
+        "process {} has no shared array {} matching this handle: it was released, or the handle is damaged or forged",
+        p.pid, p.serial
+    ))
+}
+
+/// Create an export's folder for this process's user alone (mode 0700), refusing one that
+/// exists: another user's folder under the same name is never written into.
+fn create_export_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// The export's lock, held while the exporter decides to free it and while an importer checks
+/// its record and marks its hold: the two never interleave, so an export is freed only when no
+/// importer can be about to map it. `None` when the folder is gone (the export was freed).
+fn lock_export(dir: &Path) -> Option<std::fs::File> {
+    let file = std::fs::OpenOptions::new().read(true).open(dir.join("lock")).ok()?;
+    file.lock().ok()?;
+    Some(file)
+}
+
+/// Write a new file, refusing one that exists (a link planted in its place included).
+fn write_new(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::File::create_new(path)?.write_all(contents)
 }
 
 /// How long a handle that was never opened keeps its memory, in seconds
@@ -208,6 +255,8 @@ struct Export {
     memory: Arc<DeviceMemory>,
     event: Arc<IpcEvent>,
     handle: HandleBytes,
+    /// What its folder records (`record`).
+    record: Vec<u8>,
     dir: PathBuf,
 }
 
@@ -222,16 +271,23 @@ fn exports() -> std::sync::MutexGuard<'static, Vec<Export>> {
 
 /// Free the exports nothing holds any more; how many.
 pub(crate) fn collect() -> usize {
-    let finished: Vec<Export> = {
-        let mut all = exports();
-        let (keep, done): (Vec<Export>, Vec<Export>) =
-            all.drain(..).partition(|e| Arc::strong_count(&e.memory) > 1 || held(&e.dir, true));
-        *all = keep;
-        done
-    };
-    for export in &finished {
-        let _ = std::fs::remove_dir_all(&export.dir);
+    let mut all = exports();
+    let mut finished = Vec::new();
+    for export in std::mem::take(&mut *all) {
+        if Arc::strong_count(&export.memory) > 1 {
+            all.push(export);
+            continue;
+        }
+        // Decided and removed under the export's lock, which an importer takes to mark its hold.
+        let _locked = lock_export(&export.dir);
+        if held(&export.dir, true) {
+            all.push(export);
+        } else {
+            let _ = std::fs::remove_dir_all(&export.dir);
+            finished.push(export);
+        }
     }
+    drop(all);
     finished.len() // the memory is freed (deferred) and the event destroyed as they drop here
 }
 
@@ -257,45 +313,58 @@ pub(crate) fn share(array: &Bound<'_, MemArrayBase>) -> PyResult<SharedHandle> {
         ));
     }
     collect();
-    let dtype = base.element_type().name;
+    let (pid, start) = identity();
     let found =
         exports().iter().find(|e| Arc::ptr_eq(&e.memory, &memory)).map(|e| (e.serial, Arc::clone(&e.event), e.handle));
+    let new = found.is_none();
     let (serial, event, handle) = match found {
         Some(found) => found,
         None => {
             let handle = ipc::memory_handle(device_id, memory.ptr())?;
-            let event = Arc::new(IpcEvent::new(device_id)?);
-            let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
-            let (pid, _) = identity();
-            let dir = export_dir(pid, serial);
-            std::fs::create_dir_all(&dir)
-                .and_then(|()| std::fs::write(dir.join("record"), record(memory.bytes() as u64, &handle)))
-                .map_err(|e| PyValueError::new_err(format!("cannot record the export in {}: {e}", dir.display())))?;
-            exports().push(Export { serial, memory: Arc::clone(&memory), event: Arc::clone(&event), handle, dir });
-            register_exit(py)?;
-            (serial, event, handle)
+            (NEXT_SERIAL.fetch_add(1, Ordering::Relaxed), Arc::new(IpcEvent::new(device_id)?), handle)
         }
     };
-    memory.mark_shared();
-    let event = event.record(stream)?;
-    let (pid, start) = identity();
-    let pending = NEXT_PENDING.fetch_add(1, Ordering::Relaxed);
-    let pending_file = export_dir(pid, serial).join(format!("pending-{pending}"));
-    std::fs::write(&pending_file, b"")
-        .map_err(|e| PyValueError::new_err(format!("cannot record the share in {}: {e}", pending_file.display())))?;
-    let parsed = Parsed {
+    let mut parsed = Parsed {
         pid,
         start,
         serial,
-        pending,
+        pending: NEXT_PENDING.fetch_add(1, Ordering::Relaxed),
         uuid: ipc::uuid(device_id)?,
         nbytes: memory.bytes() as u64,
         memory: handle,
-        event,
-        dtype: dtype.to_string(),
+        event: [0; ipc::HANDLE_BYTES],
+        dtype: base.element_type().name.to_string(),
         dims: dims.iter().map(|&d| d as i64).collect(),
         readonly,
     };
+    let dir = export_dir(pid, serial);
+    if new {
+        let record = record(&parsed);
+        create_export_dir(&dir)
+            .and_then(|()| write_new(&dir.join("lock"), b""))
+            .and_then(|()| write_new(&dir.join("record"), &record))
+            .map_err(|e| {
+                PyValueError::new_err(format!(
+                    "cannot record the export in {} ({e}); a folder of that name that amso did not just create is \
+                 refused",
+                    dir.display()
+                ))
+            })?;
+        exports().push(Export {
+            serial,
+            memory: Arc::clone(&memory),
+            event: Arc::clone(&event),
+            handle,
+            record,
+            dir: dir.clone(),
+        });
+        register_exit(py)?;
+    }
+    memory.mark_shared();
+    parsed.event = event.record(stream)?;
+    let pending_file = dir.join(format!("pending-{}", parsed.pending));
+    write_new(&pending_file, b"")
+        .map_err(|e| PyValueError::new_err(format!("cannot record the share in {}: {e}", pending_file.display())))?;
     Ok(SharedHandle { bytes: parsed.encode(), parsed })
 }
 
@@ -342,18 +411,20 @@ fn at_exit(py: Python<'_>) -> PyResult<()> {
 /// Another process's memory mapped into this one; unmapped, and the hold removed, on drop.
 /// The driver maps a handle once per process: every array opened from it shares one mapping.
 struct Imported {
-    key: (u32, u64, u64),
     device_id: i32,
     ptr: u64,
     hold: PathBuf,
 }
 
-/// The mappings this process holds, by exporter (pid, start) and serial.
-static IMPORTS: Mutex<Vec<std::sync::Weak<Imported>>> = Mutex::new(Vec::new());
+/// The mappings this process holds, by exporter (pid, start) and serial. Only `mapping` locks
+/// it, with the GIL released; entries whose mapping is gone are pruned there.
+static IMPORTS: Mutex<Vec<(ExportKey, std::sync::Weak<Imported>)>> = Mutex::new(Vec::new());
+
+/// An export's exporter (pid, start time) and serial.
+type ExportKey = (u32, u64, u64);
 
 impl Drop for Imported {
     fn drop(&mut self) {
-        IMPORTS.lock().unwrap_or_else(|e| e.into_inner()).retain(|weak| weak.strong_count() > 0);
         let _ = ipc::close_memory(self.device_id, self.ptr);
         let _ = std::fs::remove_file(&self.hold);
     }
@@ -428,19 +499,37 @@ fn open(py: Python<'_>, p: &Parsed, device_id: Option<i32>) -> PyResult<Py<PyAny
             registry::compiled()
         ))
     })?;
+    let itemsize = registration.dtype().itemsize() as u64;
+    let described =
+        p.dims.iter().try_fold(itemsize, |bytes, &d| u64::try_from(d).ok().and_then(|d| bytes.checked_mul(d)));
+    if described.is_none_or(|bytes| bytes > p.nbytes) {
+        return Err(PyValueError::new_err(format!(
+            "the handle describes a {} array of shape {:?}, more than the {} bytes it shares: it is damaged or forged",
+            p.dtype, p.dims, p.nbytes
+        )));
+    }
     let (pid, start) = identity();
     let memory = if (p.pid, p.start) == (pid, start) {
-        // This process shared it: the same memory, referenced.
-        let export = exports()
+        // This process shared it: the same memory, referenced, after the work its handle
+        // was shared after (the event `share()` recorded).
+        let (export, event) = exports()
             .iter()
-            .find(|e| e.serial == p.serial && e.handle == p.memory)
-            .map(|e| Arc::clone(&e.memory))
+            .find(|e| e.serial == p.serial && e.record == record(p))
+            .map(|e| (Arc::clone(&e.memory), Arc::clone(&e.event)))
             .ok_or_else(|| {
                 PyValueError::new_err(format!(
-                    "this process shared no array {} any more (released, or the handle is forged)",
+                    "this process shared no array {} matching this handle any more (released, or the handle is \
+                     damaged or forged)",
                     p.serial
                 ))
             })?;
+        if let Some(wanted) = device_id.filter(|&d| d != export.device_id()) {
+            return Err(PyValueError::new_err(format!(
+                "the shared memory is on device {}, not on device {wanted}; open it there, or copy it afterwards",
+                export.device_id()
+            )));
+        }
+        event.wait_on(crate::cuda::stream::amso_stream(export.device_id())?)?;
         ForeignMemory {
             address: export.ptr() as usize,
             device: Device::cuda(export.device_id()),
@@ -454,13 +543,7 @@ fn open(py: Python<'_>, p: &Parsed, device_id: Option<i32>) -> PyResult<Py<PyAny
             )));
         }
         let dir = export_dir(p.pid, p.serial);
-        if std::fs::read(dir.join("record")).ok() != Some(record(p.nbytes, &p.memory)) {
-            return Err(PyValueError::new_err(format!(
-                "process {} has no shared array {} matching this handle: it was released, or the handle is damaged \
-                 or forged",
-                p.pid, p.serial
-            )));
-        }
+        check_record(&dir, p)?; // before any driver call; again under the lock when mapping
         let local = ipc::device_with_uuid(&p.uuid)?.ok_or_else(|| {
             PyValueError::new_err(format!(
                 "the shared memory is on GPU {}, which this process does not see (CUDA_VISIBLE_DEVICES?)",
@@ -497,12 +580,23 @@ fn open(py: Python<'_>, p: &Parsed, device_id: Option<i32>) -> PyResult<Py<PyAny
 fn mapping(device_id: i32, p: &Parsed, dir: &Path, (pid, start): (u32, u64)) -> PyResult<Arc<Imported>> {
     let key = (p.pid, p.start, p.serial);
     let mut imports = IMPORTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = imports.iter().filter_map(std::sync::Weak::upgrade).find(|m| m.key == key) {
+    // Upgrades only the entry with this key: the `Arc` made here is returned, never dropped
+    // under the lock (a last reference dropped here would unmap with the lock held).
+    imports.retain(|(_, weak)| weak.strong_count() > 0);
+    if let Some(found) = imports.iter().find(|(k, _)| *k == key).and_then(|(_, weak)| weak.upgrade()) {
         return Ok(found);
     }
+    // The record is checked and the hold marked under the export's lock, so the exporter
+    // cannot free the memory in between.
+    let locked = lock_export(dir);
+    if locked.is_none() {
+        return Err(no_export(p));
+    }
+    check_record(dir, p)?;
     let hold = dir.join(format!("importer-{pid}-{start}-{}", NEXT_IMPORT.fetch_add(1, Ordering::Relaxed)));
     std::fs::File::create_new(&hold)
         .map_err(|e| PyValueError::new_err(format!("cannot hold the export ({}): {e}", hold.display())))?;
+    drop(locked);
     let ptr = match ipc::open_memory(device_id, &p.memory) {
         Ok(ptr) => ptr,
         Err(error) => {
@@ -510,8 +604,8 @@ fn mapping(device_id: i32, p: &Parsed, dir: &Path, (pid, start): (u32, u64)) -> 
             return Err(error.into());
         }
     };
-    let imported = Arc::new(Imported { key, device_id, ptr, hold });
-    imports.push(Arc::downgrade(&imported));
+    let imported = Arc::new(Imported { device_id, ptr, hold });
+    imports.push((key, Arc::downgrade(&imported)));
     Ok(imported)
 }
 

@@ -290,9 +290,7 @@ impl UserKernel {
         }
         for &producer in &producer_streams {
             // SAFETY: a stream a producer reported for its live data on this device.
-            unsafe {
-                crate::cuda::order_streams(device, Stream::from_protocol(producer), Stream::from_protocol(launch))
-            }?;
+            unsafe { crate::cuda::order_streams(device, Stream::reported(producer), Stream::reported(launch)) }?;
         }
         let function = self.kernel.function(device)?;
         let config = LaunchConfig {
@@ -326,7 +324,7 @@ impl UserKernel {
         };
         // SAFETY: the caller's explicit stream (Python callers vouch for handles, as everywhere
         // in amso), a producer's current stream, the stream context's, or amso's own.
-        unsafe { with_stream(device, Stream::from_protocol(launch), queue) }?;
+        unsafe { with_stream(device, Stream::reported(launch), queue) }?;
         // Later work waits for the kernel: amso's own arrays record it, a framework's current
         // stream is ordered after it, and another crate's arrays (whose streams this runtime
         // cannot reach) see it complete.
@@ -338,9 +336,7 @@ impl UserKernel {
         }
         for &producer in &producer_streams {
             // SAFETY: as above.
-            unsafe {
-                crate::cuda::order_streams(device, Stream::from_protocol(launch), Stream::from_protocol(producer))
-            }?;
+            unsafe { crate::cuda::order_streams(device, Stream::reported(launch), Stream::reported(producer)) }?;
         }
         // Under a CUDA graph capture the kernel has not run: its arguments must outlive the
         // graph's launches (the caller keeps them, as with any captured framework op).

@@ -357,7 +357,7 @@ impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// the DLPack exchange API, else amso's stream context, else amso's stream). `None` on the
     /// host.
     pub fn stream(&self) -> Option<crate::Stream> {
-        self.source.stream.map(crate::Stream::from_protocol)
+        self.source.stream.map(crate::Stream::reported)
     }
 
     /// The address of the first element (host or device).

@@ -703,7 +703,7 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
 
     /// For device data: the stream it was zeroed on, which work on it should use.
     pub fn stream(&self) -> Option<crate::Stream> {
-        self.stream.map(crate::Stream::from_protocol)
+        self.stream.map(crate::Stream::reported)
     }
 
     /// The address of the first element (host or device).

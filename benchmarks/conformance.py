@@ -3,7 +3,7 @@ the values the consumer reads and that it reads amso's memory (zero-copy), plus 
 cases for the peers' known failure modes.
 
 Only a consumer limitation listed in KNOWN_LIMITS (with its reason) is "n/a", and only when the
-consumer does fail; an environment fault listed in ENVIRONMENT (not amso's, not the consumer's
+consumer fails with the error listed there; an environment fault listed in ENVIRONMENT (not amso's, not the consumer's
 design) is "env". Anything else that raises, the harness's own conversions included, is FAIL.
 bfloat16 and the low-precision floats (float8, float4) are compared through float64 values,
 PyTorch's packed float4 pairs through their bytes. A consumer that reads raw bytes (the CUDA
@@ -48,28 +48,32 @@ class WithStream:
         return self.array.__dlpack_device__()
 
 
-# (consumer or consumer/path, dtype; a dtype ending in * names a family) -> why the consumer
-# cannot take that dtype at all.
+# (consumer or consumer/path, dtype; a dtype ending in * names a family) -> (why the consumer
+# cannot take that dtype, what its error says). A row is n/a only when the consumer fails with
+# one of those messages: any other failure, amso's own included, stays a FAIL. The more
+# specific key (consumer/path) wins.
+TYPE_CODE = "Unsupported dtype. dtype code"
+LANES = "vector dtypes (lanes=2) is not supported"
+VOID = "can't convert np.ndarray of type numpy.void"
+PADDED = "which only a versioned DLPack tensor can say"
 KNOWN_LIMITS = {
-    ("cupy", "float8*"): "CuPy has no float8 dtypes",
-    ("cupy", "float4*"): "CuPy has no float4 dtypes",
-    ("numba", "float8*"): "numba-cuda has no float8 types",
-    ("numba", "float4*"): "numba-cuda has no float4 types",
-    ("torch/interface", "float8*"): "the CUDA array interface has no float8 typestr (amso publishes '|V1')",
-    ("torch/interface", "float4*"): "the CUDA array interface has no float4 typestr (amso publishes '|V1')",
-    ("torch", "float4_e2m1fn"): "PyTorch has float4 only as packed pairs (float4_e2m1fn_x2), not one value per byte",
-    ("jax", "float4_e2m1fn_x2"): "JAX has no packed float4 pairs",
-    ("jax", "float4_e2m1fn"): "JAX asks for a legacy capsule, which cannot carry DLPack's padded flag: amso refuses "
-                              "rather than be read as packed",
-    ("tvm-ffi", "float4_e2m1fn"): "TVM-FFI asks for a legacy capsule, which cannot carry DLPack's padded flag: amso "
-                                  "refuses rather than be read as packed",
-    ("cuda.core", "float8*"): "StridedMemoryView maps DLPack types to NumPy dtypes, which have no float8",
-    ("cuda.core", "float4*"): "StridedMemoryView maps DLPack types to NumPy dtypes, which have no float4",
-    ("torch/interface", "bfloat16"): "the CUDA array interface has no bfloat16 typestr (amso publishes '<V2')",
-    ("cupy", "bfloat16"): "CuPy has no bfloat16 dtype",
-    ("numba", "bfloat16"): "numba-cuda has no bfloat16 type",
-    ("numba", "float16"): "numba-cuda's __cuda_array_interface__ import has no float16 typestr",
-    ("cuda.core", "bfloat16"): "StridedMemoryView maps DLPack types to NumPy dtypes, which have no bfloat16",
+    ("cupy", "float8*"): ("CuPy has no float8 dtypes", (TYPE_CODE,)),
+    ("cupy", "float4*"): ("CuPy has no float4 dtypes", (TYPE_CODE, LANES)),
+    ("cuda.core", "float8*"): ("StridedMemoryView maps DLPack types to NumPy dtypes, which have no float8", (TYPE_CODE,)),
+    ("cuda.core", "float4*"): ("StridedMemoryView maps DLPack types to NumPy dtypes, which have no float4",
+                               (LANES, "bits must be a multiple of 8")),
+    ("torch/interface", "float8*"): ("the CUDA array interface has no float8 typestr (amso publishes '|V1')", (VOID,)),
+    ("torch/interface", "float4*"): ("the CUDA array interface has no float4 typestr (amso publishes '|V1')", (VOID,)),
+    ("torch/interface", "bfloat16"): ("the CUDA array interface has no bfloat16 typestr (amso publishes '<V2')", (VOID,)),
+    ("torch", "float4_e2m1fn"): ("PyTorch has float4 only as packed pairs (float4_e2m1fn_x2), not one value per byte",
+                                 ("Unsupported kDLFloat4_e2m1fn lanes 1",)),
+    ("torch/legacy capsule", "float4_e2m1fn"): ("a legacy capsule cannot carry DLPack's padded flag: amso refuses rather "
+                                                "than be read as packed", (PADDED,)),
+    ("jax", "float4_e2m1fn_x2"): ("JAX has no packed float4 pairs", ("lanes != 1 not implemented",)),
+    ("jax", "float4_e2m1fn"): ("JAX asks for a legacy capsule, which cannot carry DLPack's padded flag: amso refuses "
+                               "rather than be read as packed", (PADDED,)),
+    ("tvm-ffi", "float4_e2m1fn"): ("TVM-FFI asks for a legacy capsule, which cannot carry DLPack's padded flag: amso "
+                                   "refuses rather than be read as packed", (PADDED,)),
 }
 
 # Substring of an error -> the environment fault it shows (recorded as "env", not as a result).
@@ -84,11 +88,14 @@ def expected_values(name: str, shape: tuple[int, ...]) -> np.ndarray:
     return values.astype(amso.MemArray(shape, name).dtype)
 
 
-def limit(consumer: str, path: str, name: str) -> str | None:
-    """Why `consumer` (or `consumer/path`) cannot take dtype `name`, if KNOWN_LIMITS says so."""
-    for (who, dtype), why in KNOWN_LIMITS.items():
-        if who in (consumer, f"{consumer}/{path}") and (dtype == name or (dtype.endswith("*") and name.startswith(dtype[:-1]))):
-            return why
+def limit(consumer: str, path: str, name: str, message: str) -> str | None:
+    """Why `consumer` (or `consumer/path`) cannot take dtype `name`, if KNOWN_LIMITS says so and
+    `message` is the failure it names."""
+    for who in (f"{consumer}/{path}", consumer):
+        for (limited, dtype), (why, needles) in KNOWN_LIMITS.items():
+            family = dtype.endswith("*") and name.startswith(dtype[:-1])
+            if limited == who and (dtype == name or family):
+                return why if any(needle in message for needle in needles) else None
     return None
 
 
@@ -197,9 +204,9 @@ def check(a, consume, expected, pointer, consumer="", name="", path=""):
         for needle, why in ENVIRONMENT.items():
             if needle in str(error):
                 return "env", why
-        why = limit(consumer, path, name)
+        why = limit(consumer, path, name, str(error))
         if why is not None:
-            return "n/a", why
+            return "n/a", f"{why} (it raised {message})"
         return "FAIL", message
     raw = values.dtype.type is np.void and values.dtype.names is None
     if raw and expected.dtype.type is not np.void and values.dtype.itemsize == expected.dtype.itemsize:

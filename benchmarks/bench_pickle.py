@@ -93,7 +93,7 @@ def _open_torch(connection):
         connection.send(elapsed)
 
 
-def share_rows(nbytes: int, repeat: int = 3) -> dict:
+def share_rows(nbytes: int, repeat: int = 10) -> dict:
     """Opening a shared array in a second process, a fresh export each time (a process maps a
     handle once; reopening one is a cache hit for both libraries)."""
     import io

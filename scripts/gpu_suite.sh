@@ -51,6 +51,12 @@ if [[ $what == stacks ]]; then
   # under memcheck, while py-spy (carried in wheels_extra/) dumps every thread's Python and
   # native stack twice a second. A thread marked "+gil" inside libcuda is a violation.
   : > "$out/stacks.txt"
+  pyspy=${PYSPY:-}
+  if [[ -z $pyspy ]]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/pyspy wheels_extra/py_spy-*.whl || exit 1
+    pyspy=$(find /tmp/pyspy -name py-spy -type f | head -n 1)
+  fi
+  [[ -x $pyspy ]] || { echo "stacks: no py-spy (carry its wheel in wheels_extra/)"; exit 1; }
   for round in 1 2 3; do
     compute-sanitizer --tool memcheck --report-api-errors no python3 -m pytest -q -p no:cacheprovider \
       tests/python/test_memory.py tests/python/test_threads.py -k "torch_adapter_uses_torchs_pool or switches_it" \
@@ -60,7 +66,7 @@ if [[ $what == stacks ]]; then
       sleep 0.5
       for pid in $(pgrep -f "python3 -m pytest -q -p no:cacheprovider tests/python/test_memory.py"); do
         [[ $pid == "$sanitizer" ]] && continue  # compute-sanitizer itself, whose command line holds the same words
-        "${PYSPY:-/tmp/site/bin/py-spy}" dump --native --pid "$pid" >> "$out/stacks.txt" 2>&1 || true
+        "$pyspy" dump --native --pid "$pid" >> "$out/stacks.txt" 2>&1 || true
       done
     done
     wait "$sanitizer"
@@ -78,7 +84,9 @@ print(f"py-spy: {dumps.count('Process ')} dumps, {len(threads)} thread stacks, {
       f"{len(holding)} holding the GIL, {len(violations)} holding the GIL inside libcuda")
 for t in (violations or in_driver)[:2]:
     print(t[:1500])
-sys.exit(1 if violations else 0)
+if not threads:
+    print("no stacks were taken: the check saw nothing")
+sys.exit(1 if violations or not threads else 0)
 PY
   status=$((status | $?))
 fi

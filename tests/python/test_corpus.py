@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import pickle
 import threading
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 from hostile import Interface, Tensor, amso_c_functions, impostors, interface
 from test_dlpack import DLTensor
+from test_share import handle_bytes, start_time
 
 import amso
 
@@ -321,7 +323,18 @@ PYTHON_API = [
     ("dlpack-device-descriptor-foreign-instance", lambda a: type(amso.MemArray(2, np.int32)).__dlpack_device__(a),
      TypeError, "MemArray1DInt32"),
     ("dlpack-descriptor-not-an-array", lambda a: type(a).__dlpack__(np.zeros(2)), TypeError, "ndarray"),
+    # Shared-array handles, refused before any driver call (test_share.py has the rest).
+    ("share-a-host-array", lambda a: a.share(), ValueError, "this array's data is on the host"),
+    ("handle-from-junk", lambda a: amso.cuda.SharedHandle.from_bytes(b"junk"), ValueError, "not an amso shared-array handle"),
+    ("handle-describes-too-much", lambda a: _own_handle(dims=(3, 3), dtype=b"float64").open(), ValueError,
+     "more than the 16 bytes it shares"),
+    ("handle-forged-serial", lambda a: _own_handle(serial=99999).open(), ValueError, "this process shared no array 99999"),
 ]
+
+
+def _own_handle(serial=1, **description):
+    """A handle naming this process as its exporter, written field by field."""
+    return amso.cuda.SharedHandle.from_bytes(handle_bytes(os.getpid(), start_time(os.getpid()), serial, **description))
 
 
 @pytest.mark.parametrize("case, action, error, message", PYTHON_API, ids=[c[0] for c in PYTHON_API])

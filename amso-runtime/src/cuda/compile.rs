@@ -55,22 +55,32 @@ pub(crate) fn function(source: &str, name: &str, options: &[String], device_id: 
         return Ok(Arc::clone(found));
     }
     // NVRTC and the module load take milliseconds to seconds: with the GIL released.
-    let function = crate::gil::released(|| -> Result<Arc<CudaFunction>> {
+    crate::gil::released(|| -> Result<Arc<CudaFunction>> {
         let cubin = compile(source, name, options, device_id)?;
         let _ctx = Current::enter(device_id)?;
         // A first launch may come inside a CUDA graph capture: loading a module there is
         // allowed in the relaxed capture mode (it touches no stream).
         let _relaxed = super::capture::Relaxed::enter();
         let module = context(device_id)?.load_module(Ptx::from_binary(cubin)).map_err(cuda_error)?;
-        Ok(Arc::new(module.load_function(name).map_err(|e| {
+        let compiled = Arc::new(module.load_function(name).map_err(|e| {
             Error::InvalidArgument(format!(
                 "the compiled source has no kernel named `{name}` ({})",
                 super::driver::describe(&e)
             ))
-        })?))
-    })?;
-    CACHE.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(key, Arc::clone(&function));
-    Ok(function)
+        })?);
+        // A thread that compiled the same key meanwhile won: use its function. Ours (the
+        // module unload its drop runs) goes here, with the GIL released and the cache unlocked.
+        let winner = Arc::clone(
+            CACHE
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(HashMap::new)
+                .entry(key)
+                .or_insert_with(|| Arc::clone(&compiled)),
+        );
+        drop(compiled);
+        Ok(winner)
+    })
 }
 
 /// Compile `source` for the device's exact architecture and return the CUBIN.

@@ -53,7 +53,7 @@ if [[ $what == stacks ]]; then
   : > "$out/stacks.txt"
   pyspy=${PYSPY:-}
   if [[ -z $pyspy ]]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/pyspy wheels_extra/py_spy-*.whl || exit 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/pyspy wheels_extra/py_spy-*.whl || exit 1
     pyspy=$(find /tmp/pyspy -name py-spy -type f | head -n 1)
   fi
   [[ -x $pyspy ]] || { echo "stacks: no py-spy (carry its wheel in wheels_extra/)"; exit 1; }

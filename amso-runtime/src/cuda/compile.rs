@@ -68,8 +68,9 @@ pub(crate) fn function(source: &str, name: &str, options: &[String], device_id: 
                 super::driver::describe(&e)
             ))
         })?);
-        // A thread that compiled the same key meanwhile won: use its function. Ours (the
-        // module unload its drop runs) goes here, with the GIL released and the cache unlocked.
+        // A thread that compiled the same key meanwhile won: use its function. Ours, and the
+        // module it holds, go at the end of this closure: unloaded with the GIL released and
+        // the cache unlocked.
         let winner = Arc::clone(
             CACHE
                 .lock()

@@ -154,8 +154,31 @@ fn base_dir() -> PathBuf {
     }
 }
 
-fn export_dir(pid: u32, serial: u64) -> PathBuf {
-    base_dir().join(format!("amso-shared-{pid}-{serial}"))
+/// An export's folder, named after its exporter (pid and start time, so that a later process
+/// with the same pid never meets it) and serial.
+fn export_dir(pid: u32, start: u64, serial: u64) -> PathBuf {
+    base_dir().join(format!("amso-shared-{pid}-{start}-{serial}"))
+}
+
+/// Remove the export folders of exporters that no longer run (killed, or ended without their
+/// exit hook): their memory went with them. Once per process, at its first share.
+fn remove_stale_exports() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        let Ok(entries) = std::fs::read_dir(base_dir()) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name.strip_prefix("amso-shared-") else { continue };
+            let mut parts = rest.split('-').map(|p| p.parse::<u64>().ok());
+            if let (Some(Some(pid)), Some(Some(start)), Some(Some(_)), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            {
+                if !alive(pid as u32, start) {
+                    let _ = std::fs::remove_dir_all(entry.path()); // another user's: refused, kept
+                }
+            }
+        }
+    });
 }
 
 /// What an export's folder records, for importers to check a handle against: the memory (its
@@ -177,6 +200,13 @@ fn record(p: &Parsed) -> Vec<u8> {
 fn check_record(dir: &Path, p: &Parsed) -> PyResult<()> {
     match std::fs::read(dir.join("record")) {
         Ok(recorded) if recorded == record(p) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(PyValueError::new_err(format!(
+            "cannot read the record of process {}'s shared array {} in {} ({e}): an export is open to its own user \
+             only; open the handle as that user",
+            p.pid,
+            p.serial,
+            dir.display()
+        ))),
         _ => Err(no_export(p)),
     }
 }
@@ -199,11 +229,26 @@ fn create_export_dir(dir: &Path) -> std::io::Result<()> {
 
 /// The export's lock, held while the exporter decides to free it and while an importer checks
 /// its record and marks its hold: the two never interleave, so an export is freed only when no
-/// importer can be about to map it. `None` when the folder is gone (the export was freed).
-fn lock_export(dir: &Path) -> Option<std::fs::File> {
-    let file = std::fs::OpenOptions::new().read(true).open(dir.join("lock")).ok()?;
-    file.lock().ok()?;
-    Some(file)
+/// importer can be about to map it. Each holds it for a few file operations; waiting is bounded
+/// (`LOCK_PATIENCE`), so that a lock a forked child inherited mid-hold cannot hang anyone.
+/// `NotFound` when the folder is gone (the export was freed).
+fn lock_export(dir: &Path) -> std::io::Result<std::fs::File> {
+    const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+    let file = std::fs::OpenOptions::new().read(true).open(dir.join("lock"))?;
+    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the export stayed locked"));
+            }
+            Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    }
 }
 
 /// Write a new file, refusing one that exists (a link planted in its place included).
@@ -278,13 +323,17 @@ pub(crate) fn collect() -> usize {
             all.push(export);
             continue;
         }
-        // Decided and removed under the export's lock, which an importer takes to mark its hold.
-        let _locked = lock_export(&export.dir);
-        if held(&export.dir, true) {
-            all.push(export);
-        } else {
-            let _ = std::fs::remove_dir_all(&export.dir);
+        // Decided and removed under the export's lock, which an importer takes to mark its hold;
+        // an export whose lock cannot be taken counts as held.
+        let free = match lock_export(&export.dir) {
+            Ok(_locked) if !held(&export.dir, true) => std::fs::remove_dir_all(&export.dir).is_ok(),
+            Ok(_) => false,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
+        if free {
             finished.push(export);
+        } else {
+            all.push(export);
         }
     }
     drop(all);
@@ -312,17 +361,17 @@ pub(crate) fn share(array: &Bound<'_, MemArrayBase>) -> PyResult<SharedHandle> {
              stream-ordered pool, which cannot be exported: create the array with shareable=True",
         ));
     }
-    collect();
+    // Without the GIL: collecting may wait (briefly) for an importer's lock.
+    py.detach(|| {
+        remove_stale_exports();
+        collect()
+    });
     let (pid, start) = identity();
     let found =
         exports().iter().find(|e| Arc::ptr_eq(&e.memory, &memory)).map(|e| (e.serial, Arc::clone(&e.event), e.handle));
-    let new = found.is_none();
     let (serial, event, handle) = match found {
         Some(found) => found,
-        None => {
-            let handle = ipc::memory_handle(device_id, memory.ptr())?;
-            (NEXT_SERIAL.fetch_add(1, Ordering::Relaxed), Arc::new(IpcEvent::new(device_id)?), handle)
-        }
+        None => export(py, &memory, device_id, base.element_type().name, &dims, readonly)?,
     };
     let mut parsed = Parsed {
         pid,
@@ -337,35 +386,66 @@ pub(crate) fn share(array: &Bound<'_, MemArrayBase>) -> PyResult<SharedHandle> {
         dims: dims.iter().map(|&d| d as i64).collect(),
         readonly,
     };
-    let dir = export_dir(pid, serial);
-    if new {
-        let record = record(&parsed);
-        create_export_dir(&dir)
-            .and_then(|()| write_new(&dir.join("lock"), b""))
-            .and_then(|()| write_new(&dir.join("record"), &record))
-            .map_err(|e| {
-                PyValueError::new_err(format!(
-                    "cannot record the export in {} ({e}); a folder of that name that amso did not just create is \
-                 refused",
-                    dir.display()
-                ))
-            })?;
-        exports().push(Export {
-            serial,
-            memory: Arc::clone(&memory),
-            event: Arc::clone(&event),
-            handle,
-            record,
-            dir: dir.clone(),
-        });
-        register_exit(py)?;
-    }
+    let dir = export_dir(pid, start, serial);
     memory.mark_shared();
     parsed.event = event.record(stream)?;
     let pending_file = dir.join(format!("pending-{}", parsed.pending));
     write_new(&pending_file, b"")
         .map_err(|e| PyValueError::new_err(format!("cannot record the share in {}: {e}", pending_file.display())))?;
     Ok(SharedHandle { bytes: parsed.encode(), parsed })
+}
+
+/// Export `memory` for the first time: its IPC handle, its event and its folder (with the record
+/// of the array over it). When another thread exported the same memory meanwhile, its export
+/// is used and this one's folder removed. Returns (serial, event, memory handle).
+fn export(
+    py: Python<'_>,
+    memory: &Arc<DeviceMemory>,
+    device_id: i32,
+    dtype: &str,
+    dims: &[usize],
+    readonly: bool,
+) -> PyResult<(u64, Arc<IpcEvent>, HandleBytes)> {
+    let handle = ipc::memory_handle(device_id, memory.ptr())?;
+    let event = Arc::new(IpcEvent::new(device_id)?);
+    let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
+    let (pid, start) = identity();
+    let description = Parsed {
+        pid,
+        start,
+        serial,
+        pending: 0,
+        uuid: [0; 16],
+        nbytes: memory.bytes() as u64,
+        memory: handle,
+        event: [0; ipc::HANDLE_BYTES],
+        dtype: dtype.to_string(),
+        dims: dims.iter().map(|&d| d as i64).collect(),
+        readonly,
+    };
+    let record = record(&description);
+    let dir = export_dir(pid, start, serial);
+    create_export_dir(&dir).map_err(|e| {
+        PyValueError::new_err(format!(
+            "cannot record the export in {} ({e}); a folder of that name that amso did not just create is refused",
+            dir.display()
+        ))
+    })?;
+    if let Err(e) = write_new(&dir.join("lock"), b"").and_then(|()| write_new(&dir.join("record"), &record)) {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(PyValueError::new_err(format!("cannot record the export in {} ({e})", dir.display())));
+    }
+    let mut all = exports();
+    if let Some(earlier) = all.iter().find(|e| Arc::ptr_eq(&e.memory, memory)) {
+        let earlier = (earlier.serial, Arc::clone(&earlier.event), earlier.handle);
+        drop(all);
+        let _ = std::fs::remove_dir_all(&dir);
+        return Ok(earlier);
+    }
+    all.push(Export { serial, memory: Arc::clone(memory), event: Arc::clone(&event), handle, record, dir });
+    drop(all);
+    register_exit(py)?;
+    Ok((serial, event, handle))
 }
 
 /// At exit, wait for importers of this process's memory (which goes away with it).
@@ -392,9 +472,13 @@ fn at_exit(py: Python<'_>) -> PyResult<()> {
         });
         if left == 0 {
             let finished = std::mem::take(&mut *exports());
-            for export in &finished {
-                let _ = std::fs::remove_dir_all(&export.dir);
-            }
+            py.detach(|| {
+                for export in &finished {
+                    // Under its lock, so that no importer is between its check and its hold.
+                    let _locked = lock_export(&export.dir);
+                    let _ = std::fs::remove_dir_all(&export.dir);
+                }
+            });
             return Ok(());
         }
         if std::time::Instant::now() >= deadline {
@@ -542,7 +626,7 @@ fn open(py: Python<'_>, p: &Parsed, device_id: Option<i32>) -> PyResult<Py<PyAny
                 p.pid
             )));
         }
-        let dir = export_dir(p.pid, p.serial);
+        let dir = export_dir(p.pid, p.start, p.serial);
         check_record(&dir, p)?; // before any driver call; again under the lock when mapping
         let local = ipc::device_with_uuid(&p.uuid)?.ok_or_else(|| {
             PyValueError::new_err(format!(
@@ -564,7 +648,7 @@ fn open(py: Python<'_>, p: &Parsed, device_id: Option<i32>) -> PyResult<Py<PyAny
         ForeignMemory { address: imported.ptr as usize, device: Device::cuda(local), owner: Box::new(imported) }
     };
     // The handle arrived: its pending hold gives way to the mapping's (or the exporter's own).
-    let _ = std::fs::remove_file(export_dir(p.pid, p.serial).join(format!("pending-{}", p.pending)));
+    let _ = std::fs::remove_file(export_dir(p.pid, p.start, p.serial).join(format!("pending-{}", p.pending)));
     let stream = crate::cuda::stream::amso_stream(memory.device.id)?.as_int();
     // SAFETY: the memory holds the exporter's array of `nbytes` (its record says so), C
     // contiguous elements of this dtype, mapped while `memory.owner` lives.
@@ -588,10 +672,16 @@ fn mapping(device_id: i32, p: &Parsed, dir: &Path, (pid, start): (u32, u64)) -> 
     }
     // The record is checked and the hold marked under the export's lock, so the exporter
     // cannot free the memory in between.
-    let locked = lock_export(dir);
-    if locked.is_none() {
-        return Err(no_export(p));
-    }
+    let locked = match lock_export(dir) {
+        Ok(locked) => locked,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(no_export(p)),
+        Err(e) => {
+            return Err(PyValueError::new_err(format!(
+                "cannot lock process {}'s shared array {} ({e}); try again",
+                p.pid, p.serial
+            )))
+        }
+    };
     check_record(dir, p)?;
     let hold = dir.join(format!("importer-{pid}-{start}-{}", NEXT_IMPORT.fetch_add(1, Ordering::Relaxed)));
     std::fs::File::create_new(&hold)

@@ -355,7 +355,8 @@ impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
 
     /// For device data: the stream to work on (the caller's current stream for producers with
     /// the DLPack exchange API, else amso's stream context, else amso's stream). `None` on the
-    /// host.
+    /// host. The producer's stream is alive while this argument is: use the value within the
+    /// call, not after it.
     pub fn stream(&self) -> Option<crate::Stream> {
         self.source.stream.map(crate::Stream::reported)
     }

@@ -701,7 +701,8 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
         self.framework
     }
 
-    /// For device data: the stream it was zeroed on, which work on it should use.
+    /// For device data: the stream it was zeroed on, which work on it should use (a stream of
+    /// the result's framework, alive while the result is: use it within the call).
     pub fn stream(&self) -> Option<crate::Stream> {
         self.stream.map(crate::Stream::reported)
     }

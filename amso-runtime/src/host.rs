@@ -4,22 +4,17 @@
 use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 
+use crate::element::MAX_ALIGN;
 use crate::error::{Error, Result};
-
-/// Alignment of host allocations: malloc's own (16 bytes on 64-bit targets), which covers
-/// every element type. Asking the system allocator for more makes `alloc_zeroed` memset the
-/// whole block instead of using calloc's lazily zeroed pages, which costs time and resident
-/// memory for large arrays.
-pub(crate) const HOST_ALIGNMENT: usize = crate::element::MAX_ALIGN;
 
 /// Up to this size, a buffer is allocated and then zeroed, rather than allocated zeroed: glibc's
 /// `calloc` does not take blocks from the per-thread cache that `malloc` and `free` use (blocks
 /// of up to 1032 bytes), so a small array made and dropped in a loop would pay for the general
-/// allocator both ways. Larger buffers
-/// use `calloc`, whose fresh pages are zero without being touched.
+/// allocator both ways. Larger buffers use `calloc`, whose fresh pages are zero without being
+/// touched.
 const ZERO_AFTER_ALLOC_MAX: usize = 1024;
 
-/// A run of `bytes` bytes of host memory: amso's own (zeroed, aligned to `HOST_ALIGNMENT`,
+/// A run of `bytes` bytes of host memory: amso's own (zeroed, aligned to `MAX_ALIGN`,
 /// which covers every element type: `ElementOps::of` refuses types aligned beyond it), or a
 /// foreign producer's (aligned for its elements, checked where it is wrapped).
 ///
@@ -143,7 +138,7 @@ impl HostBuffer {
     }
 
     fn layout(bytes: usize) -> Result<Layout> {
-        Layout::from_size_align(bytes, HOST_ALIGNMENT).map_err(|_| Error::TooLarge {
+        Layout::from_size_align(bytes, MAX_ALIGN).map_err(|_| Error::TooLarge {
             shape: vec![bytes as u64],
             itemsize: 1,
             max: isize::MAX as usize,
@@ -167,10 +162,10 @@ impl HostBuffer {
     }
 }
 
-/// The alignment `HOST_ALIGNMENT` names, for dangling pointers.
+/// The alignment `MAX_ALIGN` names, for dangling pointers.
 #[repr(align(16))]
 struct Aligned;
-const _: () = assert!(align_of::<Aligned>() == HOST_ALIGNMENT);
+const _: () = assert!(align_of::<Aligned>() == MAX_ALIGN);
 
 impl Drop for HostBuffer {
     // Pinned memory is released by its own Drop (field `pinned`).
@@ -198,7 +193,7 @@ mod tests {
     #[test]
     fn zeroed_aligned_and_cloned() {
         let buffer = HostBuffer::zeroed(1000 * 8).unwrap();
-        assert_eq!(buffer.as_ptr() as usize % HOST_ALIGNMENT, 0);
+        assert_eq!(buffer.as_ptr() as usize % MAX_ALIGN, 0);
         let values = buffer.as_ptr().cast::<f64>();
         // SAFETY: 1000 initialised, aligned elements.
         assert!(unsafe { std::slice::from_raw_parts(values, 1000) }.iter().all(|&v| v == 0.0));
@@ -244,7 +239,7 @@ mod tests {
     #[cfg_attr(miri, ignore = "asks the allocator for 1 EiB, which Miri reports as exhaustion")]
     fn empty_and_impossible_sizes() {
         assert!(HostBuffer::zeroed(0).unwrap().is_empty());
-        assert_eq!(HostBuffer::zeroed(0).unwrap().as_ptr() as usize % HOST_ALIGNMENT, 0);
+        assert_eq!(HostBuffer::zeroed(0).unwrap().as_ptr() as usize % MAX_ALIGN, 0);
         assert!(matches!(HostBuffer::zeroed(usize::MAX / 2), Err(Error::TooLarge { .. })));
         assert!(matches!(HostBuffer::zeroed(1 << 60), Err(Error::OutOfMemory { .. })));
     }

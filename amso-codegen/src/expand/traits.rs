@@ -19,10 +19,9 @@ pub fn element_impls(spec: &Spec) -> TokenStream {
     let hidden: Vec<_> = spec.dtypes.iter().map(|d| quote::format_ident!("__dtype_{}", d.name)).collect();
     let docs = spec.dtypes.iter().map(|d| format!("`{}`: the element type of dtype {}.", d.rust, d.name));
     let table: Vec<_> = crate::dtype::TypeCode::table().collect();
-    let codes = table.iter().map(|row| row.0);
+    let codes: Vec<u8> = table.iter().map(|row| row.0).collect();
     let code_names = table.iter().map(|row| row.1);
     let code_consts = table.iter().map(|row| format_ident!("{}", row.1.trim_start_matches("kDL").to_uppercase()));
-    let code_values = table.iter().map(|row| row.0);
     let code_docs = table.iter().map(|row| format!("`{}`.", row.1));
     let code_bits = table.iter().map(|row| {
         let bits = row.2;
@@ -58,7 +57,7 @@ pub fn element_impls(spec: &Spec) -> TokenStream {
         /// generator's one table.
         #[allow(dead_code)]
         pub(crate) mod dlpack_code {
-            #( #[doc = #code_docs] pub(crate) const #code_consts: u8 = #code_values; )*
+            #( #[doc = #code_docs] pub(crate) const #code_consts: u8 = #codes; )*
         }
 
         /// DLPack's type codes, from the generator's one table: (number, enumerator name, bits

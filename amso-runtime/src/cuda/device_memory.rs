@@ -5,8 +5,6 @@ use cudarc::driver::{result, sys};
 
 use super::context::Current;
 use super::driver::{cuda_error, map_error};
-#[allow(unused_imports)]
-use crate::error::Error;
 use crate::error::Result;
 
 /// An allocation in one device's global memory.
@@ -51,33 +49,16 @@ impl DeviceMemory {
         Self::alloc_from(super::alloc::current(), device_id, bytes, stream)
     }
 
-    /// Allocate `bytes` of CUDA managed memory on `device_id` (within its free memory), for
-    /// work on `stream`.
-    pub(crate) fn alloc_managed(
-        device_id: i32,
-        bytes: usize,
-        stream: super::stream::StreamHandle,
-    ) -> Result<DeviceMemory> {
-        Self::alloc_from(super::alloc::Source::Managed, device_id, bytes, stream)
-    }
-
-    /// Allocate `bytes` on `device_id` that other processes can map (CUDA IPC), for work on
-    /// `stream`.
-    pub(crate) fn alloc_shareable(
-        device_id: i32,
-        bytes: usize,
-        stream: super::stream::StreamHandle,
-    ) -> Result<DeviceMemory> {
-        Self::alloc_from(super::alloc::Source::Shareable, device_id, bytes, stream)
-    }
-
-    /// Whether other processes can map this memory (`alloc_shareable`).
+    /// Whether other processes can map this memory (from `Source::Shareable`).
     #[cfg(feature = "python")]
     pub(crate) fn shareable(&self) -> bool {
         matches!(self.allocator, Some(super::alloc::Source::Shareable))
     }
 
-    fn alloc_from(
+    /// Allocate `bytes` on `device_id` from `source` (`Source::Managed`: CUDA managed memory,
+    /// within the device's free memory; `Source::Shareable`: memory other processes can map),
+    /// usable in order on `stream`.
+    pub(crate) fn alloc_from(
         source: super::alloc::Source,
         device_id: i32,
         bytes: usize,

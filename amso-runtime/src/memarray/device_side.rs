@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use crate::cuda::alloc::Source;
 use crate::cuda::capture;
 use crate::cuda::device_memory::DeviceMemory;
 use crate::cuda::stream::{self, Checked, StreamHandle};
@@ -109,11 +110,8 @@ impl DeviceSide {
             let stream = crate::current_stream::resolve(None);
             crate::gil::released(|| -> Result<()> {
                 let stream = self.begin(options.device_id, stream)?;
-                let memory = if options.managed {
-                    DeviceMemory::alloc_managed(options.device_id, bytes, stream.handle)?
-                } else {
-                    DeviceMemory::alloc_shareable(options.device_id, bytes, stream.handle)?
-                };
+                let source = if options.managed { Source::Managed } else { Source::Shareable };
+                let memory = DeviceMemory::alloc_from(source, options.device_id, bytes, stream.handle)?;
                 if !options.uninitialized {
                     // SAFETY: the new allocation holds `bytes`; the memset is queued on `stream`.
                     unsafe { transfer::zero(options.device_id, memory.ptr(), bytes, stream.handle) }?;

@@ -311,7 +311,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         Ok(())
     }
 
-    /// The host buffer as `T`s (aligned: `HOST_ALIGNMENT` or the foreign producer's, checked).
+    /// The host buffer as `T`s (aligned: `MAX_ALIGN` or the foreign producer's, checked).
     fn data_ptr(&self) -> *mut T {
         self.core.host_ptr().cast()
     }

@@ -126,8 +126,7 @@ macro_rules! getter {
         /// # Safety
         /// `handle` comes from `amso_get_handle` and its object is alive; `out` is writable.
         #[no_mangle]
-        #[allow(unreachable_pub)] // a C symbol of the extension, exported by `no_mangle`
-        pub unsafe extern "C" fn $name(handle: Handle, out: *mut $ty) -> c_int {
+        pub(crate) unsafe extern "C" fn $name(handle: Handle, out: *mut $ty) -> c_int {
             guard(|| read(handle, out, |$h| $value))
         }
     )*};

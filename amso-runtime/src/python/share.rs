@@ -181,19 +181,13 @@ fn remove_stale_exports() {
     });
 }
 
-/// What an export's folder records, for importers to check a handle against: the memory (its
-/// size and IPC handle) and the array over it (dtype, shape, read-only), so that a handle whose
-/// description was altered names no export.
+/// What an export's folder records, for importers to check a handle against: the handle's
+/// encoding without what differs from one `share()` to the next (its pending hold and event)
+/// or is checked apart (the GPU's UUID). It names the exporter, the memory (its size and IPC
+/// handle) and the array over it (dtype, shape, read-only), so that a handle whose description
+/// was altered names no export.
 fn record(p: &Parsed) -> Vec<u8> {
-    let mut bytes = p.nbytes.to_le_bytes().to_vec();
-    bytes.extend_from_slice(&p.memory);
-    bytes.extend_from_slice(p.dtype.as_bytes());
-    bytes.push(0);
-    for dim in &p.dims {
-        bytes.extend_from_slice(&dim.to_le_bytes());
-    }
-    bytes.push(u8::from(p.readonly));
-    bytes
+    Parsed { pending: 0, uuid: [0; 16], event: [0; ipc::HANDLE_BYTES], ..p.clone() }.encode()
 }
 
 /// Refuse a handle that does not match its export's record.
@@ -583,9 +577,8 @@ fn open(py: Python<'_>, p: &Parsed, device_id: Option<i32>) -> PyResult<Py<PyAny
             registry::compiled()
         ))
     })?;
-    let itemsize = registration.dtype().itemsize() as u64;
-    let described =
-        p.dims.iter().try_fold(itemsize, |bytes, &d| u64::try_from(d).ok().and_then(|d| bytes.checked_mul(d)));
+    let itemsize = registration.dtype().itemsize();
+    let described = crate::shape::checked_shape(&p.dims, p.dims.len(), itemsize).ok().map(|(_, bytes)| bytes as u64);
     if described.is_none_or(|bytes| bytes > p.nbytes) {
         return Err(PyValueError::new_err(format!(
             "the handle describes a {} array of shape {:?}, more than the {} bytes it shares: it is damaged or forged",

@@ -224,6 +224,28 @@ def test_moves_of_one_gib_while_python_and_c_read(capi):
 
 
 @pytest.mark.skipif(not amso.cuda.is_available(), reason="needs a CUDA device")
+def test_shares_and_opens_while_python_and_c_read(capi):
+    # share() and open() release the GIL for the driver and the export's folder: the array's
+    # facts and C header stay readable, and two threads sharing one array make one export.
+    array = amso.MemArray((1 << 20,), np.float32, on_device=True, shareable=True)
+    array[5] = 3.0
+    device = array.__cuda_array_interface__["data"][0]
+    serials = set()
+
+    def shares():
+        for _ in range(200):
+            handle = array.share()
+            serials.add(repr(handle).split("serial=")[1])
+            assert handle.open()[5] == 3.0  # this process: the same memory, referenced
+
+    errors, seen, bad = readers_during(shares, array, capi, {2: {device}})
+    second = run_threads(shares, shares)
+    assert not errors and not second, errors + second
+    assert seen and not bad, bad
+    assert len(serials) == 1, f"one export per memory, got serials {serials}"
+
+
+@pytest.mark.skipif(not amso.cuda.is_available(), reason="needs a CUDA device")
 def test_staged_moves_of_four_threads_at_once_keep_their_data():
     # Pageable moves of 48 MiB and a bit go through the staging ring (three chunks, a short
     # last one): four threads' crews and rings at once, while each array's facts stay readable.

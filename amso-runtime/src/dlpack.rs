@@ -281,15 +281,27 @@ pub(crate) fn padded(dtype: DLDataType) -> bool {
 }
 
 #[cfg(feature = "python")]
-/// Refuse an export of a padded sub-byte `dtype` in the legacy format, which has no flags: its
-/// consumer would read the bytes as packed elements.
-pub(crate) fn check_format(plan: &ExportPlan, dtype: DLDataType) -> Result<()> {
-    if plan.format == Format::Legacy && padded(dtype) {
+/// Refuse an export in the legacy format, which has no flags, of what only flags can say: a
+/// padded sub-byte `dtype` (its consumer would read the bytes as packed elements), or
+/// `readonly` memory (its consumer could write it; NumPy refuses the same request).
+pub(crate) fn check_format(plan: &ExportPlan, dtype: DLDataType, readonly: bool) -> Result<()> {
+    if plan.format != Format::Legacy {
+        return Ok(());
+    }
+    if padded(dtype) {
         return Err(Error::ExportRefused(format!(
             "a {}-bit element is stored padded to a byte, which only a versioned DLPack tensor can say (its \
              padded flag); ask for one with __dlpack__(max_version=(1, 0)) or later",
             dtype.bits
         )));
+    }
+    if readonly {
+        return Err(Error::ExportRefused(
+            "the array is read-only, which a legacy (unversioned) DLPack capsule cannot say: its consumer could \
+             write it; ask for a versioned capsule with __dlpack__(max_version=(1, 0)) or later (its READ_ONLY \
+             flag), or export a writable copy"
+                .into(),
+        ));
     }
     Ok(())
 }

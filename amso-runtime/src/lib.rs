@@ -53,6 +53,9 @@ pub(crate) mod object;
 #[cfg(feature = "python")]
 pub(crate) mod process;
 pub(crate) mod shape;
+#[cfg(feature = "cuda")]
+#[cfg_attr(not(feature = "python"), allow(dead_code))] // the Python class uses it; the fuzz target reads handles
+pub(crate) mod share;
 #[cfg(any(feature = "cuda", test))]
 pub(crate) mod staging;
 #[cfg(feature = "python")]

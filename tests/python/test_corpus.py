@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hostile import Interface, Tensor, amso_c_functions, impostors, interface
 from test_dlpack import DLTensor
-from test_share import handle_bytes, start_time
+from test_share import UID, handle_bytes
 
 import amso
 
@@ -328,13 +328,19 @@ PYTHON_API = [
     ("handle-from-junk", lambda a: amso.cuda.SharedHandle.from_bytes(b"junk"), ValueError, "not an amso shared-array handle"),
     ("handle-describes-too-much", lambda a: _own_handle(dims=(3, 3), dtype=b"float64").open(), ValueError,
      "more than the 16 bytes it shares"),
-    ("handle-forged-serial", lambda a: _own_handle(serial=99999).open(), ValueError, "this process shared no array 99999"),
+    ("handle-forged-serial", lambda a: _own_handle(serial=99999).open(), ValueError,
+     f"process {os.getpid()} has no shared array 99999 matching this handle"),
+    ("handle-of-another-user", lambda a: amso.cuda.SharedHandle.from_bytes(handle_bytes(uid=UID + 1)).open(),
+     PermissionError, "amso opens only its own user's shares"),
+    # Memory that is read-only leaves only through paths that can say so.
+    ("dlpack-legacy-read-only", lambda a: amso.MemArray(2, np.float64, readonly=True).__dlpack__(), BufferError,
+     "read-only, which a legacy"),
 ]
 
 
 def _own_handle(serial=1, **description):
     """A handle naming this process as its exporter, written field by field."""
-    return amso.cuda.SharedHandle.from_bytes(handle_bytes(os.getpid(), start_time(os.getpid()), serial, **description))
+    return amso.cuda.SharedHandle.from_bytes(handle_bytes(pid=os.getpid(), serial=serial, **description))
 
 
 @pytest.mark.parametrize("case, action, error, message", PYTHON_API, ids=[c[0] for c in PYTHON_API])

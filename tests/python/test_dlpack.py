@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import pickle
 
 import numpy as np
 import pytest
@@ -107,6 +108,36 @@ def test_versioned_capsule_describes_the_array():
     assert [t.strides[i] for i in range(2)] == [3, 1]
     assert managed.flags == 0
     assert (versioned(a.__dlpack__(max_version=(1, 0))).minor) == 0
+
+
+def test_a_read_only_array_refuses_the_legacy_capsule_as_numpy_does():
+    """A legacy capsule cannot say read-only: its consumer could write the memory (an unpickled
+    read-only array adopts the pickle's immutable bytes). NumPy refuses the same request."""
+    reference = np.zeros(3, np.float32)
+    reference.flags.writeable = False
+    with pytest.raises(BufferError):
+        reference.__dlpack__()
+    ro = amso.MemArray(3, np.float32, readonly=True)
+    adopted = pickle.loads(pickle.dumps(ro, protocol=4))
+    for array in (ro, adopted):
+        with pytest.raises(BufferError, match=r"read-only, which a legacy \(unversioned\) DLPack capsule cannot say"):
+            array.__dlpack__()
+        with pytest.raises(BufferError, match=r"max_version=\(1, 0\)"):
+            array.__dlpack__(max_version=(0, 8))
+        with array.get_dlpack(amso.dlpack.kDLCPU) as exported, pytest.raises(BufferError, match="read-only"):
+            exported.__dlpack__()
+        assert versioned(array.__dlpack__(max_version=(1, 0))).flags & READ_ONLY
+        assert not np.from_dlpack(array).flags.writeable
+
+
+def test_the_borrowed_dltensor_of_the_exchange_api_refuses_read_only_arrays():
+    from hostile import amso_c_functions  # it imports this module's structs
+
+    _, dltensor = amso_c_functions()
+    out = DLTensor()
+    with pytest.raises(BufferError, match="read-only, which a DLTensor cannot say"):
+        dltensor(amso.MemArray(3, np.float32, readonly=True), ctypes.byref(out))
+    assert dltensor(amso.MemArray(3, np.float32), ctypes.byref(out)) == 0 and out.ndim == 1
 
 
 def test_readonly_and_copy_flags():

@@ -13,6 +13,7 @@ import signal
 import struct
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -26,15 +27,93 @@ gpu = pytest.mark.skipif(not GPU, reason="needs a CUDA device")
 SPAWN = multiprocessing.get_context("spawn")
 
 
-def start_time(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+UID = os.geteuid()
+SHM = Path("/dev/shm")
+ROOT = UID == 0
+as_root = pytest.mark.skipif(not ROOT, reason="plays another local user with setpriv, which needs root")
+NOBODY = 65534
 
 
-def handle_bytes(pid, start, serial, *, dtype=b"float32", dims=(4,), readonly=0, nbytes=16):
+def handle_bytes(*, uid=UID, pid=None, serial=1, token=None, pending=1, uuid=bytes(16), nbytes=16,
+                 memory=bytes(range(64)), event=bytes(64), dtype=b"float32", dims=(4,), readonly=0):
     """A handle's bytes, written field by field as the format says (for forged handles)."""
-    out = b"AMSOSHR1" + struct.pack("<IQQQ", pid, start, serial, 1) + bytes(16) + struct.pack("<Q", nbytes)
-    out += bytes(range(64)) + bytes(64) + bytes([len(dtype)]) + dtype + bytes([len(dims)])
+    token = token if token is not None else os.urandom(16)
+    pid = os.getppid() if pid is None else pid
+    out = b"AMSOSHR2" + struct.pack("<IIQ", uid, pid, serial) + token + struct.pack("<Q", pending) + uuid
+    out += struct.pack("<Q", nbytes) + memory + event + bytes([len(dtype)]) + dtype + bytes([len(dims)])
     return out + b"".join(struct.pack("<q", d) for d in dims) + bytes([readonly])
+
+
+def fields(handle: bytes) -> dict:
+    uid, pid, serial = struct.unpack_from("<IIQ", handle, 8)
+    return dict(uid=uid, pid=pid, serial=serial, token=handle[24:40])
+
+
+def record_of(handle: bytes) -> bytes:
+    """What the export's folder records: the handle less its pending hold, GPU and event."""
+    return handle[:40] + bytes(8) + bytes(16) + handle[64:72] + handle[72:136] + bytes(64) + handle[200:]
+
+
+def folder_of(handle: bytes) -> Path:
+    f = fields(handle)
+    return SHM / f"amso-shared-{f['uid']}-{f['token'].hex()}"
+
+
+class Planted:
+    """An export folder made by hand, as an exporter (or a forger) would: `live` locked by this
+    process while `alive`, `lock`, and `record`."""
+
+    def __init__(self, handle: bytes, *, alive=True, record=None):
+        import fcntl
+
+        self.path = folder_of(handle)
+        self.path.mkdir(mode=0o700)
+        os.chmod(self.path, 0o700)
+        for name, data in (("live", b""), ("lock", b""), ("record", record_of(handle) if record is None else record)):
+            (self.path / name).write_bytes(data)
+            os.chmod(self.path / name, 0o600)
+        self.live = open(self.path / "live", "rb")
+        if alive:
+            fcntl.flock(self.live, fcntl.LOCK_EX)
+
+    def remove(self):
+        self.live.close()
+        subprocess.run(["rm", "-rf", str(self.path)], check=True)
+
+
+@pytest.fixture()
+def planted():
+    made = []
+
+    def plant(handle, **kwargs):
+        made.append(Planted(handle, **kwargs))
+        return made[-1]
+
+    yield plant
+    for p in made:
+        p.remove()
+
+
+def open_in_child(handle: bytes, user: int | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`SharedHandle.from_bytes(handle).open()` in a fresh process (as `user` if given), which
+    prints the exception's type and message; a ticker thread shows the GIL was free meanwhile."""
+    code = textwrap.dedent(f"""
+        import threading, time, amso
+        ticks = []
+        def tick():
+            while True:
+                ticks.append(1)
+                time.sleep(0.01)
+        threading.Thread(target=tick, daemon=True).start()
+        time.sleep(0.05)
+        try:
+            amso.cuda.SharedHandle.from_bytes({handle!r}).open()
+            print("opened")
+        except Exception as error:
+            print(type(error).__name__, error)
+    """)
+    prefix = [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+    return subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
 
 
 # --- handles refused before any driver call (no GPU needed) ---
@@ -43,39 +122,45 @@ def handle_bytes(pid, start, serial, *, dtype=b"float32", dims=(4,), readonly=0,
 @pytest.mark.parametrize("damage, message", [
     (lambda b: b[:40], "truncated"),
     (lambda b: b + b"\0", "after its end"),
-    (lambda b: b"XMSOSHR1" + b[8:], "does not start as an amso handle"),
+    (lambda b: b"XMSOSHR2" + b[8:], "does not start as an amso handle"),
+    (lambda b: b"AMSOSHR1" + b[8:], "does not start as an amso handle"),  # the format before 0.1's trust fixes
     (lambda b: b[:-1] + b"\x07", "read-only flag is 7"),
     (lambda b: b"", "truncated"),
 ])
 def test_damaged_handles_are_refused(damage, message):
-    good = handle_bytes(os.getpid(), start_time(os.getpid()), 1)
     with pytest.raises(ValueError, match=message):
-        amso.cuda.SharedHandle.from_bytes(damage(good))
+        amso.cuda.SharedHandle.from_bytes(damage(handle_bytes()))
 
 
-def test_a_handle_of_a_process_that_is_gone_is_refused():
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    pid = int(done.stdout)
-    handle = amso.cuda.SharedHandle.from_bytes(handle_bytes(pid, 12345, 1))
-    with pytest.raises(ValueError, match=rf"the process that shared this array \(pid {pid}\) is gone"):
-        handle.open()
+def test_a_handle_whose_exporter_is_gone_is_refused(planted):
+    """The exporter's `live` lock is free (it was killed): its memory went with it."""
+    handle = handle_bytes()
+    planted(handle, alive=False)
+    with pytest.raises(ValueError, match=rf"the process that shared this array \(pid {os.getppid()}\) is gone"):
+        amso.cuda.SharedHandle.from_bytes(handle).open()
 
 
-def test_a_forged_handle_of_a_running_process_names_no_export():
-    parent = os.getppid()
-    handle = amso.cuda.SharedHandle.from_bytes(handle_bytes(parent, start_time(parent), 424242))
-    with pytest.raises(ValueError, match=f"process {parent} has no shared array 424242 matching this handle"):
-        handle.open()
+def test_a_forged_handle_names_no_export():
+    handle = handle_bytes(serial=424242)
+    with pytest.raises(ValueError, match=f"process {os.getppid()} has no shared array 424242 matching this handle"):
+        amso.cuda.SharedHandle.from_bytes(handle).open()
 
 
-def test_a_forged_handle_of_this_process_names_no_export():
-    handle = amso.cuda.SharedHandle.from_bytes(handle_bytes(os.getpid(), start_time(os.getpid()), 99999))
-    with pytest.raises(ValueError, match="this process shared no array 99999"):
-        handle.open()
+@pytest.mark.parametrize("alter", [
+    lambda h: h[:-1] + b"\x01",                               # read-only
+    lambda h: h[:-9] + struct.pack("<q", 2) + h[-1:],          # the last dim
+    lambda h: h[:64] + struct.pack("<Q", 1 << 20) + h[72:],    # the size shared
+    lambda h: h[:72] + bytes(64) + h[136:],                    # the memory's IPC handle
+])
+def test_a_handle_with_an_altered_description_names_no_export(planted, alter):
+    good = handle_bytes()
+    planted(good)
+    with pytest.raises(ValueError, match="has no shared array 1 matching this handle"):
+        amso.cuda.SharedHandle.from_bytes(alter(good)).open()
 
 
 def test_a_handle_of_an_uncompiled_dtype_says_so():
-    handle = amso.cuda.SharedHandle.from_bytes(handle_bytes(os.getpid(), 1, 1, dtype=b"uint16", dims=(2, 2)))
+    handle = amso.cuda.SharedHandle.from_bytes(handle_bytes(dtype=b"uint16", dims=(2, 2)))
     with pytest.raises(TypeError, match="uint16 with ndim 2, which this module does not compile"):
         handle.open()
 
@@ -87,9 +172,179 @@ def test_host_arrays_and_pool_memory_are_not_shared():
 
 @pytest.mark.parametrize("dims, dtype", [((5,), b"float32"), ((2, 3), b"float64"), ((1 << 62, 4), b"float32")])
 def test_a_handle_describing_more_than_it_shares_is_refused(dims, dtype):
-    handle = amso.cuda.SharedHandle.from_bytes(handle_bytes(os.getpid(), start_time(os.getpid()), 1, dtype=dtype, dims=dims))
+    handle = amso.cuda.SharedHandle.from_bytes(handle_bytes(dtype=dtype, dims=dims))
     with pytest.raises(ValueError, match="more than the 16 bytes it shares: it is damaged or forged"):
         handle.open()
+
+
+# --- /dev/shm is every local user's: what is planted there is refused, quickly ---
+
+
+def test_a_planted_fifo_record_neither_hangs_nor_holds_the_gil(planted):
+    handle = handle_bytes()
+    p = planted(handle)
+    (p.path / "record").unlink()
+    os.mkfifo(p.path / "record", 0o600)
+    done = open_in_child(handle, timeout=30)  # the old code blocked in read() with the GIL held
+    assert done.stdout.startswith("ValueError") and "its record file is a FIFO, not a file" in done.stdout, done
+    assert "Nothing was opened" in done.stdout
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "elsewhere"])
+def test_a_planted_record_link_is_not_followed(planted, target, tmp_path):
+    handle = handle_bytes()
+    p = planted(handle)
+    if target == "elsewhere":  # a link to a record that matches
+        target = tmp_path / "record"
+        target.write_bytes(record_of(handle))
+    (p.path / "record").unlink()
+    os.symlink(target, p.path / "record")
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="its record file is a symbolic link"):
+        amso.cuda.SharedHandle.from_bytes(handle).open()
+    assert time.monotonic() - started < 5  # the old code read 1 GiB of /dev/zero first
+
+
+def test_a_planted_folder_link_is_not_followed(tmp_path):
+    handle = handle_bytes()
+    elsewhere = tmp_path / "export"
+    elsewhere.mkdir(mode=0o700)
+    for name, data in (("live", b""), ("lock", b""), ("record", record_of(handle))):
+        (elsewhere / name).write_bytes(data)
+        os.chmod(elsewhere / name, 0o600)
+    os.symlink(elsewhere, folder_of(handle))
+    try:
+        with pytest.raises(ValueError, match="its export folder .* is not one amso made \\(it is a symbolic link\\)"):
+            amso.cuda.SharedHandle.from_bytes(handle).open()
+    finally:
+        folder_of(handle).unlink()
+
+
+@pytest.mark.parametrize("what, mode, message", [
+    ("folder", 0o755, "it is a folder of mode 0755, not 0700"),
+    ("record", 0o644, "its record file is a file of mode 0644, open to other users"),
+    ("live", 0o666, "its live file is a file of mode 0666"),
+])
+def test_planted_files_open_to_other_users_are_refused(planted, what, mode, message):
+    handle = handle_bytes()
+    p = planted(handle)
+    os.chmod(p.path if what == "folder" else p.path / what, mode)
+    with pytest.raises(ValueError, match=message):
+        amso.cuda.SharedHandle.from_bytes(handle).open()
+
+
+def test_a_handle_of_another_user_is_refused():
+    handle = handle_bytes(uid=UID + 1)
+    with pytest.raises(PermissionError, match=f"an export of user {UID + 1}, and this process runs as user {UID}"):
+        amso.cuda.SharedHandle.from_bytes(handle).open()
+
+
+PLANT = """
+import fcntl, os, sys, time
+path, record = sys.argv[1], bytes.fromhex(sys.argv[2])
+os.mkdir(path, 0o700)
+for name, data in (("live", b""), ("lock", b""), ("record", record)):
+    with open(os.path.join(path, name), "wb") as f:
+        f.write(data)
+    os.chmod(os.path.join(path, name), 0o600)
+live = open(os.path.join(path, "live"), "rb")
+fcntl.flock(live, fcntl.LOCK_EX)
+print("planted", flush=True)
+time.sleep(600)
+"""
+
+
+def plant_as(user: int, path: Path, record: bytes) -> subprocess.Popen:
+    """Another local user plants an export folder with a matching record and holds its `live`
+    lock, as a live exporter would."""
+    planter = subprocess.Popen(["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "/usr/bin/python3",
+                                "-c", PLANT, str(path), record.hex()], stdout=subprocess.PIPE, text=True)
+    assert planter.stdout.readline().strip() == "planted"
+    return planter
+
+
+@as_root
+@pytest.mark.parametrize("victim", ["root", "daemon"])
+def test_another_users_planted_export_is_refused(victim):
+    """User nobody plants the folder a handle of the victim names, with a matching record and
+    its lock held: the victim (root, or the unprivileged user daemon) refuses it before any
+    driver call, where the old code went on to map a handle of 1 TiB."""
+    victim_uid = 0 if victim == "root" else 1
+    handle = handle_bytes(uid=victim_uid, nbytes=1 << 40, dims=(1 << 38,))
+    planter = plant_as(NOBODY, folder_of(handle), record_of(handle))
+    try:
+        done = open_in_child(handle, user=None if victim == "root" else victim_uid)
+        assert done.stdout.startswith("ValueError"), done
+        assert f"not one amso made (it is owned by uid {NOBODY}, not uid {victim_uid})" in done.stdout, done
+    finally:
+        planter.kill()
+        planter.wait()
+        subprocess.run(["rm", "-rf", str(folder_of(handle))], check=True)
+
+
+@as_root
+def test_a_fifo_planted_by_another_user_does_not_hang_an_unprivileged_victim():
+    handle = handle_bytes(uid=1)
+    path = folder_of(handle)
+    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3", "-c",
+                    f"import os; os.mkdir({str(path)!r}, 0o700); os.mkfifo({str(path / 'record')!r}, 0o666)"], check=True)
+    try:
+        done = open_in_child(handle, user=1, timeout=30)
+        assert done.stdout.startswith("ValueError") and f"owned by uid {NOBODY}" in done.stdout, done
+    finally:
+        subprocess.run(["rm", "-rf", str(path)], check=True)
+
+
+# --- exporters' folders: liveness by lock, whatever the PID namespace ---
+
+
+def test_only_folders_of_exporters_that_are_gone_are_removed():
+    """collect_shared() removes this user's export folders whose `live` lock is free, and none
+    whose lock a process holds: a pid is no proof across PID namespaces (a container sharing
+    /dev/shm), a lock is."""
+    alive, dead = handle_bytes(pid=999_999_999), handle_bytes(pid=os.getpid())
+    holder = subprocess.Popen([sys.executable, "-c", PLANT, str(folder_of(alive)), record_of(alive).hex()],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "planted"
+    gone = Planted(dead, alive=False)
+    try:
+        amso.cuda.collect_shared()
+        assert folder_of(alive).is_dir(), "a live exporter's folder was removed"
+        assert not folder_of(dead).exists(), "a dead exporter's folder was kept"
+        holder.kill()
+        holder.wait()
+        amso.cuda.collect_shared()
+        assert not folder_of(alive).exists()
+    finally:
+        holder.kill()
+        gone.live.close()
+        subprocess.run(["rm", "-rf", str(folder_of(alive)), str(folder_of(dead))], check=True)
+
+
+@as_root
+def test_other_users_folders_are_left_alone():
+    handle = handle_bytes(uid=NOBODY)
+    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3", "-c",
+                    f"import os; os.mkdir({str(folder_of(handle))!r}, 0o700)"], check=True)
+    try:
+        amso.cuda.collect_shared()
+        assert folder_of(handle).is_dir()
+    finally:
+        subprocess.run(["rm", "-rf", str(folder_of(handle))], check=True)
+
+
+@pytest.mark.parametrize("variable", ["AMSO_SHARE_PENDING_SECONDS"])
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", "soon", "1e400"])
+def test_environment_seconds_must_be_finite_numbers(monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError, match=f'{variable}="{value}" is not a number of seconds'):
+        amso.cuda.collect_shared()
+
+
+@pytest.mark.parametrize("value", ["1e20", "-5", "0"])
+def test_environment_seconds_out_of_range_are_clamped(monkeypatch, value):
+    monkeypatch.setenv("AMSO_SHARE_PENDING_SECONDS", value)
+    assert amso.cuda.collect_shared() >= 0
 
 
 # --- two processes on one GPU ---
@@ -238,8 +493,7 @@ def test_a_thousand_share_open_close_cycles_return_to_the_baseline(child, monkey
     amso.cuda.collect_shared()
     assert in_use() == baseline
     assert amso.cuda.memory_info(0)[0] >= driver_free - (64 << 20)  # the driver's view too
-    left = [p for p in Path("/dev/shm").glob(f"amso-shared-{os.getpid()}-*")]
-    assert left == [], left
+    assert mine() == []
 
 
 @gpu
@@ -268,6 +522,55 @@ def test_a_live_handle_with_an_altered_description_names_no_export(field):
         amso.cuda.SharedHandle.from_bytes(forged).open()
 
 
+def mine() -> list[Path]:
+    """This process's export folders (their record names the exporting pid)."""
+    return [p for p in SHM.glob(f"amso-shared-{UID}-*") if fields((p / "record").read_bytes())["pid"] == os.getpid()]
+
+
+@gpu
+def test_export_folders_are_private_and_named_by_chance():
+    a, b = (amso.MemArray(16, np.float32, on_device=True, shareable=True) for _ in range(2))
+    first, second = bytes(a.share()), bytes(b.share())
+    for handle in (first, second):
+        folder = folder_of(handle)
+        assert folder.is_dir() and folder in mine()
+        assert (folder.stat().st_mode & 0o777, folder.stat().st_uid) == (0o700, UID)
+        assert len(fields(handle)["token"]) == 16
+    assert fields(first)["token"] != fields(second)["token"]
+
+
+@gpu
+def test_a_forged_handle_over_a_real_smaller_export_is_unmapped_and_refused(child, planted):
+    """A same-user forger copies a real 16-byte export's memory handle into a handle, and a
+    folder of its own, that claim 1 MiB: the driver maps the 16 bytes, and the mapping's size
+    refuses the claim (the old code gave out-of-bounds device access)."""
+    status, data, _ = child.ask("export")
+    real = fields(data)
+    forged = handle_bytes(pid=real["pid"], uuid=data[48:64], nbytes=1 << 20, memory=data[72:136], dims=(1 << 18,))
+    planted(forged)
+    with pytest.raises(ValueError, match=r"names is \d+ bytes, but the handle claims 1048576: it is damaged or forged"):
+        amso.cuda.SharedHandle.from_bytes(forged).open()
+    status, values, _ = child.ask("read", data)  # the real export is untouched and still opens
+    assert status == "ok"
+
+
+@gpu
+@pytest.mark.parametrize("value", ["inf", "1e20", "nan"])
+def test_an_exporter_exits_cleanly_whatever_its_exit_wait(value):
+    code = textwrap.dedent("""
+        import numpy as np, amso
+        a = amso.MemArray(4, np.float32, on_device=True, shareable=True)
+        h = a.share()
+        print("shared", flush=True)
+    """)
+    env = dict(os.environ, AMSO_SHARE_EXIT_WAIT=value, AMSO_SHARE_PENDING_SECONDS="0")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "shared", done.stderr
+    assert "panic" not in done.stderr.lower()
+    if value == "nan":
+        assert 'AMSO_SHARE_EXIT_WAIT="nan" is not a number of seconds' in done.stderr
+
+
 @gpu
 def test_a_handle_opened_for_another_device_is_refused(child):
     a = amso.MemArray(16, np.float32, on_device=True, shareable=True)
@@ -281,7 +584,8 @@ def test_a_handle_whose_exporter_exited_is_refused(child):
     status, data, _ = child.ask("export")
     child.close()
     child.process.join(60)
-    with pytest.raises(ValueError, match="is gone, and its device memory with it"):
+    # Its exit hook removed the export's folder (a killed exporter's is refused as gone: above).
+    with pytest.raises(ValueError, match="has no shared array 1 matching this handle: it was released"):
         amso.cuda.SharedHandle.from_bytes(data).open()
 
 

@@ -57,6 +57,19 @@ pub(crate) fn open_memory(device_id: i32, handle: &HandleBytes) -> Result<u64> {
     })
 }
 
+/// The allocation that `ptr` lies in on `device_id`: its base address and size
+/// (`cuMemGetAddressRange`). Raw `sys`: cudarc's result layer has no wrapper for it.
+pub(crate) fn allocation_range(device_id: i32, ptr: u64) -> Result<(u64, usize)> {
+    crate::gil::released(|| {
+        let _ctx = Current::enter(device_id)?;
+        let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+        // SAFETY: valid out-pointers; the context is current. An address that lies in no
+        // allocation is an error of the driver.
+        unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) }.result().map_err(cuda_error)?;
+        Ok((base, size))
+    })
+}
+
 /// Unmap memory `open_memory` mapped, after the device's work on it is done.
 pub(crate) fn close_memory(device_id: i32, ptr: u64) -> Result<()> {
     crate::gil::released(|| {

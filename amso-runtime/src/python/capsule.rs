@@ -30,7 +30,7 @@ pub(crate) fn export_tensor(
     let view = array.raw_view();
     let device = view.device();
     let plan = plan_export(device, view.pinned(), request)?;
-    crate::dlpack::check_format(&plan, view.dtype.dl_data_type())?;
+    crate::dlpack::check_format(&plan, view.dtype.dl_data_type(), view.readonly())?;
     let source = array.export_source(&plan, lock).map_err(|error| match error {
         // A device the producer cannot reach is DLPack's BufferError, whatever the cause.
         crate::Error::Unavailable(message) if plan.target != device => crate::Error::ExportRefused(message),

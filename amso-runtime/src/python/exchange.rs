@@ -95,6 +95,13 @@ unsafe extern "C" fn dltensor_from_py_object_no_sync(object: *mut c_void, out: *
         let object = unsafe { Bound::from_borrowed_ptr(py, object.cast()) };
         let h = unlocked_header(&object)?;
         let placement = h.placement();
+        if placement.flags & crate::python::header::FLAG_READONLY != 0 {
+            return Err(PyBufferError::new_err(
+                "the array is read-only, which a DLTensor cannot say: its consumer could write it; use \
+                 managed_tensor_from_py_object_no_sync (a versioned tensor with the READ_ONLY flag), or export a \
+                 writable copy",
+            ));
+        }
         // SAFETY: `out` is the caller's writable DLTensor; shape and strides point into the
         // header, which lives as long as the object (the caller keeps it alive).
         unsafe {

@@ -1,315 +1,73 @@
 //! Device arrays shared with other processes on the same machine, without a copy:
 //! `a.share()` gives a picklable `SharedHandle`; `handle.open()`, in another process, is an amso
-//! array over the same device memory (CUDA IPC, `cuda/ipc.rs`).
+//! array over the same device memory (CUDA IPC, `cuda/ipc.rs`). The handle's bytes and the
+//! lease protocol of an export's folder in `/dev/shm` are `share/` (pure Rust).
 //!
 //! **Lifetime.** The exporting process keeps the memory alive while any importer holds it,
-//! even after its own array is gone: each export is kept in `EXPORTS`, and each importer marks
-//! its hold with a file named after it (its pid and start time, so a reused pid is not mistaken
-//! for it) in the export's folder (`/dev/shm/amso-shared-PID-SERIAL`). An export is freed, and
-//! its folder removed, once nothing in the exporting process uses the memory and no importer
-//! that is still running holds it: an importer that closes its array removes its file, one
-//! that dies leaves a file of a process that no longer runs, which counts for nothing. A handle
-//! not opened yet holds too, for `AMSO_SHARE_PENDING_SECONDS` (60 by default): it may be on its
-//! way to a process when the exporter drops its array.
-//! Exports are collected at each `share()`, at `amso.cuda.collect_shared()`, and at exit,
-//! where the exporter waits (up to `AMSO_SHARE_EXIT_WAIT` seconds, 10 by default) for its
-//! importers, since its memory goes away with it.
+//! even after its own array is gone: each export is kept in `EXPORTS`, and each importer holds
+//! a locked file in the export's folder while it maps the memory. An export is freed, and its
+//! folder removed, once nothing in the exporting process uses the memory and no importer holds
+//! it (a killed importer's lock is gone with it). A handle not opened yet holds too, for
+//! `AMSO_SHARE_PENDING_SECONDS` (60 by default): it may be on its way to a process when the
+//! exporter drops its array. Exports are collected at each `share()`, at
+//! `amso.cuda.collect_shared()`, and at exit, where the exporter waits (up to
+//! `AMSO_SHARE_EXIT_WAIT` seconds, 10 by default) for its importers, since its memory goes
+//! away with it.
 //!
 //! **Ordering.** `share()` records an interprocess event after the array's work so far; an
 //! importer's amso stream waits for it before any work on the memory.
 //!
-//! **Refusals.** A handle opened in the process that shared it is a plain reference to the
-//! same memory. A handle whose exporter is gone, one that names no export of its exporter
-//! (damaged, forged, or released), and one opened for a GPU that is not the memory's, are
-//! clear errors, each before any driver call that could touch memory.
+//! **Trust.** A handle is another process's word. `open()` trusts it only once the export's
+//! folder, opened as untrusted (`share/folder.rs`), is this user's, its exporter alive (its
+//! lock held) and its record the handle's description; then the driver maps the memory, and
+//! the mapping's real size must cover what the handle claims. Every refusal before the
+//! mapping comes before any driver call. File-system calls run with the GIL released.
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use pyo3::exceptions::{PyRuntimeWarning, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyPermissionError, PyRuntimeWarning, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 use super::array::MemArrayBase;
 use super::registry;
 use crate::cuda::device_memory::DeviceMemory;
-use crate::cuda::ipc::{self, HandleBytes, IpcEvent, HANDLE_BYTES};
+use crate::cuda::ipc::{self, IpcEvent, HANDLE_BYTES};
 use crate::device::{Device, Residence};
 use crate::memarray::ForeignMemory;
+use crate::share::folder::{current_uid, Folder};
+use crate::share::handle::Handle;
+use crate::share::lease::{self, ExportFolder, Hold, ImportFolder, ImportRefusal};
 
-const MAGIC: &[u8; 8] = b"AMSOSHR1";
-
-/// What a handle says.
-#[derive(Debug, Clone, PartialEq)]
-struct Parsed {
-    pid: u32,
-    start: u64,
-    serial: u64,
-    /// This handle's pending hold (see `Holds`).
-    pending: u64,
-    uuid: [u8; 16],
-    nbytes: u64,
-    memory: HandleBytes,
-    event: HandleBytes,
-    dtype: String,
-    dims: Vec<i64>,
-    readonly: bool,
-}
-
-impl Parsed {
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(256);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&self.pid.to_le_bytes());
-        out.extend_from_slice(&self.start.to_le_bytes());
-        out.extend_from_slice(&self.serial.to_le_bytes());
-        out.extend_from_slice(&self.pending.to_le_bytes());
-        out.extend_from_slice(&self.uuid);
-        out.extend_from_slice(&self.nbytes.to_le_bytes());
-        out.extend_from_slice(&self.memory);
-        out.extend_from_slice(&self.event);
-        out.push(self.dtype.len() as u8);
-        out.extend_from_slice(self.dtype.as_bytes());
-        out.push(self.dims.len() as u8);
-        for dim in &self.dims {
-            out.extend_from_slice(&dim.to_le_bytes());
-        }
-        out.push(self.readonly as u8);
-        out
-    }
-
-    /// Read a handle's bytes, refusing anything that is not exactly one.
-    fn decode(bytes: &[u8]) -> std::result::Result<Parsed, String> {
-        let mut rest = bytes;
-        let mut take = |n: usize| -> std::result::Result<&[u8], String> {
-            if rest.len() < n {
-                return Err(format!("it is truncated ({} bytes)", bytes.len()));
-            }
-            let (head, tail) = rest.split_at(n);
-            rest = tail;
-            Ok(head)
-        };
-        if take(8)? != MAGIC {
-            return Err("it does not start as an amso handle of this version does".into());
-        }
-        let u32_at = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes"));
-        let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-        let pid = u32_at(take(4)?);
-        let start = u64_at(take(8)?);
-        let serial = u64_at(take(8)?);
-        let pending = u64_at(take(8)?);
-        let uuid: [u8; 16] = take(16)?.try_into().expect("16 bytes");
-        let nbytes = u64_at(take(8)?);
-        let memory: HandleBytes = take(HANDLE_BYTES)?.try_into().expect("64 bytes");
-        let event: HandleBytes = take(HANDLE_BYTES)?.try_into().expect("64 bytes");
-        let name_len = take(1)?[0] as usize;
-        let dtype = String::from_utf8(take(name_len)?.to_vec()).map_err(|_| "its dtype is not text".to_string())?;
-        let ndim = take(1)?[0] as usize;
-        if !(1..=crate::MAX_NDIM).contains(&ndim) {
-            return Err(format!("its ndim {ndim} is outside 1..={}", crate::MAX_NDIM));
-        }
-        let mut dims = Vec::with_capacity(ndim);
-        for _ in 0..ndim {
-            dims.push(i64::from_le_bytes(take(8)?.try_into().expect("8 bytes")));
-        }
-        let readonly = match take(1)?[0] {
-            0 => false,
-            1 => true,
-            other => return Err(format!("its read-only flag is {other}")),
-        };
-        if !rest.is_empty() {
-            return Err(format!("it has {} bytes after its end", rest.len()));
-        }
-        Ok(Parsed { pid, start, serial, pending, uuid, nbytes, memory, event, dtype, dims, readonly })
-    }
-}
-
-/// A process's start time (clock ticks after boot, `/proc/PID/stat`'s 22nd field), which with
-/// its pid names it for good.
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces: count after it.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// This process's pid and start time.
-fn identity() -> (u32, u64) {
-    let pid = std::process::id();
-    (pid, start_time(pid).unwrap_or(0))
-}
-
-/// Whether the process with `pid` that started at `start` still runs.
-fn alive(pid: u32, start: u64) -> bool {
-    start_time(pid) == Some(start)
-}
-
-/// Where export folders live: shared memory where the system has it.
-fn base_dir() -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    }
-}
-
-/// An export's folder, named after its exporter (pid and start time, so that a later process
-/// with the same pid never meets it) and serial.
-fn export_dir(pid: u32, start: u64, serial: u64) -> PathBuf {
-    base_dir().join(format!("amso-shared-{pid}-{start}-{serial}"))
-}
-
-/// Remove the export folders of exporters that no longer run (killed, or ended without their
-/// exit hook): their memory went with them. Once per process, at its first share.
-fn remove_stale_exports() {
-    static DONE: std::sync::Once = std::sync::Once::new();
-    DONE.call_once(|| {
-        let Ok(entries) = std::fs::read_dir(base_dir()) else { return };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(rest) = name.strip_prefix("amso-shared-") else { continue };
-            let mut parts = rest.split('-').map(|p| p.parse::<u64>().ok());
-            if let (Some(Some(pid)), Some(Some(start)), Some(Some(_)), None) =
-                (parts.next(), parts.next(), parts.next(), parts.next())
-            {
-                if !alive(pid as u32, start) {
-                    let _ = std::fs::remove_dir_all(entry.path()); // another user's: refused, kept
-                }
-            }
-        }
-    });
-}
-
-/// What an export's folder records, for importers to check a handle against: the handle's
-/// encoding without what differs from one `share()` to the next (its pending hold and event)
-/// or is checked apart (the GPU's UUID). It names the exporter, the memory (its size and IPC
-/// handle) and the array over it (dtype, shape, read-only), so that a handle whose description
-/// was altered names no export.
-fn record(p: &Parsed) -> Vec<u8> {
-    Parsed { pending: 0, uuid: [0; 16], event: [0; ipc::HANDLE_BYTES], ..p.clone() }.encode()
-}
-
-/// Refuse a handle that does not match its export's record.
-fn check_record(dir: &Path, p: &Parsed) -> PyResult<()> {
-    match std::fs::read(dir.join("record")) {
-        Ok(recorded) if recorded == record(p) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(PyValueError::new_err(format!(
-            "cannot read the record of process {}'s shared array {} in {} ({e}): an export is open to its own user \
-             only; open the handle as that user",
-            p.pid,
-            p.serial,
-            dir.display()
-        ))),
-        _ => Err(no_export(p)),
-    }
-}
-
-fn no_export(p: &Parsed) -> PyErr {
-    PyValueError::new_err(format!(
-        "process {} has no shared array {} matching this handle: it was released, or the handle is damaged or forged",
-        p.pid, p.serial
-    ))
-}
-
-/// Create an export's folder for this process's user alone (mode 0700), refusing one that
-/// exists: another user's folder under the same name is never written into.
-fn create_export_dir(dir: &Path) -> std::io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)
-}
-
-/// The export's lock, held while the exporter decides to free it and while an importer checks
-/// its record and marks its hold: the two never interleave, so an export is freed only when no
-/// importer can be about to map it. Each holds it for a few file operations; waiting is bounded
-/// (`LOCK_PATIENCE`), so that a lock a forked child inherited mid-hold cannot hang anyone.
-/// `NotFound` when the folder is gone (the export was freed).
-fn lock_export(dir: &Path) -> std::io::Result<std::fs::File> {
-    const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
-    let file = std::fs::OpenOptions::new().read(true).open(dir.join("lock"))?;
-    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(file),
-            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the export stayed locked"));
-            }
-            Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(std::fs::TryLockError::Error(e)) => return Err(e),
-        }
-    }
-}
-
-/// Write a new file, refusing one that exists (a link planted in its place included).
-fn write_new(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    std::fs::File::create_new(path)?.write_all(contents)
-}
-
-/// How long a handle that was never opened keeps its memory, in seconds
-/// (`AMSO_SHARE_PENDING_SECONDS`, 60 by default).
-fn pending_lifetime() -> std::time::Duration {
-    let seconds: f64 = std::env::var("AMSO_SHARE_PENDING_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60.0);
-    std::time::Duration::from_secs_f64(seconds.max(0.0))
-}
-
-/// Whether anything holds the export in `dir`: an importer that still runs, or (with
-/// `pending`) a handle shared less than `pending_lifetime()` ago and not opened yet, which may
-/// be on its way to a process. Files of importers that are gone, and stale pending ones, are
-/// removed on the way.
-fn held(dir: &Path, pending: bool) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else { return false };
-    let mut held = false;
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("pending-") {
-            let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
-            if age.is_some_and(|age| age < pending_lifetime()) {
-                held |= pending;
-            } else {
-                let _ = std::fs::remove_file(entry.path());
-            }
-            continue;
-        }
-        let Some(rest) = name.strip_prefix("importer-") else { continue };
-        let mut parts = rest.split('-').map(|p| p.parse::<u64>().ok());
-        match (parts.next().flatten(), parts.next().flatten()) {
-            (Some(pid), Some(start)) if alive(pid as u32, start) => held = true,
-            _ => {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-    }
-    held
+/// How long a handle that was never opened keeps its memory (`AMSO_SHARE_PENDING_SECONDS`, 60
+/// by default, clamped to a day); a value that is not a number is a ValueError.
+fn pending_lifetime() -> PyResult<Duration> {
+    lease::seconds_from_env("AMSO_SHARE_PENDING_SECONDS", 60.0).map_err(PyValueError::new_err)
 }
 
 /// One export of this process.
 struct Export {
-    serial: u64,
+    /// What handles of it say, but for their pending hold, GPU and event (`Handle::record`).
+    description: Handle,
     memory: Arc<DeviceMemory>,
     event: Arc<IpcEvent>,
-    handle: HandleBytes,
-    /// What its folder records (`record`).
+    /// What its folder records.
     record: Vec<u8>,
-    dir: PathBuf,
+    folder: Arc<ExportFolder>,
 }
 
 static EXPORTS: Mutex<Vec<Export>> = Mutex::new(Vec::new());
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
-static NEXT_IMPORT: AtomicU64 = AtomicU64::new(1);
 static NEXT_PENDING: AtomicU64 = AtomicU64::new(1);
 
 fn exports() -> std::sync::MutexGuard<'static, Vec<Export>> {
     EXPORTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Free the exports nothing holds any more; how many.
-pub(crate) fn collect() -> usize {
+/// Free the exports nothing holds any more; how many. Called with the GIL released.
+fn collect(pending: Duration) -> usize {
     let mut all = exports();
     let mut finished = Vec::new();
     for export in std::mem::take(&mut *all) {
@@ -319,8 +77,11 @@ pub(crate) fn collect() -> usize {
         }
         // Decided and removed under the export's lock, which an importer takes to mark its hold;
         // an export whose lock cannot be taken counts as held.
-        let free = match lock_export(&export.dir) {
-            Ok(_locked) if !held(&export.dir, true) => std::fs::remove_dir_all(&export.dir).is_ok(),
+        let free = match export.folder.lock() {
+            Ok(_locked) if !export.folder.held(pending, true) => {
+                export.folder.remove();
+                true
+            }
             Ok(_) => false,
             Err(e) => e.kind() == std::io::ErrorKind::NotFound,
         };
@@ -332,6 +93,15 @@ pub(crate) fn collect() -> usize {
     }
     drop(all);
     finished.len() // the memory is freed (deferred) and the event destroyed as they drop here
+}
+
+/// Remove the folders of this user's exporters that are gone, then free this process's exports
+/// nothing holds. Called with the GIL released.
+fn collect_all(pending: Duration) -> usize {
+    if let Ok(base) = Folder::shared_memory() {
+        lease::remove_stale(&base);
+    }
+    collect(pending)
 }
 
 /// `a.share()`.
@@ -355,43 +125,29 @@ pub(crate) fn share(array: &Bound<'_, MemArrayBase>) -> PyResult<SharedHandle> {
              stream-ordered pool, which cannot be exported: create the array with shareable=True",
         ));
     }
-    // Without the GIL: collecting may wait (briefly) for an importer's lock.
-    py.detach(|| {
-        remove_stale_exports();
-        collect()
-    });
-    let (pid, start) = identity();
-    let found =
-        exports().iter().find(|e| Arc::ptr_eq(&e.memory, &memory)).map(|e| (e.serial, Arc::clone(&e.event), e.handle));
-    let (serial, event, handle) = match found {
+    let pending = pending_lifetime()?;
+    // Without the GIL: collecting reads files and may wait (briefly) for an importer's lock.
+    py.detach(|| collect_all(pending));
+    let found = exports()
+        .iter()
+        .find(|e| Arc::ptr_eq(&e.memory, &memory))
+        .map(|e| (e.description.clone(), Arc::clone(&e.event), Arc::clone(&e.folder)));
+    let (description, event, folder) = match found {
         Some(found) => found,
         None => export(py, &memory, device_id, base.element_type().name, &dims, readonly)?,
     };
-    let mut parsed = Parsed {
-        pid,
-        start,
-        serial,
-        pending: NEXT_PENDING.fetch_add(1, Ordering::Relaxed),
-        uuid: ipc::uuid(device_id)?,
-        nbytes: memory.bytes() as u64,
-        memory: handle,
-        event: [0; ipc::HANDLE_BYTES],
-        dtype: base.element_type().name.to_string(),
-        dims: dims.iter().map(|&d| d as i64).collect(),
-        readonly,
-    };
-    let dir = export_dir(pid, start, serial);
+    let mut handle =
+        Handle { pending: NEXT_PENDING.fetch_add(1, Ordering::Relaxed), uuid: ipc::uuid(device_id)?, ..description };
     memory.mark_shared();
-    parsed.event = event.record(stream)?;
-    let pending_file = dir.join(format!("pending-{}", parsed.pending));
-    write_new(&pending_file, b"")
-        .map_err(|e| PyValueError::new_err(format!("cannot record the share in {}: {e}", pending_file.display())))?;
-    Ok(SharedHandle { bytes: parsed.encode(), parsed })
+    handle.event = event.record(stream)?;
+    py.detach(|| folder.mark_pending(handle.pending))
+        .map_err(|e| PyValueError::new_err(format!("cannot record the share in {}: {e}", folder.path().display())))?;
+    Ok(SharedHandle { bytes: handle.encode(), handle })
 }
 
 /// Export `memory` for the first time: its IPC handle, its event and its folder (with the record
 /// of the array over it). When another thread exported the same memory meanwhile, its export
-/// is used and this one's folder removed. Returns (serial, event, memory handle).
+/// is used and this one's folder removed. Returns the description, event and folder.
 fn export(
     py: Python<'_>,
     memory: &Arc<DeviceMemory>,
@@ -399,47 +155,54 @@ fn export(
     dtype: &str,
     dims: &[usize],
     readonly: bool,
-) -> PyResult<(u64, Arc<IpcEvent>, HandleBytes)> {
-    let handle = ipc::memory_handle(device_id, memory.ptr())?;
+) -> PyResult<(Handle, Arc<IpcEvent>, Arc<ExportFolder>)> {
+    let memory_handle = ipc::memory_handle(device_id, memory.ptr())?;
     let event = Arc::new(IpcEvent::new(device_id)?);
-    let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
-    let (pid, start) = identity();
-    let description = Parsed {
-        pid,
-        start,
-        serial,
+    let mut description = Handle {
+        uid: current_uid(),
+        pid: std::process::id(),
+        serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+        token: [0; 16],
         pending: 0,
         uuid: [0; 16],
         nbytes: memory.bytes() as u64,
-        memory: handle,
-        event: [0; ipc::HANDLE_BYTES],
+        memory: memory_handle,
+        event: [0; HANDLE_BYTES],
         dtype: dtype.to_string(),
         dims: dims.iter().map(|&d| d as i64).collect(),
         readonly,
     };
-    let record = record(&description);
-    let dir = export_dir(pid, start, serial);
-    create_export_dir(&dir).map_err(|e| {
-        PyValueError::new_err(format!(
-            "cannot record the export in {} ({e}); a folder of that name that amso did not just create is refused",
-            dir.display()
-        ))
+    let made = py.detach(|| {
+        ExportFolder::create(&Folder::shared_memory()?, |token| Handle { token, ..description.clone() }.record())
+    });
+    let (folder, token) = made.map_err(|e| {
+        let message = format!("cannot record the export in /dev/shm ({e})");
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            PyPermissionError::new_err(message)
+        } else {
+            PyValueError::new_err(message)
+        }
     })?;
-    if let Err(e) = write_new(&dir.join("lock"), b"").and_then(|()| write_new(&dir.join("record"), &record)) {
-        let _ = std::fs::remove_dir_all(&dir);
-        return Err(PyValueError::new_err(format!("cannot record the export in {} ({e})", dir.display())));
-    }
+    description.token = token;
+    let folder = Arc::new(folder);
     let mut all = exports();
     if let Some(earlier) = all.iter().find(|e| Arc::ptr_eq(&e.memory, memory)) {
-        let earlier = (earlier.serial, Arc::clone(&earlier.event), earlier.handle);
+        let earlier = (earlier.description.clone(), Arc::clone(&earlier.event), Arc::clone(&earlier.folder));
         drop(all);
-        let _ = std::fs::remove_dir_all(&dir);
+        py.detach(|| folder.remove());
         return Ok(earlier);
     }
-    all.push(Export { serial, memory: Arc::clone(memory), event: Arc::clone(&event), handle, record, dir });
+    let record = description.record();
+    all.push(Export {
+        description: description.clone(),
+        memory: Arc::clone(memory),
+        event: Arc::clone(&event),
+        record,
+        folder: Arc::clone(&folder),
+    });
     drop(all);
     register_exit(py)?;
-    Ok((serial, event, handle))
+    Ok((description, event, folder))
 }
 
 /// At exit, wait for importers of this process's memory (which goes away with it).
@@ -456,21 +219,30 @@ fn register_exit(py: Python<'_>) -> PyResult<()> {
 #[pyfunction]
 #[pyo3(name = "_shared_at_exit")]
 fn at_exit(py: Python<'_>) -> PyResult<()> {
-    let wait: f64 = std::env::var("AMSO_SHARE_EXIT_WAIT").ok().and_then(|v| v.parse().ok()).unwrap_or(10.0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(wait.max(0.0));
+    // A bad setting is reported, not raised: the exports must still be ended.
+    let setting = |name: &str, default: f64| {
+        lease::seconds_from_env(name, default).or_else(|why| {
+            let message = std::ffi::CString::new(format!("{why}; using {default} s"))?;
+            PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1)?;
+            PyResult::Ok(Duration::from_secs_f64(default))
+        })
+    };
+    let wait = setting("AMSO_SHARE_EXIT_WAIT", 10.0)?;
+    let pending = setting("AMSO_SHARE_PENDING_SECONDS", 60.0)?;
+    let deadline = std::time::Instant::now() + wait;
     loop {
         // Nothing in this process uses the memory any more, whatever arrays are left.
         let left = py.detach(|| {
-            collect();
-            exports().iter().filter(|e| held(&e.dir, false)).count()
+            collect(pending);
+            exports().iter().filter(|e| e.folder.held(pending, false)).count()
         });
         if left == 0 {
             let finished = std::mem::take(&mut *exports());
             py.detach(|| {
                 for export in &finished {
                     // Under its lock, so that no importer is between its check and its hold.
-                    let _locked = lock_export(&export.dir);
-                    let _ = std::fs::remove_dir_all(&export.dir);
+                    let _locked = export.folder.lock();
+                    export.folder.remove();
                 }
             });
             return Ok(());
@@ -482,29 +254,31 @@ fn at_exit(py: Python<'_>) -> PyResult<()> {
             );
             return PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &std::ffi::CString::new(message)?, 1);
         }
-        py.detach(|| std::thread::sleep(std::time::Duration::from_millis(50)));
+        py.detach(|| std::thread::sleep(Duration::from_millis(50)));
     }
 }
 
-/// Another process's memory mapped into this one; unmapped, and the hold removed, on drop.
+/// Another process's memory mapped into this one; unmapped, and the hold ended, on drop.
 /// The driver maps a handle once per process: every array opened from it shares one mapping.
 struct Imported {
     device_id: i32,
     ptr: u64,
-    hold: PathBuf,
+    hold: Option<Hold>,
 }
 
-/// The mappings this process holds, by exporter (pid, start) and serial. Only `mapping` locks
-/// it, with the GIL released; entries whose mapping is gone are pruned there.
+/// The mappings this process holds, by export (its user and token). Only `mapping` locks it,
+/// with the GIL released; entries whose mapping is gone are pruned there.
 static IMPORTS: Mutex<Vec<(ExportKey, std::sync::Weak<Imported>)>> = Mutex::new(Vec::new());
 
-/// An export's exporter (pid, start time) and serial.
-type ExportKey = (u32, u64, u64);
+/// An export's user and random name.
+type ExportKey = (u32, [u8; 16]);
 
 impl Drop for Imported {
     fn drop(&mut self) {
         let _ = ipc::close_memory(self.device_id, self.ptr);
-        let _ = std::fs::remove_file(&self.hold);
+        if let Some(hold) = self.hold.take() {
+            hold.release();
+        }
     }
 }
 
@@ -513,7 +287,7 @@ impl Drop for Imported {
 #[pyclass(frozen, module = "amso._amso", name = "SharedHandle")]
 pub struct SharedHandle {
     bytes: Vec<u8>,
-    parsed: Parsed,
+    handle: Handle,
 }
 
 #[pymethods]
@@ -521,9 +295,9 @@ impl SharedHandle {
     /// A handle from its bytes (what its pickle holds); damaged bytes are a ValueError.
     #[staticmethod]
     fn from_bytes(data: &[u8]) -> PyResult<SharedHandle> {
-        let parsed = Parsed::decode(data)
+        let handle = Handle::decode(data)
             .map_err(|why| PyValueError::new_err(format!("not an amso shared-array handle: {why}")))?;
-        Ok(SharedHandle { bytes: data.to_vec(), parsed })
+        Ok(SharedHandle { bytes: data.to_vec(), handle })
     }
 
     fn __bytes__<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
@@ -537,26 +311,26 @@ impl SharedHandle {
     }
 
     fn __repr__(&self) -> String {
-        let p = &self.parsed;
-        format!("SharedHandle(shape={:?}, dtype={}, exporter={}, serial={})", p.dims, p.dtype, p.pid, p.serial)
+        let h = &self.handle;
+        format!("SharedHandle(shape={:?}, dtype={}, exporter={}, serial={})", h.dims, h.dtype, h.pid, h.serial)
     }
 
     /// The shape of the shared array.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, &self.parsed.dims)
+        PyTuple::new(py, &self.handle.dims)
     }
 
     /// The dtype's name.
     #[getter]
     fn dtype(&self) -> &str {
-        &self.parsed.dtype
+        &self.handle.dtype
     }
 
     /// The exporting process's id.
     #[getter]
     fn exporter_pid(&self) -> u32 {
-        self.parsed.pid
+        self.handle.pid
     }
 
     /// An amso array over the shared memory, on this process's device with the memory's GPU
@@ -564,42 +338,35 @@ impl SharedHandle {
     /// reference to the same memory.
     #[pyo3(signature = (device_id = None))]
     fn open(&self, py: Python<'_>, device_id: Option<i32>) -> PyResult<Py<PyAny>> {
-        open(py, &self.parsed, device_id)
+        open(py, &self.handle, device_id)
     }
 }
 
-fn open(py: Python<'_>, p: &Parsed, device_id: Option<i32>) -> PyResult<Py<PyAny>> {
-    let registration = registry::find_name(&p.dtype, p.dims.len()).ok_or_else(|| {
+fn open(py: Python<'_>, h: &Handle, device_id: Option<i32>) -> PyResult<Py<PyAny>> {
+    let registration = registry::find_name(&h.dtype, h.dims.len()).ok_or_else(|| {
         PyTypeError::new_err(format!(
             "the shared array is {} with ndim {}, which this module does not compile; compiled: {}",
-            p.dtype,
-            p.dims.len(),
+            h.dtype,
+            h.dims.len(),
             registry::compiled()
         ))
     })?;
     let itemsize = registration.dtype().itemsize();
-    let described = crate::shape::checked_shape(&p.dims, p.dims.len(), itemsize).ok().map(|(_, bytes)| bytes as u64);
-    if described.is_none_or(|bytes| bytes > p.nbytes) {
+    let described = crate::shape::checked_shape(&h.dims, h.dims.len(), itemsize).ok().map(|(_, bytes)| bytes as u64);
+    if described.is_none_or(|bytes| bytes > h.nbytes) {
         return Err(PyValueError::new_err(format!(
             "the handle describes a {} array of shape {:?}, more than the {} bytes it shares: it is damaged or forged",
-            p.dtype, p.dims, p.nbytes
+            h.dtype, h.dims, h.nbytes
         )));
     }
-    let (pid, start) = identity();
-    let memory = if (p.pid, p.start) == (pid, start) {
+    let record = h.record();
+    let own = exports()
+        .iter()
+        .find(|e| e.description.token == h.token && e.record == record)
+        .map(|e| (Arc::clone(&e.memory), Arc::clone(&e.event), Arc::clone(&e.folder)));
+    let memory = if let Some((export, event, folder)) = own {
         // This process shared it: the same memory, referenced, after the work its handle
         // was shared after (the event `share()` recorded).
-        let (export, event) = exports()
-            .iter()
-            .find(|e| e.serial == p.serial && e.record == record(p))
-            .map(|e| (Arc::clone(&e.memory), Arc::clone(&e.event)))
-            .ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "this process shared no array {} matching this handle any more (released, or the handle is \
-                     damaged or forged)",
-                    p.serial
-                ))
-            })?;
         if let Some(wanted) = device_id.filter(|&d| d != export.device_id()) {
             return Err(PyValueError::new_err(format!(
                 "the shared memory is on device {}, not on device {wanted}; open it there, or copy it afterwards",
@@ -607,55 +374,87 @@ fn open(py: Python<'_>, p: &Parsed, device_id: Option<i32>) -> PyResult<Py<PyAny
             )));
         }
         event.wait_on(crate::cuda::stream::amso_stream(export.device_id())?)?;
+        // The handle arrived: its pending hold gives way to the exporter's own.
+        py.detach(|| folder.remove_pending(h.pending));
         ForeignMemory {
             address: export.ptr() as usize,
             device: Device::cuda(export.device_id()),
             owner: Box::new(Arc::clone(&export)),
         }
     } else {
-        if !alive(p.pid, p.start) {
-            return Err(PyValueError::new_err(format!(
-                "the process that shared this array (pid {}) is gone, and its device memory with it",
-                p.pid
-            )));
-        }
-        let dir = export_dir(p.pid, p.start, p.serial);
-        check_record(&dir, p)?; // before any driver call; again under the lock when mapping
-        let local = ipc::device_with_uuid(&p.uuid)?.ok_or_else(|| {
+        // Every check of the export's folder comes before any driver call; without the GIL.
+        let folder = py.detach(|| {
+            Folder::shared_memory().map_err(ImportRefusal::Io).and_then(|base| ImportFolder::open(&base, h))
+        });
+        let folder = folder.map_err(|refusal| import_error(h, refusal))?;
+        let local = ipc::device_with_uuid(&h.uuid)?.ok_or_else(|| {
             PyValueError::new_err(format!(
                 "the shared memory is on GPU {}, which this process does not see (CUDA_VISIBLE_DEVICES?)",
-                uuid_text(&p.uuid)
+                uuid_text(&h.uuid)
             ))
         })?;
         if let Some(wanted) = device_id.filter(|&d| d != local) {
             return Err(PyValueError::new_err(format!(
                 "the shared memory is on device {local} of this process (GPU {}), not on device {wanted}; open it \
                  there, or copy it afterwards",
-                uuid_text(&p.uuid)
+                uuid_text(&h.uuid)
             )));
         }
         // Without the GIL: the mapping's lock is never waited for by a thread holding it.
-        let imported = py.detach(|| mapping(local, p, &dir, (pid, start)))?;
+        let imported = py.detach(|| mapping(local, h, &folder))?;
         let stream = crate::cuda::stream::amso_stream(local)?;
-        ipc::wait_for(local, &p.event, stream)?;
+        ipc::wait_for(local, &h.event, stream)?;
+        // The handle arrived: its pending hold gives way to the mapping's.
+        py.detach(|| folder.remove_pending(h.pending));
         ForeignMemory { address: imported.ptr as usize, device: Device::cuda(local), owner: Box::new(imported) }
     };
-    // The handle arrived: its pending hold gives way to the mapping's (or the exporter's own).
-    let _ = std::fs::remove_file(export_dir(p.pid, p.start, p.serial).join(format!("pending-{}", p.pending)));
     let stream = crate::cuda::stream::amso_stream(memory.device.id)?.as_int();
-    // SAFETY: the memory holds the exporter's array of `nbytes` (its record says so), C
-    // contiguous elements of this dtype, mapped while `memory.owner` lives.
-    let mut array = unsafe { registration.wrap(&p.dims, memory, p.readonly) }?;
+    // SAFETY: the memory holds the exporter's array, C contiguous elements of this dtype
+    // within `nbytes` (the shape check above), mapped while `memory.owner` lives; the mapping
+    // covers `nbytes` (the driver's allocation range, checked in `mapping`).
+    let mut array = unsafe { registration.wrap(&h.dims, memory, h.readonly) }?;
     // SAFETY: amso's stream of the device, where the wait for the exporter's work was queued.
     unsafe { array.record_work(stream) }?;
     (registration.instance)(py, MemArrayBase::new(array))
 }
 
-/// This process's mapping of the export `p` names: the one it holds already, or a new one
-/// (its hold marked in the export's folder `dir` first, so the exporter keeps the memory).
-/// Called with the GIL released.
-fn mapping(device_id: i32, p: &Parsed, dir: &Path, (pid, start): (u32, u64)) -> PyResult<Arc<Imported>> {
-    let key = (p.pid, p.start, p.serial);
+/// The Python error of an importer's refusal of `h`.
+fn import_error(h: &Handle, refusal: ImportRefusal) -> PyErr {
+    let export = format!("process {}'s shared array {}", h.pid, h.serial);
+    match refusal {
+        ImportRefusal::OtherUser => PyPermissionError::new_err(format!(
+            "the handle names an export of user {}, and this process runs as user {}: amso opens only its own \
+             user's shares; open it as user {}",
+            h.uid,
+            current_uid(),
+            h.uid
+        )),
+        ImportRefusal::NoExport | ImportRefusal::Mismatch => PyValueError::new_err(format!(
+            "process {} has no shared array {} matching this handle: it was released, or the handle is damaged or \
+             forged",
+            h.pid, h.serial
+        )),
+        ImportRefusal::ExporterGone => PyValueError::new_err(format!(
+            "the process that shared this array (pid {}) is gone, and its device memory with it",
+            h.pid
+        )),
+        ImportRefusal::Untrusted(why) => PyValueError::new_err(format!(
+            "refused {export}: its export folder /dev/shm/{} is not one amso made ({why}); another user may have \
+             planted it. Nothing was opened",
+            h.folder_name()
+        )),
+        ImportRefusal::Io(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            PyPermissionError::new_err(format!("cannot read the export folder of {export} ({e})"))
+        }
+        ImportRefusal::Io(e) => PyValueError::new_err(format!("cannot read the export folder of {export} ({e})")),
+    }
+}
+
+/// This process's mapping of the export `h` names: the one it holds already, or a new one (its
+/// hold marked in the export's `folder` first, so the exporter keeps the memory), whose real
+/// size must cover the handle's. Called with the GIL released.
+fn mapping(device_id: i32, h: &Handle, folder: &ImportFolder) -> PyResult<Arc<Imported>> {
+    let key = (h.uid, h.token);
     let mut imports = IMPORTS.lock().unwrap_or_else(|e| e.into_inner());
     // Upgrades only the entry with this key: the `Arc` made here is returned, never dropped
     // under the lock (a last reference dropped here would unmap with the lock held).
@@ -663,31 +462,30 @@ fn mapping(device_id: i32, p: &Parsed, dir: &Path, (pid, start): (u32, u64)) -> 
     if let Some(found) = imports.iter().find(|(k, _)| *k == key).and_then(|(_, weak)| weak.upgrade()) {
         return Ok(found);
     }
-    // The record is checked and the hold marked under the export's lock, so the exporter
+    // The record is checked again and the hold marked under the export's lock, so the exporter
     // cannot free the memory in between.
-    let locked = match lock_export(dir) {
-        Ok(locked) => locked,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(no_export(p)),
-        Err(e) => {
-            return Err(PyValueError::new_err(format!(
-                "cannot lock process {}'s shared array {} ({e}); try again",
-                p.pid, p.serial
-            )))
-        }
-    };
-    check_record(dir, p)?;
-    let hold = dir.join(format!("importer-{pid}-{start}-{}", NEXT_IMPORT.fetch_add(1, Ordering::Relaxed)));
-    std::fs::File::create_new(&hold)
-        .map_err(|e| PyValueError::new_err(format!("cannot hold the export ({}): {e}", hold.display())))?;
-    drop(locked);
-    let ptr = match ipc::open_memory(device_id, &p.memory) {
+    let hold = folder.hold(h).map_err(|refusal| import_error(h, refusal))?;
+    let ptr = match ipc::open_memory(device_id, &h.memory) {
         Ok(ptr) => ptr,
         Err(error) => {
-            let _ = std::fs::remove_file(&hold);
+            hold.release();
             return Err(error.into());
         }
     };
-    let imported = Arc::new(Imported { device_id, ptr, hold });
+    let imported = Arc::new(Imported { device_id, ptr, hold: Some(hold) });
+    // What the driver mapped must cover what the handle claims: a handle forged over a real,
+    // smaller export's memory would otherwise reach past it.
+    let range = ipc::allocation_range(device_id, ptr);
+    if range.as_ref().map_or(true, |&(start, size)| start != ptr || (size as u64) < h.nbytes) {
+        drop(imports); // unmapped as `imported` drops, not under the lock
+        drop(imported);
+        let (_, size) = range?;
+        return Err(PyValueError::new_err(format!(
+            "the shared memory the handle names is {size} bytes, but the handle claims {}: it is damaged or forged; \
+             unmapped",
+            h.nbytes
+        )));
+    }
     imports.push((key, Arc::downgrade(&imported)));
     Ok(imported)
 }
@@ -697,54 +495,10 @@ fn uuid_text(uuid: &[u8; 16]) -> String {
     format!("GPU-{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
 }
 
-/// `amso.cuda.collect_shared()`: free this process's exports nothing holds any more.
+/// `amso.cuda.collect_shared()`: remove the export folders of this user's exporters that are
+/// gone, and free this process's exports nothing holds any more.
 #[pyfunction]
-pub(crate) fn collect_shared(py: Python<'_>) -> usize {
-    py.detach(collect)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample() -> Parsed {
-        Parsed {
-            pid: 42,
-            start: 7,
-            serial: 3,
-            pending: 5,
-            uuid: [9; 16],
-            nbytes: 4096,
-            memory: [1; HANDLE_BYTES],
-            event: [2; HANDLE_BYTES],
-            dtype: "float32".into(),
-            dims: vec![32, 32],
-            readonly: false,
-        }
-    }
-
-    #[test]
-    fn handles_round_trip_and_every_damage_is_refused() {
-        let bytes = sample().encode();
-        assert_eq!(Parsed::decode(&bytes), Ok(sample()));
-        for cut in 0..bytes.len() {
-            assert!(Parsed::decode(&bytes[..cut]).is_err(), "a handle cut at {cut} reads");
-        }
-        let mut longer = bytes.clone();
-        longer.push(0);
-        assert!(Parsed::decode(&longer).unwrap_err().contains("after its end"));
-        let mut wrong = bytes.clone();
-        wrong[0] ^= 1;
-        assert!(Parsed::decode(&wrong).unwrap_err().contains("amso handle"));
-        let mut flag = bytes;
-        *flag.last_mut().unwrap() = 2;
-        assert!(Parsed::decode(&flag).unwrap_err().contains("read-only flag"));
-    }
-
-    #[test]
-    fn this_process_is_alive_and_a_different_start_is_not() {
-        let (pid, start) = identity();
-        assert!(alive(pid, start));
-        assert!(!alive(pid, start + 1), "a reused pid with another start time is another process");
-    }
+pub(crate) fn collect_shared(py: Python<'_>) -> PyResult<usize> {
+    let pending = pending_lifetime()?;
+    Ok(py.detach(|| collect_all(pending)))
 }

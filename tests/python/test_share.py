@@ -295,6 +295,20 @@ def test_a_fifo_planted_by_another_user_does_not_hang_an_unprivileged_victim():
         subprocess.run(["rm", "-rf", str(path)], check=True)
 
 
+@as_root
+def test_another_user_can_neither_read_nor_remove_an_export(planted):
+    handle = handle_bytes()
+    p = planted(handle)
+    attack = (f"import os, shutil\nfor act in (lambda: open({str(p.path / 'record')!r}, 'rb').read(), "
+              f"lambda: os.unlink({str(p.path / 'live')!r}), lambda: shutil.rmtree({str(p.path)!r}), "
+              f"lambda: os.rename({str(p.path)!r}, '/dev/shm/stolen')):\n"
+              "    try:\n        act()\n        print('done')\n    except PermissionError:\n        print('refused')\n")
+    done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3",
+                           "-c", attack], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["refused"] * 4, done
+    assert sorted(os.listdir(p.path)) == ["live", "lock", "record"]
+
+
 # --- exporters' folders: liveness by lock, whatever the PID namespace ---
 
 

@@ -83,7 +83,16 @@ impl Folder {
     /// temporary folder. It is the system's, and followed as the system names it.
     pub(crate) fn shared_memory() -> io::Result<Folder> {
         let shm = Path::new("/dev/shm");
-        let path = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+        if shm.is_dir() {
+            Folder::open_system(shm)
+        } else {
+            Folder::open_system(&std::env::temp_dir())
+        }
+    }
+
+    /// The folder at `path`, a system folder (followed as the system names it).
+    pub(crate) fn open_system(path: &Path) -> io::Result<Folder> {
+        let path = path.to_path_buf();
         let c_path = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path holds no NUL"))?;
         // SAFETY: a NUL-terminated path; the result is a new descriptor or -1.
@@ -255,7 +264,7 @@ mod tests {
     /// A fresh private folder under the temporary folder.
     fn scratch() -> (Scratch, Folder) {
         let name = format!("amso-folder-test-{}", hex(&random_bytes::<8>().unwrap()));
-        let base = Folder { fd: File::open(std::env::temp_dir()).unwrap().into(), path: std::env::temp_dir() };
+        let base = Folder::open_system(&std::env::temp_dir()).unwrap();
         let folder = base.create_folder(&name).unwrap();
         (Scratch(folder.path().to_path_buf()), folder)
     }

@@ -49,10 +49,19 @@ impl ExportFolder {
         base: &Folder,
         describe: impl FnOnce([u8; 16]) -> Vec<u8>,
     ) -> io::Result<(ExportFolder, [u8; 16])> {
+        Self::create_with(base, random_bytes::<16>, describe)
+    }
+
+    /// `create`, drawing names from `tokens`.
+    fn create_with(
+        base: &Folder,
+        mut tokens: impl FnMut() -> io::Result<[u8; 16]>,
+        describe: impl FnOnce([u8; 16]) -> Vec<u8>,
+    ) -> io::Result<(ExportFolder, [u8; 16])> {
         let uid = current_uid();
         let mut attempts = 0;
         let (folder, token) = loop {
-            let token = random_bytes::<16>()?;
+            let token = tokens()?;
             match base.create_folder(&folder_name(uid, &token)) {
                 Ok(folder) => break (folder, token),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
@@ -321,6 +330,42 @@ fn refusal(what: &str, refusal: Refusal) -> ImportRefusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_taken_name_is_skipped_and_the_export_lives_by_its_lock() {
+        let name = format!("amso-lease-test-{}", hex(&random_bytes::<8>().unwrap()));
+        let scratch = std::env::temp_dir().join(name);
+        std::fs::create_dir(&scratch).unwrap();
+        let base = Folder::open_system(&scratch).unwrap();
+        let uid = current_uid();
+        let taken = [1u8; 16];
+        std::fs::create_dir(scratch.join(folder_name(uid, &taken))).unwrap(); // planted first
+        let mut draws = vec![[2u8; 16], taken].into_iter().rev();
+        let (export, token) =
+            ExportFolder::create_with(&base, || Ok(draws.next().unwrap()), |token| token.to_vec()).unwrap();
+        assert_eq!(token, [2u8; 16], "the taken name was skipped");
+        let handle = Handle {
+            uid,
+            pid: 1,
+            serial: 1,
+            token,
+            pending: 0,
+            uuid: [0; 16],
+            nbytes: 0,
+            memory: [0; crate::cuda::ipc::HANDLE_BYTES],
+            event: [0; crate::cuda::ipc::HANDLE_BYTES],
+            dtype: String::new(),
+            dims: vec![1],
+            readonly: false,
+        };
+        // The record is what `describe` wrote, so this handle does not match it, but the
+        // exporter's lock says it lives.
+        assert!(matches!(ImportFolder::open(&base, &handle), Err(ImportRefusal::Mismatch)));
+        remove_stale(&base);
+        assert!(export.path().is_dir(), "a live export was removed");
+        export.remove();
+        std::fs::remove_dir_all(&scratch).unwrap();
+    }
 
     #[test]
     fn seconds_are_finite_and_clamped() {

@@ -4,27 +4,37 @@
 //! same, through a table of C functions in a versioned capsule (no Rust type crosses between
 //! copies, which may be different builds).
 //!
-//! The first copy to load publishes its table as `sys.modules["_amso_process_v3"].table`, a
-//! module object made for it; every later copy finds it there and uses it. No copy needs the
-//! `amso` package, so two user crates share their borrows with or without it. Publishing is
-//! a lookup and an insertion in `sys.modules` with no Python code between them, so the GIL
-//! makes it atomic; a free-threaded interpreter is refused (`require_gil`).
+//! The first copy to join publishes its table in the interpreter's own dict
+//! (`PyInterpreterState_GetDict`, in the limited API since 3.8) under `"_amso_process_v3"`;
+//! every later copy finds it there and uses it. Python code cannot reach that dict (no module,
+//! attribute or `sys` entry leads to it), so editing, restoring or patching `sys.modules`
+//! (`mock.patch.dict(sys.modules)`, `del sys.modules[...]`) cannot split the registry, where a
+//! split would let two extension modules hold one array mutably. The table is mirrored as
+//! `sys.modules["_amso_process_v3"].table` for earlier copies, which look only there; a joining
+//! copy puts the mirror back when it is gone, adopts a mirrored table that no anchor holds yet
+//! (an earlier copy published it), and refuses to load when the two hold different tables (an
+//! earlier copy published a second one after the mirror was removed: whichever this copy
+//! joined, it would be split from the other's users). No copy needs the `amso` package, so two
+//! user crates share their borrows with or without it. Both entries are written with
+//! `dict.setdefault`, one C call, which keeps the first of two racing copies even if Python code
+//! (a finalizer) runs between the steps; a free-threaded interpreter is refused (`require_gil`).
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use pyo3::exceptions::PyImportError;
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use pyo3::{ffi, intern};
 
 use crate::borrows::{self, BorrowKey};
 use crate::current_stream;
 
-/// The module in `sys.modules` that holds the table, and the capsule's name; any change of
-/// `Table`'s layout takes new names.
-const HOME_MODULE: &str = "_amso_process_v3";
+/// The key of the table in the interpreter's dict, the module in `sys.modules` that mirrors it,
+/// and the capsule's name; any change of `Table`'s layout takes new names.
+const HOME: &str = "_amso_process_v3";
 const CAPSULE: &std::ffi::CStr = c"_amso_process_v3.table";
+/// The mirror module's attribute that holds the capsule.
 const ATTRIBUTE: &str = "table";
 
 /// What the first copy publishes.
@@ -52,15 +62,16 @@ static OWN: Table = Table {
 };
 
 /// The published table, when it is another copy's.
-static HOME: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
-/// Whether this copy has joined: found another copy's table (`HOME`) or published its own.
+static JOINED_TABLE: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
+/// Whether this copy has joined: found another copy's table (`JOINED_TABLE`) or published its
+/// own.
 static JOINED: AtomicBool = AtomicBool::new(false);
 
 /// Another copy's table, if this copy found one when it joined.
 pub(crate) fn joined() -> Option<&'static Table> {
-    // SAFETY: HOME is null or points at a static table of another copy, whose module stays
-    // loaded for the process (CPython never unloads extension modules).
-    unsafe { HOME.load(Ordering::Acquire).as_ref() }
+    // SAFETY: JOINED_TABLE is null or points at a static table of another copy, whose module
+    // stays loaded for the process (CPython never unloads extension modules).
+    unsafe { JOINED_TABLE.load(Ordering::Acquire).as_ref() }
 }
 
 /// The table this copy uses: the published one (its own when it published).
@@ -105,40 +116,113 @@ pub(crate) fn join(py: Python<'_>) -> PyResult<()> {
 #[cold]
 fn join_slow(py: Python<'_>) -> PyResult<()> {
     require_gil(py)?;
+    let anchor = interpreter_dict(py)?;
     let modules = py.import("sys")?.getattr("modules")?.cast_into::<PyDict>()?;
-    match modules.get_item(HOME_MODULE)? {
-        Some(home) => {
-            let capsule = home.getattr(ATTRIBUTE)?;
-            // SAFETY: PyCapsule_GetPointer accepts any object; a wrong name or type returns
-            // NULL with an exception set.
-            let table = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), CAPSULE.as_ptr()) }.cast::<Table>();
-            if table.is_null() {
-                let _ = PyErr::take(py);
-                return Err(PyImportError::new_err(format!(
-                    "sys.modules[{HOME_MODULE:?}].{ATTRIBUTE} is not a {CAPSULE:?} capsule: something other than amso \
-                     took that name"
-                )));
-            }
-            if !std::ptr::eq(table, &OWN) {
-                HOME.store(table, Ordering::Release);
-            }
-        }
+    let mirrored = match modules.get_item(HOME)? {
+        Some(home) => Some(mirrored_table(&home)?),
+        None => None,
+    };
+    // Anchor the mirrored table (an earlier copy's) or this copy's, unless a table is anchored.
+    let candidate = capsule_of(py, mirrored.unwrap_or(&OWN))?;
+    let anchored = anchor.call_method1(intern!(py, "setdefault"), (HOME, candidate))?;
+    let table = table_in(&anchored).ok_or_else(|| {
+        PyImportError::new_err(format!(
+            "the interpreter's dict holds an object of type {} under {HOME:?}, not a {CAPSULE:?} capsule: \
+             something other than amso took that key; amso's extension modules cannot share their borrow registry",
+            type_name(&anchored)
+        ))
+    })?;
+    match mirrored {
+        Some(mirrored) if !std::ptr::eq(mirrored, table) => return Err(two_tables(table, mirrored)),
+        Some(_) => {}
         None => {
-            let home = PyModule::new(py, HOME_MODULE)?;
+            let home = PyModule::new(py, HOME)?;
             home.setattr(
                 "__doc__",
-                "The table of functions every copy of amso's runtime in this process shares (stream context, borrows).",
+                "A mirror of the table of functions every copy of amso's runtime in this process shares (stream \
+                 context, borrows), for copies that look for it here.",
             )?;
-            // SAFETY: a static table and a static name; no destructor is needed.
-            let capsule =
-                unsafe { ffi::PyCapsule_New((&OWN as *const Table).cast_mut().cast(), CAPSULE.as_ptr(), None) };
-            // SAFETY: a new reference or NULL with an exception set.
-            home.add(ATTRIBUTE, unsafe { Bound::from_owned_ptr_or_err(py, capsule) }?)?;
-            modules.set_item(HOME_MODULE, home)?;
+            home.add(ATTRIBUTE, anchored)?;
+            let present = modules.call_method1(intern!(py, "setdefault"), (HOME, &home))?;
+            if !present.is(&home) {
+                let mirrored = mirrored_table(&present)?;
+                if !std::ptr::eq(mirrored, table) {
+                    return Err(two_tables(table, mirrored));
+                }
+            }
         }
+    }
+    if !std::ptr::eq(table, &OWN) {
+        JOINED_TABLE.store((table as *const Table).cast_mut(), Ordering::Release);
     }
     JOINED.store(true, Ordering::Release);
     Ok(())
+}
+
+/// The interpreter's own dict, where extension modules keep per-interpreter state under
+/// unique keys; no Python-level name reaches it.
+fn interpreter_dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    // SAFETY: the GIL is held (`py`), so there is a current interpreter; GetDict returns a
+    // borrowed reference, or NULL without an exception set.
+    let dict = unsafe { ffi::PyInterpreterState_GetDict(ffi::PyInterpreterState_Get()) };
+    if dict.is_null() {
+        return Err(PyImportError::new_err(
+            "this interpreter has no per-interpreter dict (PyInterpreterState_GetDict returned NULL), where amso's \
+             extension modules share their borrow registry; amso cannot load in it",
+        ));
+    }
+    // SAFETY: a borrowed reference to a live object, the interpreter's for its lifetime.
+    Ok(unsafe { Bound::from_borrowed_ptr(py, dict) }.cast_into::<PyDict>()?)
+}
+
+/// A new capsule of `table`, as every copy publishes it.
+fn capsule_of<'py>(py: Python<'py>, table: &'static Table) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: a table that lives for the process (a static of this copy or of another copy,
+    // which CPython never unloads) and a static name; no destructor is needed.
+    let capsule = unsafe { ffi::PyCapsule_New((table as *const Table).cast_mut().cast(), CAPSULE.as_ptr(), None) };
+    // SAFETY: a new reference, or NULL with an exception set.
+    unsafe { Bound::from_owned_ptr_or_err(py, capsule) }
+}
+
+/// The table in `capsule`, if it is a capsule of amso's name.
+fn table_in(capsule: &Bound<'_, PyAny>) -> Option<&'static Table> {
+    // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
+    if unsafe { ffi::PyCapsule_IsValid(capsule.as_ptr(), CAPSULE.as_ptr()) } != 1 {
+        return None;
+    }
+    // SAFETY: a valid capsule of amso's name holds a static `Table` of a copy of the runtime,
+    // loaded for the process (CPython never unloads extension modules).
+    unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), CAPSULE.as_ptr()).cast::<Table>().as_ref() }
+}
+
+/// The table `sys.modules[HOME]` mirrors. Read from the module's dict, as no Python code runs:
+/// the capsule's module is one a copy of the runtime made.
+fn mirrored_table(home: &Bound<'_, PyAny>) -> PyResult<&'static Table> {
+    let capsule = home.cast::<PyModule>().ok().map(|home| home.dict().get_item(ATTRIBUTE)).transpose()?.flatten();
+    capsule.as_ref().and_then(table_in).ok_or_else(|| {
+        PyImportError::new_err(format!(
+            "sys.modules[{HOME:?}] is of type {}, not a module whose {ATTRIBUTE:?} is a {CAPSULE:?} capsule: \
+             something other than amso took that name; remove it before importing amso's extension modules",
+            type_name(home)
+        ))
+    })
+}
+
+/// Refusal of a process whose anchor and mirror hold different tables.
+fn two_tables(anchored: &Table, mirrored: &Table) -> PyErr {
+    PyImportError::new_err(format!(
+        "amso's process table is published twice, two tables where there must be one: the interpreter's dict \
+         holds one (at {anchored:p}), sys.modules['{HOME}'].{ATTRIBUTE} another (at {mirrored:p}). An earlier amso \
+         runtime, which looks only in sys.modules, published the second after that entry was deleted or patched \
+         away; extension modules joined to different tables could both hold one array mutably, so this one refuses \
+         to load. Import amso's extension modules before editing sys.modules, or rebuild the earlier one against \
+         this amso-runtime."
+    ))
+}
+
+/// `type(value).__name__`, for messages.
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value.get_type().name().map_or_else(|_| "?".into(), |name| name.to_string())
 }
 
 /// amso's shared state is serialised by the GIL (the borrow registry, the first copy's

@@ -360,15 +360,23 @@ def test_the_user_crate_needs_nothing_of_the_amso_package(tmp_path):
 
 def test_a_user_crate_loaded_before_amso_publishes_what_amso_then_shares():
     """The first copy of the runtime to load publishes the process table, here the user
-    crate's; amso, imported after it, sets its stream context through that table."""
+    crate's, in the interpreter's dict (mirrored in sys.modules for earlier runtimes); amso,
+    imported after the mirror was deleted, joins that table, puts the mirror back, and sets
+    its stream context through the table."""
     done = run_python(textwrap.dedent(f"""
         import ctypes, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
+        ctypes.pythonapi.PyInterpreterState_Get.restype = ctypes.c_void_p
+        ctypes.pythonapi.PyInterpreterState_GetDict.restype = ctypes.py_object
+        ctypes.pythonapi.PyInterpreterState_GetDict.argtypes = [ctypes.c_void_p]
+        anchor = ctypes.pythonapi.PyInterpreterState_GetDict(ctypes.pythonapi.PyInterpreterState_Get())
         import amso_user_example as ue
-        table = sys.modules["_amso_process_v3"].table
+        table = anchor["_amso_process_v3"]
+        assert sys.modules["_amso_process_v3"].table is table
+        del sys.modules["_amso_process_v3"]
         import amso
         from hostile import DLPackExchangeAPI
-        assert sys.modules["_amso_process_v3"].table is table
+        assert anchor["_amso_process_v3"] is table and sys.modules["_amso_process_v3"].table is table
         current = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))(
             DLPackExchangeAPI.from_address(ue.Density.__c_dlpack_exchange_api__).current_work_stream)
         stream = ctypes.c_void_p()

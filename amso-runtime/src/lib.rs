@@ -94,4 +94,6 @@ pub mod __private {
     #[cfg(feature = "python")]
     pub use crate::python::__private::*;
     pub use crate::shape::unravel;
+    #[cfg(feature = "cuda")]
+    pub use crate::share::handle::round_trip as shared_handle_round_trip;
 }

@@ -295,3 +295,37 @@ def test_a_fake_numpy_c_api_is_refused_not_trusted(fake):
         print("refused")
     """)
     assert_printed(done, "refused")
+
+
+def test_numpy_functions_are_called_only_on_the_real_numpy():
+    """amso calls NumPy's Python functions (to_numpy, pickles of device arrays, dtypes) through
+    the module `import numpy` gives: a stand-in there is refused, not kept, and the real NumPy
+    restored works; a patched numpy.empty cannot make amso write into memory it did not get."""
+    done = run_python("""
+        import sys, types
+        import numpy as np
+        real = sys.modules["numpy"]
+        import amso
+        a = amso.MemArray(4, "float64")
+        a[1] = 2.5
+        sys.modules["numpy"] = types.SimpleNamespace(ndarray=bytearray, empty=lambda *a, **k: bytearray(32),
+                                                     dtype=real.dtype)
+        try:
+            a.to_numpy()
+            raise SystemExit("the stand-in was used")
+        except ImportError as error:
+            assert "is not the real NumPy" in str(error), error
+            print("refused")
+        sys.modules["numpy"] = real
+        print(a.to_numpy().tolist())
+        immutable = bytes(32)
+        real.empty = lambda *args, **kwargs: np.frombuffer(immutable, np.float64)
+        try:
+            a.to_numpy()
+            raise SystemExit("wrote into a read-only buffer")
+        except TypeError as error:
+            assert "numpy.empty gave a ndarray of 32 bytes, read-only" in str(error), error
+            print("refused")
+        assert immutable == bytes(32)
+    """)
+    assert_printed(done, "refused", "[0.0, 2.5, 0.0, 0.0]", "refused")

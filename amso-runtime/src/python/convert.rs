@@ -204,7 +204,14 @@ fn is_complex(value: &Bound<'_, PyAny>) -> PyResult<bool> {
 /// The NumPy module.
 pub(super) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    NUMPY.import_module(py, "numpy")
+    NUMPY
+        .get_or_try_init(py, || {
+            // Kept only once checked: a stand-in in sys.modules['numpy'] is refused, never kept.
+            let numpy = py.import(intern!(py, "numpy"))?;
+            super::source::numpy::check_module(numpy.as_any())?;
+            PyResult::Ok(numpy.unbind())
+        })
+        .map(|numpy| numpy.bind(py))
 }
 
 /// The NumPy dtype object of `dtype` (cached), importing the module that defines it if NumPy
@@ -230,16 +237,6 @@ pub(super) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound
     let object = numpy(py)?.getattr(intern!(py, "dtype"))?.call1((spec,))?;
     cache.set_item(dtype.name, &object)?;
     Ok(object)
-}
-
-trait ImportModule {
-    fn import_module<'py>(&self, py: Python<'py>, name: &str) -> PyResult<&Bound<'py, PyModule>>;
-}
-
-impl ImportModule for PyOnceLock<Py<PyModule>> {
-    fn import_module<'py>(&self, py: Python<'py>, name: &str) -> PyResult<&Bound<'py, PyModule>> {
-        self.get_or_try_init(py, || py.import(name).map(Bound::unbind)).map(|m| m.bind(py))
-    }
 }
 
 /// `max_version` of `__dlpack__`: a `(major, minor)` tuple of non-negative ints. Read by hand:

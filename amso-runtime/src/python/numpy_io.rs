@@ -98,12 +98,33 @@ pub(super) fn to_numpy<'py>(array: &MemArrayBase, py: Python<'py>) -> PyResult<B
     let np = numpy(py)?;
     let shape = PyTuple::new(py, array.header().dims())?;
     let out = np.call_method1(intern!(py, "empty"), (shape, numpy_dtype(py, array.element_type())?))?;
-    let buffer = PyBuffer::<u8>::get(&raw_bytes(py, &out)?)?;
+    let nbytes = array.read(py, |object| object.raw_view().nbytes());
+    let buffer = writable_bytes(py, &out, nbytes)?;
     let (address, len) = (buffer.buf_ptr() as usize, buffer.len_bytes());
     // SAFETY: `out` is a fresh, writable, C-contiguous NumPy array of `len` bytes that nothing
     // else references yet.
     array.read_detached(py, |object| unsafe { object.raw_view().copy_to(address as *mut u8, len, None) })?;
     Ok(out)
+}
+
+/// The bytes of `out`, a fresh array NumPy made for amso to fill: refused unless it is a NumPy
+/// array of `nbytes` writable, C-contiguous bytes (a patched `numpy.empty` is not trusted).
+pub(super) fn writable_bytes(py: Python<'_>, out: &Bound<'_, PyAny>, nbytes: usize) -> PyResult<PyBuffer<u8>> {
+    let buffer = PyBuffer::<u8>::get(&raw_bytes(py, out)?)?;
+    if !super::source::numpy::is_array_type(&out.get_type())
+        || buffer.readonly()
+        || !buffer.is_c_contiguous()
+        || buffer.len_bytes() != nbytes
+    {
+        return Err(PyTypeError::new_err(format!(
+            "numpy.empty gave a {} of {} bytes{}, not a fresh writable NumPy array of {nbytes} bytes: numpy.empty is \
+             patched or replaced",
+            out.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into()),
+            buffer.len_bytes(),
+            if buffer.readonly() { ", read-only" } else { "" }
+        )));
+    }
+    Ok(buffer)
 }
 
 /// A flat uint8 view of a C-contiguous NumPy array, for byte copies of any dtype (NumPy's

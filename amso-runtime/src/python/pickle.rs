@@ -55,7 +55,7 @@ pub(super) fn reduce<'py>(slf: &Bound<'py, MemArrayBase>, protocol: i64) -> PyRe
         // amso's pinned staging pipeline; out of band from protocol 5 on.
         Some(_) => {
             let host = super::convert::numpy(py)?.call_method1(intern!(py, "empty"), (nbytes, intern!(py, "uint8")))?;
-            let address: usize = host.getattr(intern!(py, "ctypes"))?.getattr(intern!(py, "data"))?.extract()?;
+            let address = super::numpy_io::writable_bytes(py, &host, nbytes)?.buf_ptr() as usize;
             // SAFETY: `host` holds `nbytes` writable bytes and lives through the copy, which
             // is complete when this returns.
             array.read_detached(py, |object| unsafe { object.raw_view().copy_to(address as *mut u8, nbytes, None) })?;

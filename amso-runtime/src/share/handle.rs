@@ -124,6 +124,13 @@ impl Handle {
     }
 }
 
+/// Decode `bytes` as a handle, then encode it again: the bytes and its folder's name, or why it
+/// is no handle (for the fuzz target, through `__private`).
+pub fn round_trip(bytes: &[u8]) -> Result<(Vec<u8>, String), String> {
+    let handle = Handle::decode(bytes)?;
+    Ok((handle.encode(), handle.folder_name()))
+}
+
 /// The prefix of every export folder's name.
 pub(crate) const FOLDER_PREFIX: &str = "amso-shared-";
 

@@ -241,6 +241,27 @@ fn api_or_import(py: Python<'_>) -> PyResult<&'static NumPyApi> {
     })
 }
 
+/// Refuse `module`, what `import numpy` gave, unless its `ndarray` is the validated NumPy's
+/// type: amso calls NumPy's Python functions (`empty`, `frombuffer`, ...) through that module
+/// only when it is the real one, whose results are NumPy's arrays.
+pub(crate) fn check_module(module: &Bound<'_, PyAny>) -> PyResult<()> {
+    let refuse = || {
+        PyImportError::new_err(format!(
+            "sys.modules['numpy'] is not the real NumPy (a {}): its ndarray is not the type NumPy's C API gives; \
+             restore the real NumPy module",
+            type_name(module)
+        ))
+    };
+    let numpy = api_or_import(module.py())?;
+    // From the module's dict: no `__getattr__` of a stand-in runs.
+    let dict = module.cast::<PyModule>().map_err(|_| refuse())?.dict();
+    let ndarray = dict.get_item(intern!(module.py(), "ndarray"))?;
+    if ndarray.is_some_and(|ndarray| ndarray.as_ptr() == numpy.ndarray.cast()) {
+        return Ok(());
+    }
+    Err(refuse())
+}
+
 /// The first module of `API_MODULES` in `sys.modules` whose `_ARRAY_API` validates, kept for the
 /// process; `None` when none is loaded, the first refusal when each loaded one is refused.
 #[cold]

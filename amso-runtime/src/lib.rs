@@ -86,6 +86,7 @@ pub mod __private {
     pub use crate::error::code;
     pub use crate::lock::LockId;
     pub use crate::memarray::access::RawView;
+    pub use crate::memarray::buffer_claim::{claim_buffer, BufferClaim, BufferFields, BufferRefusal};
     pub use crate::memarray::foreign::{check_major_version, claim};
     pub use crate::memarray::rebuild::{plan_rebuild, Pickled, PickledData, RebuildMemory, RebuildPlan};
     pub use crate::object::{ArrayObject, ArrayType};

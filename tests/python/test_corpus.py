@@ -515,7 +515,11 @@ BUFFERS = [
     ("shape-null", "no-shape", ValueError, "ndim 1 without a shape"),
     ("shape-negative", "negative-dim", ValueError, "a negative dimension -8"),
     ("suboffsets", "suboffsets", TypeError, "indirect \\(PIL-style suboffsets\\)"),
-    ("stride-misfit", "stride-misfit", ValueError, "stride of 12 bytes on axis 0 is not a multiple of its itemsize"),
+    ("stride-misfit", "stride-misfit", ValueError, "stride of 4 bytes on axis 0 is not a multiple of its itemsize"),
+    ("strides-past-the-end", "stride-outside", ValueError,
+     "strides \\[16\\] of shape \\[8\\] that reach bytes 0\\.\\.120, outside its length of 64 bytes"),
+    ("strides-before-the-start", "stride-backwards", ValueError,
+     "strides \\[-8\\] of shape \\[8\\] that reach bytes -56\\.\\.8, outside its length of 64 bytes"),
     ("export-raises", "raises", RuntimeError, "the exporter refused to export"),
     ("readonly-as-writable", "readonly", ValueError, "expected a writable float64 array, got a read-only one"),
 ]
@@ -542,6 +546,19 @@ def test_honest_buffer_exporters_are_read_and_written_in_place(hostile_buffers):
     assert exporter.counts() == (2, 2)
     readonly = hostile_buffers.Exporter("readonly", 8)
     assert ue.sum_any(readonly) == 28.0, "a read-only buffer is fine for reading"
+
+
+def test_strided_buffer_views_are_read_through_numpy():
+    """PEP 3118 gives a strided view's logical size as its length, so a step or a reversal
+    reaches outside it and the buffer reader refuses it (it cannot tell one from a lie); NumPy
+    reads the same view on trust, without a copy."""
+    ue = pytest.importorskip("amso_user_example")
+    values = np.arange(10.0)
+    for view, reach in ((memoryview(values)[::2], "0..72"), (memoryview(values)[::-1], "-72..8")):
+        with pytest.raises(ValueError, match=f"reach bytes {reach}, outside its length of {view.nbytes} bytes"):
+            ue.sum_any(view)
+        assert ue.sum_any(np.asarray(view)) == sum(view.tolist())
+    assert amso._amso._live_borrows() == 0
 
 
 class _LyingSubclass(np.ndarray):

@@ -25,8 +25,8 @@ pub enum Error {
     /// A shape that cannot describe an array.
     #[error("invalid shape: {0}")]
     InvalidShape(String),
-    /// A shape whose byte size overflows the address space.
-    #[error("array is too big: shape {shape:?} of {itemsize}-byte elements is more than {max} bytes")]
+    /// A shape whose byte size overflows the address space (NumPy's rule: `shape::byte_size`).
+    #[error("array is too big: shape {shape:?} of {itemsize}-byte elements is more than {max} bytes{}", empty_note(.shape.contains(&0)))]
     TooLarge {
         /// The requested shape.
         shape: Vec<u64>,
@@ -85,6 +85,14 @@ pub enum Error {
     /// An operation a CUDA graph capture in progress does not allow (`cuda/capture.rs`).
     #[error("{0}")]
     Capture(String),
+}
+
+/// What a too-big message adds for an empty shape (`empty`): why it can be too big at all.
+pub(crate) fn empty_note(empty: bool) -> &'static str {
+    match empty {
+        true => " (the nonzero dimensions count even when one is zero, as in NumPy)",
+        false => "",
+    }
 }
 
 /// C error codes (generated/amso.h), one per Python exception kind; 0 is success.

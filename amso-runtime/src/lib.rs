@@ -85,11 +85,13 @@ pub const MAX_NDIM: usize = 8;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::dlpack::{plan_export, DlpackRequest, ManagedTensor};
-    pub use crate::element::{scalar, PlainBits};
+    pub use crate::element::{scalar, ElementOps, PlainBits};
     pub use crate::error::code;
     pub use crate::lock::LockId;
     pub use crate::memarray::access::RawView;
+    pub use crate::memarray::buffer_claim::{claim_buffer, BufferClaim, BufferFields, BufferRefusal};
     pub use crate::memarray::foreign::{check_major_version, claim};
+    pub use crate::memarray::rebuild::{plan_rebuild, Pickled, PickledData, RebuildMemory, RebuildPlan};
     pub use crate::object::{ArrayObject, ArrayType};
     #[cfg(feature = "python")]
     pub use crate::python::__private::*;

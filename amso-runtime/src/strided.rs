@@ -1,6 +1,7 @@
 //! Strided layouts of memory amso did not lay out itself (a typed argument's NumPy view, a
-//! producer's DLPack tensor): strides in elements, negative ones included, checked for what
-//! the memory they reach and whether a writable view would reach one element twice.
+//! producer's DLPack tensor): strides in elements, negative ones included, checked for
+//! whether a writable view would reach one element twice (the memory they reach:
+//! `shape::byte_extent`).
 
 use std::ops::{Deref, DerefMut};
 
@@ -112,22 +113,6 @@ pub(crate) fn is_c_contiguous(shape: &[usize], strides: &[isize]) -> bool {
     true
 }
 
-/// The memory a non-empty strided array reaches, in bytes relative to its first element's
-/// address: `lowest` (at most 0, through negative strides) and `end` (one past the last byte
-/// reached). `None` if the offsets overflow.
-pub(crate) fn byte_extent(shape: &[usize], strides: &[isize], itemsize: usize) -> Option<(isize, isize)> {
-    let (mut lowest, mut highest) = (0isize, 0isize);
-    for (&dim, &stride) in shape.iter().zip(strides) {
-        let step = stride.checked_mul(dim.checked_sub(1)? as isize)?.checked_mul(itemsize as isize)?;
-        if step < 0 {
-            lowest = lowest.checked_add(step)?;
-        } else {
-            highest = highest.checked_add(step)?;
-        }
-    }
-    Some((lowest, highest.checked_add(itemsize as isize)?))
-}
-
 /// The first axis through which two different indices of a non-empty array reach the same
 /// element, if any (a broadcast's zero stride, or strides that overlap): what a writable view
 /// must not have. Axes of length 1 never step, so their strides do not count.
@@ -211,14 +196,6 @@ mod tests {
         assert!(!is_c_contiguous(&[2, 3], &[1, 2]), "Fortran order");
         assert!(!is_c_contiguous(&[3], &[-1]), "reversed");
         assert!(is_c_contiguous(&[0, 3], &[0, 0]), "an empty array has no layout to speak of");
-    }
-
-    #[test]
-    fn extents_reach_below_the_first_element_through_negative_strides() {
-        assert_eq!(byte_extent(&[2, 3], &[3, 1], 4), Some((0, 24)));
-        assert_eq!(byte_extent(&[4], &[-1], 8), Some((-24, 8)), "x[::-1]: three elements below the first");
-        assert_eq!(byte_extent(&[2, 3], &[-3, 2], 4), Some((-12, 20)));
-        assert_eq!(byte_extent(&[2], &[isize::MAX], 8), None);
     }
 
     #[test]

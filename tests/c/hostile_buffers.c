@@ -71,11 +71,13 @@ static int exporter_getbuffer(Exporter *self, Py_buffer *view, int flags) {
     if (is(self, "no-shape")) view->shape = NULL;
     if (is(self, "negative-dim")) self->shape[0] = -self->count;
     if (is(self, "suboffsets")) view->suboffsets = self->suboffsets;
-    if (is(self, "stride-misfit")) {                             /* 12-byte steps through 8-byte items */
+    if (is(self, "stride-misfit")) {                             /* 4-byte steps through 8-byte items */
         self->shape[0] = self->count / 2;
-        self->strides[0] = 12;
+        self->strides[0] = 4;
         view->len = self->shape[0] * (Py_ssize_t)sizeof(double);
     }
+    if (is(self, "stride-outside")) self->strides[0] = 2 * (Py_ssize_t)sizeof(double); /* twice past the end */
+    if (is(self, "stride-backwards")) self->strides[0] = -(Py_ssize_t)sizeof(double);  /* before the start */
     self->gets++;
     return 0;
 }

@@ -44,6 +44,9 @@ CAPSULES = [
     ("shape-null", dict(shape_null=True), None, ValueError, "shape is NULL"),
     ("shape-negative", dict(shape=(2, -3)), None, ValueError, "negative dimension -3"),
     ("shape-overflow", dict(shape=(1 << 62, 1 << 62), nbytes=8), None, ValueError, "too big"),
+    # NumPy's rule: a zero dimension does not excuse the others, in either order.
+    ("shape-zero-then-huge", dict(shape=(0, 1 << 62)), None, ValueError, "too big"),
+    ("shape-huge-then-zero", dict(shape=(1 << 62, 0)), None, ValueError, "too big"),
     ("strides-outside", dict(shape=(4,), strides=(1000,)), None, BufferError, "C-contiguous"),
     ("strides-negative", dict(shape=(4,), strides=(-1,)), None, BufferError, "C-contiguous"),
     ("strides-transposed", dict(shape=(2, 3), strides=(1, 2)), None, BufferError, "C-contiguous"),
@@ -310,6 +313,18 @@ PYTHON_API = [
     ("memarray-flag-not-bool", lambda a: amso.MemArray(2, np.float32, pinned="yes"), TypeError, "pinned must be a bool, got str"),
     ("empty-on-device-not-bool", lambda a: amso.empty(2, np.float32, on_device="yes"), TypeError, "on_device must be a bool, got str"),
     ("memarray-shape-overflow", lambda a: amso.MemArray((1 << 62, 1 << 62), np.float64), ValueError, "too big"),
+    # One rule for zero-size shapes with a huge dimension, whatever the order of the dims.
+    ("constructor-zero-then-huge", lambda a: type(a)((0, 2**63 - 1)), ValueError, "too big"),
+    ("constructor-huge-then-zero", lambda a: type(a)((2**63 - 1, 0)), ValueError, "too big"),
+    ("memarray-zero-then-huge", lambda a: amso.MemArray((0, 1 << 61), np.float64), ValueError, "too big"),
+    ("rebuild-zero-then-huge", lambda a: amso._amso._amso_rebuild("float64", (0, 2**63 - 1), False, False, None, b""),
+     ValueError, "needs more than any address space"),
+    # Messages give the real ndim, however many dimensions a shape has.
+    ("constructor-ndim-1000000", lambda a: type(a)((1,) * 1_000_000), ValueError, "ndim 1000000 is outside amso's 1..=8"),
+    ("constructor-ndim-1000000-list", lambda a: type(a)([1] * 1_000_000), ValueError, "ndim 1000000 is outside"),
+    ("constructor-ndim-1000000-iterator", lambda a: type(a)(iter([1] * 1_000_000)), ValueError, "ndim 1000000 is outside"),
+    ("empty-ndim-1000000", lambda a: amso.empty((1,) * 1_000_000, np.float32), TypeError,
+     "no compiled array for dtype float32 with ndim 1000000"),
     ("stream-context-not-a-stream", lambda a: amso.cuda.stream("fast").__enter__(), TypeError, "expected a stream handle"),
     ("stream-context-negative", lambda a: amso.cuda.stream(-5).__enter__(), ValueError, "stream -5 is not a CUDA stream"),
     ("set-allocator-not-callable", lambda a: amso.set_allocator(1, 2), TypeError, "callable"),
@@ -351,6 +366,25 @@ def test_bad_python_api_calls(case, action, error, message):
     intact(a)
 
 
+def test_an_endless_shape_is_counted_until_interrupted():
+    """A shape longer than 8 is counted for its message, not stored; an endless one stops at a
+    signal (Ctrl-C's path) instead of hanging."""
+    import itertools
+    import signal
+
+    def stop(*_):
+        raise TimeoutError("the count was interrupted")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(TimeoutError, match="interrupted"):
+            type(witness())(itertools.repeat(1))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 # --- Pickles that were truncated or altered: (id, how to damage a pickle of witness(), error) ---
 FIELDS = ("dtype", "shape", "readonly", "pinned", "device", "data", "class")
 
@@ -375,6 +409,10 @@ PICKLES = [
     ("shape-negative", _altered(shape=(-2, 3)), ValueError, "negative dimension -2"),
     ("shape-huge", _altered(shape=(1 << 62, 1 << 62)), ValueError, "needs more than any address space"),
     ("shape-ndim-9", _altered(shape=(1,) * 9), ValueError, "ndim 9 is outside"),
+    ("shape-ndim-1000000", _altered(shape=(1,) * 1_000_000), ValueError, "ndim 1000000 is outside amso's 1..=8"),
+    # A zero dimension does not excuse a huge one, in either order (NumPy's rule).
+    ("shape-zero-then-huge", _altered(shape=(0, 2**63 - 1), data=b""), ValueError, "needs more than any address space"),
+    ("shape-huge-then-zero", _altered(shape=(2**63 - 1, 0), data=b""), ValueError, "needs more than any address space"),
     ("shape-not-ints", _altered(shape=("2", 3)), TypeError, "shape dimensions must be integers"),
     ("data-short", _altered(data=bytes(40)), ValueError, "holds 40 bytes, but a float64 array of shape \\[2, 3\\] needs 48"),
     ("data-not-bytes", _altered(data=7), TypeError, "must be a bytes-like object, got int"),
@@ -382,6 +420,36 @@ PICKLES = [
     ("device-not-int", _altered(device="cuda"), TypeError, "device"),
     ("class-unknown", _altered(**{"class": "NoSuchClass"}), None, None),  # falls back to the dtype's class
 ]
+
+
+# Zero-size shapes with huge dimensions, each also in another order of its dims.
+ZERO_SIZE_SHAPES = [(0, 2**63 - 1), (2**63 - 1, 0), (0, 2**62), (2**62, 0), (0, 2**61, 4), (2**61, 4, 0), (4, 0, 2**61)]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float32", "float64"])
+@pytest.mark.parametrize("shape", ZERO_SIZE_SHAPES, ids=str)
+def test_zero_size_shapes_follow_numpy(shape, dtype):
+    """NumPy is the reference: amso.empty and a pickle's rebuild accept exactly the zero-size
+    shapes np.empty accepts, whatever the order of the dims; an accepted one's byte strides
+    are its C-order strides (a zero dimension counts as 1), exact in Python's integers."""
+    try:
+        np.empty(shape, dtype)
+        accepted = True
+    except ValueError:
+        accepted = False
+    itemsize = np.dtype(dtype).itemsize
+    strides, step = [], itemsize
+    for dim in reversed(shape):
+        strides.insert(0, step)
+        step *= max(dim, 1)
+    for make in (lambda: amso.empty(shape, dtype), lambda: amso._amso._amso_rebuild(dtype, shape, False, False, None, b"")):
+        if not accepted:
+            with pytest.raises(ValueError, match="too big|more than any address space"):
+                make()
+        else:
+            a = make()
+            assert a.shape == shape and a.nbytes == 0
+            assert memoryview(a).strides == tuple(strides)
 
 
 def _rebuilt(payload: bytes):
@@ -453,7 +521,11 @@ BUFFERS = [
     ("shape-null", "no-shape", ValueError, "ndim 1 without a shape"),
     ("shape-negative", "negative-dim", ValueError, "a negative dimension -8"),
     ("suboffsets", "suboffsets", TypeError, "indirect \\(PIL-style suboffsets\\)"),
-    ("stride-misfit", "stride-misfit", ValueError, "stride of 12 bytes on axis 0 is not a multiple of its itemsize"),
+    ("stride-misfit", "stride-misfit", ValueError, "stride of 4 bytes on axis 0 is not a multiple of its itemsize"),
+    ("strides-past-the-end", "stride-outside", ValueError,
+     "strides \\[16\\] of shape \\[8\\] that reach bytes 0\\.\\.120, outside its length of 64 bytes"),
+    ("strides-before-the-start", "stride-backwards", ValueError,
+     "strides \\[-8\\] of shape \\[8\\] that reach bytes -56\\.\\.8, outside its length of 64 bytes"),
     ("export-raises", "raises", RuntimeError, "the exporter refused to export"),
     ("readonly-as-writable", "readonly", ValueError, "expected a writable float64 array, got a read-only one"),
 ]
@@ -480,6 +552,19 @@ def test_honest_buffer_exporters_are_read_and_written_in_place(hostile_buffers):
     assert exporter.counts() == (2, 2)
     readonly = hostile_buffers.Exporter("readonly", 8)
     assert ue.sum_any(readonly) == 28.0, "a read-only buffer is fine for reading"
+
+
+def test_strided_buffer_views_are_read_through_numpy():
+    """PEP 3118 gives a strided view's logical size as its length, so a step or a reversal
+    reaches outside it and the buffer reader refuses it (it cannot tell one from a lie); NumPy
+    reads the same view on trust, without a copy."""
+    ue = pytest.importorskip("amso_user_example")
+    values = np.arange(10.0)
+    for view, reach in ((memoryview(values)[::2], "0..72"), (memoryview(values)[::-1], "-72..8")):
+        with pytest.raises(ValueError, match=f"reach bytes {reach}, outside its length of {view.nbytes} bytes"):
+            ue.sum_any(view)
+        assert ue.sum_any(np.asarray(view)) == sum(view.tolist())
+    assert amso._amso._live_borrows() == 0
 
 
 class _LyingSubclass(np.ndarray):

@@ -15,7 +15,6 @@ use crate::error::{Error, Result};
 use crate::host::HostBuffer;
 use crate::memarray::{ArrayOptions, MemArray};
 use crate::shape;
-use crate::MAX_NDIM;
 
 /// Foreign memory and what keeps it alive.
 pub struct ForeignMemory {
@@ -33,13 +32,10 @@ pub struct ForeignMemory {
 /// When `1 <= t.ndim <= MAX_NDIM`, `t.shape` and `t.strides` are NULL or hold `t.ndim`
 /// entries (DLPack's contract; nothing is read for other `ndim`).
 pub(crate) unsafe fn tensor_dims(t: &DLTensor) -> Result<Vec<i64>> {
-    if t.ndim < 1 || t.ndim as usize > MAX_NDIM {
-        return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", t.ndim)));
-    }
+    let ndim = shape::check_ndim(t.ndim.into())?;
     if t.shape.is_null() {
         return Err(Error::InvalidArgument("the tensor's shape is NULL".into()));
     }
-    let ndim = t.ndim as usize;
     // SAFETY: a DLTensor's shape holds ndim entries.
     let dims = unsafe { std::slice::from_raw_parts(t.shape, ndim) }.to_vec();
     check_dims(&dims)?;
@@ -53,9 +49,7 @@ pub(crate) unsafe fn tensor_dims(t: &DLTensor) -> Result<Vec<i64>> {
 /// Refuse foreign dimensions amso cannot wrap: an ndim outside `1..=MAX_NDIM`, or a negative
 /// dimension.
 pub(crate) fn check_dims(dims: &[i64]) -> Result<()> {
-    if dims.is_empty() || dims.len() > MAX_NDIM {
-        return Err(Error::InvalidArgument(format!("ndim {} is outside amso's 1..={MAX_NDIM}", dims.len())));
-    }
+    shape::check_ndim(dims.len() as i64)?;
     if let Some(&negative) = dims.iter().find(|&&d| d < 0) {
         return Err(Error::InvalidShape(format!("negative dimension {negative} in {dims:?}")));
     }

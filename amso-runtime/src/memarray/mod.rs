@@ -3,19 +3,22 @@
 //! operation that does not need `T` at compile time live once in `ArrayCore` (`core`), of
 //! which `MemArray<T, N>` is a typed view; the rest of this module's files hold element access
 //! over a type-erased view (`access`), DLPack exports (`export`), arrays over foreign memory
-//! (`foreign`) and, with CUDA, the device side.
+//! (`foreign`), the checks of what a buffer-protocol exporter claims (`buffer_claim`) and of
+//! a pickle's rebuild arguments (`rebuild`), and, with CUDA, the device side.
 //!
 //! The public methods act on an unlocked array; a locked array is reached only through its
 //! `LockGuard` (Rust) or its Python context, which present the lock id to the `*_with`
 //! variants here.
 
 pub(crate) mod access;
+pub(crate) mod buffer_claim;
 pub(crate) mod core;
 #[cfg(feature = "cuda")]
 pub(crate) mod device_side;
 pub(crate) mod export;
 pub(crate) mod foreign;
 mod guard;
+pub(crate) mod rebuild;
 
 use std::marker::PhantomData;
 

@@ -10,7 +10,8 @@ use pyo3::{intern, Borrowed};
 use crate::element::{DType, Scalar};
 use crate::MAX_NDIM;
 
-/// A shape as Python gives it: an integer or a sequence of integers.
+/// A shape as Python gives it: an integer or a sequence of integers, of at most `MAX_NDIM`
+/// (a longer one is refused here, with its real length: it is no amso shape).
 pub(super) struct ShapeArg(pub Vec<i64>);
 
 impl<'a, 'py> FromPyObject<'a, 'py> for ShapeArg {
@@ -18,8 +19,12 @@ impl<'a, 'py> FromPyObject<'a, 'py> for ShapeArg {
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         // Tuples and lists, the usual shapes, skip the `__index__` probe (an AttributeError
-        // raised and cleared for every sequence).
+        // raised and cleared for every sequence), and say their ndim by their length.
         if obj.is_exact_instance_of::<PyTuple>() || obj.is_exact_instance_of::<PyList>() {
+            let ndim = obj.len()?;
+            if ndim > MAX_NDIM {
+                crate::shape::check_ndim(ndim as i64)?; // refuses it, with the real count
+            }
             return ShapeArg::from_items(obj.try_iter()?);
         }
         if let Some(dim) = index_like(&obj)? {
@@ -37,8 +42,10 @@ impl<'a, 'py> FromPyObject<'a, 'py> for ShapeArg {
 
 impl ShapeArg {
     fn from_items(items: Bound<'_, PyIterator>) -> PyResult<Self> {
+        let py = items.py();
+        let mut items = items.into_iter();
         let mut dims = Vec::new();
-        for item in items {
+        for item in items.by_ref() {
             let item = item?;
             match index_like(&item.as_borrowed())? {
                 Some(dim) => dims.push(dim),
@@ -50,9 +57,22 @@ impl ShapeArg {
                     )))
                 }
             }
-            if dims.len() > MAX_NDIM {
+            if dims.len() == MAX_NDIM {
                 break;
             }
+        }
+        // More items make no amso shape: they are counted (not converted or kept) for the
+        // message, which gives the real ndim. Ctrl-C stops an endless iterator.
+        let mut ndim = dims.len();
+        for (counted, item) in items.enumerate() {
+            item?;
+            ndim += 1;
+            if counted % 65_536 == 65_535 {
+                py.check_signals()?;
+            }
+        }
+        if ndim > MAX_NDIM {
+            crate::shape::check_ndim(ndim as i64)?; // refuses it, with the real count
         }
         Ok(ShapeArg(dims))
     }

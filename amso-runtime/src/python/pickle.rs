@@ -5,7 +5,7 @@
 //! copy) and checking everything it reads: a truncated or altered pickle is a clear error.
 
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyRuntimeWarning, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeWarning, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
@@ -15,7 +15,8 @@ use super::buffer::RawBytes;
 use super::convert::ShapeArg;
 use super::registry::{self, Registration};
 use crate::device::{Device, Residence};
-use crate::memarray::foreign::check_dims;
+use crate::error::Error;
+use crate::memarray::rebuild::{plan_rebuild, Pickled, PickledData, RebuildMemory};
 use crate::memarray::{ArrayOptions, ForeignMemory};
 
 /// The name of the rebuild function in a registering module.
@@ -80,7 +81,8 @@ pub(super) fn reduce<'py>(slf: &Bound<'py, MemArrayBase>, protocol: i64) -> PyRe
 /// It is copied instead when the buffer is read-only and the array is not, when it is not
 /// aligned for the element type, or when the array was pinned (a pickle's buffer is not pinned
 /// memory: the data goes into fresh pinned memory). Device data is uploaded to the device
-/// (asynchronously, on the stream rule's stream) through amso's staging pipeline.
+/// (asynchronously, on the stream rule's stream) through amso's staging pipeline. Which of
+/// these, and whether the arguments describe an array at all, is `plan_rebuild`'s decision.
 #[pyfunction]
 #[pyo3(name = "_amso_rebuild", signature = (dtype, shape, readonly, pinned, device, data, class = None))]
 #[allow(clippy::too_many_arguments)]
@@ -95,79 +97,63 @@ pub(super) fn rebuild(
     class: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
     let dims = shape.0;
-    check_dims(&dims)?;
-    let by_class = class.and_then(|name| registry::find_class_name(name, dtype, dims.len()));
-    let registration = by_class.or_else(|| registry::find_name(dtype, dims.len())).ok_or_else(|| {
-        PyTypeError::new_err(format!(
-            "the pickle holds a {dtype} array with ndim {}, which this module does not compile; compiled: {}",
-            dims.len(),
-            registry::compiled()
-        ))
-    })?;
     let buffer = PyBuffer::<u8>::get(data).map_err(|_| {
         PyTypeError::new_err(format!(
             "the pickled array data must be a bytes-like object, got {}",
             data.get_type().name().map(|n| n.to_string()).unwrap_or_default()
         ))
     })?;
-    let expected = dims
-        .iter()
-        .try_fold(registration.dtype().itemsize(), |bytes, &d| bytes.checked_mul(d as usize))
-        .filter(|&bytes| bytes <= isize::MAX as usize);
-    if expected != Some(buffer.len_bytes()) || !buffer.is_c_contiguous() {
-        return Err(PyValueError::new_err(format!(
-            "the pickled data holds {} bytes, but a {dtype} array of shape {dims:?} needs {}: the pickle is \
-             truncated or altered",
-            buffer.len_bytes(),
-            expected.map_or_else(|| "more than any address space".to_string(), |b| b.to_string())
-        )));
-    }
-    let cuda = cuda_devices();
-    let on_device = match device {
-        Some(id) if id >= 0 && id < cuda => Some(id),
-        Some(id) => {
-            warn(
-                py,
-                &std::ffi::CString::new(format!(
-                    "the array was pickled on CUDA device {id}, which this process does not have; unpickled on the host"
-                ))?,
-            )?;
-            None
-        }
-        None => None,
+    let data = PickledData {
+        address: buffer.buf_ptr() as usize,
+        len: buffer.len_bytes(),
+        readonly: buffer.readonly(),
+        c_contiguous: buffer.is_c_contiguous(),
     };
-    if pinned && cuda == 0 {
-        warn(py, c"the pickled array used pinned memory, which needs a CUDA driver; unpickled into pageable memory")?;
+    let pickled = Pickled { dtype, dims: &dims, readonly, pinned, device, data };
+    // The class's name picks the same class when a module registers several of one dtype/ndim.
+    let find = |ndim| {
+        let by_class = class.and_then(|name| registry::find_class_name(name, dtype, ndim));
+        let registration = by_class.or_else(|| registry::find_name(dtype, ndim)).ok_or_else(|| {
+            Error::WrongValueType(format!(
+                "the pickle holds a {dtype} array with ndim {ndim}, which this module does not compile; compiled: {}",
+                registry::compiled()
+            ))
+        })?;
+        Ok((registration, registration.ops))
+    };
+    let plan = plan_rebuild(&pickled, find, cuda_devices())?;
+    for note in plan.notes {
+        warn(py, &std::ffi::CString::new(note)?)?;
     }
-    let pinned = pinned && cuda > 0;
-    let address = buffer.buf_ptr() as usize;
-    let adopt = on_device.is_none()
-        && !pinned
-        && (readonly || !buffer.readonly())
-        && address.is_multiple_of(registration.ops.align);
-    let array = if adopt {
-        let memory = ForeignMemory { address, device: Device::CPU, owner: Box::new(buffer) };
-        // SAFETY: the buffer holds exactly the array's bytes, C-contiguous (checked above) and
-        // aligned for its elements; `memory` owns the buffer export, which keeps them alive.
-        unsafe { registration.wrap(&dims, memory, readonly) }?
-    } else if let Some(id) = on_device {
-        let options = ArrayOptions { device_id: id, on_device: true, uninitialized: true, ..Default::default() };
-        let mut array = registration.create(&dims, options)?;
-        // SAFETY: the buffer holds the array's bytes (checked above), alive for the call; the
-        // upload has read them when it returns.
-        unsafe { array.upload_from(address as *const u8, buffer.len_bytes(), crate::current_stream::resolve(None)) }?;
-        if readonly {
-            array.make_readonly();
+    let (registration, address) = (plan.class, data.address);
+    let array = match plan.memory {
+        RebuildMemory::Adopt => {
+            let memory = ForeignMemory { address, device: Device::CPU, owner: Box::new(buffer) };
+            // SAFETY: the buffer holds exactly the array's bytes, C-contiguous and aligned for
+            // its elements (the plan's checks); `memory` owns the buffer export, which keeps
+            // them alive.
+            unsafe { registration.wrap(&dims, memory, readonly) }?
         }
-        array
-    } else {
-        let mut array = registration.create(&dims, ArrayOptions { pinned, ..Default::default() })?;
-        // SAFETY: the buffer is a live C-contiguous run of exactly the array's bytes.
-        unsafe { array.copy_from(address as *const u8, buffer.len_bytes(), None) }?;
-        if readonly {
-            array.make_readonly();
+        RebuildMemory::Upload { device_id } => {
+            let options = ArrayOptions { device_id, on_device: true, uninitialized: true, ..Default::default() };
+            let mut array = registration.create(&dims, options)?;
+            // SAFETY: the buffer holds the array's bytes (the plan's checks), alive for the
+            // call; the upload has read them when it returns.
+            unsafe { array.upload_from(address as *const u8, plan.bytes, crate::current_stream::resolve(None)) }?;
+            if readonly {
+                array.make_readonly();
+            }
+            array
         }
-        array
+        RebuildMemory::Copy { pinned } => {
+            let mut array = registration.create(&dims, ArrayOptions { pinned, ..Default::default() })?;
+            // SAFETY: the buffer is a live C-contiguous run of exactly the array's bytes.
+            unsafe { array.copy_from(address as *const u8, plan.bytes, None) }?;
+            if readonly {
+                array.make_readonly();
+            }
+            array
+        }
     };
     (registration.instance)(py, MemArrayBase::new(array))
 }

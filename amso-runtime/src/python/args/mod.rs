@@ -248,10 +248,9 @@ impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         }
         let (shape_ref, strides_ref) = (shape.as_ref(), strides.as_ref());
         let itemsize = size_of::<T>();
-        // NumPy's rule, which ndarray's views rely on too: the non-zero dimensions' bytes fit
-        // in an isize (so the element count cannot overflow either).
-        let bytes = shape_ref.iter().filter(|&&d| d != 0).try_fold(itemsize, |n, &d| n.checked_mul(d));
-        if bytes.is_none_or(|bytes| bytes > isize::MAX as usize) {
+        // NumPy's rule (`shape::byte_size`), which ndarray's views rely on too: the element
+        // count cannot overflow either.
+        if crate::shape::byte_size(shape_ref.iter().copied(), itemsize).is_none() {
             return Err(PyValueError::new_err(format!(
                 "the array's shape {:?} has more elements than an address space holds ({})",
                 shape_ref,
@@ -262,7 +261,8 @@ impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         let extent = match size {
             0 => None,
             _ => {
-                let extent = strided::byte_extent(shape_ref, strides_ref, itemsize).filter(|&(lowest, end)| {
+                let axes = shape_ref.iter().copied().zip(strides_ref.iter().copied());
+                let extent = crate::shape::byte_extent(axes, itemsize, itemsize).filter(|&(lowest, end)| {
                     source.data.checked_add_signed(lowest).is_some() && source.data.checked_add_signed(end).is_some()
                 });
                 Some(extent.ok_or_else(|| {

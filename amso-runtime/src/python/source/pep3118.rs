@@ -1,9 +1,8 @@
 //! The buffer protocol (PEP 3118) as a source: `bytearray`, `array.array`, `memoryview`,
 //! `mmap` and any C extension's buffers, read without a Python call. An exporter's answer is
-//! checked before anything reads through it: the format must name one element type whose size
-//! is the itemsize, the length must be what the shape says, and indirect buffers are refused.
-
-use std::ffi::{c_char, CStr};
+//! checked before anything reads through it (`memarray/buffer_claim.rs`): the format must name
+//! one element type whose size is the itemsize, the length must be what the shape says, strides
+//! must stay inside that length, and indirect buffers are refused.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
@@ -12,6 +11,7 @@ use pyo3::types::PyType;
 
 use super::{as_i64s, Extents, Holder, Source, Strides};
 use crate::device::Device;
+use crate::memarray::buffer_claim::{claim_buffer, BufferFields, BufferRefusal};
 
 /// A buffer view taken from its exporter, released (with the GIL) when dropped.
 pub(crate) struct BufferView(Box<ffi::Py_buffer>);
@@ -33,8 +33,8 @@ impl BufferView {
     pub(super) fn extents(&self) -> Extents<'_> {
         let b = &*self.0;
         let ndim = b.ndim.max(0) as usize;
-        // SAFETY: `read` checked that the shape holds ndim entries and the strides do when not
-        // NULL; the exporter keeps both while the view is held.
+        // SAFETY: `claim_buffer` checked that the shape holds ndim entries and the strides do
+        // when not NULL; the exporter keeps both while the view is held.
         unsafe {
             Extents {
                 dims: as_i64s(b.shape, ndim),
@@ -51,7 +51,8 @@ pub(super) fn exports_buffers(ty: &Bound<'_, PyType>) -> bool {
 }
 
 /// `obj`'s buffer, taken with strides and format (read-only buffers too: whether a view may
-/// write is the typed check's question), as a source that releases it when dropped.
+/// write is the typed check's question), as a source that releases it when dropped. What the
+/// buffer claims is checked by `claim_buffer` before anything reads through it.
 pub(super) fn read(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
     // Boxed before the call: an exporter may point the view's shape into the view itself
     // (PyBuffer_FillInfo does), so it must not move while held.
@@ -63,115 +64,32 @@ pub(super) fn read(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
     }
     let view = BufferView(view);
     let b = &*view.0;
-    let kind = || obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
-    let lie = |what: String| {
-        PyValueError::new_err(format!("the {} object's buffer is inconsistent: {what}; it cannot be read", kind()))
+    let fields = BufferFields {
+        buf: b.buf.cast_const().cast(),
+        len: b.len,
+        itemsize: b.itemsize,
+        ndim: b.ndim,
+        format: b.format.cast_const(),
+        shape: b.shape.cast_const(),
+        strides: b.strides.cast_const(),
+        suboffsets: b.suboffsets.cast_const(),
     };
-    // SAFETY: NULL or a NUL-terminated format string the exporter keeps while the view lives.
-    let format = if b.format.is_null() { c"B" } else { unsafe { CStr::from_ptr(b.format as *const c_char) } };
-    let dtype = element_type(format.to_bytes()).map_err(|problem| {
-        PyTypeError::new_err(format!(
-            "the {} object's buffer has format {:?}, {problem}; amso reads single numbers of the machine's byte order",
-            kind(),
-            format.to_string_lossy()
-        ))
+    // SAFETY: the exporter's view, held until `view` drops: its format is NULL or a C string,
+    // its shape, strides and suboffsets NULL or ndim entries (PEP 3118's contract).
+    let claim = unsafe { claim_buffer(&fields) }.map_err(|refusal| {
+        let kind = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+        match refusal {
+            BufferRefusal::Unreadable(what) => PyTypeError::new_err(format!("the {kind} object's buffer {what}")),
+            BufferRefusal::Invalid(what) => PyValueError::new_err(format!("the {kind} object's buffer {what}")),
+        }
     })?;
-    let itemsize = (dtype.1 as usize * dtype.2 as usize).div_ceil(8);
-    if b.itemsize != itemsize as isize {
-        return Err(lie(format!(
-            "format {:?} describes {itemsize}-byte items, but its itemsize is {}",
-            format.to_string_lossy(),
-            b.itemsize
-        )));
-    }
-    if !(0..=64).contains(&b.ndim) || (b.ndim > 0 && b.shape.is_null()) {
-        return Err(lie(format!("ndim {} without a shape", b.ndim)));
-    }
-    let ndim = b.ndim as usize;
-    // SAFETY: the exporter's shape and suboffsets hold ndim entries when not NULL.
-    let (shape, suboffsets) = unsafe {
-        let part = |p: *mut isize| (!p.is_null() && ndim > 0).then(|| std::slice::from_raw_parts(p, ndim));
-        (part(b.shape).unwrap_or(&[]), part(b.suboffsets))
-    };
-    if suboffsets.is_some_and(|s| s.iter().any(|&o| o >= 0)) {
-        return Err(PyTypeError::new_err(format!(
-            "the {} object's buffer is indirect (PIL-style suboffsets); amso reads direct buffers only",
-            kind()
-        )));
-    }
-    if let Some(&negative) = shape.iter().find(|&&d| d < 0) {
-        return Err(lie(format!("a negative dimension {negative}")));
-    }
-    let elements = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d as usize));
-    if elements.and_then(|n| n.checked_mul(itemsize)) != Some(b.len as usize) || b.len < 0 {
-        return Err(lie(format!("shape {shape:?} of {itemsize}-byte items is not its length of {} bytes", b.len)));
-    }
-    if b.len > 0 && b.buf.is_null() {
-        return Err(lie("a NULL data pointer".into()));
-    }
     Ok(Source {
         data: b.buf as usize,
         readonly: b.readonly != 0,
+        dtype: claim.dtype,
         holder: Holder::Buffer(view),
-        dtype,
         device: Device::CPU,
         stream: None,
         managed: false,
     })
-}
-
-/// The DLPack (code, bits, lanes) of a PEP 3118 format naming one number: `struct`'s codes
-/// with an optional byte-order prefix (native or little-endian only), and NumPy's `Zf` / `Zd`
-/// for complex numbers.
-fn element_type(format: &[u8]) -> Result<(u8, u8, u16), &'static str> {
-    let (native, code) = match format {
-        [b'@', rest @ ..] => (true, rest),
-        [b'=' | b'<', rest @ ..] => (false, rest),
-        [b'>' | b'!', ..] if cfg!(target_endian = "little") => return Err("which is big-endian"),
-        rest => (true, rest),
-    };
-    // Sizes: native ('@') as C declares them here, else struct's standard sizes.
-    let (int, long) = if native { (std::ffi::c_int::BITS as u8, std::ffi::c_long::BITS as u8) } else { (32, 32) };
-    use crate::element::dlpack_code::{BOOL, COMPLEX, FLOAT, INT, UINT};
-    let (code, bits) = match code {
-        b"?" => (BOOL, 8),
-        b"b" => (INT, 8),
-        b"B" | b"c" => (UINT, 8),
-        b"h" => (INT, 16),
-        b"H" => (UINT, 16),
-        b"i" => (INT, int),
-        b"I" => (UINT, int),
-        b"l" => (INT, long),
-        b"L" => (UINT, long),
-        b"q" => (INT, 64),
-        b"Q" => (UINT, 64),
-        b"n" if native => (INT, isize::BITS as u8),
-        b"N" if native => (UINT, usize::BITS as u8),
-        b"e" => (FLOAT, 16),
-        b"f" => (FLOAT, 32),
-        b"d" => (FLOAT, 64),
-        b"Zf" => (COMPLEX, 64),
-        b"Zd" => (COMPLEX, 128),
-        _ => return Err("which is not one number of a type amso knows"),
-    };
-    Ok((code, bits, 1))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::element_type;
-
-    #[test]
-    fn formats_name_dlpack_types() {
-        assert_eq!(element_type(b"f"), Ok((2, 32, 1)));
-        assert_eq!(element_type(b"<d"), Ok((2, 64, 1)));
-        assert_eq!(element_type(b"=l"), Ok((0, 32, 1)), "standard size");
-        assert_eq!(element_type(b"@l"), Ok((0, std::ffi::c_long::BITS as u8, 1)), "native size");
-        assert_eq!(element_type(b"Zd"), Ok((5, 128, 1)));
-        assert_eq!(element_type(b"?"), Ok((6, 8, 1)));
-        assert!(element_type(b">f").unwrap_err().contains("big-endian"));
-        assert!(element_type(b"T{f:x:}").is_err());
-        assert!(element_type(b"2f").is_err(), "a repeat count is not one number");
-        assert!(element_type(b"").is_err());
-    }
 }

@@ -244,7 +244,8 @@ def wheel_check() -> None:
 
 FUZZ = ROOT / "fuzz"
 # Random inputs per target in the smoke (each about 10 s or less on 2 cores).
-FUZZ_TARGETS = {"spec": 3_000, "dlpack_import": 200_000, "pickle_rebuild": 1_000_000, "buffer_protocol": 10_000_000}
+FUZZ_TARGETS = {"spec": 3_000, "dlpack_import": 200_000, "pickle_rebuild": 1_000_000, "buffer_protocol": 10_000_000,
+                "share_handle": 1_000_000}
 # Inputs replayed besides each minimized corpus, whatever `cargo fuzz cmin` keeps: the spec
 # itself and one file per kind of spec mistake (the codegen's error corpus).
 FUZZ_SEEDS = {"spec": [ROOT / "specs" / "types.yaml", *sorted((ROOT / "amso-codegen" / "tests" / "corpus" / "spec").glob("*.yaml"))]}

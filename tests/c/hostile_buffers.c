@@ -76,8 +76,6 @@ static int exporter_getbuffer(Exporter *self, Py_buffer *view, int flags) {
         self->strides[0] = 4;
         view->len = self->shape[0] * (Py_ssize_t)sizeof(double);
     }
-    if (is(self, "stride-outside")) self->strides[0] = 2 * (Py_ssize_t)sizeof(double); /* twice past the end */
-    if (is(self, "stride-backwards")) self->strides[0] = -(Py_ssize_t)sizeof(double);  /* before the start */
     self->gets++;
     return 0;
 }

@@ -522,10 +522,6 @@ BUFFERS = [
     ("shape-negative", "negative-dim", ValueError, "a negative dimension -8"),
     ("suboffsets", "suboffsets", TypeError, "indirect \\(PIL-style suboffsets\\)"),
     ("stride-misfit", "stride-misfit", ValueError, "stride of 4 bytes on axis 0 is not a multiple of its itemsize"),
-    ("strides-past-the-end", "stride-outside", ValueError,
-     "strides \\[16\\] of shape \\[8\\] that reach bytes 0\\.\\.120, outside its length of 64 bytes"),
-    ("strides-before-the-start", "stride-backwards", ValueError,
-     "strides \\[-8\\] of shape \\[8\\] that reach bytes -56\\.\\.8, outside its length of 64 bytes"),
     ("export-raises", "raises", RuntimeError, "the exporter refused to export"),
     ("readonly-as-writable", "readonly", ValueError, "expected a writable float64 array, got a read-only one"),
 ]
@@ -554,16 +550,13 @@ def test_honest_buffer_exporters_are_read_and_written_in_place(hostile_buffers):
     assert ue.sum_any(readonly) == 28.0, "a read-only buffer is fine for reading"
 
 
-def test_strided_buffer_views_are_read_through_numpy():
+def test_strided_buffer_views_are_read_in_place():
     """PEP 3118 gives a strided view's logical size as its length, so a step or a reversal
-    reaches outside it and the buffer reader refuses it (it cannot tell one from a lie); NumPy
-    reads the same view on trust, without a copy."""
+    reaches outside it: its strides are read as the exporter gives them, as NumPy reads them."""
     ue = pytest.importorskip("amso_user_example")
     values = np.arange(10.0)
-    for view, reach in ((memoryview(values)[::2], "0..72"), (memoryview(values)[::-1], "-72..8")):
-        with pytest.raises(ValueError, match=f"reach bytes {reach}, outside its length of {view.nbytes} bytes"):
-            ue.sum_any(view)
-        assert ue.sum_any(np.asarray(view)) == sum(view.tolist())
+    for view in (memoryview(values)[::2], memoryview(values)[::-1], memoryview(values)[7:1:-3]):
+        assert ue.sum_any(view) == sum(view.tolist()) == ue.sum_any(np.asarray(view))
     assert amso._amso._live_borrows() == 0
 
 

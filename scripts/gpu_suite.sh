@@ -14,6 +14,14 @@ python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /
 if compgen -G "wheels_extra/dask/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels_extra/dask/*.whl || exit 1
 fi
+# TVM-FFI, where carried (pip download apache-tvm-ffi, DEVELOPERS.md).
+if compgen -G "wheels_extra/apache_tvm_ffi-*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels_extra/apache_tvm_ffi-*.whl || exit 1
+fi
+# The allocator plug-ins' peers, where carried (wheels_extra/pool/: numba-cuda, numba, RMM).
+if compgen -G "wheels_extra/pool/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels_extra/pool/*.whl || exit 1
+fi
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 status=0
 if [[ $what == pytest || $what == all ]]; then

@@ -128,10 +128,13 @@ pub(crate) fn share(array: &Bound<'_, MemArrayBase>) -> PyResult<SharedHandle> {
     let pending = pending_lifetime()?;
     // Without the GIL: collecting reads files and may wait (briefly) for an importer's lock.
     py.detach(|| collect_all(pending));
-    let found = exports()
-        .iter()
-        .find(|e| Arc::ptr_eq(&e.memory, &memory))
-        .map(|e| (e.description.clone(), Arc::clone(&e.event), Arc::clone(&e.folder)));
+    // The exports' lock is waited for without the GIL: `collect` holds it across file calls.
+    let found = py.detach(|| {
+        exports()
+            .iter()
+            .find(|e| Arc::ptr_eq(&e.memory, &memory))
+            .map(|e| (e.description.clone(), Arc::clone(&e.event), Arc::clone(&e.folder)))
+    });
     let (description, event, folder) = match found {
         Some(found) => found,
         None => export(py, &memory, device_id, base.element_type().name, &dims, readonly)?,
@@ -185,22 +188,27 @@ fn export(
     })?;
     description.token = token;
     let folder = Arc::new(folder);
-    let mut all = exports();
-    if let Some(earlier) = all.iter().find(|e| Arc::ptr_eq(&e.memory, memory)) {
-        let earlier = (earlier.description.clone(), Arc::clone(&earlier.event), Arc::clone(&earlier.folder));
-        drop(all);
-        py.detach(|| folder.remove());
+    let earlier = py.detach(|| {
+        let mut all = exports();
+        if let Some(earlier) = all.iter().find(|e| Arc::ptr_eq(&e.memory, memory)) {
+            let earlier = (earlier.description.clone(), Arc::clone(&earlier.event), Arc::clone(&earlier.folder));
+            drop(all);
+            folder.remove();
+            return Some(earlier);
+        }
+        let record = description.record();
+        all.push(Export {
+            description: description.clone(),
+            memory: Arc::clone(memory),
+            event: Arc::clone(&event),
+            record,
+            folder: Arc::clone(&folder),
+        });
+        None
+    });
+    if let Some(earlier) = earlier {
         return Ok(earlier);
     }
-    let record = description.record();
-    all.push(Export {
-        description: description.clone(),
-        memory: Arc::clone(memory),
-        event: Arc::clone(&event),
-        record,
-        folder: Arc::clone(&folder),
-    });
-    drop(all);
     register_exit(py)?;
     Ok((description, event, folder))
 }
@@ -237,8 +245,8 @@ fn at_exit(py: Python<'_>) -> PyResult<()> {
             exports().iter().filter(|e| e.folder.held(pending, false)).count()
         });
         if left == 0 {
-            let finished = std::mem::take(&mut *exports());
             py.detach(|| {
+                let finished = std::mem::take(&mut *exports());
                 for export in &finished {
                     // Under its lock, so that no importer is between its check and its hold.
                     let _locked = export.folder.lock();
@@ -360,10 +368,12 @@ fn open(py: Python<'_>, h: &Handle, device_id: Option<i32>) -> PyResult<Py<PyAny
         )));
     }
     let record = h.record();
-    let own = exports()
-        .iter()
-        .find(|e| e.description.token == h.token && e.record == record)
-        .map(|e| (Arc::clone(&e.memory), Arc::clone(&e.event), Arc::clone(&e.folder)));
+    let own = py.detach(|| {
+        exports()
+            .iter()
+            .find(|e| e.description.token == h.token && e.record == record)
+            .map(|e| (Arc::clone(&e.memory), Arc::clone(&e.event), Arc::clone(&e.folder)))
+    });
     let memory = if let Some((export, event, folder)) = own {
         // This process shared it: the same memory, referenced, after the work its handle
         // was shared after (the event `share()` recorded).

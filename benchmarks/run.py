@@ -67,6 +67,9 @@ def collect(cycles: int) -> dict:
         report["transfers"]["staging_bound"] = bench_cuda.staging_bound(cp, 256 << 20, 20)
         report["kernel"] = bench_cuda.kernel(cp, (512, 512, 512), 20)
         report["alloc"] = bench_alloc.collect(cycles)
+        import bench_pool
+
+        report["pool"] = bench_pool.collect()
         report["conformance"] = conformance.run()
     return report
 
@@ -89,12 +92,14 @@ def markdown(report: dict) -> str:
         import bench_alloc
         import bench_cic
         import bench_cuda
+        import bench_pool
 
         cuda_md = bench_cuda.markdown({"environment": {**env, "driver": "", "cupy": env["cupy"]}, "transfer_MiB": 256, "repeat": 20,
                                        "transfers": report["transfers"], "kernel": report["kernel"]})
         parts += ["### Transfers and the index kernel", "", cuda_md.split("\n", 2)[-1], pageable_share(report["transfers"]),
                   "### Cloud-in-cell deposit (the user crate's kernel)", "", bench_cic.markdown(report["cic"]).split("\n", 2)[-1],
                   "### Allocation", "", bench_alloc.markdown(report["alloc"]).split("\n", 2)[-1],
+                  *(["### One pool for every library", "", bench_pool.markdown(report["pool"])] if "pool" in report else []),
                   "### Conformance", "", conformance.markdown(report["conformance"]).split("\n")[0]]
     return "\n".join(parts).rstrip().replace("\n## ", "\n#### ") + "\n"
 

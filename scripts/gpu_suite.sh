@@ -48,6 +48,10 @@ if [[ $what == sanitizer || $what == all ]]; then
     -k "not out_of_device_memory" \
     2>&1 | tail -n 25 | tee "$out/memcheck.log"
   status=$((status | ${PIPESTATUS[0]}))
+  # The allocator plug-ins (each test a child process, which compute-sanitizer follows).
+  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_pool.py -k "not four_libraries" 2>&1 | tail -n 25 | tee "$out/memcheck_pool.log"
+  status=$((status | ${PIPESTATUS[0]}))
   compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
     tests/python/test_cuda.py tests/python/test_kernels.py -k "add_index or design_sequence or pinned or move or kernel or deposit" \
     2>&1 | tail -n 25 | tee "$out/racecheck.log"

@@ -1,7 +1,7 @@
 //! What every copy of amso's runtime in one process shares. Each extension module built with
 //! amso links its own copy: the bundled `amso._amso`, and each user crate's module. They share
-//! the stream context (`current_stream.rs`) and the borrow registry (`borrows.rs`) all the
-//! same, through a table of C functions in a versioned capsule (no Rust type crosses between
+//! the stream context (`current_stream.rs`), the borrow registry (`borrows.rs`) and, anchored
+//! beside them (`anchor`), the device-memory pool (`cuda/pool.rs`) all the same, through a table of C functions in a versioned capsule (no Rust type crosses between
 //! copies, which may be different builds).
 //!
 //! The first copy to join publishes its table in the interpreter's own dict
@@ -155,8 +155,37 @@ fn join_slow(py: Python<'_>) -> PyResult<()> {
     if !std::ptr::eq(table, &OWN) {
         JOINED_TABLE.store((table as *const Table).cast_mut(), Ordering::Release);
     }
+    #[cfg(feature = "cuda")]
+    crate::cuda::pool::join(py)?;
     JOINED.store(true, Ordering::Release);
     Ok(())
+}
+
+/// Publish `own` (a static of this copy) under `key` in the interpreter's dict, as a capsule
+/// named `name`, unless a copy published one first; the published pointer. For state the
+/// process table does not carry (the device-memory pool, `cuda/pool.rs`), anchored the same way.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn anchor(
+    py: Python<'_>,
+    key: &str,
+    name: &'static std::ffi::CStr,
+    own: *const std::ffi::c_void,
+) -> PyResult<*const std::ffi::c_void> {
+    // SAFETY: a static of this copy, which lives for the process, and a static name.
+    let capsule = unsafe { ffi::PyCapsule_New(own.cast_mut(), name.as_ptr(), None) };
+    // SAFETY: a new reference, or NULL with an exception set.
+    let capsule = unsafe { Bound::from_owned_ptr_or_err(py, capsule) }?;
+    let published = interpreter_dict(py)?.call_method1(intern!(py, "setdefault"), (key, capsule))?;
+    // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
+    if unsafe { ffi::PyCapsule_IsValid(published.as_ptr(), name.as_ptr()) } != 1 {
+        return Err(PyImportError::new_err(format!(
+            "the interpreter's dict holds an object of type {} under {key:?}, not a {name:?} capsule: something other \
+             than amso took that key",
+            type_name(&published)
+        )));
+    }
+    // SAFETY: a valid capsule of amso's name holds a static of a copy of the runtime.
+    Ok(unsafe { ffi::PyCapsule_GetPointer(published.as_ptr(), name.as_ptr()) }.cast_const())
 }
 
 /// The interpreter's own dict, where extension modules keep per-interpreter state under

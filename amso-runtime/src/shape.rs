@@ -69,6 +69,7 @@ pub(crate) fn byte_size(shape: impl IntoIterator<Item = usize>, itemsize: usize)
 /// reached). `axes` gives each axis' (dimension, stride); `unit` is what one stride step
 /// counts in bytes: the itemsize for strides in elements (DLPack), 1 for strides in bytes
 /// (NumPy, the buffer protocol). `None` if the offsets overflow.
+#[cfg_attr(not(feature = "python"), allow(dead_code))] // typed arguments' borrow keys
 pub(crate) fn byte_extent(
     axes: impl IntoIterator<Item = (usize, isize)>,
     unit: usize,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from . import _amso
 
@@ -19,7 +20,9 @@ def set_allocator(
     """Route new device allocations through ``malloc(size, device_id, stream) -> pointer`` and
     ``free(pointer, size, device_id, stream)`` (raise MemoryError when out of memory).
     ``set_allocator()`` goes back to amso's pool. Arrays free through the allocator that made
-    them. Ready adapters: ``amso.allocators.torch()`` and ``amso.allocators.cupy()``."""
+    them. Ready adapters: ``amso.allocators.torch()``, ``amso.allocators.cupy()`` and
+    ``amso.allocators.rmm()``. The setting holds for every copy of amso's runtime in the
+    process."""
     _amso.set_allocator(malloc, free, name)
 
 
@@ -50,7 +53,10 @@ def set_release_threshold(nbytes: int) -> None:
     _amso.set_release_threshold(nbytes)
 
 
-def memory_info(device_id: int = 0) -> dict[str, int | float | str]:
-    """Free and total device memory, and amso's statistics: bytes in use, bytes cached, pending
-    frees, cache hits, misses and hit rate, the current allocator and the deferral limits."""
+def memory_info(device_id: int = 0) -> dict[str, Any]:
+    """Free and total device memory, and the statistics of the process's one pool (shared by
+    the bundled module and every user crate): bytes in use, bytes cached, pending frees, cache
+    hits, misses and hit rate, the current allocator and the deferral limits; ``clients`` maps
+    each client library (``amso``, ``numba``, ``cupy``, ``torch``, ``rmm``) to its ``in_use``
+    bytes and ``allocations`` served."""
     return _amso.memory_info(device_id)

@@ -17,6 +17,7 @@ use super::capture;
 use super::context::Current;
 use super::deferred::{Deferred, Limits};
 use super::driver::{cuda_error, map_error};
+use super::pool::{Client, PoolStats, Request, CLIENTS};
 use super::stream::StreamHandle;
 use crate::error::{Error, Result};
 
@@ -34,16 +35,21 @@ pub(crate) trait DeviceAllocator: Send + Sync + 'static {
     }
 }
 
-/// Counters reported by `memory_info` (amso's pool counts its hits and misses itself, under
-/// its lock).
-#[derive(Debug, Default)]
+/// Counters reported by `memory_info`, by client (`pool::Client`); amso's pool counts its hits
+/// and misses itself, under its lock.
+#[derive(Debug)]
 pub(crate) struct Stats {
-    /// Bytes of live amso allocations.
-    pub in_use: AtomicUsize,
+    /// Bytes of live allocations.
+    pub in_use: [AtomicUsize; CLIENTS.len()],
+    /// Allocations served.
+    pub allocations: [AtomicU64; CLIENTS.len()],
 }
 
-/// The process-wide counters.
-pub(crate) static STATS: Stats = Stats { in_use: AtomicUsize::new(0) };
+/// The counters of this copy's pool.
+pub(crate) static STATS: Stats = Stats {
+    in_use: [const { AtomicUsize::new(0) }; CLIENTS.len()],
+    allocations: [const { AtomicU64::new(0) }; CLIENTS.len()],
+};
 
 /// Blocks up to this size are cached by amso's pool.
 const SMALL_BLOCK: usize = 1 << 20;
@@ -249,6 +255,31 @@ pub(crate) enum Source {
 }
 
 impl Source {
+    /// The token a grant of the process's pool carries (`pool.rs`): the kind, or one owned
+    /// reference of a plugged-in allocator.
+    pub(crate) fn into_token(self) -> u64 {
+        match self {
+            Source::Pool => 0,
+            Source::Managed => 1,
+            Source::Shareable => 2,
+            Source::Plugged(allocator) => Box::into_raw(Box::new(allocator)) as u64,
+        }
+    }
+
+    /// The source `into_token` made `token` of.
+    ///
+    /// # Safety
+    /// `token` came from `into_token` in this copy of the runtime and is taken back once.
+    pub(crate) unsafe fn from_token(token: u64) -> Source {
+        match token {
+            0 => Source::Pool,
+            1 => Source::Managed,
+            2 => Source::Shareable,
+            // SAFETY: as the caller guarantees, a box `into_token` leaked, reclaimed once.
+            boxed => Source::Plugged(*unsafe { Box::from_raw(boxed as *mut Arc<dyn DeviceAllocator>) }),
+        }
+    }
+
     /// The allocator itself.
     pub(crate) fn allocator(&self) -> &dyn DeviceAllocator {
         match self {
@@ -297,7 +328,7 @@ pub(crate) enum After {
 /// A pending free.
 pub(crate) enum PendingFree {
     /// Device memory, returned to the allocator that made it.
-    Device { source: Source, device_id: i32, ptr: u64, bytes: usize, after: After },
+    Device { source: Source, device_id: i32, ptr: u64, bytes: usize, after: After, client: Client },
     /// Page-locked host memory (`cuMemFreeHost` synchronises the device, so it waits out a
     /// capture like the device frees).
     Pinned { ptr: usize },
@@ -306,7 +337,7 @@ pub(crate) enum PendingFree {
 impl PendingFree {
     fn run(self) {
         match self {
-            PendingFree::Device { source, device_id, ptr, bytes, after } => {
+            PendingFree::Device { source, device_id, ptr, bytes, after, client } => {
                 let stream = match after {
                     After::Stream(stream) => stream,
                     After::Device => {
@@ -319,7 +350,7 @@ impl PendingFree {
                     }
                 };
                 source.allocator().free(device_id, ptr, bytes, stream);
-                STATS.in_use.fetch_sub(bytes, Ordering::Relaxed);
+                STATS.in_use[client as usize].fetch_sub(bytes, Ordering::Relaxed);
             }
             PendingFree::Pinned { ptr } => {
                 if let Ok(_ctx) = Current::enter(0) {
@@ -374,15 +405,22 @@ fn capacity(device_id: i32) -> usize {
     }
 }
 
-/// `bytes` (> 0) on `device_id` from `source` (`current()` or managed memory), usable in order
-/// on `stream`; when the allocator is out of memory, the deferred frees run and it is asked
-/// once more.
-pub(crate) fn allocate_from(
-    source: Source,
+/// `bytes` (> 0) on `device_id` for `request` (the current allocator, managed or shareable
+/// memory), usable in order on `stream`, counted for `client`; when the allocator is out of
+/// memory, the deferred frees run and it is asked once more. This copy's pool: other code
+/// allocates through `pool::allocate`, the process's.
+pub(crate) fn allocate_for(
+    request: Request,
     device_id: i32,
     bytes: usize,
     stream: StreamHandle,
+    client: Client,
 ) -> Result<(u64, Source)> {
+    let source = match request {
+        Request::Current => current(),
+        Request::Managed => Source::Managed,
+        Request::Shareable => Source::Shareable,
+    };
     let allocator = source.allocator();
     let ptr = match allocator.allocate(device_id, bytes, stream) {
         Err(Error::OutOfMemory { .. }) => {
@@ -391,14 +429,38 @@ pub(crate) fn allocate_from(
         }
         other => other?,
     };
-    STATS.in_use.fetch_add(bytes, Ordering::Relaxed);
+    STATS.in_use[client as usize].fetch_add(bytes, Ordering::Relaxed);
+    STATS.allocations[client as usize].fetch_add(1, Ordering::Relaxed);
     Ok((ptr, source))
 }
 
-/// Return memory to the allocator it came from through the deferred queue.
-pub(crate) fn release(source: Source, device_id: i32, ptr: u64, bytes: usize, after: After) {
-    let pending = PendingFree::Device { source, device_id, ptr, bytes, after };
+/// Return memory to the allocator it came from through the deferred queue (this copy's pool:
+/// other code releases through `pool::release`).
+pub(crate) fn release(source: Source, device_id: i32, ptr: u64, bytes: usize, after: After, client: Client) {
+    let pending = PendingFree::Device { source, device_id, ptr, bytes, after, client };
     run_all(DEFERRED.push(pending, bytes, capacity(device_id), capturing()));
+}
+
+/// This copy's pool's statistics for `device_id`.
+pub(crate) fn stats(device_id: i32) -> PoolStats {
+    let (pending, pending_bytes) = DEFERRED.pending();
+    let (hits, misses) = default_pool().hits_and_misses();
+    let allocator = current();
+    let mut name = [0u8; 64];
+    let text = allocator.allocator().name();
+    let n = text.len().min(name.len() - 1);
+    name[..n].copy_from_slice(&text.as_bytes()[..n]);
+    PoolStats {
+        in_use: std::array::from_fn(|i| STATS.in_use[i].load(Ordering::Relaxed)),
+        allocations: std::array::from_fn(|i| STATS.allocations[i].load(Ordering::Relaxed)),
+        cached: allocator.allocator().cached_bytes(device_id),
+        pending,
+        pending_bytes,
+        hits,
+        misses,
+        limits: DEFERRED.limits(),
+        allocator: name,
+    }
 }
 
 /// Free pinned host memory at `ptr`: now, or, while a capture amso has seen is in progress,

@@ -10,7 +10,8 @@
 
 use std::sync::Mutex;
 
-/// Flush limits.
+/// Flush limits (`#[repr(C)]`: they cross the process's pool table, `pool.rs`).
+#[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Limits {
     /// Flush when this many frees are pending (Numba's default: 10).

@@ -14,8 +14,11 @@ pub(crate) struct DeviceMemory {
     device_id: i32,
     /// Keeps foreign device memory alive; dropping it releases that memory.
     foreign: Option<Box<dyn std::any::Any + Send + Sync>>,
-    /// The allocator that made it (None for foreign memory).
-    allocator: Option<super::alloc::Source>,
+    /// The process pool's grant (None for foreign memory and zero bytes).
+    grant: Option<super::pool::Grant>,
+    /// What was asked of the pool.
+    #[cfg_attr(not(feature = "python"), allow(dead_code))] // read by `shareable`
+    request: super::pool::Request,
     /// The stream of the last work on it (a protocol value), which its free is ordered after.
     last_stream: std::sync::atomic::AtomicI64,
     /// Set once handed to a consumer (DLPack, the interface dict): its free then waits for
@@ -46,38 +49,37 @@ impl DeviceMemory {
 
     /// Allocate `bytes` on `device_id`, usable in order on `stream`.
     pub(crate) fn alloc_on(device_id: i32, bytes: usize, stream: super::stream::StreamHandle) -> Result<DeviceMemory> {
-        Self::alloc_from(super::alloc::current(), device_id, bytes, stream)
+        Self::alloc_from(super::pool::Request::Current, device_id, bytes, stream)
     }
 
-    /// Whether other processes can map this memory (from `Source::Shareable`).
+    /// Whether other processes can map this memory (`Request::Shareable`).
     #[cfg(feature = "python")]
     pub(crate) fn shareable(&self) -> bool {
-        matches!(self.allocator, Some(super::alloc::Source::Shareable))
+        self.grant.is_some() && self.request == super::pool::Request::Shareable
     }
 
-    /// Allocate `bytes` on `device_id` from `source` (`Source::Managed`: CUDA managed memory,
-    /// within the device's free memory; `Source::Shareable`: memory other processes can map),
-    /// usable in order on `stream`.
+    /// Allocate `bytes` on `device_id` from the process's pool for `request` (`Managed`: CUDA
+    /// managed memory, within the device's free memory; `Shareable`: memory other processes
+    /// can map), usable in order on `stream`.
     pub(crate) fn alloc_from(
-        source: super::alloc::Source,
+        request: super::pool::Request,
         device_id: i32,
         bytes: usize,
         stream: super::stream::StreamHandle,
     ) -> Result<DeviceMemory> {
-        let managed = matches!(source, super::alloc::Source::Managed);
-        let (ptr, allocator) = if bytes > 0 {
-            let (ptr, allocator) =
-                crate::gil::released(|| super::alloc::allocate_from(source, device_id, bytes, stream))?;
-            (ptr, Some(allocator))
+        let managed = request == super::pool::Request::Managed;
+        let grant = if bytes > 0 {
+            Some(super::pool::allocate(request, device_id, bytes, stream, super::pool::Client::Amso)?)
         } else {
-            (0, None)
+            None
         };
         Ok(DeviceMemory {
-            ptr,
+            ptr: grant.as_ref().map_or(0, |g| g.ptr),
             bytes,
             device_id,
             foreign: None,
-            allocator,
+            grant,
+            request,
             last_stream: std::sync::atomic::AtomicI64::new(stream.as_int()),
             shared: std::sync::atomic::AtomicBool::new(false),
             managed,
@@ -125,7 +127,8 @@ impl DeviceMemory {
             bytes,
             device_id,
             foreign: Some(owner),
-            allocator: None,
+            grant: None,
+            request: super::pool::Request::Current,
             last_stream: std::sync::atomic::AtomicI64::new(1),
             shared: std::sync::atomic::AtomicBool::new(true),
             managed,
@@ -155,7 +158,7 @@ impl DeviceMemory {
 
 impl Drop for DeviceMemory {
     fn drop(&mut self) {
-        let Some(allocator) = self.allocator.take() else {
+        let Some(grant) = self.grant.take() else {
             return; // nothing allocated, or the foreign owner releases the memory
         };
         let stream = super::stream::StreamHandle::from_int(self.last_stream.load(std::sync::atomic::Ordering::Relaxed))
@@ -167,7 +170,7 @@ impl Drop for DeviceMemory {
         } else {
             super::alloc::After::Stream(stream)
         };
-        super::alloc::release(allocator, self.device_id, self.ptr, self.bytes, after);
+        super::pool::release(grant, self.device_id, self.bytes, after, super::pool::Client::Amso);
     }
 }
 
@@ -196,6 +199,31 @@ impl PinnedMemory {
                 .map_err(|e| map_error(e, bytes, "pinned host"))?;
             // SAFETY: the allocation holds `bytes` bytes.
             unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
+            Ok(ptr as usize)
+        })?;
+        Ok(PinnedMemory { ptr: ptr as *mut u8 })
+    }
+
+    /// Allocate `bytes` of pinned memory for another library (`python/plugins.rs`), not
+    /// zeroed: usable from every context, mapped into the device's address space with
+    /// `mapped`, write-combined with `write_combined`.
+    #[cfg(feature = "python")]
+    pub(crate) fn alloc_for_loan(bytes: usize, mapped: bool, write_combined: bool) -> Result<PinnedMemory> {
+        let ptr = crate::gil::released(|| -> Result<usize> {
+            let _ctx = Current::enter(0)?;
+            let _relaxed = super::capture::Relaxed::enter(); // see `capture.rs`
+            if bytes == 0 {
+                return Ok(0);
+            }
+            let mut flags = sys::CU_MEMHOSTALLOC_PORTABLE;
+            if mapped {
+                flags |= sys::CU_MEMHOSTALLOC_DEVICEMAP;
+            }
+            if write_combined {
+                flags |= sys::CU_MEMHOSTALLOC_WRITECOMBINED;
+            }
+            // SAFETY: a context is current; the caller's library writes before it reads.
+            let ptr = unsafe { result::malloc_host(bytes, flags) }.map_err(|e| map_error(e, bytes, "pinned host"))?;
             Ok(ptr as usize)
         })?;
         Ok(PinnedMemory { ptr: ptr as *mut u8 })

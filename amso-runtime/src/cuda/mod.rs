@@ -36,6 +36,9 @@ pub(crate) mod driver;
 #[cfg_attr(not(feature = "python"), allow(dead_code))]
 pub(crate) mod ipc;
 mod kernel;
+#[cfg(feature = "python")]
+pub(crate) mod loans;
+pub(crate) mod pool;
 pub(crate) mod stream;
 pub(crate) mod transfer;
 

@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use crate::cuda::alloc::Source;
 use crate::cuda::capture;
 use crate::cuda::device_memory::DeviceMemory;
+use crate::cuda::pool::Request;
 use crate::cuda::stream::{self, Checked, StreamHandle};
 use crate::cuda::transfer;
 use crate::cuda::{context::Current, driver::check_device};
@@ -110,8 +110,8 @@ impl DeviceSide {
             let stream = crate::current_stream::resolve(None);
             crate::gil::released(|| -> Result<()> {
                 let stream = self.begin(options.device_id, stream)?;
-                let source = if options.managed { Source::Managed } else { Source::Shareable };
-                let memory = DeviceMemory::alloc_from(source, options.device_id, bytes, stream.handle)?;
+                let request = if options.managed { Request::Managed } else { Request::Shareable };
+                let memory = DeviceMemory::alloc_from(request, options.device_id, bytes, stream.handle)?;
                 if !options.uninitialized {
                     // SAFETY: the new allocation holds `bytes`; the memset is queued on `stream`.
                     unsafe { transfer::zero(options.device_id, memory.ptr(), bytes, stream.handle) }?;

@@ -1,15 +1,15 @@
 //! Python's view of device memory management: plugging in an allocator written in Python
 //! (or an adapter to PyTorch's or CuPy's pool), deferred frees, and `memory_info`.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::cuda::alloc::{self, DeviceAllocator, STATS};
+use crate::cuda::alloc::DeviceAllocator;
 use crate::cuda::deferred::Limits;
+use crate::cuda::pool;
 use crate::cuda::stream::StreamHandle;
 use crate::error::{Error, Result};
 
@@ -50,29 +50,33 @@ impl DeviceAllocator for PythonAllocator {
     }
 }
 
-/// Route new device allocations through `malloc`/`free` (both None: amso's own pool).
-/// Arrays keep the allocator that made them and free through it.
+/// Route new device allocations through `malloc`/`free` (both None: amso's own pool), for
+/// every copy of the runtime in the process (`cuda/pool.rs`). Arrays keep the allocator that
+/// made them and free through it.
 #[pyfunction]
 #[pyo3(signature = (malloc = None, free = None, name = None))]
-pub(super) fn set_allocator(malloc: Option<Py<PyAny>>, free: Option<Py<PyAny>>, name: Option<String>) -> PyResult<()> {
-    match (malloc, free) {
-        (None, None) => alloc::set_allocator(None),
+pub(super) fn set_allocator(
+    py: Python<'_>,
+    malloc: Option<Py<PyAny>>,
+    free: Option<Py<PyAny>>,
+    name: Option<String>,
+) -> PyResult<()> {
+    let allocator: Option<Arc<dyn DeviceAllocator>> = match (malloc, free) {
+        (None, None) => None,
         (Some(malloc), Some(free)) => {
-            Python::attach(|py| {
-                if malloc.bind(py).is_callable() && free.bind(py).is_callable() {
-                    Ok(())
-                } else {
-                    Err(pyo3::exceptions::PyTypeError::new_err(
-                        "set_allocator(malloc, free) takes two callables: malloc(size, device, stream) -> pointer \
-                         and free(pointer, size, device, stream)",
-                    ))
-                }
-            })?;
+            if !(malloc.bind(py).is_callable() && free.bind(py).is_callable()) {
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    "set_allocator(malloc, free) takes two callables: malloc(size, device, stream) -> pointer and \
+                     free(pointer, size, device, stream)",
+                ));
+            }
             let name = name.unwrap_or_else(|| "Python allocator".into());
-            alloc::set_allocator(Some(Arc::new(PythonAllocator { malloc, free, name })));
+            Some(Arc::new(PythonAllocator { malloc, free, name }))
         }
         _ => return Err(Error::InvalidArgument("set_allocator needs both malloc and free, or neither".into()).into()),
-    }
+    };
+    // Without the GIL: the previous allocator may be dropped (and its pool's lock waited for).
+    py.detach(|| pool::plug(allocator));
     Ok(())
 }
 
@@ -81,64 +85,70 @@ pub(super) fn set_allocator(malloc: Option<Py<PyAny>>, free: Option<Py<PyAny>>, 
 #[pyfunction]
 #[pyo3(signature = (count = None, fraction = None))]
 pub(super) fn deferred_limits(count: Option<usize>, fraction: Option<f64>) -> PyResult<(usize, f64)> {
-    let previous = alloc::DEFERRED.limits();
     if fraction.is_some_and(|f| !(0.0..=1.0).contains(&f)) || count == Some(0) {
         return Err(Error::InvalidArgument("count must be >= 1 and fraction within 0..=1".into()).into());
     }
-    alloc::set_deferred_limits(Limits {
+    let previous = pool::deferred_limits(None);
+    pool::deferred_limits(Some(Limits {
         count: count.unwrap_or(previous.count),
         fraction: fraction.unwrap_or(previous.fraction),
-    });
+    }));
     Ok((previous.count, previous.fraction))
 }
 
 /// Bytes the driver's pool keeps after frees (amso's default allocator).
 #[pyfunction]
-pub(super) fn set_release_threshold(bytes: u64) {
-    alloc::set_release_threshold(bytes);
+pub(super) fn set_release_threshold(py: Python<'_>, bytes: u64) {
+    py.detach(|| pool::set_release_threshold(bytes));
 }
 
 /// Begin holding frees (`amso.defer_cleanup()`).
 #[pyfunction]
 pub(super) fn defer_hold() {
-    alloc::hold_frees();
+    pool::hold_frees();
 }
 
 /// Stop holding frees; runs the ones that are due.
 #[pyfunction]
 #[pyo3(signature = (device_id = 0))]
 pub(super) fn defer_release(py: Python<'_>, device_id: i32) {
-    py.detach(|| alloc::release_frees(device_id));
+    py.detach(|| pool::release_frees(device_id));
 }
 
 /// Run every pending free now (unless a `defer_cleanup` block holds them).
 #[pyfunction]
 pub(super) fn flush_frees(py: Python<'_>) {
-    py.detach(alloc::flush);
+    py.detach(pool::flush);
 }
 
-/// Device memory and amso's pool statistics for `device_id`.
+/// Device memory and the process pool's statistics for `device_id`: totals, and per client
+/// library under `clients` (bytes in use and allocations served).
 #[pyfunction]
 #[pyo3(signature = (device_id = 0))]
 pub(super) fn memory_info(py: Python<'_>, device_id: i32) -> PyResult<Bound<'_, PyDict>> {
     let (free, total) = crate::cuda::device_memory::memory_info(device_id)?;
-    let (pending, pending_bytes) = alloc::DEFERRED.pending();
-    let limits = alloc::DEFERRED.limits();
-    let source = alloc::current();
-    let allocator = source.allocator();
-    let (hits, misses) = alloc::default_pool().hits_and_misses();
+    let stats = py.detach(|| pool::stats(device_id));
     let info = PyDict::new(py);
     info.set_item("free", free)?;
     info.set_item("total", total)?;
-    info.set_item("allocator", allocator.name())?;
-    info.set_item("in_use", STATS.in_use.load(Ordering::Relaxed))?;
-    info.set_item("cached", allocator.cached_bytes(device_id))?;
-    info.set_item("pending_frees", pending)?;
-    info.set_item("pending_bytes", pending_bytes)?;
-    info.set_item("hits", hits)?;
-    info.set_item("misses", misses)?;
+    info.set_item("allocator", stats.allocator_name())?;
+    info.set_item("in_use", stats.in_use.iter().sum::<usize>())?;
+    info.set_item("cached", stats.cached)?;
+    info.set_item("pending_frees", stats.pending)?;
+    info.set_item("pending_bytes", stats.pending_bytes)?;
+    info.set_item("hits", stats.hits)?;
+    info.set_item("misses", stats.misses)?;
+    let (hits, misses) = (stats.hits, stats.misses);
     info.set_item("hit_rate", if hits + misses == 0 { 0.0 } else { hits as f64 / (hits + misses) as f64 })?;
-    info.set_item("deferred_count_limit", limits.count)?;
-    info.set_item("deferred_fraction_limit", limits.fraction)?;
+    info.set_item("deferred_count_limit", stats.limits.count)?;
+    info.set_item("deferred_fraction_limit", stats.limits.fraction)?;
+    let clients = PyDict::new(py);
+    for (i, name) in pool::CLIENTS.iter().enumerate() {
+        let client = PyDict::new(py);
+        client.set_item("in_use", stats.in_use[i])?;
+        client.set_item("allocations", stats.allocations[i])?;
+        clients.set_item(name, client)?;
+    }
+    info.set_item("clients", clients)?;
     Ok(info)
 }

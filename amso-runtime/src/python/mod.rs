@@ -26,6 +26,8 @@ mod iteration;
 mod methods;
 mod numpy_io;
 mod pickle;
+#[cfg(feature = "cuda")]
+mod plugins;
 mod recognize;
 mod registry;
 #[cfg(feature = "cuda")]
@@ -155,6 +157,12 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.add_function(pyo3::wrap_pyfunction!(allocators::defer_release, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(allocators::flush_frees, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(allocators::memory_info, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(plugins::lend, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(plugins::reclaim, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(plugins::reset_loans, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(plugins::refused_frees, module)?)?;
+        module.add_class::<plugins::Loan>()?;
+        module.add_class::<plugins::PinnedLoan>()?;
     }
     module.add("_C_API", capi::api_capsule(module.py())?)?;
     if module.getattr(DISPATCH_ATTR).is_err() {

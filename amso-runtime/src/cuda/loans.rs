@@ -1,0 +1,147 @@
+//! Device memory lent to other libraries through their plug-in points (`python/plugins.rs`):
+//! Numba, CuPy, PyTorch and RMM allocate from the process's pool (`pool.rs`) and give the
+//! memory back by its address. Each loan is kept here by device and address, so that what
+//! comes back is checked before anything is freed: a double free, an address amso never lent,
+//! one given back on another device, or after the client's loans were reset, is refused (and
+//! counted), never freed twice or handed out twice.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::alloc::After;
+use super::pool::{self, Client, Grant, Request};
+use super::stream::StreamHandle;
+use crate::error::{Error, Result};
+
+/// One loan.
+#[derive(Debug)]
+struct Loan {
+    grant: Grant,
+    bytes: usize,
+    client: Client,
+    /// The stream it was lent for (a protocol value), which its free is ordered after unless
+    /// the client names another.
+    stream: i64,
+}
+
+/// The loans out, by (device, address).
+static LOANS: Mutex<Option<HashMap<(i32, u64), Loan>>> = Mutex::new(None);
+/// Gives-back refused so far.
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+
+fn with_loans<R>(body: impl FnOnce(&mut HashMap<(i32, u64), Loan>) -> R) -> R {
+    let mut loans = LOANS.lock().unwrap_or_else(|e| e.into_inner());
+    body(loans.get_or_insert_with(HashMap::new))
+}
+
+/// Lend `bytes` on `device_id` to `client`, usable in order on `stream` (a protocol value):
+/// the address, 0 for zero bytes.
+pub(crate) fn lend(request: Request, device_id: i32, bytes: usize, stream: i64, client: Client) -> Result<u64> {
+    if bytes == 0 {
+        return Ok(0);
+    }
+    let handle = StreamHandle::from_int(stream)?;
+    let grant = pool::allocate(request, device_id, bytes, handle, client)?;
+    let ptr = grant.ptr;
+    let loan = Loan { grant, bytes, client, stream: handle.as_int() };
+    if with_loans(|loans| loans.insert((device_id, ptr), loan)).is_some() {
+        // The pool handed out an address still lent: a loan was freed behind the ledger's back.
+        return Err(Error::Cuda(format!("amso's pool lent address 0x{ptr:x} twice; please report it")));
+    }
+    Ok(ptr)
+}
+
+/// Why memory given back was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Not an address amso lent on any device: a double free, a foreign pointer, or a loan
+    /// already taken back by a reset.
+    Unknown,
+    /// Lent on another device.
+    OtherDevice(i32),
+    /// Lent to another client library.
+    OtherClient(Client),
+    /// Lent with another size.
+    OtherSize(usize),
+}
+
+impl Refusal {
+    /// The message, for the address given back.
+    pub(crate) fn message(&self, ptr: u64, device_id: i32) -> String {
+        match self {
+            Refusal::Unknown => format!(
+                "address 0x{ptr:x} on device {device_id} is not memory amso lent (freed twice, never lent, or freed \
+                 after a reset); nothing was freed"
+            ),
+            Refusal::OtherDevice(lent) => format!(
+                "address 0x{ptr:x} was lent on device {lent}, not device {device_id}; give it back on device {lent}"
+            ),
+            Refusal::OtherClient(client) => format!(
+                "address 0x{ptr:x} was lent to {}, which gives it back itself; nothing was freed",
+                pool::CLIENTS[*client as usize]
+            ),
+            Refusal::OtherSize(bytes) => {
+                format!("address 0x{ptr:x} was lent with {bytes} bytes, not the size given back; nothing was freed")
+            }
+        }
+    }
+}
+
+/// Take back the loan of `ptr` on `device_id` from `client` (of `bytes`, when the client says),
+/// freed after the work on `stream` (a protocol value; `None`: the stream it was lent for).
+pub(crate) fn reclaim(
+    device_id: i32,
+    ptr: u64,
+    bytes: Option<usize>,
+    stream: Option<i64>,
+    client: Client,
+) -> std::result::Result<(), Refusal> {
+    if ptr == 0 {
+        return Ok(()); // the zero-byte loan
+    }
+    let loan = with_loans(|loans| {
+        let Some(loan) = loans.get(&(device_id, ptr)) else {
+            let lent = loans.keys().find(|(_, address)| *address == ptr).map(|(device, _)| *device);
+            return Err(lent.map_or(Refusal::Unknown, Refusal::OtherDevice));
+        };
+        if loan.client != client {
+            return Err(Refusal::OtherClient(loan.client));
+        }
+        if bytes.is_some_and(|bytes| bytes != loan.bytes) {
+            return Err(Refusal::OtherSize(loan.bytes));
+        }
+        Ok(loans.remove(&(device_id, ptr)).expect("found above"))
+    });
+    let loan = loan.inspect_err(|_| {
+        REFUSED.fetch_add(1, Ordering::Relaxed);
+    })?;
+    let stream = stream
+        .and_then(|s| StreamHandle::from_int(s).ok())
+        .unwrap_or_else(|| StreamHandle::from_int(loan.stream).unwrap_or(StreamHandle::LEGACY));
+    pool::release(loan.grant, device_id, loan.bytes, After::Stream(stream), loan.client);
+    Ok(())
+}
+
+/// Take back every loan of `client` on `device_id` (its context was reset, so nothing of it
+/// runs any more): freed after all of the device's work; how many.
+pub(crate) fn reset(client: Client, device_id: i32) -> usize {
+    let taken: Vec<Loan> = with_loans(|loans| {
+        let keys: Vec<_> = loans
+            .iter()
+            .filter(|((device, _), loan)| *device == device_id && loan.client == client)
+            .map(|(k, _)| *k)
+            .collect();
+        keys.into_iter().filter_map(|key| loans.remove(&key)).collect()
+    });
+    let count = taken.len();
+    for loan in taken {
+        pool::release(loan.grant, device_id, loan.bytes, After::Device, loan.client);
+    }
+    count
+}
+
+/// Gives-back refused so far.
+pub(crate) fn refused() -> u64 {
+    REFUSED.load(Ordering::Relaxed)
+}

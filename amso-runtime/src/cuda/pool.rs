@@ -1,0 +1,512 @@
+//! The one device-memory pool of a process. Every extension module built with amso links its own
+//! copy of the runtime (`process.rs`); each allocates through a table of C functions, and every
+//! copy uses the same table: the first copy built with CUDA to join publishes its own (in the
+//! interpreter's dict, beside the process table), the others find it there. So the bundled
+//! module and each user crate draw from one pool, with one allocator setting, one deferred-free
+//! queue and one set of statistics, and memory one copy frees another can reuse. No Rust type
+//! crosses between copies, which may be different builds: an allocation is an address and an
+//! opaque token that only the table that made it reads back (`Grant`).
+//!
+//! The same table serves other libraries' plug-ins (`python/plugins/`), which count as clients
+//! of their own in the statistics.
+// The knobs are driven from Python (`amso.set_allocator`, `amso.defer_cleanup`, ...); a Rust-only
+// build allocates and releases through the table only.
+#![cfg_attr(not(feature = "python"), allow(dead_code))]
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Arc;
+
+use super::alloc::{self, After, DeviceAllocator, Source};
+use super::deferred::Limits;
+use super::stream::StreamHandle;
+use crate::error::{Error, Result};
+
+/// Which memory an allocation asks for.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Request {
+    /// The current allocator's (amso's pool, or the one plugged in).
+    Current = 0,
+    /// CUDA managed memory.
+    Managed = 1,
+    /// Memory other processes can map (`cuMemAlloc`).
+    Shareable = 2,
+}
+
+/// Who asked: amso's arrays, or another library through its plug-in. Statistics count each.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Client {
+    /// amso's own arrays, in any copy of the runtime.
+    Amso = 0,
+    /// Numba (`amso.allocators.NumbaManager`).
+    Numba = 1,
+    /// CuPy (`amso.allocators.cupy_malloc`).
+    CuPy = 2,
+    /// PyTorch (`amso.allocators.torch_allocator()`).
+    Torch = 3,
+    /// RMM (`amso.allocators.rmm_resource()`).
+    Rmm = 4,
+}
+
+/// The clients' names, by number.
+pub(crate) const CLIENTS: [&str; 5] = ["amso", "numba", "cupy", "torch", "rmm"];
+
+impl Client {
+    /// The client numbered `number`, if any.
+    pub(crate) fn from_number(number: u32) -> Option<Client> {
+        [Client::Amso, Client::Numba, Client::CuPy, Client::Torch, Client::Rmm]
+            .into_iter()
+            .find(|c| *c as u32 == number)
+    }
+}
+
+/// What the pool reports (`amso.memory_info`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PoolStats {
+    /// Bytes of live allocations, by client.
+    pub(crate) in_use: [usize; CLIENTS.len()],
+    /// Allocations served, by client.
+    pub(crate) allocations: [u64; CLIENTS.len()],
+    /// Bytes the current allocator holds cached on the device.
+    pub(crate) cached: usize,
+    /// Frees queued, and their bytes.
+    pub(crate) pending: usize,
+    pub(crate) pending_bytes: usize,
+    /// amso's pool: allocations served from its cache, and from the driver.
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
+    /// The deferred-free limits.
+    pub(crate) limits: Limits,
+    /// The current allocator's name, NUL-terminated.
+    pub(crate) allocator: [u8; 64],
+}
+
+/// Why an allocation failed, as it crosses the table.
+#[repr(C)]
+pub(crate) struct Failure {
+    /// 1: out of memory; 2: another error, said in `text`.
+    code: u32,
+    text: [u8; 240],
+}
+
+impl Failure {
+    fn new() -> Failure {
+        Failure { code: 0, text: [0; 240] }
+    }
+
+    fn write(&mut self, error: &Error) {
+        self.code = if matches!(error, Error::OutOfMemory { .. }) { 1 } else { 2 };
+        let text = error.to_string();
+        let n = text.len().min(self.text.len() - 1);
+        self.text[..n].copy_from_slice(&text.as_bytes()[..n]);
+        self.text[n] = 0;
+    }
+
+    fn error(&self, bytes: usize) -> Error {
+        if self.code == 1 {
+            return Error::OutOfMemory { bytes, what: "device" };
+        }
+        let text = CStr::from_bytes_until_nul(&self.text).map_or("unknown".into(), CStr::to_string_lossy);
+        Error::Cuda(text.into_owned())
+    }
+}
+
+/// An allocator of another copy of the runtime, as it crosses the table (`plug`): the pool
+/// calls it through these functions and drops it with `drop`.
+#[repr(C)]
+pub(crate) struct ForeignAllocator {
+    context: *mut c_void,
+    name: *const c_char,
+    allocate: unsafe extern "C" fn(*mut c_void, i32, usize, i64, *mut u64, *mut Failure) -> c_int,
+    free: unsafe extern "C" fn(*mut c_void, i32, u64, usize, i64),
+    drop: unsafe extern "C" fn(*mut c_void),
+}
+
+/// The functions a pool offers every copy of the runtime.
+#[repr(C)]
+pub(crate) struct PoolTable {
+    /// `bytes` (> 0) on a device for `Request` and `Client`, usable in order on a stream
+    /// (protocol value): 0 with the address and token written, else -1 with the failure.
+    allocate: unsafe extern "C" fn(u32, i32, usize, i64, u32, *mut u64, *mut u64, *mut Failure) -> c_int,
+    /// Give back an allocation (address, bytes and token) of a client on a device, after the
+    /// work queued on a stream (protocol value), or -1: after all of the device's work.
+    release: unsafe extern "C" fn(u64, i32, u64, usize, i64, u32),
+    /// Begin, and end (running what is due on a device), a `defer_cleanup` block.
+    hold: extern "C" fn(),
+    release_held: extern "C" fn(i32),
+    /// Run every pending free now.
+    flush: extern "C" fn(),
+    /// Set the deferred-free limits (unless NULL) and write the previous ones.
+    limits: unsafe extern "C" fn(*const Limits, *mut Limits),
+    /// The driver pool's release threshold.
+    set_release_threshold: extern "C" fn(u64),
+    /// Plug in an allocator (NULL: amso's pool again); the pool owns it from then on.
+    plug: unsafe extern "C" fn(*const ForeignAllocator),
+    /// Statistics for a device.
+    stats: unsafe extern "C" fn(i32, *mut PoolStats),
+}
+
+/// This copy's pool, offered to the others.
+static OWN: PoolTable = PoolTable {
+    allocate: own_allocate,
+    release: own_release,
+    hold: own_hold,
+    release_held: own_release_held,
+    flush: own_flush,
+    limits: own_limits,
+    set_release_threshold: own_set_release_threshold,
+    plug: own_plug,
+    stats: own_stats,
+};
+
+/// The process's pool, when it is another copy's (`join`).
+static HOME: AtomicPtr<PoolTable> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The pool this copy allocates from: the process's, once joined, else its own.
+fn pool() -> &'static PoolTable {
+    // SAFETY: HOME is null or a static table of another copy, which stays loaded for the process.
+    unsafe { HOME.load(Ordering::Acquire).as_ref() }.unwrap_or(&OWN)
+}
+
+/// Use the process's pool: another copy's, found under `process.rs`'s anchor, or this copy's,
+/// published there for the others.
+#[cfg(feature = "python")]
+pub(crate) fn join(py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
+    let published =
+        crate::process::anchor(py, "_amso_pool_v1", c"_amso_pool_v1.table", (&OWN as *const PoolTable).cast())?;
+    if !std::ptr::eq(published.cast::<PoolTable>(), &OWN) {
+        HOME.store(published.cast_mut().cast(), Ordering::Release);
+    }
+    Ok(())
+}
+
+/// Memory of the process's pool, given back when dropped is not an option: `release` takes it.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    /// The address.
+    pub(crate) ptr: u64,
+    token: u64,
+    table: &'static PoolTable,
+}
+
+impl std::fmt::Debug for PoolTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if std::ptr::eq(self, &OWN) { "PoolTable(own)" } else { "PoolTable(another copy's)" })
+    }
+}
+
+/// `bytes` (> 0) on `device_id` for `request`, usable in order on `stream`, counted for `client`.
+pub(crate) fn allocate(
+    request: Request,
+    device_id: i32,
+    bytes: usize,
+    stream: StreamHandle,
+    client: Client,
+) -> Result<Grant> {
+    let table = pool();
+    let (mut ptr, mut token, mut failure) = (0u64, 0u64, Failure::new());
+    // With the GIL released: the allocator may call the driver (or a Python allocator, which
+    // takes the GIL back itself). SAFETY: valid out-pointers, alive for the call.
+    let code = crate::gil::released(|| unsafe {
+        (table.allocate)(
+            request as u32,
+            device_id,
+            bytes,
+            stream.as_int(),
+            client as u32,
+            &mut ptr,
+            &mut token,
+            &mut failure,
+        )
+    });
+    if code != 0 {
+        return Err(failure.error(bytes));
+    }
+    Ok(Grant { ptr, token, table })
+}
+
+/// Give `grant` (of `bytes` on `device_id`, for `client`) back to the pool that made it, after
+/// `after`.
+pub(crate) fn release(grant: Grant, device_id: i32, bytes: usize, after: After, client: Client) {
+    let after = match after {
+        After::Stream(stream) => stream.as_int(),
+        After::Device => -1,
+    };
+    // SAFETY: a grant of this table, given back once (it is consumed).
+    unsafe { (grant.table.release)(grant.token, device_id, grant.ptr, bytes, after, client as u32) }
+}
+
+/// Begin a `defer_cleanup` block.
+pub(crate) fn hold_frees() {
+    (pool().hold)()
+}
+
+/// End a `defer_cleanup` block, running the frees that are due on `device_id`.
+pub(crate) fn release_frees(device_id: i32) {
+    (pool().release_held)(device_id)
+}
+
+/// Run every pending free now (unless a `defer_cleanup` block or a capture holds them).
+pub(crate) fn flush() {
+    (pool().flush)()
+}
+
+/// Set the deferred-free limits (unless `None`); the previous ones.
+pub(crate) fn deferred_limits(set: Option<Limits>) -> Limits {
+    let mut previous = Limits::default();
+    let set = set.as_ref().map_or(std::ptr::null(), |l| l as *const Limits);
+    // SAFETY: NULL or a live value, and a valid out-pointer.
+    unsafe { (pool().limits)(set, &mut previous) };
+    previous
+}
+
+/// Set the driver pool's release threshold of amso's default allocator.
+pub(crate) fn set_release_threshold(bytes: u64) {
+    (pool().set_release_threshold)(bytes)
+}
+
+/// Plug in `allocator` (None: amso's pool) for new allocations of every copy.
+pub(crate) fn plug(allocator: Option<Arc<dyn DeviceAllocator>>) {
+    let table = pool();
+    if std::ptr::eq(table, &OWN) {
+        alloc::set_allocator(allocator);
+        return;
+    }
+    let Some(allocator) = allocator else {
+        // SAFETY: NULL asks for amso's pool.
+        return unsafe { (table.plug)(std::ptr::null()) };
+    };
+    let name = std::ffi::CString::new(allocator.name().replace('\0', " ")).unwrap_or_default();
+    let context = Box::into_raw(Box::new((allocator, name)));
+    let foreign = ForeignAllocator {
+        context: context.cast(),
+        // SAFETY: `context` is a live box.
+        name: unsafe { (*context).1.as_ptr() },
+        allocate: exported_allocate,
+        free: exported_free,
+        drop: exported_drop,
+    };
+    // SAFETY: a live vtable over a boxed allocator, which the pool owns from now on.
+    unsafe { (table.plug)(&foreign) }
+}
+
+/// The pool's statistics for `device_id`.
+pub(crate) fn stats(device_id: i32) -> PoolStats {
+    let mut stats = PoolStats {
+        in_use: [0; CLIENTS.len()],
+        allocations: [0; CLIENTS.len()],
+        cached: 0,
+        pending: 0,
+        pending_bytes: 0,
+        hits: 0,
+        misses: 0,
+        limits: Limits::default(),
+        allocator: [0; 64],
+    };
+    // SAFETY: a valid out-pointer.
+    unsafe { (pool().stats)(device_id, &mut stats) };
+    stats
+}
+
+impl PoolStats {
+    /// The current allocator's name.
+    pub(crate) fn allocator_name(&self) -> String {
+        CStr::from_bytes_until_nul(&self.allocator).map_or_else(|_| "?".into(), |s| s.to_string_lossy().into_owned())
+    }
+}
+
+/// Run `body` for the table, never unwinding across it.
+fn guarded<R>(fallback: R, body: impl FnOnce() -> R) -> R {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
+unsafe extern "C" fn own_allocate(
+    request: u32,
+    device_id: i32,
+    bytes: usize,
+    stream: i64,
+    client: u32,
+    ptr: *mut u64,
+    token: *mut u64,
+    failure: *mut Failure,
+) -> c_int {
+    guarded(-1, || {
+        let request = match request {
+            1 => Request::Managed,
+            2 => Request::Shareable,
+            _ => Request::Current,
+        };
+        let stream = StreamHandle::from_int(stream).unwrap_or(StreamHandle::LEGACY);
+        match alloc::allocate_for(
+            request,
+            device_id,
+            bytes,
+            stream,
+            Client::from_number(client).unwrap_or(Client::Amso),
+        ) {
+            Ok((address, source)) => {
+                // SAFETY: the caller's out-pointers.
+                unsafe {
+                    *ptr = address;
+                    *token = source.into_token();
+                }
+                0
+            }
+            Err(error) => {
+                // SAFETY: the caller's out-pointer.
+                unsafe { (*failure).write(&error) };
+                -1
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn own_release(token: u64, device_id: i32, ptr: u64, bytes: usize, after: i64, client: u32) {
+    guarded((), || {
+        let after = match StreamHandle::from_int(after) {
+            Ok(stream) if after >= 0 => After::Stream(stream),
+            _ => After::Device,
+        };
+        // SAFETY: a token this table's `allocate` wrote, given back once (`release` consumes
+        // its grant).
+        let source = unsafe { Source::from_token(token) };
+        alloc::release(source, device_id, ptr, bytes, after, Client::from_number(client).unwrap_or(Client::Amso));
+    })
+}
+
+extern "C" fn own_hold() {
+    guarded((), alloc::hold_frees)
+}
+
+extern "C" fn own_release_held(device_id: i32) {
+    guarded((), || alloc::release_frees(device_id))
+}
+
+extern "C" fn own_flush() {
+    guarded((), alloc::flush)
+}
+
+unsafe extern "C" fn own_limits(set: *const Limits, previous: *mut Limits) {
+    guarded((), || {
+        // SAFETY: the caller's out-pointer, and NULL or its value.
+        unsafe {
+            *previous = alloc::DEFERRED.limits();
+            if let Some(limits) = set.as_ref() {
+                alloc::set_deferred_limits(*limits);
+            }
+        }
+    })
+}
+
+extern "C" fn own_set_release_threshold(bytes: u64) {
+    guarded((), || alloc::set_release_threshold(bytes))
+}
+
+unsafe extern "C" fn own_plug(foreign: *const ForeignAllocator) {
+    guarded((), || {
+        // SAFETY: NULL, or a vtable whose allocator this pool owns from now on.
+        let allocator = unsafe { foreign.as_ref() }.map(|f| {
+            Arc::new(Foreign(ForeignAllocator {
+                context: f.context,
+                name: f.name,
+                allocate: f.allocate,
+                free: f.free,
+                drop: f.drop,
+            })) as Arc<dyn DeviceAllocator>
+        });
+        alloc::set_allocator(allocator);
+    })
+}
+
+unsafe extern "C" fn own_stats(device_id: i32, out: *mut PoolStats) {
+    guarded((), || {
+        let stats = alloc::stats(device_id);
+        // SAFETY: the caller's out-pointer.
+        unsafe { *out = stats };
+    })
+}
+
+/// Another copy's allocator, plugged into this copy's pool.
+struct Foreign(ForeignAllocator);
+
+// SAFETY: the other copy's allocator is a `DeviceAllocator` there (Send + Sync), reached only
+// through its functions.
+unsafe impl Send for Foreign {}
+// SAFETY: as above.
+unsafe impl Sync for Foreign {}
+
+impl DeviceAllocator for Foreign {
+    fn name(&self) -> String {
+        // SAFETY: a NUL-terminated name that lives as long as the context.
+        unsafe { CStr::from_ptr(self.0.name) }.to_string_lossy().into_owned()
+    }
+
+    fn allocate(&self, device_id: i32, bytes: usize, stream: StreamHandle) -> Result<u64> {
+        let (mut ptr, mut failure) = (0u64, Failure::new());
+        // SAFETY: the other copy's function over its own context, with valid out-pointers.
+        match unsafe { (self.0.allocate)(self.0.context, device_id, bytes, stream.as_int(), &mut ptr, &mut failure) } {
+            0 => Ok(ptr),
+            _ => Err(failure.error(bytes)),
+        }
+    }
+
+    fn free(&self, device_id: i32, ptr: u64, bytes: usize, stream: StreamHandle) {
+        // SAFETY: as above.
+        unsafe { (self.0.free)(self.0.context, device_id, ptr, bytes, stream.as_int()) }
+    }
+}
+
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        // SAFETY: the context is dropped once, by the pool that owns it.
+        unsafe { (self.0.drop)(self.0.context) }
+    }
+}
+
+/// The context of an allocator this copy hands to another copy's pool.
+type Exported = (Arc<dyn DeviceAllocator>, std::ffi::CString);
+
+unsafe extern "C" fn exported_allocate(
+    context: *mut c_void,
+    device_id: i32,
+    bytes: usize,
+    stream: i64,
+    ptr: *mut u64,
+    failure: *mut Failure,
+) -> c_int {
+    guarded(-1, || {
+        // SAFETY: the context `plug` boxed, alive until `exported_drop`.
+        let (allocator, _) = unsafe { &*context.cast::<Exported>() };
+        let stream = StreamHandle::from_int(stream).unwrap_or(StreamHandle::LEGACY);
+        match allocator.allocate(device_id, bytes, stream) {
+            Ok(address) => {
+                // SAFETY: the caller's out-pointer.
+                unsafe { *ptr = address };
+                0
+            }
+            Err(error) => {
+                // SAFETY: the caller's out-pointer.
+                unsafe { (*failure).write(&error) };
+                -1
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn exported_free(context: *mut c_void, device_id: i32, ptr: u64, bytes: usize, stream: i64) {
+    guarded((), || {
+        // SAFETY: as in `exported_allocate`.
+        let (allocator, _) = unsafe { &*context.cast::<Exported>() };
+        allocator.free(device_id, ptr, bytes, StreamHandle::from_int(stream).unwrap_or(StreamHandle::LEGACY));
+    })
+}
+
+unsafe extern "C" fn exported_drop(context: *mut c_void) {
+    guarded((), || {
+        // SAFETY: the context `plug` boxed, dropped once.
+        drop(unsafe { Box::from_raw(context.cast::<Exported>()) });
+    })
+}

@@ -41,6 +41,9 @@ pub(crate) fn lend(request: Request, device_id: i32, bytes: usize, stream: i64, 
     if bytes == 0 {
         return Ok(0);
     }
+    // A caller outside amso (PyTorch's C allocator calls) may come before amso's first CUDA
+    // call in the process: the driver is loaded and the device checked here.
+    super::driver::check_device(device_id)?;
     let handle = StreamHandle::from_int(stream)?;
     let grant = pool::allocate(request, device_id, bytes, handle, client)?;
     let ptr = grant.ptr;

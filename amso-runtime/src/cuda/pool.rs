@@ -105,9 +105,10 @@ impl Failure {
         self.text[n] = 0;
     }
 
-    fn error(&self, bytes: usize) -> Error {
+    /// The error, for an allocation of `bytes` of `what` memory.
+    fn error(&self, bytes: usize, what: &'static str) -> Error {
         if self.code == 1 {
-            return Error::OutOfMemory { bytes, what: "device" };
+            return Error::OutOfMemory { bytes, what };
         }
         let text = CStr::from_bytes_until_nul(&self.text).map_or("unknown".into(), CStr::to_string_lossy);
         Error::Cuda(text.into_owned())
@@ -223,7 +224,12 @@ pub(crate) fn allocate(
         )
     });
     if code != 0 {
-        return Err(failure.error(bytes));
+        let what = match request {
+            Request::Current => "device",
+            Request::Managed => "managed",
+            Request::Shareable => "shareable device",
+        };
+        return Err(failure.error(bytes, what));
     }
     Ok(Grant { ptr, token, table })
 }
@@ -449,7 +455,7 @@ impl DeviceAllocator for Foreign {
         // SAFETY: the other copy's function over its own context, with valid out-pointers.
         match unsafe { (self.0.allocate)(self.0.context, device_id, bytes, stream.as_int(), &mut ptr, &mut failure) } {
             0 => Ok(ptr),
-            _ => Err(failure.error(bytes)),
+            _ => Err(failure.error(bytes, "device")),
         }
     }
 

@@ -42,7 +42,6 @@ pub(super) fn lend(
     shareable: bool,
 ) -> PyResult<u64> {
     let client = client(client_number)?;
-    crate::cuda::driver::check_device(device_id)?;
     let request = if shareable { Request::Shareable } else { Request::Current };
     py.detach(|| loans::lend(request, device_id, size, stream, client)).map_err(lend_error)
 }

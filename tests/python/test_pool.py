@@ -118,11 +118,13 @@ def test_numba_arrays_kernels_pinned_memory_and_ipc_through_the_manager():
             raise SystemExit("pool memory exported through CUDA IPC")
         except RuntimeError as error:
             assert "ShareableNumbaManager" in str(error), error
+        scratch = cuda.device_array(1 << 20, np.float64)             # touched by nothing else
+        before = in_use("numba")
         with cuda.defer_cleanup():
-            del d
+            del scratch
             held = in_use("numba")
-        assert held >= 8 << 20, "a free ran inside defer_cleanup"
-        assert in_use("numba") == 0
+        assert held == before, "a free ran inside defer_cleanup"
+        assert in_use("numba") == before - (8 << 20), (amso.memory_info(), amso._amso._refused_frees())
         print("numba", amso.memory_info()["clients"]["numba"]["allocations"])
     """)
     assert out.startswith("numba ") and int(out.split()[1]) >= 1
@@ -143,6 +145,22 @@ def test_numba_ipc_handles_through_the_shareable_manager():
         print("sum", total)
     """)
     assert out.split() == ["sum", str(float(sum(range(256))))]
+
+
+@gpu
+@needs("numba.cuda")
+def test_a_numba_free_after_a_reset_is_refused_not_repeated():
+    out = run("""
+        from numba import cuda
+        cuda.set_memory_manager(amso.allocators.NumbaManager)
+        d = cuda.device_array(1 << 20, np.float64)
+        cuda.current_context().memory_manager.reset()     # the context's loans taken back at once
+        assert in_use("numba") == 0
+        del d                                              # its finalizer now gives back what is gone
+        gc.collect()
+        print("refused", amso._amso._refused_frees(), in_use("numba"))
+    """)
+    assert out.strip() == "refused 1 0"
 
 
 @gpu
@@ -213,10 +231,15 @@ def test_a_double_or_foreign_free_from_torch_is_refused_and_reported():
         lib.amso_torch_free(0xDEAD0000, 64, 0, None)   # never lent: refused
         assert in_use("torch") == 0 and amso._amso._refused_frees() == 3
         again = lib.amso_torch_alloc(4096, 0, None)    # handed out once more, to one owner
+        try:
+            amso._amso._reclaim(again, 0, 2)           # CuPy giving back PyTorch's memory
+            raise SystemExit("another client's loan was freed")
+        except ValueError as error:
+            assert "was lent to torch" in str(error), error
         lib.amso_torch_free(again, 4096, 0, None)
         print("refused", amso._amso._refused_frees())
     """)
-    assert out.strip() == "refused 3"
+    assert out.strip() == "refused 4"
 
 
 @gpu

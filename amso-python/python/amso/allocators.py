@@ -46,17 +46,25 @@ def _require(module: str, package: str, plug_in: str) -> Any:
 # --- amso as the pool of other libraries ---
 
 
+_cupy_names: tuple[Any, ...] | None = None
+
+
 def cupy_malloc(size: int) -> Any:
     """CuPy's allocator (``cupy.cuda.set_allocator(amso.allocators.cupy_malloc)``): device
     memory from amso's pool, lent on CuPy's current stream, and given back on that stream when
     CuPy lets go of it."""
-    cupy = _require("cupy", "cupy-cuda13x", "cupy_malloc")
-    device = cupy.cuda.runtime.getDevice()
+    global _cupy_names
+    if _cupy_names is None:  # looked up once: this runs for every CuPy allocation
+        cuda = _require("cupy", "cupy-cuda13x", "cupy_malloc").cuda
+        _cupy_names = (cuda.runtime.getDevice, cuda.get_current_stream, cuda.UnownedMemory, cuda.MemoryPointer,
+                       cuda.memory.OutOfMemoryError)
+    get_device, current_stream, unowned, pointer, out_of_memory = _cupy_names
+    device = get_device()
     try:
-        loan = _amso._Loan(size, device, cupy.cuda.get_current_stream().ptr, _CUPY)
+        loan = _amso._Loan(size, device, current_stream().ptr, _CUPY)
     except MemoryError as error:
-        raise cupy.cuda.memory.OutOfMemoryError(size, 0, 0) from error
-    return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(loan.ptr, size, loan, device_id=device), 0)
+        raise out_of_memory(size, 0, 0) from error
+    return pointer(unowned(loan.ptr, size, loan, device), 0)
 
 
 class _PinnedOwner:

@@ -156,6 +156,11 @@ def summary(report: dict, scale: str) -> str:
         sh = pickles["share"]
         row(f"open a shared device array in another process, {pickles['share_MiB']} MiB", sh["amso_open_ms"],
             sh["torch_open_ms"], "torch.multiprocessing", "ms", 2)
+    scenario = report.get("pool", {}).get("scenario", {})
+    if "peak_blocks" in scenario.get("amso", {}) and "peak_blocks" in scenario.get("own", {}):
+        row("PyTorch, CuPy, Numba and amso taking turns with 256 MiB blocks: GPU memory held, in blocks (a child "
+            "process each)",
+            scenario["amso"]["peak_blocks"], scenario["own"]["peak_blocks"], "each library's own pool", "", 2)
     lines = [f"Measured {env['date']} on {env['gpu'] or 'a machine without a GPU'}, amso and each peer in one process "
              "(`benchmarks/run.py`):", "", *rows, ""]
     if "conformance" in report:

@@ -321,10 +321,16 @@ def test_only_folders_of_exporters_that_are_gone_are_removed():
                               stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "planted"
     gone = Planted(dead, alive=False)
+    for handle in (alive, dead):  # older than a folder being made, whose `live` is unlocked for an instant
+        os.utime(folder_of(handle), (time.time() - 60, time.time() - 60))
     try:
         amso.cuda.collect_shared()
         assert folder_of(alive).is_dir(), "a live exporter's folder was removed"
         assert not folder_of(dead).exists(), "a dead exporter's folder was kept"
+        fresh = Planted(handle_bytes(), alive=False)  # being made: `live` not locked yet
+        amso.cuda.collect_shared()
+        assert fresh.path.is_dir(), "a folder being made was taken for a dead exporter's"
+        fresh.remove()
         holder.kill()
         holder.wait()
         amso.cuda.collect_shared()

@@ -329,3 +329,32 @@ def test_numpy_functions_are_called_only_on_the_real_numpy():
         assert immutable == bytes(32)
     """)
     assert_printed(done, "refused", "[0.0, 2.5, 0.0, 0.0]", "refused")
+
+
+def test_a_patched_numpy_empty_returning_a_subclass_is_not_written_through():
+    """A subclass's `reshape` could hand amso's writer an unrelated (or freed) buffer: only an
+    exact ndarray whose own bytes the buffer is gets written, by to_numpy and by device pickles."""
+    done = run_python("""
+        import pickle
+        import numpy as np
+        import amso
+
+        class Sly(np.ndarray):
+            def reshape(self, *args, **kwargs):
+                return np.zeros(self.size * self.itemsize, np.uint8)  # an unrelated array
+
+        real_empty = np.empty
+        np.empty = lambda *args, **kwargs: real_empty(*args, **kwargs).view(Sly)
+        arrays = [amso.MemArray(4, "float64")]
+        if amso.cuda.is_available():
+            arrays.append(amso.MemArray(4, "float64", on_device=True))
+        for a in arrays:
+            try:
+                a.to_numpy() if not a.__dlpack_device__()[0] == 2 else pickle.dumps(a, protocol=5)
+                raise SystemExit("wrote through a subclass's buffer")
+            except TypeError as error:
+                assert "numpy.empty gave a Sly" in str(error), error
+        np.empty = real_empty
+        print("refused")
+    """)
+    assert_printed(done, "refused")

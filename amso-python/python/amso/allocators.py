@@ -20,6 +20,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import warnings
+
 from . import _amso
 
 __all__ = [
@@ -112,9 +114,25 @@ def rmm_resource(device_id: int | None = None) -> Any:
         return _amso._lend(size, device, stream.__cuda_stream__()[1], _RMM)
 
     def deallocate(pointer: int, size: int, stream: Any) -> None:
-        _amso._reclaim(pointer, device, _RMM, stream.__cuda_stream__()[1], size)
+        try:  # RMM's callback must not raise: a refused give-back is reported and counted
+            _amso._reclaim(pointer, device, _RMM, stream.__cuda_stream__()[1], size)
+        except ValueError as error:
+            warnings.warn(str(error), RuntimeWarning, stacklevel=1)
 
     return rmm.mr.CallbackMemoryResource(allocate, deallocate)
+
+
+def _give_back(loan: Any) -> Callable[[], None]:
+    """A finalizer that gives `loan` back, and reports (as a RuntimeWarning) a give-back amso
+    refuses, such as one after a reset took the memory back: a finalizer must not raise."""
+
+    def finalize() -> None:
+        try:
+            loan.release()
+        except ValueError as error:
+            warnings.warn(str(error), RuntimeWarning, stacklevel=1)
+
+    return finalize
 
 
 def _numba_manager_class(shareable: bool) -> type:
@@ -132,7 +150,7 @@ def _numba_manager_class(shareable: bool) -> type:
         def memalloc(self, size: int) -> Any:
             device = self.context.device.id
             loan = _amso._Loan(size, device, 1, _NUMBA, shareable)  # memalloc has no stream: the legacy default
-            return MemoryPointer(weakref.proxy(self.context), CUdeviceptr(loan.ptr), size, finalizer=loan.release)
+            return MemoryPointer(weakref.proxy(self.context), CUdeviceptr(loan.ptr), size, finalizer=_give_back(loan))
 
         def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False, wc: bool = False) -> Any:
             loan = _amso._PinnedLoan(size, mapped, wc)  # always portable: usable from every context

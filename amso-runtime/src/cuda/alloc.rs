@@ -379,9 +379,23 @@ fn run_all(frees: Vec<PendingFree>) {
     })
 }
 
-/// Whether a capture amso has seen is in progress, which holds every deferred free.
+/// The other runtime copies' answers to "is a capture you saw in progress?" (`pool.rs`), when
+/// this copy's pool is the process's.
+static CAPTURE_PROBES: Mutex<Vec<extern "C" fn() -> std::ffi::c_int>> = Mutex::new(Vec::new());
+
+/// Count another copy's captures in `capturing` (each copy notes only the captures it saw).
+pub(crate) fn add_capture_probe(probe: extern "C" fn() -> std::ffi::c_int) {
+    CAPTURE_PROBES.lock().unwrap_or_else(|e| e.into_inner()).push(probe);
+}
+
+/// Whether a capture any copy of the runtime has seen is in progress, which holds every
+/// deferred free.
 fn capturing() -> bool {
-    capture::in_progress(None)
+    if capture::in_progress(None) {
+        return true;
+    }
+    let probes = CAPTURE_PROBES.lock().unwrap_or_else(|e| e.into_inner()).clone(); // called unlocked
+    probes.into_iter().any(|probe| probe() != 0)
 }
 
 /// The deferred-free queue.

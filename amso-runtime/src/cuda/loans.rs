@@ -1,9 +1,16 @@
 //! Device memory lent to other libraries through their plug-in points (`python/plugins.rs`):
 //! Numba, CuPy, PyTorch and RMM allocate from the process's pool (`pool.rs`) and give the
-//! memory back by its address. Each loan is kept here by device and address, so that what
-//! comes back is checked before anything is freed: a double free, an address amso never lent,
-//! one given back on another device, or after the client's loans were reset, is refused (and
-//! counted), never freed twice or handed out twice.
+//! memory back by its address. Each loan is kept here by device and address, with a serial
+//! number, so that what comes back is checked before anything is freed: a double free, an
+//! address amso never lent, one given back on another device, by another client, or after the
+//! client's loans were reset, is refused (and counted), never freed twice. A give-back that
+//! carries the loan's serial (`_Loan` objects: CuPy's and Numba's) is also told from a later
+//! loan of the same address; one by address alone (PyTorch's C functions, RMM's callbacks)
+//! cannot be, and relies on its library giving each address back once.
+//!
+//! Frees are ordered after the work on the loan's stream, except Numba's and CuPy's, which free
+//! after all of the device's work: Numba names no stream, and a CuPy stream may be destroyed
+//! before the memory is given back.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +30,17 @@ struct Loan {
     /// The stream it was lent for (a protocol value), which its free is ordered after unless
     /// the client names another.
     stream: i64,
+    /// Told apart from later loans of the same address.
+    serial: u64,
+}
+
+/// The next loan's serial.
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// Whether this thread is lending: a plugged-in allocator that lends from amso again (amso
+    /// plugged into PyTorch while PyTorch is plugged into amso) is a cycle.
+    static LENDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The loans out, by (device, address).
@@ -36,23 +54,48 @@ fn with_loans<R>(body: impl FnOnce(&mut HashMap<(i32, u64), Loan>) -> R) -> R {
 }
 
 /// Lend `bytes` on `device_id` to `client`, usable in order on `stream` (a protocol value):
-/// the address, 0 for zero bytes.
-pub(crate) fn lend(request: Request, device_id: i32, bytes: usize, stream: i64, client: Client) -> Result<u64> {
+/// the address (0 for zero bytes) and the loan's serial.
+pub(crate) fn lend(request: Request, device_id: i32, bytes: usize, stream: i64, client: Client) -> Result<(u64, u64)> {
     if bytes == 0 {
-        return Ok(0);
+        return Ok((0, 0));
     }
+    if LENDING.with(|lending| lending.replace(true)) {
+        return Err(Error::InvalidArgument(format!(
+            "{} asked amso's pool for memory while amso's pool was asking an allocator plugged into it: the \
+             allocators are plugged into each other in a cycle; plug amso into the library, or the library into \
+             amso, not both",
+            pool::CLIENTS[client as usize]
+        )));
+    }
+    let lent = lend_once(request, device_id, bytes, stream, client);
+    LENDING.with(|lending| lending.set(false));
+    lent
+}
+
+fn lend_once(request: Request, device_id: i32, bytes: usize, stream: i64, client: Client) -> Result<(u64, u64)> {
     // A caller outside amso (PyTorch's C allocator calls) may come before amso's first CUDA
     // call in the process: the driver is loaded and the device checked here.
     super::driver::check_device(device_id)?;
     let handle = StreamHandle::from_int(stream)?;
-    let grant = pool::allocate(request, device_id, bytes, handle, client)?;
+    let checked = handle.check(device_id)?;
+    let grant = if checked.capturing() {
+        // A stream being captured into a graph: the memory is allocated outside the capture,
+        // on amso's own stream, and ready before it is lent, as amso's arrays' is.
+        let own = super::stream::amso_stream(device_id)?;
+        let grant = pool::allocate(request, device_id, bytes, own, client)?;
+        super::stream::synchronize(device_id, own)?;
+        grant
+    } else {
+        pool::allocate(request, device_id, bytes, handle, client)?
+    };
     let ptr = grant.ptr;
-    let loan = Loan { grant, bytes, client, stream: handle.as_int() };
+    let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
+    let loan = Loan { grant, bytes, client, stream: handle.as_int(), serial };
     if with_loans(|loans| loans.insert((device_id, ptr), loan)).is_some() {
         // The pool handed out an address still lent: a loan was freed behind the ledger's back.
         return Err(Error::Cuda(format!("amso's pool lent address 0x{ptr:x} twice; please report it")));
     }
-    Ok(ptr)
+    Ok((ptr, serial))
 }
 
 /// Why memory given back was refused.
@@ -91,15 +134,20 @@ impl Refusal {
     }
 }
 
-/// Take back the loan of `ptr` on `device_id` from `client` (of `bytes`, when the client says),
-/// freed after the work on `stream` (a protocol value; `None`: the stream it was lent for).
-pub(crate) fn reclaim(
-    device_id: i32,
-    ptr: u64,
-    bytes: Option<usize>,
-    stream: Option<i64>,
-    client: Client,
-) -> std::result::Result<(), Refusal> {
+/// What a give-back says of the loan it returns, beyond its address.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct GiveBack {
+    /// The size, when the client says.
+    pub(crate) bytes: Option<usize>,
+    /// The stream to free after (a protocol value; `None`: the stream it was lent for).
+    pub(crate) stream: Option<i64>,
+    /// The loan's serial, when the client kept it.
+    pub(crate) serial: Option<u64>,
+}
+
+/// Take back the loan of `ptr` on `device_id` from `client`.
+pub(crate) fn reclaim(device_id: i32, ptr: u64, client: Client, back: GiveBack) -> std::result::Result<(), Refusal> {
+    let GiveBack { bytes, stream, serial } = back;
     if ptr == 0 {
         return Ok(()); // the zero-byte loan
     }
@@ -108,6 +156,9 @@ pub(crate) fn reclaim(
             let lent = loans.keys().find(|(_, address)| *address == ptr).map(|(device, _)| *device);
             return Err(lent.map_or(Refusal::Unknown, Refusal::OtherDevice));
         };
+        if serial.is_some_and(|serial| serial != loan.serial) {
+            return Err(Refusal::Unknown); // a give-back of an earlier loan of this address
+        }
         if loan.client != client {
             return Err(Refusal::OtherClient(loan.client));
         }
@@ -119,10 +170,15 @@ pub(crate) fn reclaim(
     let loan = loan.inspect_err(|_| {
         REFUSED.fetch_add(1, Ordering::Relaxed);
     })?;
-    let stream = stream
-        .and_then(|s| StreamHandle::from_int(s).ok())
-        .unwrap_or_else(|| StreamHandle::from_int(loan.stream).unwrap_or(StreamHandle::LEGACY));
-    pool::release(loan.grant, device_id, loan.bytes, After::Stream(stream), loan.client);
+    let after = match loan.client {
+        Client::Numba | Client::CuPy => After::Device,
+        _ => After::Stream(
+            stream
+                .and_then(|s| StreamHandle::from_int(s).ok())
+                .unwrap_or_else(|| StreamHandle::from_int(loan.stream).unwrap_or(StreamHandle::LEGACY)),
+        ),
+    };
+    pool::release(loan.grant, device_id, loan.bytes, after, loan.client);
     Ok(())
 }
 

@@ -7,8 +7,8 @@
 //! crosses between copies, which may be different builds: an allocation is an address and an
 //! opaque token that only the table that made it reads back (`Grant`).
 //!
-//! The same table serves other libraries' plug-ins (`python/plugins/`), which count as clients
-//! of their own in the statistics.
+//! The same table serves other libraries' plug-ins (`python/plugins.rs`), which count as
+//! clients of their own in the statistics.
 // The knobs are driven from Python (`amso.set_allocator`, `amso.defer_cleanup`, ...); a Rust-only
 // build allocates and releases through the table only.
 #![cfg_attr(not(feature = "python"), allow(dead_code))]
@@ -148,6 +148,9 @@ pub(crate) struct PoolTable {
     plug: unsafe extern "C" fn(*const ForeignAllocator),
     /// Statistics for a device.
     stats: unsafe extern "C" fn(i32, *mut PoolStats),
+    /// Add a copy's answer to "is a capture this copy saw in progress?": the pool holds every
+    /// deferred free while any copy's capture runs (each copy notes only its own captures).
+    add_capture_probe: unsafe extern "C" fn(extern "C" fn() -> c_int),
 }
 
 /// This copy's pool, offered to the others.
@@ -161,6 +164,7 @@ static OWN: PoolTable = PoolTable {
     set_release_threshold: own_set_release_threshold,
     plug: own_plug,
     stats: own_stats,
+    add_capture_probe: own_add_capture_probe,
 };
 
 /// The process's pool, when it is another copy's (`join`).
@@ -179,7 +183,10 @@ pub(crate) fn join(py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
     let published =
         crate::process::anchor(py, "_amso_pool_v1", c"_amso_pool_v1.table", (&OWN as *const PoolTable).cast())?;
     if !std::ptr::eq(published.cast::<PoolTable>(), &OWN) {
-        HOME.store(published.cast_mut().cast(), Ordering::Release);
+        let home = published.cast_mut().cast::<PoolTable>();
+        // SAFETY: a static table of another copy (above), and this copy's static function.
+        unsafe { ((*home).add_capture_probe)(capture_probe) };
+        HOME.store(home, Ordering::Release);
     }
     Ok(())
 }
@@ -329,6 +336,13 @@ fn guarded<R>(fallback: R, body: impl FnOnce() -> R) -> R {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 
+/// A failure for an allocation that panicked inside the pool.
+fn panicked(failure: *mut Failure) -> c_int {
+    // SAFETY: the caller's out-pointer.
+    unsafe { (*failure).write(&Error::Cuda("internal error (panic) inside amso's pool; please report it".into())) };
+    -1
+}
+
 unsafe extern "C" fn own_allocate(
     request: u32,
     device_id: i32,
@@ -339,7 +353,7 @@ unsafe extern "C" fn own_allocate(
     token: *mut u64,
     failure: *mut Failure,
 ) -> c_int {
-    guarded(-1, || {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let request = match request {
             1 => Request::Managed,
             2 => Request::Shareable,
@@ -367,7 +381,8 @@ unsafe extern "C" fn own_allocate(
                 -1
             }
         }
-    })
+    }))
+    .unwrap_or_else(|_| panicked(failure))
 }
 
 unsafe extern "C" fn own_release(token: u64, device_id: i32, ptr: u64, bytes: usize, after: i64, client: u32) {
@@ -435,6 +450,15 @@ unsafe extern "C" fn own_stats(device_id: i32, out: *mut PoolStats) {
     })
 }
 
+unsafe extern "C" fn own_add_capture_probe(probe: extern "C" fn() -> c_int) {
+    guarded((), || alloc::add_capture_probe(probe))
+}
+
+/// This copy's answer to the pool's "is a capture in progress?" (`add_capture_probe`).
+extern "C" fn capture_probe() -> c_int {
+    guarded(1, || super::capture::in_progress(None) as c_int) // a panic counts as capturing: frees wait
+}
+
 /// Another copy's allocator, plugged into this copy's pool.
 struct Foreign(ForeignAllocator);
 
@@ -483,7 +507,7 @@ unsafe extern "C" fn exported_allocate(
     ptr: *mut u64,
     failure: *mut Failure,
 ) -> c_int {
-    guarded(-1, || {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: the context `plug` boxed, alive until `exported_drop`.
         let (allocator, _) = unsafe { &*context.cast::<Exported>() };
         let stream = StreamHandle::from_int(stream).unwrap_or(StreamHandle::LEGACY);
@@ -499,7 +523,8 @@ unsafe extern "C" fn exported_allocate(
                 -1
             }
         }
-    })
+    }))
+    .unwrap_or_else(|_| panicked(failure))
 }
 
 unsafe extern "C" fn exported_free(context: *mut c_void, device_id: i32, ptr: u64, bytes: usize, stream: i64) {

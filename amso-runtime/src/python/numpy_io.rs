@@ -107,11 +107,14 @@ pub(super) fn to_numpy<'py>(array: &MemArrayBase, py: Python<'py>) -> PyResult<B
     Ok(out)
 }
 
-/// The bytes of `out`, a fresh array NumPy made for amso to fill: refused unless it is a NumPy
-/// array of `nbytes` writable, C-contiguous bytes (a patched `numpy.empty` is not trusted).
+/// The bytes of `out`, a fresh array NumPy made for amso to fill: refused unless it is exactly a
+/// NumPy array whose own `nbytes` writable, C-contiguous bytes the buffer is (a patched
+/// `numpy.empty` is not trusted). Hold the buffer while writing through it.
 pub(super) fn writable_bytes(py: Python<'_>, out: &Bound<'_, PyAny>, nbytes: usize) -> PyResult<PyBuffer<u8>> {
+    let exact = super::source::numpy::is_exact_array(out);
     let buffer = PyBuffer::<u8>::get(&raw_bytes(py, out)?)?;
-    if !super::source::numpy::is_array_type(&out.get_type())
+    if !exact
+        || buffer.buf_ptr() as usize != super::source::numpy::data_address(out)
         || buffer.readonly()
         || !buffer.is_c_contiguous()
         || buffer.len_bytes() != nbytes

@@ -56,7 +56,9 @@ pub(super) fn reduce<'py>(slf: &Bound<'py, MemArrayBase>, protocol: i64) -> PyRe
         // amso's pinned staging pipeline; out of band from protocol 5 on.
         Some(_) => {
             let host = super::convert::numpy(py)?.call_method1(intern!(py, "empty"), (nbytes, intern!(py, "uint8")))?;
-            let address = super::numpy_io::writable_bytes(py, &host, nbytes)?.buf_ptr() as usize;
+            // The buffer is held through the copy: its view is the memory written.
+            let buffer = super::numpy_io::writable_bytes(py, &host, nbytes)?;
+            let address = buffer.buf_ptr() as usize;
             // SAFETY: `host` holds `nbytes` writable bytes and lives through the copy, which
             // is complete when this returns.
             array.read_detached(py, |object| unsafe { object.raw_view().copy_to(address as *mut u8, nbytes, None) })?;

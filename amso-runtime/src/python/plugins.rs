@@ -43,7 +43,7 @@ pub(super) fn lend(
 ) -> PyResult<u64> {
     let client = client(client_number)?;
     let request = if shareable { Request::Shareable } else { Request::Current };
-    py.detach(|| loans::lend(request, device_id, size, stream, client)).map_err(lend_error)
+    Ok(py.detach(|| loans::lend(request, device_id, size, stream, client)).map_err(lend_error)?.0)
 }
 
 /// `_reclaim(ptr, device_id, client, stream=None, size=None)`: give back a loan, freed after
@@ -61,7 +61,8 @@ pub(super) fn reclaim(
     size: Option<usize>,
 ) -> PyResult<()> {
     let client = client(client_number)?;
-    py.detach(|| loans::reclaim(device_id, ptr, size, stream, client))
+    let back = loans::GiveBack { bytes: size, stream, serial: None };
+    py.detach(|| loans::reclaim(device_id, ptr, client, back))
         .map_err(|refusal| PyValueError::new_err(refusal.message(ptr, device_id)))
 }
 
@@ -86,6 +87,9 @@ pub(super) fn refused_frees() -> u64 {
 #[pyclass(frozen, module = "amso._amso", name = "_Loan")]
 pub struct Loan {
     ptr: u64,
+    /// The ledger's serial of this loan, so that a give-back after a reset cannot return a
+    /// later loan of the same address.
+    serial: u64,
     size: usize,
     device_id: i32,
     client: Client,
@@ -104,8 +108,10 @@ impl Loan {
         client_number: u32,
         shareable: bool,
     ) -> PyResult<Loan> {
-        let ptr = lend(py, size, device_id, stream, client_number, shareable)?;
-        Ok(Loan { ptr, size, device_id, client: client(client_number)?, released: AtomicBool::new(false) })
+        let client = client(client_number)?;
+        let request = if shareable { Request::Shareable } else { Request::Current };
+        let (ptr, serial) = py.detach(|| loans::lend(request, device_id, size, stream, client)).map_err(lend_error)?;
+        Ok(Loan { ptr, serial, size, device_id, client, released: AtomicBool::new(false) })
     }
 
     /// The device address (0 for zero bytes).
@@ -127,16 +133,24 @@ impl Loan {
             return Ok(());
         }
         let (ptr, device_id, client) = (self.ptr, self.device_id, self.client);
-        py.detach(|| loans::reclaim(device_id, ptr, None, None, client))
+        py.detach(|| loans::reclaim(device_id, ptr, client, self.give_back()))
             .map_err(|refusal| PyValueError::new_err(refusal.message(ptr, device_id)))
+    }
+}
+
+impl Loan {
+    fn give_back(&self) -> loans::GiveBack {
+        loans::GiveBack { bytes: Some(self.size), stream: None, serial: Some(self.serial) }
     }
 }
 
 impl Drop for Loan {
     fn drop(&mut self) {
         if !self.released.swap(true, Ordering::AcqRel) {
-            // A loan a reset took back is counted as refused, and nothing is freed twice.
-            let _ = crate::gil::released(|| loans::reclaim(self.device_id, self.ptr, None, None, self.client));
+            // A loan a reset took back is counted as refused, and nothing is freed twice. (The
+            // ledger's lock is held for a lookup only, and the free's driver calls run with the
+            // GIL released inside the pool.)
+            let _ = loans::reclaim(self.device_id, self.ptr, self.client, self.give_back());
         }
     }
 }
@@ -194,7 +208,7 @@ pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, str
     let stream = if stream.is_null() { 1 } else { stream as usize as i64 };
     let lent = std::panic::catch_unwind(|| loans::lend(Request::Current, device, size, stream, TORCH));
     match lent {
-        Ok(Ok(ptr)) => ptr as usize as *mut c_void,
+        Ok(Ok((ptr, _))) => ptr as usize as *mut c_void,
         Ok(Err(error)) => {
             report(&format!("amso_torch_alloc: cannot lend {size} bytes on device {device}: {error}"));
             std::ptr::null_mut()
@@ -212,8 +226,8 @@ pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, str
 #[no_mangle]
 pub(crate) unsafe extern "C" fn amso_torch_free(ptr: *mut c_void, size: usize, device: c_int, stream: *mut c_void) {
     let stream = if stream.is_null() { 1 } else { stream as usize as i64 };
-    let outcome =
-        std::panic::catch_unwind(|| loans::reclaim(device, ptr as usize as u64, Some(size), Some(stream), TORCH));
+    let back = loans::GiveBack { bytes: Some(size), stream: Some(stream), serial: None };
+    let outcome = std::panic::catch_unwind(|| loans::reclaim(device, ptr as usize as u64, TORCH, back));
     if let Ok(Err(refusal)) = outcome {
         report(&format!("amso_torch_free: {}", refusal.message(ptr as usize as u64, device)));
     }
@@ -222,7 +236,8 @@ pub(crate) unsafe extern "C" fn amso_torch_free(ptr: *mut c_void, size: usize, d
 /// Say `message` on stderr, for the first 10 refusals of a process (PyTorch's allocator
 /// functions have no error channel).
 fn report(message: &str) {
+    use std::io::Write;
     if REPORTED.fetch_add(1, Ordering::Relaxed) < 10 {
-        eprintln!("{message}");
+        let _ = writeln!(std::io::stderr(), "{message}"); // never a panic: stderr may be closed
     }
 }

@@ -242,7 +242,9 @@ fn at_exit(py: Python<'_>) -> PyResult<()> {
         // Nothing in this process uses the memory any more, whatever arrays are left.
         let left = py.detach(|| {
             collect(pending);
-            exports().iter().filter(|e| e.folder.held(pending, false)).count()
+            // Under each export's lock, as in `collect`: no importer is between its hold's file
+            // and its lock while the files are read (and stale ones removed).
+            exports().iter().filter(|e| e.folder.lock().map_or(true, |_locked| e.folder.held(pending, false))).count()
         });
         if left == 0 {
             py.detach(|| {
@@ -274,18 +276,18 @@ struct Imported {
     hold: Option<Hold>,
 }
 
-/// The mappings this process holds, by export (its user and token). Only `mapping` locks it,
-/// with the GIL released; entries whose mapping is gone are pruned there.
+/// The mappings this process holds, by export (its user and token) and local device. Only
+/// `mapping` locks it, with the GIL released; entries whose mapping is gone are pruned there.
 static IMPORTS: Mutex<Vec<(ExportKey, std::sync::Weak<Imported>)>> = Mutex::new(Vec::new());
 
-/// An export's user and random name.
-type ExportKey = (u32, [u8; 16]);
+/// An export's user and random name, and the device it is mapped on here.
+type ExportKey = (u32, [u8; 16], i32);
 
 impl Drop for Imported {
     fn drop(&mut self) {
         let _ = ipc::close_memory(self.device_id, self.ptr);
         if let Some(hold) = self.hold.take() {
-            hold.release();
+            crate::gil::released(|| hold.release()); // a file-system call: never with the GIL held
         }
     }
 }
@@ -464,7 +466,7 @@ fn import_error(h: &Handle, refusal: ImportRefusal) -> PyErr {
 /// hold marked in the export's `folder` first, so the exporter keeps the memory), whose real
 /// size must cover the handle's. Called with the GIL released.
 fn mapping(device_id: i32, h: &Handle, folder: &ImportFolder) -> PyResult<Arc<Imported>> {
-    let key = (h.uid, h.token);
+    let key = (h.uid, h.token, device_id);
     let mut imports = IMPORTS.lock().unwrap_or_else(|e| e.into_inner());
     // Upgrades only the entry with this key: the `Arc` made here is returned, never dropped
     // under the lock (a last reference dropped here would unmap with the lock held).

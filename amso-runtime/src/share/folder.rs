@@ -149,12 +149,10 @@ impl Folder {
         if unsafe { libc::mkdirat(self.fd.as_raw_fd(), c_name.as_ptr(), 0o700) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        // In a sticky folder (as /dev/shm is) only its owner renames or removes what it made:
-        // the name still names the folder just made. Its mode is set whatever the umask took.
-        // SAFETY: as above.
-        if unsafe { libc::fchmodat(self.fd.as_raw_fd(), c_name.as_ptr(), 0o700, 0) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        // Its mode is set whatever the umask took, through a descriptor of the folder itself
+        // (opened without following a link, as everything here).
+        let made = File::from(self.open_at(name, libc::O_RDONLY | libc::O_DIRECTORY, 0)?);
+        made.set_permissions(std::fs::Permissions::from_mode(0o700))?;
         self.open_folder(name, current_uid()).map_err(|refusal| match refusal {
             Refusal::Io(error) => error,
             other => io::Error::other(format!("the folder just made is not as made: {other:?}")),

@@ -30,6 +30,9 @@ const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 /// How old a folder without its `live` file must be to count as an abandoned, half-made export
 /// (the exporter makes `live` right after the folder).
 const HALF_MADE: Duration = Duration::from_secs(60);
+/// How old a folder must be before its unlocked `live` file means its exporter is gone (the
+/// exporter locks `live` right after making it).
+const MAKING: Duration = Duration::from_secs(2);
 /// The most seconds an environment setting may name (one day); larger values count as this.
 pub(crate) const MAX_SECONDS: f64 = 86_400.0;
 
@@ -70,7 +73,8 @@ impl ExportFolder {
         };
         let made = (|| {
             let live = folder.create_file("live", b"")?;
-            live.try_lock().map_err(io::Error::from)?;
+            // Waited for: a prober (`locked_by_another`) may hold a shared lock for an instant.
+            live.lock()?;
             folder.create_file("lock", b"")?;
             folder.create_file("record", &describe(token))?;
             Ok(live)
@@ -239,12 +243,12 @@ pub(crate) fn remove_stale(base: &Folder) {
     let Ok(names) = base.names() else { return };
     for name in names.into_iter().filter(|n| n.starts_with(&prefix)) {
         let Ok(folder) = base.open_folder(&name, uid) else { continue };
+        // A folder being made has `live` unlocked for an instant: only an older one counts.
+        let made = std::fs::symlink_metadata(folder.path()).and_then(|m| m.modified()).ok();
+        let old = |grace: Duration| made.and_then(|t| t.elapsed().ok()).is_some_and(|age| age > grace);
         let dead = match folder.open_file("live", uid) {
-            Ok(live) => !locked_by_another(&live),
-            Err(Refusal::Missing) => {
-                let made = std::fs::symlink_metadata(folder.path()).and_then(|m| m.modified()).ok();
-                made.and_then(|t| t.elapsed().ok()).is_some_and(|age| age > HALF_MADE)
-            }
+            Ok(live) => !locked_by_another(&live) && old(MAKING),
+            Err(Refusal::Missing) => old(HALF_MADE),
             Err(_) => false,
         };
         if dead {

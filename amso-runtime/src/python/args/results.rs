@@ -479,6 +479,12 @@ impl Handoff {
                 let minor = if major == DLPACK_VERSION.0 { minor.min(DLPACK_VERSION.1) } else { DLPACK_VERSION.1 };
                 Format::Versioned(DLPackVersion { major: DLPACK_VERSION.0, minor })
             }
+            _ if handover.readonly => {
+                return Err(PyBufferError::new_err(
+                    "the result is read-only, which a legacy (unversioned) DLPack capsule cannot say: call \
+                     __dlpack__(max_version=(1, 0)) or later (its READ_ONLY flag)",
+                ))
+            }
             _ if crate::dlpack::padded(handover.dtype.dl_data_type()) => {
                 return Err(PyBufferError::new_err(
                     "a sub-byte element padded to a byte needs a versioned DLPack tensor (its padded flag): call \

@@ -61,6 +61,11 @@ pub(crate) fn is_array_type(ty: &Bound<'_, PyType>) -> bool {
     unsafe { ffi::PyType_IsSubtype(ty.as_type_ptr(), numpy.ndarray) == 1 }
 }
 
+/// Whether `obj` is exactly a `numpy.ndarray` (no subclass, whose methods could be overridden).
+pub(crate) fn is_exact_array(obj: &Bound<'_, PyAny>) -> bool {
+    loaded(obj.py()).is_some_and(|numpy| obj.get_type().as_type_ptr() == numpy.ndarray)
+}
+
 /// The builtin NumPy type numbers amso reads, with their DLPack (code, bits, lanes) as this
 /// platform sizes C's `int` and `long` (the codes are the spec generator's).
 const BUILTIN: [(c_int, (u8, u8, u16)); 16] = {

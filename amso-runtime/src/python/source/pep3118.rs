@@ -1,8 +1,8 @@
 //! The buffer protocol (PEP 3118) as a source: `bytearray`, `array.array`, `memoryview`,
 //! `mmap` and any C extension's buffers, read without a Python call. An exporter's answer is
 //! checked before anything reads through it (`memarray/buffer_claim.rs`): the format must name
-//! one element type whose size is the itemsize, the length must be what the shape says, strides
-//! must stay inside that length, and indirect buffers are refused.
+//! one element type whose size is the itemsize, the length must be what the shape says, and
+//! indirect buffers are refused; strides are the exporter's word, as NumPy takes them.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;

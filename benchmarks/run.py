@@ -159,7 +159,7 @@ def summary(report: dict, scale: str) -> str:
     scenario = report.get("pool", {}).get("scenario", {})
     if "peak_blocks" in scenario.get("amso", {}) and "peak_blocks" in scenario.get("own", {}):
         row("PyTorch, CuPy, Numba and amso taking turns with 256 MiB blocks: GPU memory held, in blocks (a child "
-            "process each)",
+            "process of run.py each way)",
             scenario["amso"]["peak_blocks"], scenario["own"]["peak_blocks"], "each library's own pool", "", 2)
     lines = [f"Measured {env['date']} on {env['gpu'] or 'a machine without a GPU'}, amso and each peer in one process "
              "(`benchmarks/run.py`):", "", *rows, ""]

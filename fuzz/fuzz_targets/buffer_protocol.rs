@@ -13,7 +13,7 @@ mod input;
 use std::ffi::CString;
 
 use amso_runtime::__private::{claim_buffer, BufferFields};
-use input::Input;
+use input::{numpy_bytes, Input};
 use libfuzzer_sys::fuzz_target;
 
 /// Formats the reference knows, with the item size each names on this machine (`None`: not
@@ -160,19 +160,6 @@ fuzz_target!(|bytes: &[u8]| {
     }
     std::hint::black_box(checksum);
 });
-
-/// NumPy's size rule, apart from amso's: the bytes of `dims` (0 when one is zero), or `None`
-/// when one is negative or the nonzero dimensions' bytes pass `isize::MAX`.
-fn numpy_bytes(dims: &[isize], itemsize: usize) -> Option<usize> {
-    let mut nonzero = itemsize as u128;
-    for &dim in dims {
-        let dim = u128::try_from(dim).ok()?;
-        if dim != 0 {
-            nonzero = nonzero.checked_mul(dim).filter(|&n| n <= isize::MAX as u128)?;
-        }
-    }
-    Some(if dims.contains(&0) { 0 } else { nonzero as usize })
-}
 
 /// Whether every element of a non-empty buffer with these byte strides lies in `0..len`.
 fn reach_inside(dims: &[isize], strides: &[isize], itemsize: usize, len: isize) -> bool {

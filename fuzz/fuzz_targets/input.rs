@@ -36,3 +36,19 @@ impl Input<'_> {
         }
     }
 }
+
+/// NumPy's size rule, computed apart from amso's: the bytes of `dims` (0 when one is zero), or
+/// `None` when one is negative or the nonzero dimensions' bytes pass `isize::MAX`.
+pub fn numpy_bytes<D: Copy + TryInto<u128>>(dims: &[D], itemsize: usize) -> Option<usize> {
+    let mut nonzero = itemsize as u128;
+    let mut empty = false;
+    for &dim in dims {
+        let dim: u128 = dim.try_into().ok()?;
+        if dim == 0 {
+            empty = true;
+        } else {
+            nonzero = nonzero.checked_mul(dim).filter(|&n| n <= isize::MAX as u128)?;
+        }
+    }
+    Some(if empty { 0 } else { nonzero as usize })
+}

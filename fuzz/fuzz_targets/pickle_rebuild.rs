@@ -14,7 +14,7 @@ mod input;
 use amso_runtime::__private::{plan_rebuild, ElementOps, Pickled, PickledData, RebuildMemory};
 use amso_runtime::dtypes::{bfloat16, complex128, float8_e4m3fn};
 use amso_runtime::{Device, Element, Error, ForeignMemory, MemArray, MAX_NDIM};
-use input::Input;
+use input::{numpy_bytes, Input};
 use libfuzzer_sys::fuzz_target;
 
 /// A class this "module" compiles: its dtype name and ndim, its element table, and the
@@ -129,19 +129,6 @@ fuzz_target!(|bytes: &[u8]| {
         }
     }
 });
-
-/// NumPy's size rule, computed apart from amso's: the bytes of `dims` (0 when one is zero),
-/// or `None` when one is negative or the nonzero dimensions' bytes pass `isize::MAX`.
-fn numpy_bytes(dims: &[i64], itemsize: usize) -> Option<usize> {
-    let mut nonzero = itemsize as u128;
-    for &dim in dims {
-        let dim = u128::try_from(dim).ok()?;
-        if dim != 0 {
-            nonzero = nonzero.checked_mul(dim).filter(|&n| n <= isize::MAX as u128)?;
-        }
-    }
-    Some(if dims.contains(&0) { 0 } else { nonzero as usize })
-}
 
 /// The rebuild's adoption of the buffer, then a read of every element through the array.
 fn adopt_and_read<T: Element, const N: usize>(dims: &[i64], memory: ForeignMemory, readonly: bool) {

@@ -28,6 +28,22 @@ fn lend_error(error: Error) -> PyErr {
     }
 }
 
+/// Lend `size` bytes on `device_id` for work on `stream` to client number `client_number`
+/// (memory other processes can map with `shareable`): the address, the loan's serial, the client.
+fn lend_to(
+    py: Python<'_>,
+    size: usize,
+    device_id: i32,
+    stream: i64,
+    client_number: u32,
+    shareable: bool,
+) -> PyResult<(u64, u64, Client)> {
+    let client = client(client_number)?;
+    let request = if shareable { Request::Shareable } else { Request::Current };
+    let (ptr, serial) = py.detach(|| loans::lend(request, device_id, size, stream, client)).map_err(lend_error)?;
+    Ok((ptr, serial, client))
+}
+
 /// `_lend(size, device_id, stream, client, shareable=False)`: `size` bytes of device memory
 /// from the process's pool, lent to `client` (a number of `CLIENTS`) for work on `stream` (a
 /// protocol value); the address (0 for zero bytes). Give it back with `_reclaim`.
@@ -41,9 +57,7 @@ pub(super) fn lend(
     client_number: u32,
     shareable: bool,
 ) -> PyResult<u64> {
-    let client = client(client_number)?;
-    let request = if shareable { Request::Shareable } else { Request::Current };
-    Ok(py.detach(|| loans::lend(request, device_id, size, stream, client)).map_err(lend_error)?.0)
+    Ok(lend_to(py, size, device_id, stream, client_number, shareable)?.0)
 }
 
 /// `_reclaim(ptr, device_id, client, stream=None, size=None)`: give back a loan, freed after
@@ -108,9 +122,7 @@ impl Loan {
         client_number: u32,
         shareable: bool,
     ) -> PyResult<Loan> {
-        let client = client(client_number)?;
-        let request = if shareable { Request::Shareable } else { Request::Current };
-        let (ptr, serial) = py.detach(|| loans::lend(request, device_id, size, stream, client)).map_err(lend_error)?;
+        let (ptr, serial, client) = lend_to(py, size, device_id, stream, client_number, shareable)?;
         Ok(Loan { ptr, serial, size, device_id, client, released: AtomicBool::new(false) })
     }
 

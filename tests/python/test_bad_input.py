@@ -60,7 +60,7 @@ def test_cuda_requests_without_a_driver_are_clear_runtime_errors():
         lambda: a.get_dlpack(amso.dlpack.kDLCUDA),
         lambda: a.add_index_tuple(),
         lambda: amso.MemArray(2, np.float32, pinned=True),
-        lambda: amso.cuda.device_count(),
+        lambda: amso.cuda.memory_info(),
     ]:
         with pytest.raises(RuntimeError, match="no CUDA driver found"):
             request()
@@ -69,6 +69,7 @@ def test_cuda_requests_without_a_driver_are_clear_runtime_errors():
     with pytest.raises(AttributeError, match="host memory"):
         a.__cuda_array_interface__
     assert amso.cuda.is_available() is False
+    assert amso.cuda.device_count() == 0  # as torch.cuda.device_count()
     assert not a.on_device and not a.locked and a[0] == 3.0
 
 

@@ -1,4 +1,4 @@
-"""README's and the guide's Python and C code blocks, run (the Rust ones are doctests of the
+"""README's (the repository's and the Python package's) and the guide's Python and C code blocks, run (the Rust ones are doctests of the
 `docs` crate). Each ```python block runs in a fresh interpreter; a block whose first line is
 `# needs a GPU` runs where CUDA is. Each ```c block compiles against generated/amso.h, and the
 functions the pages define (`sum_float64`, `describe`) are called on amso arrays and on what
@@ -19,7 +19,7 @@ import amso
 from test_capi import build
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "amso-python" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 GPU_MARK = "# needs a GPU"
 
 
@@ -72,3 +72,12 @@ def test_c_block_compiles_and_sums(where, code, tmp_path):
     assert total.value == pytest.approx(values.sum(), rel=1e-12)
     assert function(np.zeros(3), ctypes.byref(total)) == -1, "a NumPy array is not an amso array"
     assert function(amso.MemArray((3,), np.float32), ctypes.byref(total)) == -2, "float32 is not float64"
+
+
+def test_the_declared_licenses_ship_their_texts():
+    """Cargo.toml and pyproject.toml say MIT OR Apache-2.0: both texts are in the repository."""
+    for manifest in (ROOT / "Cargo.toml", ROOT / "amso-python" / "pyproject.toml"):
+        assert re.search(r'^license = "MIT OR Apache-2.0"$', manifest.read_text(), flags=re.M), manifest
+    apache, mit = (ROOT / "LICENSE-APACHE").read_text(), (ROOT / "LICENSE-MIT").read_text()
+    assert "Apache License" in apache and "Version 2.0, January 2004" in apache and "END OF TERMS AND CONDITIONS" in apache
+    assert "Permission is hereby granted, free of charge" in mit and "The amso developers" in mit

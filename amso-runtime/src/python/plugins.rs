@@ -100,10 +100,14 @@ pub(super) fn refused_frees() -> u64 {
 /// given back by `release()`, or when the object is dropped.
 #[pyclass(frozen, module = "amso._amso", name = "_Loan")]
 pub struct Loan {
+    /// The device address (0 for zero bytes).
+    #[pyo3(get)]
     ptr: u64,
     /// The ledger's serial of this loan, so that a give-back after a reset cannot return a
     /// later loan of the same address.
     serial: u64,
+    /// The size in bytes.
+    #[pyo3(get)]
     size: usize,
     device_id: i32,
     client: Client,
@@ -124,18 +128,6 @@ impl Loan {
     ) -> PyResult<Loan> {
         let (ptr, serial, client) = lend_to(py, size, device_id, stream, client_number, shareable)?;
         Ok(Loan { ptr, serial, size, device_id, client, released: AtomicBool::new(false) })
-    }
-
-    /// The device address (0 for zero bytes).
-    #[getter]
-    fn ptr(&self) -> u64 {
-        self.ptr
-    }
-
-    /// The size in bytes.
-    #[getter]
-    fn size(&self) -> usize {
-        self.size
     }
 
     /// Give the memory back now (once; later calls do nothing). A ValueError if the loan was
@@ -172,7 +164,11 @@ impl Drop for Loan {
 #[pyclass(frozen, module = "amso._amso", name = "_PinnedLoan")]
 pub struct PinnedLoan {
     memory: std::sync::Mutex<Option<PinnedMemory>>,
+    /// The host address (0 for zero bytes).
+    #[pyo3(get)]
     ptr: usize,
+    /// The size in bytes.
+    #[pyo3(get)]
     size: usize,
 }
 
@@ -184,18 +180,6 @@ impl PinnedLoan {
         let memory = py.detach(|| PinnedMemory::alloc_for_loan(size, mapped, write_combined)).map_err(lend_error)?;
         let ptr = memory.as_ptr() as usize;
         Ok(PinnedLoan { memory: std::sync::Mutex::new(Some(memory)), ptr, size })
-    }
-
-    /// The host address (0 for zero bytes).
-    #[getter]
-    fn ptr(&self) -> usize {
-        self.ptr
-    }
-
-    /// The size in bytes.
-    #[getter]
-    fn size(&self) -> usize {
-        self.size
     }
 
     /// Free the memory now (once).

@@ -261,14 +261,10 @@ mod tests {
 
     /// A fresh private folder under the temporary folder.
     fn scratch() -> (Scratch, Folder) {
-        let name = format!("amso-folder-test-{}", hex(&random_bytes::<8>().unwrap()));
+        let name = format!("amso-folder-test-{}", super::super::handle::hex(&random_bytes::<8>().unwrap()));
         let base = Folder::open_system(&std::env::temp_dir()).unwrap();
         let folder = base.create_folder(&name).unwrap();
         (Scratch(folder.path().to_path_buf()), folder)
-    }
-
-    fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     #[test]

@@ -136,8 +136,12 @@ pub(crate) const FOLDER_PREFIX: &str = "amso-shared-";
 
 /// The folder name of `uid`'s export `token`.
 pub(crate) fn folder_name(uid: u32, token: &[u8; 16]) -> String {
-    let hex: String = token.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{FOLDER_PREFIX}{uid}-{hex}")
+    format!("{FOLDER_PREFIX}{uid}-{}", hex(token))
+}
+
+/// `bytes` in lowercase hexadecimal, for the random parts of names.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

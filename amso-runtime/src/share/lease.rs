@@ -22,7 +22,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use super::folder::{current_uid, random_bytes, Folder, Refusal};
-use super::handle::{folder_name, Handle, FOLDER_PREFIX};
+use super::handle::{folder_name, hex, Handle, FOLDER_PREFIX};
 
 /// How long a lock is waited for before giving up: a lock a forked child inherited mid-hold
 /// must not hang anyone.
@@ -314,10 +314,6 @@ fn locked_by_another(file: &File) -> bool {
 
 fn pending_name(pending: u64) -> String {
     format!("pending-{pending}")
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A refusal of the folder's entry `what` as an importer's.

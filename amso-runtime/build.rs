@@ -12,6 +12,19 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // In a source checkout, an edited spec without regenerated files stops the build (pip,
+    // maturin and cargo alike) with the command to run, instead of building the old pairs.
+    let manifest = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let root = manifest.join("..");
+    if root.join("specs/types.yaml").is_file() {
+        for path in amso_codegen::write::checkout_inputs(&spec, &root) {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+    if let Err(message) = amso_codegen::write::check_checkout(&root) {
+        eprintln!("{message}");
+        std::process::exit(1);
+    }
     let tokens = amso_codegen::expand::traits::element_impls(&spec);
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     std::fs::write(out.join("element_impls.rs"), tokens.to_string()).expect("OUT_DIR is writable");

@@ -220,6 +220,390 @@ class DLPackContext:
     ) -> Any: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
 
+class MemArray1DBool(MemArrayBase):
+    """1-D array of bool (bool)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DBool: ...
+
+class MemArray2DBool(MemArrayBase):
+    """2-D array of bool (bool)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DBool: ...
+
+class MemArray3DBool(MemArrayBase):
+    """3-D array of bool (bool)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DBool: ...
+
+class MemArray4DBool(MemArrayBase):
+    """4-D array of bool (bool)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DBool: ...
+
+class MemArray5DBool(MemArrayBase):
+    """5-D array of bool (bool)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DBool: ...
+
+class MemArray6DBool(MemArrayBase):
+    """6-D array of bool (bool)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DBool: ...
+
+class MemArray7DBool(MemArrayBase):
+    """7-D array of bool (bool)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DBool: ...
+
+class MemArray8DBool(MemArrayBase):
+    """8-D array of bool (bool)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DBool: ...
+
+class MemArray1DInt8(MemArrayBase):
+    """1-D array of int8 (i8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DInt8: ...
+
+class MemArray2DInt8(MemArrayBase):
+    """2-D array of int8 (i8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DInt8: ...
+
+class MemArray3DInt8(MemArrayBase):
+    """3-D array of int8 (i8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DInt8: ...
+
+class MemArray4DInt8(MemArrayBase):
+    """4-D array of int8 (i8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DInt8: ...
+
+class MemArray5DInt8(MemArrayBase):
+    """5-D array of int8 (i8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DInt8: ...
+
+class MemArray6DInt8(MemArrayBase):
+    """6-D array of int8 (i8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DInt8: ...
+
+class MemArray7DInt8(MemArrayBase):
+    """7-D array of int8 (i8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DInt8: ...
+
+class MemArray8DInt8(MemArrayBase):
+    """8-D array of int8 (i8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DInt8: ...
+
+class MemArray1DInt16(MemArrayBase):
+    """1-D array of int16 (i16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DInt16: ...
+
+class MemArray2DInt16(MemArrayBase):
+    """2-D array of int16 (i16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DInt16: ...
+
+class MemArray3DInt16(MemArrayBase):
+    """3-D array of int16 (i16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DInt16: ...
+
+class MemArray4DInt16(MemArrayBase):
+    """4-D array of int16 (i16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DInt16: ...
+
+class MemArray5DInt16(MemArrayBase):
+    """5-D array of int16 (i16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DInt16: ...
+
+class MemArray6DInt16(MemArrayBase):
+    """6-D array of int16 (i16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DInt16: ...
+
+class MemArray7DInt16(MemArrayBase):
+    """7-D array of int16 (i16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DInt16: ...
+
+class MemArray8DInt16(MemArrayBase):
+    """8-D array of int16 (i16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DInt16: ...
+
 class MemArray1DInt32(MemArrayBase):
     """1-D array of int32 (i32)."""
 
@@ -267,6 +651,86 @@ class MemArray3DInt32(MemArrayBase):
         managed: bool = False,
         shareable: bool = False,
     ) -> MemArray3DInt32: ...
+
+class MemArray4DInt32(MemArrayBase):
+    """4-D array of int32 (i32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DInt32: ...
+
+class MemArray5DInt32(MemArrayBase):
+    """5-D array of int32 (i32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DInt32: ...
+
+class MemArray6DInt32(MemArrayBase):
+    """6-D array of int32 (i32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DInt32: ...
+
+class MemArray7DInt32(MemArrayBase):
+    """7-D array of int32 (i32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DInt32: ...
+
+class MemArray8DInt32(MemArrayBase):
+    """8-D array of int32 (i32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DInt32: ...
 
 class MemArray1DInt64(MemArrayBase):
     """1-D array of int64 (i64)."""
@@ -316,6 +780,854 @@ class MemArray3DInt64(MemArrayBase):
         shareable: bool = False,
     ) -> MemArray3DInt64: ...
 
+class MemArray4DInt64(MemArrayBase):
+    """4-D array of int64 (i64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DInt64: ...
+
+class MemArray5DInt64(MemArrayBase):
+    """5-D array of int64 (i64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DInt64: ...
+
+class MemArray6DInt64(MemArrayBase):
+    """6-D array of int64 (i64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DInt64: ...
+
+class MemArray7DInt64(MemArrayBase):
+    """7-D array of int64 (i64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DInt64: ...
+
+class MemArray8DInt64(MemArrayBase):
+    """8-D array of int64 (i64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DInt64: ...
+
+class MemArray1DUint8(MemArrayBase):
+    """1-D array of uint8 (u8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DUint8: ...
+
+class MemArray2DUint8(MemArrayBase):
+    """2-D array of uint8 (u8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DUint8: ...
+
+class MemArray3DUint8(MemArrayBase):
+    """3-D array of uint8 (u8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DUint8: ...
+
+class MemArray4DUint8(MemArrayBase):
+    """4-D array of uint8 (u8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DUint8: ...
+
+class MemArray5DUint8(MemArrayBase):
+    """5-D array of uint8 (u8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DUint8: ...
+
+class MemArray6DUint8(MemArrayBase):
+    """6-D array of uint8 (u8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DUint8: ...
+
+class MemArray7DUint8(MemArrayBase):
+    """7-D array of uint8 (u8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DUint8: ...
+
+class MemArray8DUint8(MemArrayBase):
+    """8-D array of uint8 (u8)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DUint8: ...
+
+class MemArray1DUint16(MemArrayBase):
+    """1-D array of uint16 (u16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DUint16: ...
+
+class MemArray2DUint16(MemArrayBase):
+    """2-D array of uint16 (u16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DUint16: ...
+
+class MemArray3DUint16(MemArrayBase):
+    """3-D array of uint16 (u16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DUint16: ...
+
+class MemArray4DUint16(MemArrayBase):
+    """4-D array of uint16 (u16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DUint16: ...
+
+class MemArray5DUint16(MemArrayBase):
+    """5-D array of uint16 (u16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DUint16: ...
+
+class MemArray6DUint16(MemArrayBase):
+    """6-D array of uint16 (u16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DUint16: ...
+
+class MemArray7DUint16(MemArrayBase):
+    """7-D array of uint16 (u16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DUint16: ...
+
+class MemArray8DUint16(MemArrayBase):
+    """8-D array of uint16 (u16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DUint16: ...
+
+class MemArray1DUint32(MemArrayBase):
+    """1-D array of uint32 (u32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DUint32: ...
+
+class MemArray2DUint32(MemArrayBase):
+    """2-D array of uint32 (u32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DUint32: ...
+
+class MemArray3DUint32(MemArrayBase):
+    """3-D array of uint32 (u32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DUint32: ...
+
+class MemArray4DUint32(MemArrayBase):
+    """4-D array of uint32 (u32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DUint32: ...
+
+class MemArray5DUint32(MemArrayBase):
+    """5-D array of uint32 (u32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DUint32: ...
+
+class MemArray6DUint32(MemArrayBase):
+    """6-D array of uint32 (u32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DUint32: ...
+
+class MemArray7DUint32(MemArrayBase):
+    """7-D array of uint32 (u32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DUint32: ...
+
+class MemArray8DUint32(MemArrayBase):
+    """8-D array of uint32 (u32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DUint32: ...
+
+class MemArray1DUint64(MemArrayBase):
+    """1-D array of uint64 (u64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DUint64: ...
+
+class MemArray2DUint64(MemArrayBase):
+    """2-D array of uint64 (u64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DUint64: ...
+
+class MemArray3DUint64(MemArrayBase):
+    """3-D array of uint64 (u64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DUint64: ...
+
+class MemArray4DUint64(MemArrayBase):
+    """4-D array of uint64 (u64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DUint64: ...
+
+class MemArray5DUint64(MemArrayBase):
+    """5-D array of uint64 (u64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DUint64: ...
+
+class MemArray6DUint64(MemArrayBase):
+    """6-D array of uint64 (u64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DUint64: ...
+
+class MemArray7DUint64(MemArrayBase):
+    """7-D array of uint64 (u64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DUint64: ...
+
+class MemArray8DUint64(MemArrayBase):
+    """8-D array of uint64 (u64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DUint64: ...
+
+class MemArray1DFloat16(MemArrayBase):
+    """1-D array of float16 (half::f16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DFloat16: ...
+
+class MemArray2DFloat16(MemArrayBase):
+    """2-D array of float16 (half::f16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DFloat16: ...
+
+class MemArray3DFloat16(MemArrayBase):
+    """3-D array of float16 (half::f16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DFloat16: ...
+
+class MemArray4DFloat16(MemArrayBase):
+    """4-D array of float16 (half::f16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat16: ...
+
+class MemArray5DFloat16(MemArrayBase):
+    """5-D array of float16 (half::f16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat16: ...
+
+class MemArray6DFloat16(MemArrayBase):
+    """6-D array of float16 (half::f16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat16: ...
+
+class MemArray7DFloat16(MemArrayBase):
+    """7-D array of float16 (half::f16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat16: ...
+
+class MemArray8DFloat16(MemArrayBase):
+    """8-D array of float16 (half::f16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat16: ...
+
+class MemArray1DBfloat16(MemArrayBase):
+    """1-D array of bfloat16 (half::bf16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DBfloat16: ...
+
+class MemArray2DBfloat16(MemArrayBase):
+    """2-D array of bfloat16 (half::bf16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DBfloat16: ...
+
+class MemArray3DBfloat16(MemArrayBase):
+    """3-D array of bfloat16 (half::bf16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DBfloat16: ...
+
+class MemArray4DBfloat16(MemArrayBase):
+    """4-D array of bfloat16 (half::bf16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DBfloat16: ...
+
+class MemArray5DBfloat16(MemArrayBase):
+    """5-D array of bfloat16 (half::bf16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DBfloat16: ...
+
+class MemArray6DBfloat16(MemArrayBase):
+    """6-D array of bfloat16 (half::bf16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DBfloat16: ...
+
+class MemArray7DBfloat16(MemArrayBase):
+    """7-D array of bfloat16 (half::bf16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DBfloat16: ...
+
+class MemArray8DBfloat16(MemArrayBase):
+    """8-D array of bfloat16 (half::bf16)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DBfloat16: ...
+
 class MemArray1DFloat32(MemArrayBase):
     """1-D array of float32 (f32)."""
 
@@ -363,6 +1675,86 @@ class MemArray3DFloat32(MemArrayBase):
         managed: bool = False,
         shareable: bool = False,
     ) -> MemArray3DFloat32: ...
+
+class MemArray4DFloat32(MemArrayBase):
+    """4-D array of float32 (f32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat32: ...
+
+class MemArray5DFloat32(MemArrayBase):
+    """5-D array of float32 (f32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat32: ...
+
+class MemArray6DFloat32(MemArrayBase):
+    """6-D array of float32 (f32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat32: ...
+
+class MemArray7DFloat32(MemArrayBase):
+    """7-D array of float32 (f32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat32: ...
+
+class MemArray8DFloat32(MemArrayBase):
+    """8-D array of float32 (f32)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat32: ...
 
 class MemArray1DFloat64(MemArrayBase):
     """1-D array of float64 (f64)."""
@@ -412,8 +1804,8 @@ class MemArray3DFloat64(MemArrayBase):
         shareable: bool = False,
     ) -> MemArray3DFloat64: ...
 
-class MemArray2DUint8(MemArrayBase):
-    """2-D array of uint8 (u8)."""
+class MemArray4DFloat64(MemArrayBase):
+    """4-D array of float64 (f64)."""
 
     def __new__(
         cls,
@@ -426,26 +1818,10 @@ class MemArray2DUint8(MemArrayBase):
         uninitialized: bool = False,
         managed: bool = False,
         shareable: bool = False,
-    ) -> MemArray2DUint8: ...
+    ) -> MemArray4DFloat64: ...
 
-class MemArray3DUint8(MemArrayBase):
-    """3-D array of uint8 (u8)."""
-
-    def __new__(
-        cls,
-        shape: _Shape,
-        device_id: int = 0,
-        *,
-        readonly: bool = False,
-        pinned: bool = False,
-        on_device: bool = False,
-        uninitialized: bool = False,
-        managed: bool = False,
-        shareable: bool = False,
-    ) -> MemArray3DUint8: ...
-
-class MemArray1DBool(MemArrayBase):
-    """1-D array of bool (bool)."""
+class MemArray5DFloat64(MemArrayBase):
+    """5-D array of float64 (f64)."""
 
     def __new__(
         cls,
@@ -458,7 +1834,71 @@ class MemArray1DBool(MemArrayBase):
         uninitialized: bool = False,
         managed: bool = False,
         shareable: bool = False,
-    ) -> MemArray1DBool: ...
+    ) -> MemArray5DFloat64: ...
+
+class MemArray6DFloat64(MemArrayBase):
+    """6-D array of float64 (f64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat64: ...
+
+class MemArray7DFloat64(MemArrayBase):
+    """7-D array of float64 (f64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat64: ...
+
+class MemArray8DFloat64(MemArrayBase):
+    """8-D array of float64 (f64)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat64: ...
+
+class MemArray1DComplex64(MemArrayBase):
+    """1-D array of complex64 (num_complex::Complex<f32>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DComplex64: ...
 
 class MemArray2DComplex64(MemArrayBase):
     """2-D array of complex64 (num_complex::Complex<f32>)."""
@@ -476,8 +1916,8 @@ class MemArray2DComplex64(MemArrayBase):
         shareable: bool = False,
     ) -> MemArray2DComplex64: ...
 
-class MemArray1DFloat16(MemArrayBase):
-    """1-D array of float16 (half::f16)."""
+class MemArray3DComplex64(MemArrayBase):
+    """3-D array of complex64 (num_complex::Complex<f32>)."""
 
     def __new__(
         cls,
@@ -490,10 +1930,10 @@ class MemArray1DFloat16(MemArrayBase):
         uninitialized: bool = False,
         managed: bool = False,
         shareable: bool = False,
-    ) -> MemArray1DFloat16: ...
+    ) -> MemArray3DComplex64: ...
 
-class MemArray1DBfloat16(MemArrayBase):
-    """1-D array of bfloat16 (half::bf16)."""
+class MemArray4DComplex64(MemArrayBase):
+    """4-D array of complex64 (num_complex::Complex<f32>)."""
 
     def __new__(
         cls,
@@ -506,7 +1946,583 @@ class MemArray1DBfloat16(MemArrayBase):
         uninitialized: bool = False,
         managed: bool = False,
         shareable: bool = False,
-    ) -> MemArray1DBfloat16: ...
+    ) -> MemArray4DComplex64: ...
+
+class MemArray5DComplex64(MemArrayBase):
+    """5-D array of complex64 (num_complex::Complex<f32>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DComplex64: ...
+
+class MemArray6DComplex64(MemArrayBase):
+    """6-D array of complex64 (num_complex::Complex<f32>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DComplex64: ...
+
+class MemArray7DComplex64(MemArrayBase):
+    """7-D array of complex64 (num_complex::Complex<f32>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DComplex64: ...
+
+class MemArray8DComplex64(MemArrayBase):
+    """8-D array of complex64 (num_complex::Complex<f32>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DComplex64: ...
+
+class MemArray1DComplex128(MemArrayBase):
+    """1-D array of complex128 (num_complex::Complex<f64>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DComplex128: ...
+
+class MemArray2DComplex128(MemArrayBase):
+    """2-D array of complex128 (num_complex::Complex<f64>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DComplex128: ...
+
+class MemArray3DComplex128(MemArrayBase):
+    """3-D array of complex128 (num_complex::Complex<f64>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DComplex128: ...
+
+class MemArray4DComplex128(MemArrayBase):
+    """4-D array of complex128 (num_complex::Complex<f64>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DComplex128: ...
+
+class MemArray5DComplex128(MemArrayBase):
+    """5-D array of complex128 (num_complex::Complex<f64>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DComplex128: ...
+
+class MemArray6DComplex128(MemArrayBase):
+    """6-D array of complex128 (num_complex::Complex<f64>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DComplex128: ...
+
+class MemArray7DComplex128(MemArrayBase):
+    """7-D array of complex128 (num_complex::Complex<f64>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DComplex128: ...
+
+class MemArray8DComplex128(MemArrayBase):
+    """8-D array of complex128 (num_complex::Complex<f64>)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DComplex128: ...
+
+class MemArray1DFloat8E3m4(MemArrayBase):
+    """1-D array of float8_e3m4 (microfloat::f8e3m4)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DFloat8E3m4: ...
+
+class MemArray2DFloat8E3m4(MemArrayBase):
+    """2-D array of float8_e3m4 (microfloat::f8e3m4)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DFloat8E3m4: ...
+
+class MemArray3DFloat8E3m4(MemArrayBase):
+    """3-D array of float8_e3m4 (microfloat::f8e3m4)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DFloat8E3m4: ...
+
+class MemArray4DFloat8E3m4(MemArrayBase):
+    """4-D array of float8_e3m4 (microfloat::f8e3m4)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat8E3m4: ...
+
+class MemArray5DFloat8E3m4(MemArrayBase):
+    """5-D array of float8_e3m4 (microfloat::f8e3m4)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat8E3m4: ...
+
+class MemArray6DFloat8E3m4(MemArrayBase):
+    """6-D array of float8_e3m4 (microfloat::f8e3m4)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat8E3m4: ...
+
+class MemArray7DFloat8E3m4(MemArrayBase):
+    """7-D array of float8_e3m4 (microfloat::f8e3m4)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat8E3m4: ...
+
+class MemArray8DFloat8E3m4(MemArrayBase):
+    """8-D array of float8_e3m4 (microfloat::f8e3m4)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat8E3m4: ...
+
+class MemArray1DFloat8E4m3(MemArrayBase):
+    """1-D array of float8_e4m3 (microfloat::f8e4m3)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DFloat8E4m3: ...
+
+class MemArray2DFloat8E4m3(MemArrayBase):
+    """2-D array of float8_e4m3 (microfloat::f8e4m3)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DFloat8E4m3: ...
+
+class MemArray3DFloat8E4m3(MemArrayBase):
+    """3-D array of float8_e4m3 (microfloat::f8e4m3)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DFloat8E4m3: ...
+
+class MemArray4DFloat8E4m3(MemArrayBase):
+    """4-D array of float8_e4m3 (microfloat::f8e4m3)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat8E4m3: ...
+
+class MemArray5DFloat8E4m3(MemArrayBase):
+    """5-D array of float8_e4m3 (microfloat::f8e4m3)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat8E4m3: ...
+
+class MemArray6DFloat8E4m3(MemArrayBase):
+    """6-D array of float8_e4m3 (microfloat::f8e4m3)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat8E4m3: ...
+
+class MemArray7DFloat8E4m3(MemArrayBase):
+    """7-D array of float8_e4m3 (microfloat::f8e4m3)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat8E4m3: ...
+
+class MemArray8DFloat8E4m3(MemArrayBase):
+    """8-D array of float8_e4m3 (microfloat::f8e4m3)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat8E4m3: ...
+
+class MemArray1DFloat8E4m3b11fnuz(MemArrayBase):
+    """1-D array of float8_e4m3b11fnuz (microfloat::f8e4m3b11fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DFloat8E4m3b11fnuz: ...
+
+class MemArray2DFloat8E4m3b11fnuz(MemArrayBase):
+    """2-D array of float8_e4m3b11fnuz (microfloat::f8e4m3b11fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DFloat8E4m3b11fnuz: ...
+
+class MemArray3DFloat8E4m3b11fnuz(MemArrayBase):
+    """3-D array of float8_e4m3b11fnuz (microfloat::f8e4m3b11fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DFloat8E4m3b11fnuz: ...
+
+class MemArray4DFloat8E4m3b11fnuz(MemArrayBase):
+    """4-D array of float8_e4m3b11fnuz (microfloat::f8e4m3b11fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat8E4m3b11fnuz: ...
+
+class MemArray5DFloat8E4m3b11fnuz(MemArrayBase):
+    """5-D array of float8_e4m3b11fnuz (microfloat::f8e4m3b11fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat8E4m3b11fnuz: ...
+
+class MemArray6DFloat8E4m3b11fnuz(MemArrayBase):
+    """6-D array of float8_e4m3b11fnuz (microfloat::f8e4m3b11fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat8E4m3b11fnuz: ...
+
+class MemArray7DFloat8E4m3b11fnuz(MemArrayBase):
+    """7-D array of float8_e4m3b11fnuz (microfloat::f8e4m3b11fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat8E4m3b11fnuz: ...
+
+class MemArray8DFloat8E4m3b11fnuz(MemArrayBase):
+    """8-D array of float8_e4m3b11fnuz (microfloat::f8e4m3b11fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat8E4m3b11fnuz: ...
 
 class MemArray1DFloat8E4m3fn(MemArrayBase):
     """1-D array of float8_e4m3fn (microfloat::f8e4m3fn)."""
@@ -556,6 +2572,214 @@ class MemArray3DFloat8E4m3fn(MemArrayBase):
         shareable: bool = False,
     ) -> MemArray3DFloat8E4m3fn: ...
 
+class MemArray4DFloat8E4m3fn(MemArrayBase):
+    """4-D array of float8_e4m3fn (microfloat::f8e4m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat8E4m3fn: ...
+
+class MemArray5DFloat8E4m3fn(MemArrayBase):
+    """5-D array of float8_e4m3fn (microfloat::f8e4m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat8E4m3fn: ...
+
+class MemArray6DFloat8E4m3fn(MemArrayBase):
+    """6-D array of float8_e4m3fn (microfloat::f8e4m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat8E4m3fn: ...
+
+class MemArray7DFloat8E4m3fn(MemArrayBase):
+    """7-D array of float8_e4m3fn (microfloat::f8e4m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat8E4m3fn: ...
+
+class MemArray8DFloat8E4m3fn(MemArrayBase):
+    """8-D array of float8_e4m3fn (microfloat::f8e4m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat8E4m3fn: ...
+
+class MemArray1DFloat8E4m3fnuz(MemArrayBase):
+    """1-D array of float8_e4m3fnuz (microfloat::f8e4m3fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DFloat8E4m3fnuz: ...
+
+class MemArray2DFloat8E4m3fnuz(MemArrayBase):
+    """2-D array of float8_e4m3fnuz (microfloat::f8e4m3fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DFloat8E4m3fnuz: ...
+
+class MemArray3DFloat8E4m3fnuz(MemArrayBase):
+    """3-D array of float8_e4m3fnuz (microfloat::f8e4m3fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DFloat8E4m3fnuz: ...
+
+class MemArray4DFloat8E4m3fnuz(MemArrayBase):
+    """4-D array of float8_e4m3fnuz (microfloat::f8e4m3fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat8E4m3fnuz: ...
+
+class MemArray5DFloat8E4m3fnuz(MemArrayBase):
+    """5-D array of float8_e4m3fnuz (microfloat::f8e4m3fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat8E4m3fnuz: ...
+
+class MemArray6DFloat8E4m3fnuz(MemArrayBase):
+    """6-D array of float8_e4m3fnuz (microfloat::f8e4m3fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat8E4m3fnuz: ...
+
+class MemArray7DFloat8E4m3fnuz(MemArrayBase):
+    """7-D array of float8_e4m3fnuz (microfloat::f8e4m3fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat8E4m3fnuz: ...
+
+class MemArray8DFloat8E4m3fnuz(MemArrayBase):
+    """8-D array of float8_e4m3fnuz (microfloat::f8e4m3fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat8E4m3fnuz: ...
+
 class MemArray1DFloat8E5m2(MemArrayBase):
     """1-D array of float8_e5m2 (microfloat::f8e5m2)."""
 
@@ -604,6 +2828,598 @@ class MemArray3DFloat8E5m2(MemArrayBase):
         shareable: bool = False,
     ) -> MemArray3DFloat8E5m2: ...
 
+class MemArray4DFloat8E5m2(MemArrayBase):
+    """4-D array of float8_e5m2 (microfloat::f8e5m2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat8E5m2: ...
+
+class MemArray5DFloat8E5m2(MemArrayBase):
+    """5-D array of float8_e5m2 (microfloat::f8e5m2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat8E5m2: ...
+
+class MemArray6DFloat8E5m2(MemArrayBase):
+    """6-D array of float8_e5m2 (microfloat::f8e5m2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat8E5m2: ...
+
+class MemArray7DFloat8E5m2(MemArrayBase):
+    """7-D array of float8_e5m2 (microfloat::f8e5m2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat8E5m2: ...
+
+class MemArray8DFloat8E5m2(MemArrayBase):
+    """8-D array of float8_e5m2 (microfloat::f8e5m2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat8E5m2: ...
+
+class MemArray1DFloat8E5m2fnuz(MemArrayBase):
+    """1-D array of float8_e5m2fnuz (microfloat::f8e5m2fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DFloat8E5m2fnuz: ...
+
+class MemArray2DFloat8E5m2fnuz(MemArrayBase):
+    """2-D array of float8_e5m2fnuz (microfloat::f8e5m2fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DFloat8E5m2fnuz: ...
+
+class MemArray3DFloat8E5m2fnuz(MemArrayBase):
+    """3-D array of float8_e5m2fnuz (microfloat::f8e5m2fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DFloat8E5m2fnuz: ...
+
+class MemArray4DFloat8E5m2fnuz(MemArrayBase):
+    """4-D array of float8_e5m2fnuz (microfloat::f8e5m2fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat8E5m2fnuz: ...
+
+class MemArray5DFloat8E5m2fnuz(MemArrayBase):
+    """5-D array of float8_e5m2fnuz (microfloat::f8e5m2fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat8E5m2fnuz: ...
+
+class MemArray6DFloat8E5m2fnuz(MemArrayBase):
+    """6-D array of float8_e5m2fnuz (microfloat::f8e5m2fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat8E5m2fnuz: ...
+
+class MemArray7DFloat8E5m2fnuz(MemArrayBase):
+    """7-D array of float8_e5m2fnuz (microfloat::f8e5m2fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat8E5m2fnuz: ...
+
+class MemArray8DFloat8E5m2fnuz(MemArrayBase):
+    """8-D array of float8_e5m2fnuz (microfloat::f8e5m2fnuz)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat8E5m2fnuz: ...
+
+class MemArray1DFloat8E8m0fnu(MemArrayBase):
+    """1-D array of float8_e8m0fnu (microfloat::f8e8m0fnu)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DFloat8E8m0fnu: ...
+
+class MemArray2DFloat8E8m0fnu(MemArrayBase):
+    """2-D array of float8_e8m0fnu (microfloat::f8e8m0fnu)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DFloat8E8m0fnu: ...
+
+class MemArray3DFloat8E8m0fnu(MemArrayBase):
+    """3-D array of float8_e8m0fnu (microfloat::f8e8m0fnu)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DFloat8E8m0fnu: ...
+
+class MemArray4DFloat8E8m0fnu(MemArrayBase):
+    """4-D array of float8_e8m0fnu (microfloat::f8e8m0fnu)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat8E8m0fnu: ...
+
+class MemArray5DFloat8E8m0fnu(MemArrayBase):
+    """5-D array of float8_e8m0fnu (microfloat::f8e8m0fnu)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat8E8m0fnu: ...
+
+class MemArray6DFloat8E8m0fnu(MemArrayBase):
+    """6-D array of float8_e8m0fnu (microfloat::f8e8m0fnu)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat8E8m0fnu: ...
+
+class MemArray7DFloat8E8m0fnu(MemArrayBase):
+    """7-D array of float8_e8m0fnu (microfloat::f8e8m0fnu)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat8E8m0fnu: ...
+
+class MemArray8DFloat8E8m0fnu(MemArrayBase):
+    """8-D array of float8_e8m0fnu (microfloat::f8e8m0fnu)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat8E8m0fnu: ...
+
+class MemArray1DFloat6E2m3fn(MemArrayBase):
+    """1-D array of float6_e2m3fn (microfloat::f6e2m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DFloat6E2m3fn: ...
+
+class MemArray2DFloat6E2m3fn(MemArrayBase):
+    """2-D array of float6_e2m3fn (microfloat::f6e2m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DFloat6E2m3fn: ...
+
+class MemArray3DFloat6E2m3fn(MemArrayBase):
+    """3-D array of float6_e2m3fn (microfloat::f6e2m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DFloat6E2m3fn: ...
+
+class MemArray4DFloat6E2m3fn(MemArrayBase):
+    """4-D array of float6_e2m3fn (microfloat::f6e2m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat6E2m3fn: ...
+
+class MemArray5DFloat6E2m3fn(MemArrayBase):
+    """5-D array of float6_e2m3fn (microfloat::f6e2m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat6E2m3fn: ...
+
+class MemArray6DFloat6E2m3fn(MemArrayBase):
+    """6-D array of float6_e2m3fn (microfloat::f6e2m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat6E2m3fn: ...
+
+class MemArray7DFloat6E2m3fn(MemArrayBase):
+    """7-D array of float6_e2m3fn (microfloat::f6e2m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat6E2m3fn: ...
+
+class MemArray8DFloat6E2m3fn(MemArrayBase):
+    """8-D array of float6_e2m3fn (microfloat::f6e2m3fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat6E2m3fn: ...
+
+class MemArray1DFloat6E3m2fn(MemArrayBase):
+    """1-D array of float6_e3m2fn (microfloat::f6e3m2fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DFloat6E3m2fn: ...
+
+class MemArray2DFloat6E3m2fn(MemArrayBase):
+    """2-D array of float6_e3m2fn (microfloat::f6e3m2fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DFloat6E3m2fn: ...
+
+class MemArray3DFloat6E3m2fn(MemArrayBase):
+    """3-D array of float6_e3m2fn (microfloat::f6e3m2fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DFloat6E3m2fn: ...
+
+class MemArray4DFloat6E3m2fn(MemArrayBase):
+    """4-D array of float6_e3m2fn (microfloat::f6e3m2fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat6E3m2fn: ...
+
+class MemArray5DFloat6E3m2fn(MemArrayBase):
+    """5-D array of float6_e3m2fn (microfloat::f6e3m2fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat6E3m2fn: ...
+
+class MemArray6DFloat6E3m2fn(MemArrayBase):
+    """6-D array of float6_e3m2fn (microfloat::f6e3m2fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat6E3m2fn: ...
+
+class MemArray7DFloat6E3m2fn(MemArrayBase):
+    """7-D array of float6_e3m2fn (microfloat::f6e3m2fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat6E3m2fn: ...
+
+class MemArray8DFloat6E3m2fn(MemArrayBase):
+    """8-D array of float6_e3m2fn (microfloat::f6e3m2fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat6E3m2fn: ...
+
 class MemArray1DFloat4E2m1fn(MemArrayBase):
     """1-D array of float4_e2m1fn (microfloat::f4e2m1fn)."""
 
@@ -620,6 +3436,118 @@ class MemArray1DFloat4E2m1fn(MemArrayBase):
         shareable: bool = False,
     ) -> MemArray1DFloat4E2m1fn: ...
 
+class MemArray2DFloat4E2m1fn(MemArrayBase):
+    """2-D array of float4_e2m1fn (microfloat::f4e2m1fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DFloat4E2m1fn: ...
+
+class MemArray3DFloat4E2m1fn(MemArrayBase):
+    """3-D array of float4_e2m1fn (microfloat::f4e2m1fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DFloat4E2m1fn: ...
+
+class MemArray4DFloat4E2m1fn(MemArrayBase):
+    """4-D array of float4_e2m1fn (microfloat::f4e2m1fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat4E2m1fn: ...
+
+class MemArray5DFloat4E2m1fn(MemArrayBase):
+    """5-D array of float4_e2m1fn (microfloat::f4e2m1fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat4E2m1fn: ...
+
+class MemArray6DFloat4E2m1fn(MemArrayBase):
+    """6-D array of float4_e2m1fn (microfloat::f4e2m1fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat4E2m1fn: ...
+
+class MemArray7DFloat4E2m1fn(MemArrayBase):
+    """7-D array of float4_e2m1fn (microfloat::f4e2m1fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat4E2m1fn: ...
+
+class MemArray8DFloat4E2m1fn(MemArrayBase):
+    """8-D array of float4_e2m1fn (microfloat::f4e2m1fn)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat4E2m1fn: ...
+
 class MemArray1DFloat4E2m1fnX2(MemArrayBase):
     """1-D array of float4_e2m1fn_x2 (crate::element::Float4E2M1FnX2)."""
 
@@ -635,3 +3563,115 @@ class MemArray1DFloat4E2m1fnX2(MemArrayBase):
         managed: bool = False,
         shareable: bool = False,
     ) -> MemArray1DFloat4E2m1fnX2: ...
+
+class MemArray2DFloat4E2m1fnX2(MemArrayBase):
+    """2-D array of float4_e2m1fn_x2 (crate::element::Float4E2M1FnX2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray2DFloat4E2m1fnX2: ...
+
+class MemArray3DFloat4E2m1fnX2(MemArrayBase):
+    """3-D array of float4_e2m1fn_x2 (crate::element::Float4E2M1FnX2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray3DFloat4E2m1fnX2: ...
+
+class MemArray4DFloat4E2m1fnX2(MemArrayBase):
+    """4-D array of float4_e2m1fn_x2 (crate::element::Float4E2M1FnX2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray4DFloat4E2m1fnX2: ...
+
+class MemArray5DFloat4E2m1fnX2(MemArrayBase):
+    """5-D array of float4_e2m1fn_x2 (crate::element::Float4E2M1FnX2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray5DFloat4E2m1fnX2: ...
+
+class MemArray6DFloat4E2m1fnX2(MemArrayBase):
+    """6-D array of float4_e2m1fn_x2 (crate::element::Float4E2M1FnX2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray6DFloat4E2m1fnX2: ...
+
+class MemArray7DFloat4E2m1fnX2(MemArrayBase):
+    """7-D array of float4_e2m1fn_x2 (crate::element::Float4E2M1FnX2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray7DFloat4E2m1fnX2: ...
+
+class MemArray8DFloat4E2m1fnX2(MemArrayBase):
+    """8-D array of float4_e2m1fn_x2 (crate::element::Float4E2M1FnX2)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray8DFloat4E2m1fnX2: ...

@@ -196,6 +196,126 @@ static inline const char *amso_last_error(void) { return amso_api->last_error();
  * amso/_amso*.so (link against it or dlsym them). The same lifetime rules apply.
  */
 
+/* bool, 1-D (MemArray1DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bool_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bool_1d_data(PyObject *object, bool **out);
+AMSO_EXPORT int amso_bool_1d_shape(PyObject *object, const int64_t **out);
+
+/* bool, 2-D (MemArray2DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bool_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bool_2d_data(PyObject *object, bool **out);
+AMSO_EXPORT int amso_bool_2d_shape(PyObject *object, const int64_t **out);
+
+/* bool, 3-D (MemArray3DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bool_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bool_3d_data(PyObject *object, bool **out);
+AMSO_EXPORT int amso_bool_3d_shape(PyObject *object, const int64_t **out);
+
+/* bool, 4-D (MemArray4DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bool_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bool_4d_data(PyObject *object, bool **out);
+AMSO_EXPORT int amso_bool_4d_shape(PyObject *object, const int64_t **out);
+
+/* bool, 5-D (MemArray5DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bool_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bool_5d_data(PyObject *object, bool **out);
+AMSO_EXPORT int amso_bool_5d_shape(PyObject *object, const int64_t **out);
+
+/* bool, 6-D (MemArray6DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bool_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bool_6d_data(PyObject *object, bool **out);
+AMSO_EXPORT int amso_bool_6d_shape(PyObject *object, const int64_t **out);
+
+/* bool, 7-D (MemArray7DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bool_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bool_7d_data(PyObject *object, bool **out);
+AMSO_EXPORT int amso_bool_7d_shape(PyObject *object, const int64_t **out);
+
+/* bool, 8-D (MemArray8DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bool_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bool_8d_data(PyObject *object, bool **out);
+AMSO_EXPORT int amso_bool_8d_shape(PyObject *object, const int64_t **out);
+
+/* int8, 1-D (MemArray1DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int8_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int8_1d_data(PyObject *object, int8_t **out);
+AMSO_EXPORT int amso_int8_1d_shape(PyObject *object, const int64_t **out);
+
+/* int8, 2-D (MemArray2DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int8_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int8_2d_data(PyObject *object, int8_t **out);
+AMSO_EXPORT int amso_int8_2d_shape(PyObject *object, const int64_t **out);
+
+/* int8, 3-D (MemArray3DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int8_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int8_3d_data(PyObject *object, int8_t **out);
+AMSO_EXPORT int amso_int8_3d_shape(PyObject *object, const int64_t **out);
+
+/* int8, 4-D (MemArray4DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int8_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int8_4d_data(PyObject *object, int8_t **out);
+AMSO_EXPORT int amso_int8_4d_shape(PyObject *object, const int64_t **out);
+
+/* int8, 5-D (MemArray5DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int8_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int8_5d_data(PyObject *object, int8_t **out);
+AMSO_EXPORT int amso_int8_5d_shape(PyObject *object, const int64_t **out);
+
+/* int8, 6-D (MemArray6DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int8_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int8_6d_data(PyObject *object, int8_t **out);
+AMSO_EXPORT int amso_int8_6d_shape(PyObject *object, const int64_t **out);
+
+/* int8, 7-D (MemArray7DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int8_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int8_7d_data(PyObject *object, int8_t **out);
+AMSO_EXPORT int amso_int8_7d_shape(PyObject *object, const int64_t **out);
+
+/* int8, 8-D (MemArray8DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int8_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int8_8d_data(PyObject *object, int8_t **out);
+AMSO_EXPORT int amso_int8_8d_shape(PyObject *object, const int64_t **out);
+
+/* int16, 1-D (MemArray1DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int16_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int16_1d_data(PyObject *object, int16_t **out);
+AMSO_EXPORT int amso_int16_1d_shape(PyObject *object, const int64_t **out);
+
+/* int16, 2-D (MemArray2DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int16_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int16_2d_data(PyObject *object, int16_t **out);
+AMSO_EXPORT int amso_int16_2d_shape(PyObject *object, const int64_t **out);
+
+/* int16, 3-D (MemArray3DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int16_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int16_3d_data(PyObject *object, int16_t **out);
+AMSO_EXPORT int amso_int16_3d_shape(PyObject *object, const int64_t **out);
+
+/* int16, 4-D (MemArray4DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int16_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int16_4d_data(PyObject *object, int16_t **out);
+AMSO_EXPORT int amso_int16_4d_shape(PyObject *object, const int64_t **out);
+
+/* int16, 5-D (MemArray5DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int16_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int16_5d_data(PyObject *object, int16_t **out);
+AMSO_EXPORT int amso_int16_5d_shape(PyObject *object, const int64_t **out);
+
+/* int16, 6-D (MemArray6DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int16_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int16_6d_data(PyObject *object, int16_t **out);
+AMSO_EXPORT int amso_int16_6d_shape(PyObject *object, const int64_t **out);
+
+/* int16, 7-D (MemArray7DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int16_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int16_7d_data(PyObject *object, int16_t **out);
+AMSO_EXPORT int amso_int16_7d_shape(PyObject *object, const int64_t **out);
+
+/* int16, 8-D (MemArray8DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int16_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int16_8d_data(PyObject *object, int16_t **out);
+AMSO_EXPORT int amso_int16_8d_shape(PyObject *object, const int64_t **out);
+
 /* int32, 1-D (MemArray1DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
 AMSO_EXPORT int amso_int32_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int32_1d_data(PyObject *object, int32_t **out);
@@ -210,6 +330,31 @@ AMSO_EXPORT int amso_int32_2d_shape(PyObject *object, const int64_t **out);
 AMSO_EXPORT int amso_int32_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int32_3d_data(PyObject *object, int32_t **out);
 AMSO_EXPORT int amso_int32_3d_shape(PyObject *object, const int64_t **out);
+
+/* int32, 4-D (MemArray4DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int32_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int32_4d_data(PyObject *object, int32_t **out);
+AMSO_EXPORT int amso_int32_4d_shape(PyObject *object, const int64_t **out);
+
+/* int32, 5-D (MemArray5DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int32_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int32_5d_data(PyObject *object, int32_t **out);
+AMSO_EXPORT int amso_int32_5d_shape(PyObject *object, const int64_t **out);
+
+/* int32, 6-D (MemArray6DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int32_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int32_6d_data(PyObject *object, int32_t **out);
+AMSO_EXPORT int amso_int32_6d_shape(PyObject *object, const int64_t **out);
+
+/* int32, 7-D (MemArray7DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int32_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int32_7d_data(PyObject *object, int32_t **out);
+AMSO_EXPORT int amso_int32_7d_shape(PyObject *object, const int64_t **out);
+
+/* int32, 8-D (MemArray8DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int32_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int32_8d_data(PyObject *object, int32_t **out);
+AMSO_EXPORT int amso_int32_8d_shape(PyObject *object, const int64_t **out);
 
 /* int64, 1-D (MemArray1DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
 AMSO_EXPORT int amso_int64_1d_handle(PyObject *object, amso_handle *out);
@@ -226,6 +371,271 @@ AMSO_EXPORT int amso_int64_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int64_3d_data(PyObject *object, int64_t **out);
 AMSO_EXPORT int amso_int64_3d_shape(PyObject *object, const int64_t **out);
 
+/* int64, 4-D (MemArray4DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int64_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int64_4d_data(PyObject *object, int64_t **out);
+AMSO_EXPORT int amso_int64_4d_shape(PyObject *object, const int64_t **out);
+
+/* int64, 5-D (MemArray5DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int64_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int64_5d_data(PyObject *object, int64_t **out);
+AMSO_EXPORT int amso_int64_5d_shape(PyObject *object, const int64_t **out);
+
+/* int64, 6-D (MemArray6DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int64_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int64_6d_data(PyObject *object, int64_t **out);
+AMSO_EXPORT int amso_int64_6d_shape(PyObject *object, const int64_t **out);
+
+/* int64, 7-D (MemArray7DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int64_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int64_7d_data(PyObject *object, int64_t **out);
+AMSO_EXPORT int amso_int64_7d_shape(PyObject *object, const int64_t **out);
+
+/* int64, 8-D (MemArray8DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_int64_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_int64_8d_data(PyObject *object, int64_t **out);
+AMSO_EXPORT int amso_int64_8d_shape(PyObject *object, const int64_t **out);
+
+/* uint8, 1-D (MemArray1DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint8_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint8_1d_data(PyObject *object, uint8_t **out);
+AMSO_EXPORT int amso_uint8_1d_shape(PyObject *object, const int64_t **out);
+
+/* uint8, 2-D (MemArray2DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint8_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint8_2d_data(PyObject *object, uint8_t **out);
+AMSO_EXPORT int amso_uint8_2d_shape(PyObject *object, const int64_t **out);
+
+/* uint8, 3-D (MemArray3DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint8_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint8_3d_data(PyObject *object, uint8_t **out);
+AMSO_EXPORT int amso_uint8_3d_shape(PyObject *object, const int64_t **out);
+
+/* uint8, 4-D (MemArray4DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint8_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint8_4d_data(PyObject *object, uint8_t **out);
+AMSO_EXPORT int amso_uint8_4d_shape(PyObject *object, const int64_t **out);
+
+/* uint8, 5-D (MemArray5DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint8_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint8_5d_data(PyObject *object, uint8_t **out);
+AMSO_EXPORT int amso_uint8_5d_shape(PyObject *object, const int64_t **out);
+
+/* uint8, 6-D (MemArray6DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint8_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint8_6d_data(PyObject *object, uint8_t **out);
+AMSO_EXPORT int amso_uint8_6d_shape(PyObject *object, const int64_t **out);
+
+/* uint8, 7-D (MemArray7DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint8_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint8_7d_data(PyObject *object, uint8_t **out);
+AMSO_EXPORT int amso_uint8_7d_shape(PyObject *object, const int64_t **out);
+
+/* uint8, 8-D (MemArray8DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint8_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint8_8d_data(PyObject *object, uint8_t **out);
+AMSO_EXPORT int amso_uint8_8d_shape(PyObject *object, const int64_t **out);
+
+/* uint16, 1-D (MemArray1DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint16_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint16_1d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_uint16_1d_shape(PyObject *object, const int64_t **out);
+
+/* uint16, 2-D (MemArray2DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint16_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint16_2d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_uint16_2d_shape(PyObject *object, const int64_t **out);
+
+/* uint16, 3-D (MemArray3DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint16_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint16_3d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_uint16_3d_shape(PyObject *object, const int64_t **out);
+
+/* uint16, 4-D (MemArray4DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint16_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint16_4d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_uint16_4d_shape(PyObject *object, const int64_t **out);
+
+/* uint16, 5-D (MemArray5DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint16_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint16_5d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_uint16_5d_shape(PyObject *object, const int64_t **out);
+
+/* uint16, 6-D (MemArray6DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint16_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint16_6d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_uint16_6d_shape(PyObject *object, const int64_t **out);
+
+/* uint16, 7-D (MemArray7DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint16_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint16_7d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_uint16_7d_shape(PyObject *object, const int64_t **out);
+
+/* uint16, 8-D (MemArray8DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint16_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint16_8d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_uint16_8d_shape(PyObject *object, const int64_t **out);
+
+/* uint32, 1-D (MemArray1DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint32_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint32_1d_data(PyObject *object, uint32_t **out);
+AMSO_EXPORT int amso_uint32_1d_shape(PyObject *object, const int64_t **out);
+
+/* uint32, 2-D (MemArray2DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint32_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint32_2d_data(PyObject *object, uint32_t **out);
+AMSO_EXPORT int amso_uint32_2d_shape(PyObject *object, const int64_t **out);
+
+/* uint32, 3-D (MemArray3DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint32_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint32_3d_data(PyObject *object, uint32_t **out);
+AMSO_EXPORT int amso_uint32_3d_shape(PyObject *object, const int64_t **out);
+
+/* uint32, 4-D (MemArray4DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint32_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint32_4d_data(PyObject *object, uint32_t **out);
+AMSO_EXPORT int amso_uint32_4d_shape(PyObject *object, const int64_t **out);
+
+/* uint32, 5-D (MemArray5DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint32_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint32_5d_data(PyObject *object, uint32_t **out);
+AMSO_EXPORT int amso_uint32_5d_shape(PyObject *object, const int64_t **out);
+
+/* uint32, 6-D (MemArray6DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint32_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint32_6d_data(PyObject *object, uint32_t **out);
+AMSO_EXPORT int amso_uint32_6d_shape(PyObject *object, const int64_t **out);
+
+/* uint32, 7-D (MemArray7DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint32_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint32_7d_data(PyObject *object, uint32_t **out);
+AMSO_EXPORT int amso_uint32_7d_shape(PyObject *object, const int64_t **out);
+
+/* uint32, 8-D (MemArray8DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint32_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint32_8d_data(PyObject *object, uint32_t **out);
+AMSO_EXPORT int amso_uint32_8d_shape(PyObject *object, const int64_t **out);
+
+/* uint64, 1-D (MemArray1DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint64_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint64_1d_data(PyObject *object, uint64_t **out);
+AMSO_EXPORT int amso_uint64_1d_shape(PyObject *object, const int64_t **out);
+
+/* uint64, 2-D (MemArray2DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint64_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint64_2d_data(PyObject *object, uint64_t **out);
+AMSO_EXPORT int amso_uint64_2d_shape(PyObject *object, const int64_t **out);
+
+/* uint64, 3-D (MemArray3DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint64_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint64_3d_data(PyObject *object, uint64_t **out);
+AMSO_EXPORT int amso_uint64_3d_shape(PyObject *object, const int64_t **out);
+
+/* uint64, 4-D (MemArray4DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint64_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint64_4d_data(PyObject *object, uint64_t **out);
+AMSO_EXPORT int amso_uint64_4d_shape(PyObject *object, const int64_t **out);
+
+/* uint64, 5-D (MemArray5DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint64_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint64_5d_data(PyObject *object, uint64_t **out);
+AMSO_EXPORT int amso_uint64_5d_shape(PyObject *object, const int64_t **out);
+
+/* uint64, 6-D (MemArray6DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint64_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint64_6d_data(PyObject *object, uint64_t **out);
+AMSO_EXPORT int amso_uint64_6d_shape(PyObject *object, const int64_t **out);
+
+/* uint64, 7-D (MemArray7DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint64_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint64_7d_data(PyObject *object, uint64_t **out);
+AMSO_EXPORT int amso_uint64_7d_shape(PyObject *object, const int64_t **out);
+
+/* uint64, 8-D (MemArray8DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_uint64_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_uint64_8d_data(PyObject *object, uint64_t **out);
+AMSO_EXPORT int amso_uint64_8d_shape(PyObject *object, const int64_t **out);
+
+/* float16, 1-D (MemArray1DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float16_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float16_1d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_float16_1d_shape(PyObject *object, const int64_t **out);
+
+/* float16, 2-D (MemArray2DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float16_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float16_2d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_float16_2d_shape(PyObject *object, const int64_t **out);
+
+/* float16, 3-D (MemArray3DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float16_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float16_3d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_float16_3d_shape(PyObject *object, const int64_t **out);
+
+/* float16, 4-D (MemArray4DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float16_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float16_4d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_float16_4d_shape(PyObject *object, const int64_t **out);
+
+/* float16, 5-D (MemArray5DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float16_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float16_5d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_float16_5d_shape(PyObject *object, const int64_t **out);
+
+/* float16, 6-D (MemArray6DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float16_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float16_6d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_float16_6d_shape(PyObject *object, const int64_t **out);
+
+/* float16, 7-D (MemArray7DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float16_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float16_7d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_float16_7d_shape(PyObject *object, const int64_t **out);
+
+/* float16, 8-D (MemArray8DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float16_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float16_8d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_float16_8d_shape(PyObject *object, const int64_t **out);
+
+/* bfloat16, 1-D (MemArray1DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bfloat16_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bfloat16_1d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_bfloat16_1d_shape(PyObject *object, const int64_t **out);
+
+/* bfloat16, 2-D (MemArray2DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bfloat16_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bfloat16_2d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_bfloat16_2d_shape(PyObject *object, const int64_t **out);
+
+/* bfloat16, 3-D (MemArray3DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bfloat16_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bfloat16_3d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_bfloat16_3d_shape(PyObject *object, const int64_t **out);
+
+/* bfloat16, 4-D (MemArray4DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bfloat16_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bfloat16_4d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_bfloat16_4d_shape(PyObject *object, const int64_t **out);
+
+/* bfloat16, 5-D (MemArray5DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bfloat16_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bfloat16_5d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_bfloat16_5d_shape(PyObject *object, const int64_t **out);
+
+/* bfloat16, 6-D (MemArray6DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bfloat16_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bfloat16_6d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_bfloat16_6d_shape(PyObject *object, const int64_t **out);
+
+/* bfloat16, 7-D (MemArray7DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bfloat16_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bfloat16_7d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_bfloat16_7d_shape(PyObject *object, const int64_t **out);
+
+/* bfloat16, 8-D (MemArray8DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_bfloat16_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_bfloat16_8d_data(PyObject *object, uint16_t **out);
+AMSO_EXPORT int amso_bfloat16_8d_shape(PyObject *object, const int64_t **out);
+
 /* float32, 1-D (MemArray1DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
 AMSO_EXPORT int amso_float32_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float32_1d_data(PyObject *object, float **out);
@@ -240,6 +650,31 @@ AMSO_EXPORT int amso_float32_2d_shape(PyObject *object, const int64_t **out);
 AMSO_EXPORT int amso_float32_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float32_3d_data(PyObject *object, float **out);
 AMSO_EXPORT int amso_float32_3d_shape(PyObject *object, const int64_t **out);
+
+/* float32, 4-D (MemArray4DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float32_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float32_4d_data(PyObject *object, float **out);
+AMSO_EXPORT int amso_float32_4d_shape(PyObject *object, const int64_t **out);
+
+/* float32, 5-D (MemArray5DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float32_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float32_5d_data(PyObject *object, float **out);
+AMSO_EXPORT int amso_float32_5d_shape(PyObject *object, const int64_t **out);
+
+/* float32, 6-D (MemArray6DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float32_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float32_6d_data(PyObject *object, float **out);
+AMSO_EXPORT int amso_float32_6d_shape(PyObject *object, const int64_t **out);
+
+/* float32, 7-D (MemArray7DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float32_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float32_7d_data(PyObject *object, float **out);
+AMSO_EXPORT int amso_float32_7d_shape(PyObject *object, const int64_t **out);
+
+/* float32, 8-D (MemArray8DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float32_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float32_8d_data(PyObject *object, float **out);
+AMSO_EXPORT int amso_float32_8d_shape(PyObject *object, const int64_t **out);
 
 /* float64, 1-D (MemArray1DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
 AMSO_EXPORT int amso_float64_1d_handle(PyObject *object, amso_handle *out);
@@ -256,35 +691,230 @@ AMSO_EXPORT int amso_float64_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float64_3d_data(PyObject *object, double **out);
 AMSO_EXPORT int amso_float64_3d_shape(PyObject *object, const int64_t **out);
 
-/* uint8, 2-D (MemArray2DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
-AMSO_EXPORT int amso_uint8_2d_handle(PyObject *object, amso_handle *out);
-AMSO_EXPORT int amso_uint8_2d_data(PyObject *object, uint8_t **out);
-AMSO_EXPORT int amso_uint8_2d_shape(PyObject *object, const int64_t **out);
+/* float64, 4-D (MemArray4DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float64_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float64_4d_data(PyObject *object, double **out);
+AMSO_EXPORT int amso_float64_4d_shape(PyObject *object, const int64_t **out);
 
-/* uint8, 3-D (MemArray3DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
-AMSO_EXPORT int amso_uint8_3d_handle(PyObject *object, amso_handle *out);
-AMSO_EXPORT int amso_uint8_3d_data(PyObject *object, uint8_t **out);
-AMSO_EXPORT int amso_uint8_3d_shape(PyObject *object, const int64_t **out);
+/* float64, 5-D (MemArray5DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float64_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float64_5d_data(PyObject *object, double **out);
+AMSO_EXPORT int amso_float64_5d_shape(PyObject *object, const int64_t **out);
 
-/* bool, 1-D (MemArray1DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
-AMSO_EXPORT int amso_bool_1d_handle(PyObject *object, amso_handle *out);
-AMSO_EXPORT int amso_bool_1d_data(PyObject *object, bool **out);
-AMSO_EXPORT int amso_bool_1d_shape(PyObject *object, const int64_t **out);
+/* float64, 6-D (MemArray6DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float64_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float64_6d_data(PyObject *object, double **out);
+AMSO_EXPORT int amso_float64_6d_shape(PyObject *object, const int64_t **out);
+
+/* float64, 7-D (MemArray7DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float64_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float64_7d_data(PyObject *object, double **out);
+AMSO_EXPORT int amso_float64_7d_shape(PyObject *object, const int64_t **out);
+
+/* float64, 8-D (MemArray8DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float64_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float64_8d_data(PyObject *object, double **out);
+AMSO_EXPORT int amso_float64_8d_shape(PyObject *object, const int64_t **out);
+
+/* complex64, 1-D (MemArray1DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex64_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex64_1d_data(PyObject *object, amso_complex64_t **out);
+AMSO_EXPORT int amso_complex64_1d_shape(PyObject *object, const int64_t **out);
 
 /* complex64, 2-D (MemArray2DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
 AMSO_EXPORT int amso_complex64_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex64_2d_data(PyObject *object, amso_complex64_t **out);
 AMSO_EXPORT int amso_complex64_2d_shape(PyObject *object, const int64_t **out);
 
-/* float16, 1-D (MemArray1DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
-AMSO_EXPORT int amso_float16_1d_handle(PyObject *object, amso_handle *out);
-AMSO_EXPORT int amso_float16_1d_data(PyObject *object, uint16_t **out);
-AMSO_EXPORT int amso_float16_1d_shape(PyObject *object, const int64_t **out);
+/* complex64, 3-D (MemArray3DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex64_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex64_3d_data(PyObject *object, amso_complex64_t **out);
+AMSO_EXPORT int amso_complex64_3d_shape(PyObject *object, const int64_t **out);
 
-/* bfloat16, 1-D (MemArray1DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
-AMSO_EXPORT int amso_bfloat16_1d_handle(PyObject *object, amso_handle *out);
-AMSO_EXPORT int amso_bfloat16_1d_data(PyObject *object, uint16_t **out);
-AMSO_EXPORT int amso_bfloat16_1d_shape(PyObject *object, const int64_t **out);
+/* complex64, 4-D (MemArray4DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex64_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex64_4d_data(PyObject *object, amso_complex64_t **out);
+AMSO_EXPORT int amso_complex64_4d_shape(PyObject *object, const int64_t **out);
+
+/* complex64, 5-D (MemArray5DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex64_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex64_5d_data(PyObject *object, amso_complex64_t **out);
+AMSO_EXPORT int amso_complex64_5d_shape(PyObject *object, const int64_t **out);
+
+/* complex64, 6-D (MemArray6DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex64_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex64_6d_data(PyObject *object, amso_complex64_t **out);
+AMSO_EXPORT int amso_complex64_6d_shape(PyObject *object, const int64_t **out);
+
+/* complex64, 7-D (MemArray7DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex64_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex64_7d_data(PyObject *object, amso_complex64_t **out);
+AMSO_EXPORT int amso_complex64_7d_shape(PyObject *object, const int64_t **out);
+
+/* complex64, 8-D (MemArray8DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex64_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex64_8d_data(PyObject *object, amso_complex64_t **out);
+AMSO_EXPORT int amso_complex64_8d_shape(PyObject *object, const int64_t **out);
+
+/* complex128, 1-D (MemArray1DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex128_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex128_1d_data(PyObject *object, amso_complex128_t **out);
+AMSO_EXPORT int amso_complex128_1d_shape(PyObject *object, const int64_t **out);
+
+/* complex128, 2-D (MemArray2DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex128_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex128_2d_data(PyObject *object, amso_complex128_t **out);
+AMSO_EXPORT int amso_complex128_2d_shape(PyObject *object, const int64_t **out);
+
+/* complex128, 3-D (MemArray3DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex128_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex128_3d_data(PyObject *object, amso_complex128_t **out);
+AMSO_EXPORT int amso_complex128_3d_shape(PyObject *object, const int64_t **out);
+
+/* complex128, 4-D (MemArray4DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex128_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex128_4d_data(PyObject *object, amso_complex128_t **out);
+AMSO_EXPORT int amso_complex128_4d_shape(PyObject *object, const int64_t **out);
+
+/* complex128, 5-D (MemArray5DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex128_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex128_5d_data(PyObject *object, amso_complex128_t **out);
+AMSO_EXPORT int amso_complex128_5d_shape(PyObject *object, const int64_t **out);
+
+/* complex128, 6-D (MemArray6DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex128_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex128_6d_data(PyObject *object, amso_complex128_t **out);
+AMSO_EXPORT int amso_complex128_6d_shape(PyObject *object, const int64_t **out);
+
+/* complex128, 7-D (MemArray7DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex128_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex128_7d_data(PyObject *object, amso_complex128_t **out);
+AMSO_EXPORT int amso_complex128_7d_shape(PyObject *object, const int64_t **out);
+
+/* complex128, 8-D (MemArray8DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_complex128_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_complex128_8d_data(PyObject *object, amso_complex128_t **out);
+AMSO_EXPORT int amso_complex128_8d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e3m4, 1-D (MemArray1DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e3m4_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e3m4_1d_data(PyObject *object, amso_float8_e3m4_t **out);
+AMSO_EXPORT int amso_float8_e3m4_1d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e3m4, 2-D (MemArray2DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e3m4_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e3m4_2d_data(PyObject *object, amso_float8_e3m4_t **out);
+AMSO_EXPORT int amso_float8_e3m4_2d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e3m4, 3-D (MemArray3DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e3m4_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e3m4_3d_data(PyObject *object, amso_float8_e3m4_t **out);
+AMSO_EXPORT int amso_float8_e3m4_3d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e3m4, 4-D (MemArray4DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e3m4_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e3m4_4d_data(PyObject *object, amso_float8_e3m4_t **out);
+AMSO_EXPORT int amso_float8_e3m4_4d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e3m4, 5-D (MemArray5DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e3m4_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e3m4_5d_data(PyObject *object, amso_float8_e3m4_t **out);
+AMSO_EXPORT int amso_float8_e3m4_5d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e3m4, 6-D (MemArray6DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e3m4_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e3m4_6d_data(PyObject *object, amso_float8_e3m4_t **out);
+AMSO_EXPORT int amso_float8_e3m4_6d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e3m4, 7-D (MemArray7DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e3m4_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e3m4_7d_data(PyObject *object, amso_float8_e3m4_t **out);
+AMSO_EXPORT int amso_float8_e3m4_7d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e3m4, 8-D (MemArray8DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e3m4_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e3m4_8d_data(PyObject *object, amso_float8_e3m4_t **out);
+AMSO_EXPORT int amso_float8_e3m4_8d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3, 1-D (MemArray1DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3_1d_data(PyObject *object, amso_float8_e4m3_t **out);
+AMSO_EXPORT int amso_float8_e4m3_1d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3, 2-D (MemArray2DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3_2d_data(PyObject *object, amso_float8_e4m3_t **out);
+AMSO_EXPORT int amso_float8_e4m3_2d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3, 3-D (MemArray3DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3_3d_data(PyObject *object, amso_float8_e4m3_t **out);
+AMSO_EXPORT int amso_float8_e4m3_3d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3, 4-D (MemArray4DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3_4d_data(PyObject *object, amso_float8_e4m3_t **out);
+AMSO_EXPORT int amso_float8_e4m3_4d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3, 5-D (MemArray5DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3_5d_data(PyObject *object, amso_float8_e4m3_t **out);
+AMSO_EXPORT int amso_float8_e4m3_5d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3, 6-D (MemArray6DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3_6d_data(PyObject *object, amso_float8_e4m3_t **out);
+AMSO_EXPORT int amso_float8_e4m3_6d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3, 7-D (MemArray7DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3_7d_data(PyObject *object, amso_float8_e4m3_t **out);
+AMSO_EXPORT int amso_float8_e4m3_7d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3, 8-D (MemArray8DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3_8d_data(PyObject *object, amso_float8_e4m3_t **out);
+AMSO_EXPORT int amso_float8_e4m3_8d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3b11fnuz, 1-D (MemArray1DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_1d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_1d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3b11fnuz, 2-D (MemArray2DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_2d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_2d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3b11fnuz, 3-D (MemArray3DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_3d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_3d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3b11fnuz, 4-D (MemArray4DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_4d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_4d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3b11fnuz, 5-D (MemArray5DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_5d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_5d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3b11fnuz, 6-D (MemArray6DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_6d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_6d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3b11fnuz, 7-D (MemArray7DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_7d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_7d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3b11fnuz, 8-D (MemArray8DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_8d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3b11fnuz_8d_shape(PyObject *object, const int64_t **out);
 
 /* float8_e4m3fn, 1-D (MemArray1DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
 AMSO_EXPORT int amso_float8_e4m3fn_1d_handle(PyObject *object, amso_handle *out);
@@ -301,6 +931,71 @@ AMSO_EXPORT int amso_float8_e4m3fn_3d_handle(PyObject *object, amso_handle *out)
 AMSO_EXPORT int amso_float8_e4m3fn_3d_data(PyObject *object, amso_float8_e4m3fn_t **out);
 AMSO_EXPORT int amso_float8_e4m3fn_3d_shape(PyObject *object, const int64_t **out);
 
+/* float8_e4m3fn, 4-D (MemArray4DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fn_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fn_4d_data(PyObject *object, amso_float8_e4m3fn_t **out);
+AMSO_EXPORT int amso_float8_e4m3fn_4d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fn, 5-D (MemArray5DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fn_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fn_5d_data(PyObject *object, amso_float8_e4m3fn_t **out);
+AMSO_EXPORT int amso_float8_e4m3fn_5d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fn, 6-D (MemArray6DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fn_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fn_6d_data(PyObject *object, amso_float8_e4m3fn_t **out);
+AMSO_EXPORT int amso_float8_e4m3fn_6d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fn, 7-D (MemArray7DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fn_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fn_7d_data(PyObject *object, amso_float8_e4m3fn_t **out);
+AMSO_EXPORT int amso_float8_e4m3fn_7d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fn, 8-D (MemArray8DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fn_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fn_8d_data(PyObject *object, amso_float8_e4m3fn_t **out);
+AMSO_EXPORT int amso_float8_e4m3fn_8d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fnuz, 1-D (MemArray1DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fnuz_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_1d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_1d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fnuz, 2-D (MemArray2DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fnuz_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_2d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_2d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fnuz, 3-D (MemArray3DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fnuz_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_3d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_3d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fnuz, 4-D (MemArray4DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fnuz_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_4d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_4d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fnuz, 5-D (MemArray5DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fnuz_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_5d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_5d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fnuz, 6-D (MemArray6DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fnuz_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_6d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_6d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fnuz, 7-D (MemArray7DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fnuz_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_7d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_7d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e4m3fnuz, 8-D (MemArray8DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e4m3fnuz_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_8d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
+AMSO_EXPORT int amso_float8_e4m3fnuz_8d_shape(PyObject *object, const int64_t **out);
+
 /* float8_e5m2, 1-D (MemArray1DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
 AMSO_EXPORT int amso_float8_e5m2_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2_1d_data(PyObject *object, amso_float8_e5m2_t **out);
@@ -316,15 +1011,270 @@ AMSO_EXPORT int amso_float8_e5m2_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2_3d_data(PyObject *object, amso_float8_e5m2_t **out);
 AMSO_EXPORT int amso_float8_e5m2_3d_shape(PyObject *object, const int64_t **out);
 
+/* float8_e5m2, 4-D (MemArray4DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2_4d_data(PyObject *object, amso_float8_e5m2_t **out);
+AMSO_EXPORT int amso_float8_e5m2_4d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2, 5-D (MemArray5DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2_5d_data(PyObject *object, amso_float8_e5m2_t **out);
+AMSO_EXPORT int amso_float8_e5m2_5d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2, 6-D (MemArray6DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2_6d_data(PyObject *object, amso_float8_e5m2_t **out);
+AMSO_EXPORT int amso_float8_e5m2_6d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2, 7-D (MemArray7DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2_7d_data(PyObject *object, amso_float8_e5m2_t **out);
+AMSO_EXPORT int amso_float8_e5m2_7d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2, 8-D (MemArray8DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2_8d_data(PyObject *object, amso_float8_e5m2_t **out);
+AMSO_EXPORT int amso_float8_e5m2_8d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2fnuz, 1-D (MemArray1DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2fnuz_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_1d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_1d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2fnuz, 2-D (MemArray2DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2fnuz_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_2d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_2d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2fnuz, 3-D (MemArray3DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2fnuz_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_3d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_3d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2fnuz, 4-D (MemArray4DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2fnuz_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_4d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_4d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2fnuz, 5-D (MemArray5DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2fnuz_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_5d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_5d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2fnuz, 6-D (MemArray6DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2fnuz_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_6d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_6d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2fnuz, 7-D (MemArray7DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2fnuz_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_7d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_7d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e5m2fnuz, 8-D (MemArray8DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e5m2fnuz_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_8d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
+AMSO_EXPORT int amso_float8_e5m2fnuz_8d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e8m0fnu, 1-D (MemArray1DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e8m0fnu_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e8m0fnu_1d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
+AMSO_EXPORT int amso_float8_e8m0fnu_1d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e8m0fnu, 2-D (MemArray2DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e8m0fnu_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e8m0fnu_2d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
+AMSO_EXPORT int amso_float8_e8m0fnu_2d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e8m0fnu, 3-D (MemArray3DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e8m0fnu_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e8m0fnu_3d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
+AMSO_EXPORT int amso_float8_e8m0fnu_3d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e8m0fnu, 4-D (MemArray4DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e8m0fnu_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e8m0fnu_4d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
+AMSO_EXPORT int amso_float8_e8m0fnu_4d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e8m0fnu, 5-D (MemArray5DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e8m0fnu_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e8m0fnu_5d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
+AMSO_EXPORT int amso_float8_e8m0fnu_5d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e8m0fnu, 6-D (MemArray6DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e8m0fnu_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e8m0fnu_6d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
+AMSO_EXPORT int amso_float8_e8m0fnu_6d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e8m0fnu, 7-D (MemArray7DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e8m0fnu_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e8m0fnu_7d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
+AMSO_EXPORT int amso_float8_e8m0fnu_7d_shape(PyObject *object, const int64_t **out);
+
+/* float8_e8m0fnu, 8-D (MemArray8DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float8_e8m0fnu_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float8_e8m0fnu_8d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
+AMSO_EXPORT int amso_float8_e8m0fnu_8d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e2m3fn, 1-D (MemArray1DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e2m3fn_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e2m3fn_1d_data(PyObject *object, amso_float6_e2m3fn_t **out);
+AMSO_EXPORT int amso_float6_e2m3fn_1d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e2m3fn, 2-D (MemArray2DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e2m3fn_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e2m3fn_2d_data(PyObject *object, amso_float6_e2m3fn_t **out);
+AMSO_EXPORT int amso_float6_e2m3fn_2d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e2m3fn, 3-D (MemArray3DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e2m3fn_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e2m3fn_3d_data(PyObject *object, amso_float6_e2m3fn_t **out);
+AMSO_EXPORT int amso_float6_e2m3fn_3d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e2m3fn, 4-D (MemArray4DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e2m3fn_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e2m3fn_4d_data(PyObject *object, amso_float6_e2m3fn_t **out);
+AMSO_EXPORT int amso_float6_e2m3fn_4d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e2m3fn, 5-D (MemArray5DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e2m3fn_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e2m3fn_5d_data(PyObject *object, amso_float6_e2m3fn_t **out);
+AMSO_EXPORT int amso_float6_e2m3fn_5d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e2m3fn, 6-D (MemArray6DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e2m3fn_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e2m3fn_6d_data(PyObject *object, amso_float6_e2m3fn_t **out);
+AMSO_EXPORT int amso_float6_e2m3fn_6d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e2m3fn, 7-D (MemArray7DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e2m3fn_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e2m3fn_7d_data(PyObject *object, amso_float6_e2m3fn_t **out);
+AMSO_EXPORT int amso_float6_e2m3fn_7d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e2m3fn, 8-D (MemArray8DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e2m3fn_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e2m3fn_8d_data(PyObject *object, amso_float6_e2m3fn_t **out);
+AMSO_EXPORT int amso_float6_e2m3fn_8d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e3m2fn, 1-D (MemArray1DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e3m2fn_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e3m2fn_1d_data(PyObject *object, amso_float6_e3m2fn_t **out);
+AMSO_EXPORT int amso_float6_e3m2fn_1d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e3m2fn, 2-D (MemArray2DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e3m2fn_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e3m2fn_2d_data(PyObject *object, amso_float6_e3m2fn_t **out);
+AMSO_EXPORT int amso_float6_e3m2fn_2d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e3m2fn, 3-D (MemArray3DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e3m2fn_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e3m2fn_3d_data(PyObject *object, amso_float6_e3m2fn_t **out);
+AMSO_EXPORT int amso_float6_e3m2fn_3d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e3m2fn, 4-D (MemArray4DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e3m2fn_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e3m2fn_4d_data(PyObject *object, amso_float6_e3m2fn_t **out);
+AMSO_EXPORT int amso_float6_e3m2fn_4d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e3m2fn, 5-D (MemArray5DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e3m2fn_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e3m2fn_5d_data(PyObject *object, amso_float6_e3m2fn_t **out);
+AMSO_EXPORT int amso_float6_e3m2fn_5d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e3m2fn, 6-D (MemArray6DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e3m2fn_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e3m2fn_6d_data(PyObject *object, amso_float6_e3m2fn_t **out);
+AMSO_EXPORT int amso_float6_e3m2fn_6d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e3m2fn, 7-D (MemArray7DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e3m2fn_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e3m2fn_7d_data(PyObject *object, amso_float6_e3m2fn_t **out);
+AMSO_EXPORT int amso_float6_e3m2fn_7d_shape(PyObject *object, const int64_t **out);
+
+/* float6_e3m2fn, 8-D (MemArray8DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float6_e3m2fn_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float6_e3m2fn_8d_data(PyObject *object, amso_float6_e3m2fn_t **out);
+AMSO_EXPORT int amso_float6_e3m2fn_8d_shape(PyObject *object, const int64_t **out);
+
 /* float4_e2m1fn, 1-D (MemArray1DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
 AMSO_EXPORT int amso_float4_e2m1fn_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_1d_data(PyObject *object, amso_float4_e2m1fn_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_1d_shape(PyObject *object, const int64_t **out);
 
+/* float4_e2m1fn, 2-D (MemArray2DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_2d_data(PyObject *object, amso_float4_e2m1fn_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_2d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn, 3-D (MemArray3DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_3d_data(PyObject *object, amso_float4_e2m1fn_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_3d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn, 4-D (MemArray4DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_4d_data(PyObject *object, amso_float4_e2m1fn_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_4d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn, 5-D (MemArray5DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_5d_data(PyObject *object, amso_float4_e2m1fn_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_5d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn, 6-D (MemArray6DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_6d_data(PyObject *object, amso_float4_e2m1fn_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_6d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn, 7-D (MemArray7DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_7d_data(PyObject *object, amso_float4_e2m1fn_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_7d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn, 8-D (MemArray8DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_8d_data(PyObject *object, amso_float4_e2m1fn_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_8d_shape(PyObject *object, const int64_t **out);
+
 /* float4_e2m1fn_x2, 1-D (MemArray1DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
 AMSO_EXPORT int amso_float4_e2m1fn_x2_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_1d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_1d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn_x2, 2-D (MemArray2DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_x2_2d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_2d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_2d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn_x2, 3-D (MemArray3DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_x2_3d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_3d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_3d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn_x2, 4-D (MemArray4DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_x2_4d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_4d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_4d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn_x2, 5-D (MemArray5DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_x2_5d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_5d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_5d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn_x2, 6-D (MemArray6DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_x2_6d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_6d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_6d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn_x2, 7-D (MemArray7DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_x2_7d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_7d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_7d_shape(PyObject *object, const int64_t **out);
+
+/* float4_e2m1fn_x2, 8-D (MemArray8DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float4_e2m1fn_x2_8d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_8d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
+AMSO_EXPORT int amso_float4_e2m1fn_x2_8d_shape(PyObject *object, const int64_t **out);
 
 /*
  * The DLPack C exchange API (DLPack >= 1.2). Every amso array type carries

@@ -4,6 +4,7 @@
     python3 scripts/amso.py main   # build from the spec, install into .venv, run the quickstart
     python3 scripts/amso.py test   # every check and test: format, lint, staleness, Rust, UI, Python
     python3 scripts/amso.py wheels # release wheels in wheels/, for scripts/gpu_suite.sh on the GPU machine
+    python3 scripts/amso.py bundled # after editing specs/types.yaml: regenerate, rebuild only `amso`
 
 Both make (or reuse) a virtual environment in .venv with what they need.
 """
@@ -198,6 +199,24 @@ def sdist_check() -> None:
         sys.exit(f"amso: auditwheel does not find {wheel.name} consistent with its tag {claimed}")
 
 
+# What `bundled` needs in .venv: the build tool and the package's own dependencies.
+BUNDLED_REQUIREMENTS = ["maturin>=1.9,<2", "numpy>=1.26", "ml_dtypes>=0.4"]
+
+
+def bundled_job() -> None:
+    """After an edit of specs/types.yaml: regenerate generated/ and rebuild only the bundled
+    module into .venv (editable), without the developer tools and example crates of `main`."""
+    if not venv_bin("python").exists():
+        run(sys.executable, "-m", "venv", VENV)
+    missing = subprocess.run([venv_bin("python"), "-c", "import maturin, numpy, ml_dtypes"], capture_output=True).returncode
+    if missing:
+        run(venv_bin("python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *BUNDLED_REQUIREMENTS)
+    generate(check=False)
+    run(venv_bin("python"), "-m", "maturin", "develop", "--release", "--quiet", "-m", EXTENSIONS[0], env=venv_env())
+    run(venv_bin("python"), "-c", "import amso; print(f'amso: {len(amso.supported())} (dtype, ndim) pairs compiled')",
+        env=venv_env())
+
+
 def main_job() -> None:
     ensure_venv()
     generate(check=False)
@@ -301,11 +320,12 @@ def asan_pytest() -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("job", choices=["main", "test", "generate", "wheels", "hardening"], help="what to run")
+    parser.add_argument("job", choices=["main", "test", "generate", "bundled", "wheels", "hardening"], help="what to run")
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     job = parse_args().job
-    {"main": main_job, "test": test_job, "generate": lambda: generate(check=False), "wheels": wheels, "hardening": hardening_job}[job]()
+    {"main": main_job, "test": test_job, "generate": lambda: generate(check=False), "bundled": bundled_job, "wheels": wheels,
+     "hardening": hardening_job}[job]()
     print(f"\namso: {job} done")

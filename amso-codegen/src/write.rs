@@ -612,3 +612,37 @@ pub fn write_all(spec: &Spec, spec_text: &str, root: &Path, check: bool) -> std:
     }
     Ok(stale)
 }
+
+/// The command that regenerates `generated/` and rebuilds the bundled module.
+pub const REGENERATE_COMMAND: &str = "python3 scripts/amso.py bundled";
+
+/// In a source checkout at `root` (one with `specs/types.yaml`), an error naming the command to
+/// run when `generated/` or the bundled copy of the spec is stale for the spec: build scripts
+/// call it, so that pip, maturin and cargo refuse to build the old pairs. Outside a checkout
+/// (a packaged crate) there is nothing to compare, and nothing is refused.
+pub fn check_checkout(root: &Path) -> Result<(), String> {
+    let spec_path = root.join("specs/types.yaml");
+    let Ok(text) = std::fs::read_to_string(&spec_path) else {
+        return Ok(());
+    };
+    let spec = Spec::parse(&text, "specs/types.yaml").map_err(|e| format!("invalid amso spec:\n{e}"))?;
+    let stale = write_all(&spec, &text, root, true).map_err(|e| format!("cannot read generated files: {e}"))?;
+    if stale.is_empty() {
+        return Ok(());
+    }
+    let stale: Vec<String> = stale.iter().map(|p| p.display().to_string()).collect();
+    Err(format!(
+        "amso: the generated files are stale for specs/types.yaml ({}).\n\
+         Run `{REGENERATE_COMMAND}` to regenerate them and rebuild the bundled module \
+         (or `python3 scripts/amso.py generate` to regenerate only), then build again.",
+        stale.join(", ")
+    ))
+}
+
+/// The paths a build script watches for `check_checkout` under `root`.
+pub fn checkout_inputs(spec: &Spec, root: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = generated_files(spec).into_iter().map(|(path, _)| root.join(path)).collect();
+    paths.push(root.join("specs/types.yaml"));
+    paths.push(root.join(crate::BUNDLED_SPEC_COPY));
+    paths
+}

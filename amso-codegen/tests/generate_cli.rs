@@ -20,16 +20,22 @@ fn generate(spec: &Path, root: &Path, check: bool) -> std::process::Output {
     command.output().unwrap()
 }
 
+/// The bundled spec's dtype table with `instantiations` of our own.
+fn spec_with(instantiations: &str) -> String {
+    let dtypes = amso_codegen::BUNDLED_SPEC.split("\ninstantiations:").next().unwrap();
+    format!("{dtypes}\ninstantiations:\n{instantiations}")
+}
+
 #[test]
 fn edited_spec_regenerates_with_the_new_class_and_check_detects_staleness() {
     let root = scratch("edit");
     let spec = root.join("types.yaml");
-    std::fs::write(&spec, amso_codegen::BUNDLED_SPEC).unwrap();
+    let base = spec_with("  - {dtype: int32, ndim: [1]}\n");
+    std::fs::write(&spec, &base).unwrap();
     assert!(generate(&spec, &root, false).status.success());
     assert!(generate(&spec, &root, true).status.success(), "fresh output is not stale");
 
-    let edited =
-        amso_codegen::BUNDLED_SPEC.replace("instantiations:\n", "instantiations:\n  - {dtype: uint16, ndim: [4]}\n");
+    let edited = format!("{base}  - {{dtype: uint16, ndim: [4]}}\n");
     std::fs::write(&spec, edited).unwrap();
     let stale = generate(&spec, &root, true);
     assert!(!stale.status.success());
@@ -45,8 +51,7 @@ fn edited_spec_regenerates_with_the_new_class_and_check_detects_staleness() {
 fn spec_errors_fail_with_positions() {
     let root = scratch("error");
     let spec = root.join("types.yaml");
-    let broken =
-        amso_codegen::BUNDLED_SPEC.replace("{dtype: bool,      ndim: [1]}", "{dtype: boolean,   ndim: [1, 12]}");
+    let broken = spec_with("  - {dtype: boolean,   ndim: [1, 12]}\n");
     std::fs::write(&spec, broken).unwrap();
     let output = generate(&spec, &root, false);
     assert!(!output.status.success());
@@ -55,4 +60,26 @@ fn spec_errors_fail_with_positions() {
     assert!(stderr.contains(&format!("{shown}:")) && stderr.contains("unknown dtype `boolean`"), "{stderr}");
     assert!(stderr.contains("ndim 12 is outside"), "{stderr}");
     assert!(!root.join("generated").exists(), "nothing is written from an invalid spec");
+}
+
+#[test]
+fn a_checkout_with_an_edited_spec_refuses_to_build_with_the_command_to_run() {
+    use amso_codegen::write::{check_checkout, REGENERATE_COMMAND};
+    let root = scratch("checkout");
+    assert_eq!(check_checkout(&root), Ok(()), "no spec: not a checkout, nothing to compare");
+    std::fs::create_dir_all(root.join("specs")).unwrap();
+    let spec = root.join("specs/types.yaml");
+    let base = spec_with("  - {dtype: int32, ndim: [1]}\n");
+    std::fs::write(&spec, &base).unwrap();
+    assert!(generate(&spec, &root, false).status.success());
+    assert_eq!(check_checkout(&root), Ok(()), "freshly generated");
+
+    std::fs::write(&spec, format!("{base}  - {{dtype: int16, ndim: [2]}}\n")).unwrap();
+    let refused = check_checkout(&root).unwrap_err();
+    assert!(refused.contains(REGENERATE_COMMAND) && refused.contains("generated/_amso.pyi"), "{refused}");
+    assert!(generate(&spec, &root, false).status.success());
+    assert_eq!(check_checkout(&root), Ok(()));
+
+    std::fs::write(root.join("generated/amso.h"), "/* edited by hand */").unwrap();
+    assert!(check_checkout(&root).unwrap_err().contains("generated/amso.h"));
 }

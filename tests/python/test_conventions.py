@@ -9,6 +9,7 @@ import ctypes
 import gc
 import pickle
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -391,3 +392,23 @@ def test_torch_streams_as_objects():
     with amso.cuda.stream(stream):
         a.move_memory(amso.dlpack.kDLCPU)
     np.testing.assert_array_equal(a.to_numpy(), sample("float64", (1000,)) + np.arange(1000))
+
+
+def test_an_uncompiled_pair_gets_advice_that_fits_the_installation():
+    # Run from a source checkout (the editable install) and from the wheel (scripts/amso.py's
+    # wheel check): each gets the advice it can follow.
+    checkout = (Path(amso.__file__).resolve().parents[3] / "specs" / "types.yaml").is_file()
+    with pytest.raises(TypeError) as info:
+        amso.MemArray(3, object)
+    unknown = str(info.value)
+    assert unknown.startswith("amso has no compiled array for dtype object with ndim 1: amso's dtypes are bool, ")
+    assert "#[amso_array(YourType, NDIM)]" in unknown
+    # A dtype of the spec at an ndim the module lacks (the wheel has none such; asked directly).
+    missing = amso._amso._uncompiled("float32", 3)
+    assert missing.startswith("amso has no compiled array for dtype float32 with ndim 3; this module compiles float32 with ndim 1, 2, 3, 4")
+    if checkout:
+        assert "or add it to the dtype table of specs/types.yaml" in unknown
+        assert "list it under `instantiations` in specs/types.yaml and run `python3 scripts/amso.py bundled`" in missing
+    else:
+        assert "specs/types.yaml" not in unknown + missing
+        assert "amso's wheel compiles every dtype of its spec at ndim 1 to 8" in missing

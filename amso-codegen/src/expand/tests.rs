@@ -142,8 +142,8 @@ fn amso_array_errors_say_what_to_do() {
 
 #[test]
 fn a_spec_edit_adds_a_class_without_rust_edits() {
-    let text = crate::BUNDLED_SPEC
-        .replace("instantiations:\n", "instantiations:\n  - {dtype: int8, ndim: [5]}\n  - {dtype: half2, ndim: [1]}\n");
+    let dtypes = crate::BUNDLED_SPEC.split("\ninstantiations:").next().unwrap();
+    let text = format!("{dtypes}\ninstantiations:\n  - {{dtype: int8, ndim: [5]}}\n  - {{dtype: half2, ndim: [1]}}\n");
     let text = text.replace(
         "dtypes:\n",
         "dtypes:\n  - {name: half2, rust: \"half::f16\", code: kDLFloat, bits: 16, lanes: 1, numpy: float16, c: uint16_t}\n",

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import operator
+import os
 
 from collections.abc import Sequence
 from typing import Any, SupportsIndex
@@ -15,7 +16,7 @@ import numpy as np
 
 from . import allocators, cuda, dlpack
 from ._amso import __amso_dispatch__, __version__, DLPackContext, MAX_NDIM, MemArrayBase, from_cuda_array_interface
-from ._amso import _dtypes, _is_amso_array, _is_amso_class, _new_array, _set_class_resolver, _wrap, empty
+from ._amso import _dtypes, _set_source_checkout, _uncompiled, _is_amso_array, _is_amso_class, _new_array, _set_class_resolver, _wrap, empty
 from ._amso import from_dlpack as _from_dlpack
 
 try:  # the memory-management API exists in builds with the CUDA layer
@@ -30,6 +31,12 @@ __all__ = [
 ]
 
 _DISPATCH: dict[tuple[str, int], type[MemArrayBase]] = dict(__amso_dispatch__)
+
+# Imported from a source checkout (an editable install: this file is
+# amso-python/python/amso/__init__.py beside specs/types.yaml), an uncompiled pair's error says
+# how to add it to the spec; from a wheel, how to declare a type of one's own.
+_CHECKOUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, os.pardir)
+_set_source_checkout(os.path.isfile(os.path.join(_CHECKOUT, "specs", "types.yaml")))
 _DTYPE_NAMES = frozenset(name for name, _ in _DISPATCH)
 
 # dtypes NumPy does not define come from the package the spec names (bfloat16 and the float8,
@@ -96,12 +103,7 @@ def class_for(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: Any = None)
     try:
         return _DISPATCH[key]
     except KeyError:
-        compiled = ", ".join(f"({name}, {ndim})" for name, ndim in supported())
-        raise TypeError(
-            f"amso has no compiled array for dtype {key[0]} with ndim {key[1]}. "
-            f"Compiled (dtype, ndim) pairs: {compiled}. To add it, list it under "
-            f"`instantiations` in specs/types.yaml and rebuild (python3 scripts/amso.py main)."
-        ) from None
+        raise TypeError(_uncompiled(*key)) from None
 
 
 # amso.MemArray and amso.empty find the class for (dtype as given, ndim) in a cache of the
@@ -188,8 +190,6 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArra
         if copy is False:
             raise BufferError("the input is not C-contiguous and copy=False forbids the copy amso needs")
         host = np.ascontiguousarray(host)
-    if host.ndim == 0:
-        host = host.reshape(1)
     class_for(host.shape, host.dtype)  # a TypeError naming the compiled pairs, before DLPack's own
     return _from_dlpack(host)
 

@@ -204,19 +204,15 @@ unsafe extern "C" fn managed_tensor_allocator(
             }
             // SAFETY: the caller's prototype tensor.
             let t = unsafe { &*prototype };
+            let name = || crate::element::dlpack_type_name((t.dtype.code.0, t.dtype.bits, t.dtype.lanes));
+            if !(1..=crate::MAX_NDIM as i32).contains(&t.ndim) {
+                return Err(Error::WrongValueType(registry::uncompiled(&name(), t.ndim.max(0) as usize)));
+            }
             // SAFETY: the caller's prototype holds ndim shape entries (DLPack's contract).
             let dims =
                 unsafe { crate::memarray::foreign::tensor_dims(&DLTensor { strides: std::ptr::null_mut(), ..*t }) }?;
-            let registration =
-                registry::find(t.dtype.code.0, t.dtype.bits, t.dtype.lanes, dims.len()).ok_or_else(|| {
-                    Error::WrongValueType(format!(
-                        "no compiled amso array for DLPack dtype (code {}, bits {}) with ndim {}; compiled: {}",
-                        t.dtype.code.0,
-                        t.dtype.bits,
-                        dims.len(),
-                        registry::compiled()
-                    ))
-                })?;
+            let registration = registry::find(t.dtype.code.0, t.dtype.bits, t.dtype.lanes, dims.len())
+                .ok_or_else(|| Error::WrongValueType(registry::uncompiled(&name(), dims.len())))?;
             let device = DeviceType::from_code(t.device.device_type.0 as i32)?;
             let device_id = if device == DeviceType::Cuda { t.device.device_id } else { 0 };
             let mut array = registration.create(&dims, ArrayOptions { device_id, ..Default::default() })?;

@@ -16,7 +16,7 @@ use super::registry::{self, Registration};
 use crate::memarray::ArrayOptions;
 
 /// (dtype object, ndim) -> the address of the class's `'static` registration.
-static CLASSES: IdentityCache<64> = IdentityCache::new();
+static CLASSES: IdentityCache<1024> = IdentityCache::new();
 
 /// `amso.class_for(shape, dtype)`, set once when the `amso` package imports.
 static CLASS_FOR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();

@@ -18,17 +18,14 @@ use crate::memarray::foreign::{check_dims, ForeignMemory};
 /// `producer` is the object `source` came from (`None` for a bare tensor).
 pub(super) fn wrap_source(py: Python<'_>, source: Source, producer: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
     let extents = source.extents(py);
+    if !(1..=crate::MAX_NDIM).contains(&extents.dims.len()) {
+        return Err(PyTypeError::new_err(registry::uncompiled(&dlpack_type_name(source.dtype), extents.dims.len())));
+    }
     check_dims(extents.dims)?;
     extents.strides.check_c_contiguous(extents.dims, source.itemsize())?;
     let dims = extents.dims.to_vec();
-    let registration = registry::find(source.dtype.0, source.dtype.1, source.dtype.2, dims.len()).ok_or_else(|| {
-        PyTypeError::new_err(format!(
-            "no compiled amso array for {} with ndim {}; compiled: {}. Add it to specs/types.yaml and rebuild",
-            dlpack_type_name(source.dtype),
-            dims.len(),
-            registry::compiled()
-        ))
-    })?;
+    let registration = registry::find(source.dtype.0, source.dtype.1, source.dtype.2, dims.len())
+        .ok_or_else(|| PyTypeError::new_err(registry::uncompiled(&dlpack_type_name(source.dtype), dims.len())))?;
     let (readonly, stream) = (source.readonly, source.stream);
     let (address, mut device) = (source.data, source.device);
     if source.managed {

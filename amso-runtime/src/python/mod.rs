@@ -134,6 +134,8 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("MAX_NDIM", crate::MAX_NDIM)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_is_available, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(dtypes, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(uncompiled, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(set_source_checkout, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_device_count, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_memory_info, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(set_current_stream, module)?)?;
@@ -184,6 +186,19 @@ type DTypeRow = (&'static str, u8, u8, u16, &'static str, Option<&'static str>);
 #[pyfunction(name = "_dtypes")]
 fn dtypes() -> Vec<DTypeRow> {
     crate::element::ALL.iter().map(|d| (d.name, d.code, d.bits, d.lanes, d.numpy, d.numpy_module)).collect()
+}
+
+/// The message for a `(dtype, ndim)` pair this module does not compile (`amso.class_for`
+/// raises it as a TypeError).
+#[pyfunction(name = "_uncompiled")]
+fn uncompiled(dtype: &str, ndim: usize) -> String {
+    registry::uncompiled(dtype, ndim)
+}
+
+/// The bundled package notes, when imported, whether it runs from a source checkout.
+#[pyfunction(name = "_set_source_checkout")]
+fn set_source_checkout(checkout: bool) {
+    registry::set_source_checkout(checkout)
 }
 
 /// Whether a CUDA driver and at least one device are present (never raises).

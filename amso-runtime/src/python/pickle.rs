@@ -115,12 +115,9 @@ pub(super) fn rebuild(
     // The class's name picks the same class when a module registers several of one dtype/ndim.
     let find = |ndim| {
         let by_class = class.and_then(|name| registry::find_class_name(name, dtype, ndim));
-        let registration = by_class.or_else(|| registry::find_name(dtype, ndim)).ok_or_else(|| {
-            Error::WrongValueType(format!(
-                "the pickle holds a {dtype} array with ndim {ndim}, which this module does not compile; compiled: {}",
-                registry::compiled()
-            ))
-        })?;
+        let registration = by_class
+            .or_else(|| registry::find_name(dtype, ndim))
+            .ok_or_else(|| Error::WrongValueType(format!("cannot unpickle: {}", registry::uncompiled(dtype, ndim))))?;
         Ok((registration, registration.ops))
     };
     let plan = plan_rebuild(&pickled, find, cuda_devices())?;

@@ -2,7 +2,7 @@
 //! without locks) and the factories the DLPack exchange API uses to make arrays of a given
 //! `(dtype, ndim)` without Python's help.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::RwLock;
 
 use pyo3::prelude::*;
@@ -33,7 +33,7 @@ pub(super) struct Registration {
     pub name: &'static str,
 }
 
-const MAX_TYPES: usize = 256;
+const MAX_TYPES: usize = 1024;
 static TYPES: [AtomicUsize; MAX_TYPES] = [const { AtomicUsize::new(0) }; MAX_TYPES];
 static TYPE_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Registrations live for the process (a class, once registered, is never unloaded).
@@ -143,8 +143,61 @@ pub(super) fn find_name(name: &str, ndim: usize) -> Option<&'static Registration
     find_by(|r| r.ndim == ndim && r.dtype().name == name)
 }
 
-/// The compiled `(dtype, ndim)` pairs, for error messages.
-pub(super) fn compiled() -> String {
+/// The one message for a `(dtype, ndim)` pair this module has no class for, wherever the
+/// pair comes from (a constructor, DLPack, a pickle, a shared handle, the C exchange API):
+/// what was asked, what is compiled, and advice that fits how amso was installed.
+pub(super) fn uncompiled(dtype: &str, ndim: usize) -> String {
+    let asked = format!("amso has no compiled array for dtype {dtype} with ndim {ndim}");
+    let max = crate::MAX_NDIM;
+    if ndim == 0 {
+        return format!(
+            "{asked}: amso arrays have 1 to {max} dimensions, and a scalar or 0-d array has none. \
+             Pass np.atleast_1d(x) for a shape-(1,) array"
+        );
+    }
+    if ndim > max {
+        return format!("{asked}: amso arrays have 1 to {max} dimensions (amso.MAX_NDIM)");
+    }
+    let checkout = SOURCE_CHECKOUT.load(Ordering::Relaxed);
+    let in_spec = crate::element::ALL.iter().any(|d| d.name == dtype);
     let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    registry.iter().map(|r| format!("({}, {})", r.dtype().name, r.ndim)).collect::<Vec<_>>().join(", ")
+    let mut ndims: Vec<usize> = registry.iter().filter(|r| r.dtype().name == dtype).map(|r| r.ndim).collect();
+    drop(registry);
+    if ndims.is_empty() && !in_spec {
+        let names: Vec<&str> = crate::element::ALL.iter().map(|d| d.name).collect();
+        let spec = if checkout { ", or add it to the dtype table of specs/types.yaml" } else { "" };
+        return format!(
+            "{asked}: amso's dtypes are {}. An element type of your own is declared in an extension crate \
+             with #[derive(amso_macros::Element)] and #[amso_array(YourType, NDIM)] (docs/rust.md){spec}",
+            names.join(", ")
+        );
+    }
+    ndims.sort_unstable();
+    ndims.dedup();
+    let compiled = match ndims.is_empty() {
+        true => "none".to_owned(),
+        false => ndims.iter().map(usize::to_string).collect::<Vec<_>>().join(", "),
+    };
+    let advice = match (in_spec, checkout) {
+        (true, true) => {
+            "To compile it, list it under `instantiations` in specs/types.yaml and run \
+             `python3 scripts/amso.py bundled` (docs/python.md, \"Adding a pair\")"
+        }
+        (true, false) => {
+            "amso's wheel compiles every dtype of its spec at ndim 1 to 8, so this module was built \
+             from a spec of its own: add the pair to that spec's `instantiations` and rebuild it"
+        }
+        (false, _) => "Declare it in the extension crate that defines the type, with #[amso_array(YourType, NDIM)]",
+    };
+    format!("{asked}; this module compiles {dtype} with ndim {compiled}. {advice}")
+}
+
+/// Whether this module was built in, and runs from, a source checkout of amso (the bundled
+/// package says so when it is imported from one); otherwise it came from a wheel or is another
+/// extension crate.
+static SOURCE_CHECKOUT: AtomicBool = AtomicBool::new(false);
+
+/// Note whether the module runs from a source checkout (for `uncompiled`'s advice).
+pub(super) fn set_source_checkout(checkout: bool) {
+    SOURCE_CHECKOUT.store(checkout, Ordering::Relaxed);
 }

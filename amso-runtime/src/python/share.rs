@@ -354,12 +354,7 @@ impl SharedHandle {
 
 fn open(py: Python<'_>, h: &Handle, device_id: Option<i32>) -> PyResult<Py<PyAny>> {
     let registration = registry::find_name(&h.dtype, h.dims.len()).ok_or_else(|| {
-        PyTypeError::new_err(format!(
-            "the shared array is {} with ndim {}, which this module does not compile; compiled: {}",
-            h.dtype,
-            h.dims.len(),
-            registry::compiled()
-        ))
+        PyTypeError::new_err(format!("cannot open the shared array: {}", registry::uncompiled(&h.dtype, h.dims.len())))
     })?;
     let itemsize = registration.dtype().itemsize();
     let described = crate::shape::checked_shape(&h.dims, h.dims.len(), itemsize).ok().map(|(_, bytes)| bytes as u64);

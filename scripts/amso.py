@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,20 +177,24 @@ def outside_check() -> None:
 
 
 def sdist_check() -> None:
-    """The Python package from source, as on a platform without a wheel: `maturin sdist`, then
-    `pip install` of it into a fresh virtual environment (pip builds it with Rust) and the
-    quickstart there; `twine check` over the sdist and the wheel of `wheel_check`, and
-    `auditwheel show` that the wheel's manylinux tag is the one its symbols allow."""
+    """The Python package from source, as on a platform without a wheel: `maturin sdist` (with
+    the C and CUDA headers), then `pip install` of it into a fresh virtual environment (pip
+    builds it with Rust), the quickstart and the header tests there; `twine check` over the
+    sdist and the wheel of `wheel_check`, and `auditwheel show` that the wheel's manylinux tag
+    is the one its symbols allow."""
     out = ROOT / "target" / "sdist-check"
     shutil.rmtree(out, ignore_errors=True)
     run(venv_bin("python"), "-m", "maturin", "sdist", "-m", EXTENSIONS[0], "-o", out / "dist", env=venv_env())
     run(sys.executable, "-m", "venv", out / "venv")
     python = out / "venv" / ("Scripts" if os.name == "nt" else "bin") / "python"
     sdist = next((out / "dist").glob("amso-*.tar.gz"))
+    check_headers_packed(sdist, "python/amso/include")
     # The shared build folder only spares rebuilding dependencies; every amso source comes from
     # the sdist (its crates sit at other paths, so cargo builds them anew).
     run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", sdist, env=outside_env())
     quickstart(python)
+    run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "pytest>=8")
+    run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python/test_include.py")
     wheel = next((ROOT / "target" / "wheel-check" / "dist").glob("amso-*.whl"))
     run(venv_bin("python"), "-m", "twine", "check", "--strict", sdist, wheel)
     shown = subprocess.run([venv_bin("python"), "-m", "auditwheel", "show", wheel], capture_output=True, text=True)
@@ -248,17 +253,37 @@ def stubtest() -> None:
 
 
 def wheel_check() -> None:
-    """The conventions tests against the built wheel, installed into a fresh virtual environment
-    with nothing but its declared dependencies (and pytest): what `pip install amso` gives."""
+    """The conventions and header tests against the built wheel (which must hold the C and CUDA
+    headers), installed into a fresh virtual environment with nothing but its declared
+    dependencies (and pytest): what `pip install amso` gives."""
     out = ROOT / "target" / "wheel-check"
     shutil.rmtree(out, ignore_errors=True)
     run(venv_bin("python"), "-m", "maturin", "build", "--release", "--quiet", "-m", EXTENSIONS[0], "-o", out / "dist",
         env=venv_env())
     run(sys.executable, "-m", "venv", out / "venv")
     python = out / "venv" / ("Scripts" if os.name == "nt" else "bin") / "python"
-    run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *sorted((out / "dist").glob("*.whl")),
-        "pytest>=8")
-    run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python/test_conventions.py")
+    wheel = next((out / "dist").glob("amso-*.whl"))
+    check_headers_packed(wheel, "amso/include")
+    run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel, "pytest>=8")
+    run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python/test_conventions.py", "tests/python/test_include.py")
+
+
+def check_headers_packed(archive: Path, folder: str) -> None:
+    """`archive` (a wheel or an sdist) holds amso.h and amso.cuh in `folder`, with generated/'s
+    text: the package's include/ has symlinks to them, and maturin packs what they point at."""
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as wheel:
+            members = {name: wheel.read(name) for name in wheel.namelist()}
+    else:  # an sdist's members sit under one `amso-VERSION/` folder
+        with tarfile.open(archive) as sdist:
+            members = {m.name.split("/", 1)[-1]: sdist.extractfile(m).read() for m in sdist.getmembers() if m.isfile()}
+    for header in ("amso.h", "amso.cuh"):
+        packed = members.get(f"{folder}/{header}")
+        if packed != (ROOT / "generated" / header).read_bytes():
+            listing = "\n  ".join(sorted(members))
+            what = "no" if packed is None else f"another text than generated/{header} in"
+            sys.exit(f"amso: {archive.name} has {what} {folder}/{header}; its members:\n  {listing}")
+        print(f"  {archive.name}: {folder}/{header}, {len(packed)} bytes, as generated/{header}", flush=True)
 
 
 FUZZ = ROOT / "fuzz"

@@ -581,8 +581,9 @@ typedef struct DLPackExchangeAPI {
 
 /// Every generated file: its path under `root` and its content.
 pub fn generated_files(spec: &Spec) -> Vec<(PathBuf, String)> {
-    // The package's amso-python/python/amso/_amso.pyi is a symlink to generated/_amso.pyi,
-    // so the stub exists once; maturin packs the link's target.
+    // The package's amso-python/python/amso/_amso.pyi and include/amso.h, include/amso.cuh
+    // are symlinks to these files, so each exists once; maturin packs the links' targets into
+    // the wheel and the sdist (scripts/amso.py checks both archives).
     vec![
         (PathBuf::from("generated/_amso.pyi"), python_stubs(spec)),
         (PathBuf::from("generated/instantiations.md"), instantiation_table(spec)),

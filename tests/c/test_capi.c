@@ -1,5 +1,5 @@
-/* C side of tests/python/test_capi.py: built against generated/amso.h into a shared library
- * that the tests load with ctypes.PyDLL (the GIL is held in every call). */
+/* C side of tests/python/test_capi.py: built against the installed amso.h (amso.get_include())
+ * into a library that the tests load with ctypes.PyDLL (the GIL is held in every call). */
 #include <Python.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,13 +1,16 @@
 """README's (the repository's and the Python package's) and the guide's Python and C code blocks, run (the Rust ones are doctests of the
 `docs` crate). Each ```python block runs in a fresh interpreter; a block whose first line is
-`# needs a GPU` runs where CUDA is. Each ```c block compiles against generated/amso.h, and the
-functions the pages define (`sum_float64`, `describe`) are called on amso arrays and on what
-they must refuse."""
+`# needs a GPU` runs where CUDA is. Each ```c block compiles against the installed amso.h
+(amso.get_include()), and the functions the pages define (`sum_float64`, `describe`) are called
+on amso arrays and on what they must refuse. A ```sh block that starts with `cc ` builds its
+page's C block, as written."""
 
 from __future__ import annotations
 
 import ctypes
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +39,7 @@ def blocks(language: str) -> list[tuple[str, str]]:
 
 PYTHON = blocks("python")
 C = blocks("c")
+BUILD_LINES = [(where, code.strip()) for where, code in blocks("sh") if code.startswith("cc ")]
 
 
 def test_the_pages_have_blocks_to_run():
@@ -72,6 +76,23 @@ def test_c_block_compiles_and_sums(where, code, tmp_path):
     assert total.value == pytest.approx(values.sum(), rel=1e-12)
     assert function(np.zeros(3), ctypes.byref(total)) == -1, "a NumPy array is not an amso array"
     assert function(amso.MemArray((3,), np.float32), ctypes.byref(total)) == -2, "float32 is not float64"
+
+
+@pytest.mark.parametrize("where,line", BUILD_LINES, ids=[where for where, _ in BUILD_LINES])
+def test_build_line_builds_its_pages_c_block(where, line, tmp_path):
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    (code,) = [code for place, code in C if place.split(":")[0] == where.split(":")[0]]
+    (tmp_path / re.search(r"(\S+\.c)\b", line).group(1)).write_text(code)
+    library = re.search(r"-o (\S+)$", line).group(1)
+    assert library.split(".")[0] not in sys.stdlib_module_names, f"{where}: {library} shadows a standard module"
+    # `python3` in the line is this interpreter (a virtual environment's bin folder comes first).
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, check=True)
+    built = ctypes.PyDLL(str(tmp_path / library))
+    if "describe" in code:
+        built.describe.argtypes, built.describe.restype = [ctypes.py_object], ctypes.c_int
+        assert built.describe(amso.MemArray((2, 3), np.int32)) == 0
 
 
 def test_the_declared_licenses_ship_their_texts():

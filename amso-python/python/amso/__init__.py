@@ -28,6 +28,7 @@ __all__ = [
     "MemArray", "MemArrayBase", "DLPackContext", "asarray", "empty", "from_dlpack", "cuda", "dlpack", "supported", "class_for",
     "allocators", "set_allocator", "defer_cleanup", "deferred_limits", "flush_frees", "memory_info",
     "set_release_threshold", "MAX_NDIM", "__version__",
+    "get_include",
 ]
 
 _DISPATCH: dict[tuple[str, int], type[MemArrayBase]] = dict(__amso_dispatch__)
@@ -67,6 +68,14 @@ _register_dlpack_dtypes()
 def supported() -> list[tuple[str, int]]:
     """The compiled ``(dtype name, ndim)`` pairs, sorted."""
     return sorted(_DISPATCH)
+
+
+def get_include() -> str:
+    """The folder holding ``amso.h`` (the C getters) and ``amso.cuh`` (the CUDA header), for a
+    compiler's ``-I``, as ``numpy.get_include()``; ``python -m amso --include`` prints it."""
+    import os
+
+    return os.path.join(os.path.dirname(__file__), "include")
 
 
 def _dtype_name(dtype: Any) -> str:

@@ -1,6 +1,8 @@
-/* Example: print an amso array's description from C. Build it as a Python-loadable library:
- *   cc -shared -fPIC -I generated $(python3-config --includes) examples/c/inspect_array.c -o inspect.so
- * and call it from Python: ctypes.PyDLL("./inspect.so").inspect(ctypes.py_object(array)). */
+/* Example: print an amso array's description from C. Build it in this folder as a library for
+ * ctypes, with the headers installed with amso (amso.get_include() and Python's):
+ *   cc -shared -fPIC $(python3 -m amso --includes) amso_inspect.c -o amso_inspect.so
+ * and call it from Python: ctypes.PyDLL("./amso_inspect.so").inspect(ctypes.py_object(array)).
+ * (Not inspect.so: Python started in this folder would import it in place of the inspect module.) */
 #include <Python.h>
 #include <stdio.h>
 

@@ -15,20 +15,15 @@ pub fn python_stubs(spec: &Spec) -> String {
     let mut out = format!("# {HEADER_NOTE}\n");
     out.push_str(STUB_PRELUDE);
     for (dtype, ndim) in spec.instances() {
-        let class = dtype.class_name(ndim);
-        let _ = write!(
-            out,
-            "\nclass {class}(MemArrayBase):\n    \"\"\"{ndim}-D array of {} ({}).\"\"\"\n\n    \
-             def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        uninitialized: bool = False,\n        managed: bool = False,\n        shareable: bool = False,\n    ) -> {class}: ...\n",
-            dtype.name, dtype.rust
-        );
+        out.push_str(&crate::stubs::class_stub(dtype, ndim));
     }
     out
 }
 
 const STUB_PRELUDE: &str = r#"from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Protocol, Self, SupportsIndex, final
+from types import EllipsisType
+from typing import Any, Protocol, Self, SupportsIndex, TypeAlias, TypeVar, final, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +32,12 @@ from typing_extensions import disjoint_base
 _Shape = Sequence[SupportsIndex] | SupportsIndex
 _Index = SupportsIndex | tuple[SupportsIndex, ...]
 _Scalar = bool | int | float | complex
+# What reads a NumPy view (a row, a slice) rather than one element.
+_View = SupportsIndex | slice | EllipsisType | tuple[SupportsIndex | slice | EllipsisType, ...]
+_View1 = slice | EllipsisType | tuple[slice | EllipsisType, ...]
+_T = TypeVar("_T")
+# What assigns to a view: arrays, or nested sequences of elements (not strings).
+_Values: TypeAlias = npt.NDArray[Any] | MemArrayBase | Sequence[_T] | Sequence[Sequence[_T]]
 
 class _CudaStream(Protocol):
     def __cuda_stream__(self) -> tuple[int, int]: ...
@@ -169,8 +170,8 @@ class MemArrayBase:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
     def __len__(self) -> int: ...
-    def __getitem__(self, index: _Index, /) -> _Scalar: ...
-    def __setitem__(self, index: _Index, value: _Scalar, /) -> None: ...
+    def __getitem__(self, index: _View, /) -> Any: ...
+    def __setitem__(self, index: _View, value: Any, /) -> None: ...
     def __iter__(self) -> ArrayIterator: ...
     def __dlpack__(
         self,
@@ -586,6 +587,7 @@ pub fn generated_files(spec: &Spec) -> Vec<(PathBuf, String)> {
     // the wheel and the sdist (scripts/amso.py checks both archives).
     vec![
         (PathBuf::from("generated/_amso.pyi"), python_stubs(spec)),
+        (PathBuf::from("generated/_memarray.pyi"), crate::stubs::memarray_stub(spec, HEADER_NOTE)),
         (PathBuf::from("generated/instantiations.md"), instantiation_table(spec)),
         (PathBuf::from("generated/amso.h"), c_header(spec)),
         (PathBuf::from("generated/amso.cuh"), crate::cuda_header::cuda_header(spec)),

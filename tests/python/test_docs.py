@@ -27,9 +27,14 @@ GPU_MARK = "# needs a GPU"
 
 
 def blocks(language: str) -> list[tuple[str, str]]:
-    """(page:line, code) of every fenced block in `language`."""
+    """(page:line, code) of every fenced block in `language` on every page."""
+    return blocks_of(PAGES, language)
+
+
+def blocks_of(pages: list[Path], language: str) -> list[tuple[str, str]]:
+    """(page:line, code) of every fenced block in `language` on `pages`."""
     found = []
-    for page in PAGES:
+    for page in pages:
         text = page.read_text()
         for match in re.finditer(rf"^```{language}\n(.*?)^```$", text, flags=re.S | re.M):
             line = text.count("\n", 0, match.start()) + 1

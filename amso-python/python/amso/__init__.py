@@ -16,7 +16,8 @@ import numpy as np
 
 from . import allocators, cuda, dlpack
 from ._amso import __amso_dispatch__, __version__, DLPackContext, MAX_NDIM, MemArrayBase, from_cuda_array_interface
-from ._amso import _dtypes, _set_source_checkout, _uncompiled, _is_amso_array, _is_amso_class, _new_array, _set_class_resolver, _wrap, empty
+from ._amso import _dtypes, _set_source_checkout, _uncompiled, _is_amso_array, _set_class_resolver, _wrap
+from ._memarray import MemArray, empty
 from ._amso import from_dlpack as _from_dlpack
 
 try:  # the memory-management API exists in builds with the CUDA layer
@@ -119,46 +120,6 @@ def class_for(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: Any = None)
 # compiled module, without resolving the dtype through NumPy (which costs microseconds);
 # class_for resolves what that cache has not seen.
 _set_class_resolver(class_for)
-
-
-class _MemArrayMeta(type):
-    def __call__(
-        cls,
-        shape: Sequence[SupportsIndex] | SupportsIndex,
-        dtype: Any = None,
-        device_id: int = 0,
-        *,
-        readonly: bool = False,
-        pinned: bool = False,
-        on_device: bool = False,
-        managed: bool = False,
-        shareable: bool = False,
-    ) -> Any:
-        return _new_array(
-            shape, dtype, device_id, readonly=readonly, pinned=pinned, on_device=on_device, managed=managed,
-            shareable=shareable,
-        )
-
-    def __instancecheck__(cls, instance: Any) -> bool:
-        # Arrays of every crate's classes: each extension module links its own copy of amso's
-        # runtime (and so its own base class); recognised without trusting object attributes.
-        return _is_amso_array(instance)
-
-    def __subclasscheck__(cls, subclass: type) -> bool:
-        return subclass is cls or _is_amso_class(subclass)
-
-
-class MemArray(metaclass=_MemArrayMeta):
-    """``MemArray(shape, dtype=None, device_id=0, *, readonly=False, pinned=False, on_device=False,
-    managed=False, shareable=False)``: a zero-filled array, on the host or (``on_device=True``) on
-    CUDA device ``device_id``; with ``managed=True`` in CUDA managed memory there, which the host
-    reads and writes in place once the device's work is done (exported as ``kDLCUDAManaged``);
-    with ``shareable=True`` in device memory other processes can map (``a.share()``).
-
-    Dispatches to the compiled class for ``(np.dtype(dtype).name, len(shape))``; ``dtype``
-    defaults to float64, as in NumPy. Every amso array, of this package or of any other
-    extension built with amso, is an instance of ``MemArray``.
-    """
 
 
 def from_dlpack(obj: Any, *, copy: bool | None = None) -> MemArrayBase:

@@ -33,12 +33,16 @@ def main() -> None:
         a = amso.MemArray((256, 4), np.float64)
         a.read_numpy_array(np.full((256, 4), float(k)))
         chunks.append(a)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        squares = client.map(square, chunks)
-        result = client.submit(total, squares).result()
-        workers = {w for w in client.who_has(squares).values() for w in w}
-        back = client.gather(squares[3])
+    # (dask's annotations type a synchronous client's results as possibly coroutines, and
+    # dashboard_address as str though None turns the dashboard off: ignored for pyright.)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:  # pyright: ignore[reportArgumentType]
+        with Client(cluster) as client:
+            squares = client.map(square, chunks)
+            result = client.submit(total, squares).result()
+            who_has = client.who_has(squares)
+            workers = {w for w in who_has.values() for w in w}  # pyright: ignore[reportAttributeAccessIssue]
+            back: amso.MemArrayBase = client.gather(squares[3])  # pyright: ignore[reportAssignmentType]
     expected = sum(1024 * k * k for k in range(8))
     print(json.dumps({
         "result": result, "expected": expected, "ok": result == expected, "workers": len(workers),

@@ -20,7 +20,7 @@ def produce(n: int):
 
     array = amso.MemArray(n, np.float64, on_device=True, shareable=True)
     array.read_numpy_array(np.arange(n, dtype=np.float64))
-    get_worker().amso_kept = array
+    setattr(get_worker(), "amso_kept", array)  # an attribute of our own on the worker
     return array.share(), __import__("os").getpid()
 
 
@@ -49,14 +49,16 @@ def read_back(_token):
     """In worker A again: the array it made now holds the doubled values."""
     from distributed import get_worker
 
-    return get_worker().amso_kept.to_numpy().tolist()[:4]
+    return getattr(get_worker(), "amso_kept").to_numpy().tolist()[:4]
 
 
 def main() -> None:
     from dask.distributed import Client, LocalCluster
 
     n = 1 << 16
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    # (dask's annotation says str, but None turns the dashboard off: ignored for pyright.)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:  # pyright: ignore[reportArgumentType]
         with Client(cluster) as client:
             a, b = sorted(client.scheduler_info()["workers"])
             handle, producer_pid = client.submit(produce, n, workers=[a], pure=False).result()

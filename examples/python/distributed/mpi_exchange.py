@@ -22,7 +22,7 @@ import amso
 
 def cuda_aware() -> bool:
     try:
-        return bool(MPI.Query_cuda_support())
+        return bool(getattr(MPI, "Query_cuda_support")())  # MPIX, absent from mpi4py's stubs
     except (AttributeError, NotImplementedError):  # an MPI without the MPIX query
         return False
 
@@ -35,7 +35,7 @@ def main() -> None:
     rank, size = comm.Get_rank(), comm.Get_size()
     assert size == 2, "run with two ranks: mpiexec -n 2 ..."
     n = 1 << 16
-    report = {"rank": rank}
+    report: dict[str, object] = {"rank": rank}
 
     # Point to point: rank 0 sends its array's own memory; rank 1 receives into an amso array.
     if rank == 0:

@@ -1,0 +1,143 @@
+//! The Python stubs' typed parts: each instantiation's class with item access typed by its
+//! element (a float32 array's `a[i, j]` is a `float`), and `generated/_memarray.pyi`, where
+//! `amso.MemArray(shape, dtype)` and `amso.empty` are overloaded on literal dtypes and on the
+//! shape's length so that a type checker knows the class they return.
+
+use std::fmt::Write as _;
+
+use crate::dtype::{DType, TypeCode};
+use crate::Spec;
+
+/// The Python type one element reads as (`a[i, j]`).
+fn python_scalar(dtype: &DType) -> &'static str {
+    match dtype.code {
+        _ if dtype.lanes > 1 => "int", // packed lanes read as their raw bits
+        TypeCode::Bool => "bool",
+        TypeCode::Int | TypeCode::UInt => "int",
+        TypeCode::Complex => "complex",
+        _ => "float",
+    }
+}
+
+/// The NumPy scalar type of the arrays NumPy sees (`np.float32`), where NumPy defines it.
+fn numpy_scalar(dtype: &DType) -> Option<String> {
+    if dtype.numpy_module.is_some() {
+        return None;
+    }
+    Some(if dtype.numpy == "bool" { "np.bool_".to_owned() } else { format!("np.{}", dtype.numpy) })
+}
+
+/// `npt.NDArray[...]` of what `to_numpy()` and views return.
+fn numpy_array(dtype: &DType) -> String {
+    format!("npt.NDArray[{}]", numpy_scalar(dtype).unwrap_or_else(|| "Any".to_owned()))
+}
+
+/// The index that reads one element: `ndim` integers.
+fn element_index(ndim: u8) -> String {
+    match ndim {
+        1 => "SupportsIndex | tuple[SupportsIndex]".to_owned(),
+        n => format!("tuple[{}]", vec!["SupportsIndex"; n as usize].join(", ")),
+    }
+}
+
+/// One instantiation's class in `_amso.pyi`.
+pub(crate) fn class_stub(dtype: &DType, ndim: u8) -> String {
+    let class = dtype.class_name(ndim);
+    let scalar = python_scalar(dtype);
+    let array = numpy_array(dtype);
+    let element = element_index(ndim);
+    let view = if ndim == 1 { "_View1" } else { "_View" };
+    format!(
+        "\nclass {class}(MemArrayBase):\n    \"\"\"{ndim}-D array of {name} ({rust}).\"\"\"\n\n    \
+         def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        \
+         readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        \
+         uninitialized: bool = False,\n        managed: bool = False,\n        shareable: bool = False,\n    ) -> {class}: ...\n    \
+         @overload  # type: ignore[override]\n    def __getitem__(self, index: {element}, /) -> {scalar}: ...\n    \
+         @overload\n    def __getitem__(self, index: {view}, /) -> {array}: ...\n    \
+         @overload  # type: ignore[override]\n    def __setitem__(self, index: {element}, value: {scalar}, /) -> None: ...\n    \
+         @overload\n    def __setitem__(self, index: {view}, value: {scalar} | _Values[{scalar}], /) -> None: ...\n    \
+         def to_numpy(self) -> {array}: ...\n",
+        name = dtype.name,
+        rust = dtype.rust,
+    )
+}
+
+/// The dtype arguments that name `dtype`: its name, and NumPy's scalar type and dtype object
+/// where NumPy defines it (Python's own `bool`, `int`, `float` and `complex` as NumPy maps them).
+fn dtype_forms(dtype: &DType) -> String {
+    let mut forms = vec![format!("Literal[\"{}\"]", dtype.name)];
+    // A dtype NumPy stores as another (float4_e2m1fn_x2's uint8) is named by its name only.
+    if let Some(scalar) = numpy_scalar(dtype).filter(|_| dtype.numpy == dtype.name) {
+        forms.push(format!("type[{scalar}]"));
+        forms.push(format!("np.dtype[{scalar}]"));
+        match dtype.name.as_str() {
+            "bool" => forms.push("type[bool]".into()),
+            "int64" => forms.push("type[int]".into()),
+            "float64" => forms.push("type[float]".into()),
+            "complex128" => forms.push("type[complex]".into()),
+            _ => {}
+        }
+    }
+    forms.join(" | ")
+}
+
+/// The shape arguments of `ndim` dimensions whose length a checker can know.
+fn shape_forms(ndim: u8) -> String {
+    element_index(ndim)
+}
+
+/// Keyword arguments of `MemArray(...)` and of `empty(...)` after `device_id`.
+const MEMARRAY_KEYWORDS: &str = "readonly: bool = False, pinned: bool = False, on_device: bool = False, \
+                                 managed: bool = False, shareable: bool = False";
+const EMPTY_KEYWORDS: &str = "on_device: bool = False, managed: bool = False, shareable: bool = False";
+
+/// `generated/_memarray.pyi`: `MemArray` and `empty`, overloaded per instantiation.
+pub fn memarray_stub(spec: &Spec, header_note: &str) -> String {
+    let mut out = format!(
+        "# {header_note}\n\"\"\"The typed face of `amso.MemArray` and `amso.empty`: the class a \
+         call returns, known\nfrom a literal dtype and the shape's length; other calls give `MemArrayBase`.\"\"\"\n\n\
+         from collections.abc import Sequence\nfrom typing import Literal, SupportsIndex, TypeAlias, overload\n\n\
+         import numpy as np\nimport numpy.typing as npt\n\nfrom . import _amso\nfrom ._amso import MemArrayBase\n\n"
+    );
+    for dtype in &spec.dtypes {
+        let _ = writeln!(out, "_{}: TypeAlias = {}", dtype.name, dtype_forms(dtype));
+    }
+    out.push_str("\nclass MemArray(MemArrayBase):\n");
+    out.push_str(
+        "    \"\"\"``MemArray(shape, dtype=None, device_id=0, *, readonly=False, pinned=False, \
+         on_device=False,\n    managed=False, shareable=False)``: a zero-filled array of the compiled \
+         class for\n    ``(dtype, len(shape))``; every amso array is an instance.\"\"\"\n\n",
+    );
+    let calls: Vec<(DType, u8)> = spec.instances().map(|(d, n)| (d.clone(), n)).collect();
+    for (dtype, ndim) in &calls {
+        let default = if dtype.name == "float64" { " | None = None" } else { "" };
+        let _ = writeln!(
+            out,
+            "    @overload\n    def __new__(cls, shape: {}, dtype: _{}{default}, device_id: int = 0, *, {MEMARRAY_KEYWORDS}) -> _amso.{}: ...",
+            shape_forms(*ndim),
+            dtype.name,
+            dtype.class_name(*ndim)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "    @overload\n    def __new__(cls, shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike = None, \
+         device_id: int = 0, *, {MEMARRAY_KEYWORDS}) -> MemArrayBase: ...\n"
+    );
+    for (dtype, ndim) in &calls {
+        let default = if dtype.name == "float64" { " | None = None" } else { "" };
+        let _ = writeln!(
+            out,
+            "@overload\ndef empty(shape: {}, dtype: _{}{default}, device_id: int = 0, *, {EMPTY_KEYWORDS}) -> _amso.{}: ...",
+            shape_forms(*ndim),
+            dtype.name,
+            dtype.class_name(*ndim)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "@overload\ndef empty(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike = None, \
+         device_id: int = 0, *, {EMPTY_KEYWORDS}) -> MemArrayBase: ..."
+    );
+    out
+}

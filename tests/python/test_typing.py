@@ -1,0 +1,97 @@
+"""amso as type checkers see it: mypy and pyright, with amso installed, over what users write.
+
+- Correct code (the held-out scripts in tests/typing/users, the Python blocks of the READMEs
+  and the guide, examples/python) type-checks with no error from either checker.
+- tests/typing/mistakes.py has one deliberate mistake per marked line: each checker reports
+  an error on every marked line and on no other.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_docs import ROOT, blocks_of
+
+TYPING = ROOT / "tests" / "typing"
+GUIDE = [ROOT / "README.md", ROOT / "amso-python" / "README.md", ROOT / "docs" / "python.md"]
+MARK = "# mistake:"
+
+
+def correct_sources(folder: Path) -> list[Path]:
+    """The held-out scripts, the examples, and each Python block of the pages as a file."""
+    sources = sorted((TYPING / "users").glob("*.py")) + sorted((ROOT / "examples" / "python").rglob("*.py"))
+    for where, code in blocks_of(GUIDE, "python"):
+        name = re.sub(r"\W", "_", where) + ".py"
+        (folder / name).write_text(code)
+        sources.append(folder / name)
+    return sources
+
+
+def mypy(files: list[Path], cwd: Path) -> dict[str, set[int]]:
+    """{file name: lines with an error}, from mypy."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir", str(cwd / ".mypy"), "--python-executable",
+         sys.executable, "--no-error-summary", "--show-error-codes", "--ignore-missing-imports", *map(str, files)],
+        cwd=cwd, capture_output=True, text=True, timeout=600,
+    )
+    errors: dict[str, set[int]] = {}
+    for line in result.stdout.splitlines():
+        match = re.match(r"(.+?):(\d+): error: ", line)
+        if match:
+            errors.setdefault(Path(match.group(1)).name, set()).add(int(match.group(2)))
+            MESSAGES.append(line)
+    assert result.returncode in (0, 1) and (result.returncode == 0) == (not errors), result.stdout + result.stderr
+    return errors
+
+
+def pyright(files: list[Path], cwd: Path) -> dict[str, set[int]]:
+    """{file name: lines with an error}, from pyright (lines counted from 1)."""
+    # A package this machine lacks (torch in a GPU example) is not amso's to type; amso itself
+    # is installed, and the mistakes test fails if a checker cannot see it.
+    (cwd / "pyrightconfig.json").write_text(json.dumps({"reportMissingImports": "none", "reportMissingModuleSource": "none"}))
+    result = subprocess.run(
+        [sys.executable, "-m", "pyright", "--outputjson", "--pythonpath", sys.executable, *map(str, files)],
+        cwd=cwd, capture_output=True, text=True, timeout=600,
+    )
+    report = json.loads(result.stdout)
+    errors: dict[str, set[int]] = {}
+    for diagnostic in report["generalDiagnostics"]:
+        if diagnostic["severity"] == "error":
+            line = diagnostic["range"]["start"]["line"] + 1
+            errors.setdefault(Path(diagnostic["file"]).name, set()).add(line)
+            MESSAGES.append(f"{Path(diagnostic['file']).name}:{line}: {diagnostic['message']}")
+    return errors
+
+
+MESSAGES: list[str] = []  # the last run's errors, for the failure's message
+
+
+def shown(errors: dict[str, set[int]], folder: Path) -> str:
+    return "\n".join(MESSAGES[-40:])
+
+
+CHECKERS = {"mypy": mypy, "pyright": pyright}
+
+
+@pytest.mark.parametrize("checker", CHECKERS)
+def test_correct_code_type_checks_clean(checker, tmp_path):
+    files = correct_sources(tmp_path)
+    assert len(files) >= 8, files
+    errors = CHECKERS[checker](files, tmp_path)
+    assert errors == {}, f"{checker} reports errors in correct code:\n{shown(errors, tmp_path)}"
+
+
+@pytest.mark.parametrize("checker", CHECKERS)
+def test_every_deliberate_mistake_is_caught(checker, tmp_path):
+    source = TYPING / "mistakes.py"
+    marked = {number for number, line in enumerate(source.read_text().splitlines(), 1) if MARK in line}
+    assert len(marked) >= 10
+    errors = CHECKERS[checker]([source], tmp_path).get(source.name, set())
+    assert not marked - errors, f"{checker} misses the mistakes on lines {sorted(marked - errors)}"
+    assert not errors - marked, f"{checker} reports errors on correct lines {sorted(errors - marked)}"

@@ -1,0 +1,40 @@
+"""A first hour with amso, as the README and docs/python.md show it."""
+
+import numpy as np
+
+import amso
+
+a = amso.MemArray((2, 3), "float32")
+a[0, 1] = 2.5
+value: float = a[0, 1]
+total = float(a[1, 2]) + value
+a.read_numpy_array(np.arange(6, dtype=np.float32).reshape(2, 3))
+host = a.to_numpy()
+assert host.dtype == np.float32 and host.shape == (2, 3)
+view = np.asarray(a)
+shared = np.from_dlpack(a)
+assert isinstance(a, amso.MemArray) and isinstance(a, amso.MemArrayBase)
+
+counts = amso.MemArray(4, np.int64)
+counts[0] = 7
+first: int = counts[0]
+flags = amso.MemArray((5,), bool)
+flags[0] = True
+on: bool = flags[0]
+z = amso.MemArray((2, 2), np.complex128)
+z[0, 0] = 1 + 2j
+c: complex = z[0, 0]
+d = amso.MemArray((2, 2))  # float64, as in NumPy
+d[1, 1] = 3.0
+x: float = d[1, 1]
+bf = amso.MemArray((3,), "bfloat16")
+bf[0] = 0.5
+y: float = bf[0]
+
+for row in a:
+    print(row)
+print(len(a), a.shape, a.ndim, a.size, a.nbytes, a.itemsize, a.dtype)
+b = a.copy()
+e = amso.empty((4, 4), np.float32)
+e[0, 0] = 1.0
+print(amso.supported()[:3], amso.class_for((2, 3), "float32").__name__)

@@ -1,60 +1,41 @@
 //! One element type's facts, as the spec states them and as every emitter reads them.
 
-use serde::Deserialize;
-
 /// A DLPack 1.3 type code (`DLDataTypeCode`), by the enumerator's name in the spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TypeCode {
     /// Signed integer (`kDLInt`, 0).
-    #[serde(rename = "kDLInt")]
     Int,
     /// Unsigned integer (`kDLUInt`, 1).
-    #[serde(rename = "kDLUInt")]
     UInt,
     /// IEEE floating point (`kDLFloat`, 2).
-    #[serde(rename = "kDLFloat")]
     Float,
     /// bfloat16 (`kDLBfloat`, 4).
-    #[serde(rename = "kDLBfloat")]
     Bfloat,
     /// Complex, two floats (`kDLComplex`, 5).
-    #[serde(rename = "kDLComplex")]
     Complex,
     /// Boolean (`kDLBool`, 6).
-    #[serde(rename = "kDLBool")]
     Bool,
     /// float8 e3m4 (`kDLFloat8_e3m4`, 7).
-    #[serde(rename = "kDLFloat8_e3m4")]
     Float8E3M4,
     /// float8 e4m3 (`kDLFloat8_e4m3`, 8).
-    #[serde(rename = "kDLFloat8_e4m3")]
     Float8E4M3,
     /// float8 e4m3b11fnuz (`kDLFloat8_e4m3b11fnuz`, 9).
-    #[serde(rename = "kDLFloat8_e4m3b11fnuz")]
     Float8E4M3B11Fnuz,
     /// float8 e4m3fn (`kDLFloat8_e4m3fn`, 10).
-    #[serde(rename = "kDLFloat8_e4m3fn")]
     Float8E4M3Fn,
     /// float8 e4m3fnuz (`kDLFloat8_e4m3fnuz`, 11).
-    #[serde(rename = "kDLFloat8_e4m3fnuz")]
     Float8E4M3Fnuz,
     /// float8 e5m2 (`kDLFloat8_e5m2`, 12).
-    #[serde(rename = "kDLFloat8_e5m2")]
     Float8E5M2,
     /// float8 e5m2fnuz (`kDLFloat8_e5m2fnuz`, 13).
-    #[serde(rename = "kDLFloat8_e5m2fnuz")]
     Float8E5M2Fnuz,
     /// float8 e8m0fnu, a power-of-two scale (`kDLFloat8_e8m0fnu`, 14).
-    #[serde(rename = "kDLFloat8_e8m0fnu")]
     Float8E8M0Fnu,
     /// float6 e2m3fn (`kDLFloat6_e2m3fn`, 15).
-    #[serde(rename = "kDLFloat6_e2m3fn")]
     Float6E2M3Fn,
     /// float6 e3m2fn (`kDLFloat6_e3m2fn`, 16).
-    #[serde(rename = "kDLFloat6_e3m2fn")]
     Float6E3M2Fn,
     /// float4 e2m1fn (`kDLFloat4_e2m1fn`, 17).
-    #[serde(rename = "kDLFloat4_e2m1fn")]
     Float4E2M1Fn,
 }
 
@@ -144,34 +125,102 @@ impl TypeCode {
         }
     }
 
-    /// Whether a type of this code may have `bits` per lane and `lanes` lanes: the bits DLPack
-    /// defines for the code, at least one lane, and whole bytes per element, except a single
-    /// sub-byte lane, which amso stores padded to one byte (DLPack's padded layout). `Err` says
-    /// what is allowed.
-    pub fn check_layout(self, bits: u8, lanes: u16) -> Result<(), String> {
+    /// Whether a lane of this code may have `bits` bits: the widths DLPack defines for the
+    /// code. `Err` says which those are.
+    pub(crate) fn check_bits(self, bits: i64) -> Result<(), String> {
         let allowed = self.row().4;
-        let name = self.dlpack_name();
+        if allowed.iter().any(|&b| i64::from(b) == bits) {
+            return Ok(());
+        }
         let list = allowed.iter().map(u8::to_string).collect::<Vec<_>>().join(", ");
-        if !allowed.contains(&bits) {
-            return Err(format!("{name} has {list} bits per lane, not {bits}"));
+        Err(format!("{} has {list} bits per lane, not {bits}", self.dlpack_name()))
+    }
+
+    /// Whether an element of this code may have `lanes` lanes of `bits` bits (bits already
+    /// checked): one lane, or sub-byte lanes packed into exactly one byte (PyTorch's
+    /// `float4_e2m1fn_x2`). amso has no other vector types: NumPy and the array interface
+    /// have none (a float32x4 would read as one 16-byte float), a packed element converts to
+    /// Python as its raw bits, and generated/amso.h stores a low-precision element in one
+    /// byte. `Err` says what is allowed.
+    pub(crate) fn check_lanes(self, bits: u8, lanes: i64) -> Result<(), String> {
+        const PACKED: &str = "2 lanes of 4 bits, PyTorch's float4_e2m1fn_x2";
+        check_lane_count(lanes)?;
+        if lanes == 1 || (bits < 8 && i64::from(bits).saturating_mul(lanes) == 8) {
+            return Ok(());
         }
-        if lanes == 0 {
-            return Err("lanes must be at least 1".to_string());
-        }
-        let total = bits as u32 * lanes as u32;
-        if lanes > 1 && !total.is_multiple_of(8) {
+        let name = self.dlpack_name();
+        if bits >= 8 {
             return Err(format!(
-                "{lanes} lanes of {bits} bits are {total} bits, not whole bytes: a packed vector of sub-byte lanes \
-                 fills its bytes (e.g. 2 lanes of 4 bits)"
+                "{lanes} lanes of {bits}-bit {name}: amso has no vector element types (DLPack's lanes > 1, as \
+                 float32x4), only sub-byte values packed into one byte ({PACKED}); write lanes: 1"
             ));
         }
+        let total = i64::from(bits).saturating_mul(lanes);
+        let fix = if 8 % bits == 0 {
+            format!("write lanes: {} or 1", 8 / bits)
+        } else {
+            format!("no number of {bits}-bit lanes does, so write lanes: 1")
+        };
+        Err(format!(
+            "{lanes} lanes of {bits} bits are {total} bits, not one byte: packed sub-byte lanes fill exactly one \
+             byte ({PACKED}); {fix}"
+        ))
+    }
+
+    /// The C type generated/amso.h gives an element of this code and `bits` (one lane), where
+    /// C or amso.h's preamble has one; `None` for the low-precision floats, each of which
+    /// amso.h defines as a one-byte struct under the spec's `c` name.
+    pub(crate) fn c_type(self, bits: u8) -> Option<&'static str> {
+        Some(match (self, bits) {
+            (TypeCode::Bool, 8) => "bool",
+            (TypeCode::Int, 8) => "int8_t",
+            (TypeCode::Int, 16) => "int16_t",
+            (TypeCode::Int, 32) => "int32_t",
+            (TypeCode::Int, 64) => "int64_t",
+            (TypeCode::UInt, 8) => "uint8_t",
+            (TypeCode::UInt, 16) => "uint16_t",
+            (TypeCode::UInt, 32) => "uint32_t",
+            (TypeCode::UInt, 64) => "uint64_t",
+            // C has no portable half-precision type: the bits, as an unsigned integer.
+            (TypeCode::Float | TypeCode::Bfloat, 16) => "uint16_t",
+            (TypeCode::Float, 32) => "float",
+            (TypeCode::Float, 64) => "double",
+            (TypeCode::Complex, 64) => "amso_complex64_t",
+            (TypeCode::Complex, 128) => "amso_complex128_t",
+            _ => return None,
+        })
+    }
+}
+
+/// The CamelCase stem of a dtype name in class names: `float8_e5m2` -> `Float8E5m2`.
+pub(crate) fn class_stem(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper = true;
+    for ch in name.chars() {
+        if ch == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(ch.to_uppercase());
+            upper = false;
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// Whether an element may have `lanes` lanes whatever its code: at least one.
+pub(crate) fn check_lane_count(lanes: i64) -> Result<(), String> {
+    if lanes < 1 {
+        Err(format!("lanes must be at least 1, not {lanes} (1 for a scalar element)"))
+    } else {
         Ok(())
     }
 }
 
 /// Whether `name` may name a dtype: lowercase letters, digits and `_`, starting with a letter
 /// (it becomes part of class and C symbol names).
-pub fn check_dtype_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_dtype_name(name: &str) -> Result<(), String> {
     let valid = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
     if valid {
@@ -244,19 +293,7 @@ impl DType {
 
     /// CamelCase stem used in class names: `float32` -> `Float32`.
     pub fn camel(&self) -> String {
-        let mut out = String::with_capacity(self.name.len());
-        let mut upper = true;
-        for ch in self.name.chars() {
-            if ch == '_' {
-                upper = true;
-            } else if upper {
-                out.extend(ch.to_uppercase());
-                upper = false;
-            } else {
-                out.push(ch);
-            }
-        }
-        out
+        class_stem(&self.name)
     }
 
     /// The Rust type parsed as tokens.

@@ -1,20 +1,20 @@
-//! The spec (`specs/types.yaml`): serde types, and validation that reports every mistake with
-//! its file, line and column.
-//!
-//! serde_yaml attaches the position of the node being read to errors raised while reading it,
-//! so each semantic check runs inside the `Deserialize` impl of the node it is about. To report
-//! every mistake rather than the first, a failing check is remembered and switched off, and the
-//! (small) file is read again until it passes or a syntax error stops the reading.
+//! The spec (`specs/types.yaml`): its model, and a reading that validates every field and
+//! reports every mistake with the file, line and column of the value it is about
+//! (`reading.rs` says how; `rules.rs` says what each field may hold).
 
-use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fmt;
 
-use serde::de::Deserializer;
+use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use crate::dtype::{check_dtype_name, DType, TypeCode};
-use crate::MAX_NDIM;
+use crate::dtype::{class_stem, DType};
+use reading::{check, raise, Facts};
+
+mod reading;
+mod rules;
+
+pub(crate) use rules::RUNTIME_TYPES;
 
 /// One `(dtype, ndim)` pair to compile.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -52,27 +52,21 @@ impl std::error::Error for SpecError {}
 impl Spec {
     /// Parse and validate spec text; `path` names the file in error messages.
     pub fn parse(text: &str, path: &str) -> Result<Spec, SpecError> {
-        let known = known_dtype_names(text);
+        let facts = Facts::read(text);
         let mut suppressed = HashSet::new();
         let mut messages = Vec::new();
-        // Each round either succeeds, stops on a syntax error, or finds one more semantic
-        // mistake; the bound only guards against a check that fails without being recorded.
-        for _ in 0..64 {
-            CONTEXT.with(|c| {
-                *c.borrow_mut() = Some(Context::new(known.clone(), suppressed.clone()));
-            });
-            let result = serde_yaml::from_str::<RawSpec>(text);
-            let failed_check = CONTEXT.with(|c| c.borrow_mut().take().and_then(|ctx| ctx.failed));
+        // Each reading either succeeds, stops on a mistake that is no rule's, or finds one more
+        // failing rule, which the next reading skips: there are finitely many rules to fail.
+        loop {
+            let (result, failed_rule) = reading::read_once::<RawSpec>(text, &facts, &suppressed);
             match result {
                 Ok(raw) if messages.is_empty() => return Ok(raw.into_spec()),
                 Ok(_) => break,
                 Err(err) => {
                     messages.push(locate(path, &err));
-                    match failed_check {
-                        Some(check) => {
-                            suppressed.insert(check);
-                        }
-                        None => break,
+                    match failed_rule {
+                        Some(rule) if suppressed.insert(rule) => {}
+                        _ => break,
                     }
                 }
             }
@@ -117,149 +111,77 @@ fn locate(path: &str, err: &serde_yaml::Error) -> String {
     }
 }
 
-/// Names in the dtype table, read leniently so instantiations may refer to any of them
-/// wherever the table stands in the file; `None` when there is no readable table (that error
-/// is reported instead of every reference to it).
-fn known_dtype_names(text: &str) -> Option<Vec<String>> {
-    let value = serde_yaml::from_str::<serde_yaml::Value>(text).ok()?;
-    let table = value.get("dtypes")?.as_sequence()?;
-    Some(table.iter().filter_map(|entry| entry.get("name").and_then(|n| n.as_str()).map(String::from)).collect())
-}
-
-/// State shared by the checks during one reading of the file.
-struct Context {
-    known: Option<Vec<String>>,
-    suppressed: HashSet<usize>,
-    next_check: usize,
-    failed: Option<usize>,
-    seen_dtypes: HashSet<String>,
-    seen_pairs: HashSet<(String, u8)>,
-    /// The dtype of the instantiation entry being read, once its `dtype:` was read.
-    entry_dtype: Option<String>,
-    /// The ndims of that entry already checked for duplicates.
-    entry_checked: Vec<u8>,
-}
-
-impl Context {
-    fn new(known: Option<Vec<String>>, suppressed: HashSet<usize>) -> Self {
-        Context {
-            known,
-            suppressed,
-            next_check: 0,
-            failed: None,
-            seen_dtypes: HashSet::new(),
-            seen_pairs: HashSet::new(),
-            entry_dtype: None,
-            entry_checked: Vec::new(),
-        }
-    }
-}
-
-thread_local! {
-    static CONTEXT: RefCell<Option<Context>> = const { RefCell::new(None) };
-}
-
-/// Run one semantic check: `Err(message)` fails the reading at the current node unless this
-/// check was already reported in an earlier round.
-fn check<E: serde::de::Error>(run: impl FnOnce(&mut Context) -> Result<(), String>) -> Result<(), E> {
-    CONTEXT.with(|c| {
-        let mut guard = c.borrow_mut();
-        let Some(ctx) = guard.as_mut() else {
-            return Ok(());
-        };
-        let id = ctx.next_check;
-        ctx.next_check += 1;
-        if ctx.suppressed.contains(&id) {
-            return Ok(());
-        }
-        match run(ctx) {
-            Ok(()) => Ok(()),
-            Err(message) => {
-                ctx.failed = Some(id);
-                Err(E::custom(message))
-            }
-        }
-    })
-}
-
-fn with_context<R>(f: impl FnOnce(&mut Context) -> R) -> Option<R> {
-    CONTEXT.with(|c| c.borrow_mut().as_mut().map(f))
-}
-
-fn check_unique_pair<E: serde::de::Error>(dtype: &str, ndim: u8) -> Result<(), E> {
-    check(|ctx| {
-        if ctx.seen_pairs.insert((dtype.to_string(), ndim)) {
-            Ok(())
-        } else {
-            Err(format!("duplicate instantiation ({dtype}, ndim {ndim}): list each pair once"))
-        }
-    })
-}
-
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping of `dtypes:` and `instantiations:`")]
 struct RawSpec {
     dtypes: Vec<RawDType>,
     instantiations: Vec<RawEntry>,
 }
 
-struct RawDType {
-    name: DTypeName,
-    rust: RustType,
-    code: TypeCode,
-    bits: u8,
-    lanes: u16,
-    numpy: String,
-    numpy_module: Option<String>,
-    c: String,
-}
+/// One row of the dtype table, each field checked as it is read.
+struct RawDType(DType);
 
 impl<'de> Deserialize<'de> for RawDType {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
+        #[serde(deny_unknown_fields, expecting = "a dtype: {name, rust, code, bits, lanes, numpy, c}")]
         struct Fields {
-            name: DTypeName,
+            name: Name,
             rust: RustType,
-            code: TypeCode,
-            bits: u8,
-            lanes: u16,
-            numpy: String,
+            code: Code,
+            bits: Bits,
+            lanes: Lanes,
+            numpy: Numpy,
             #[serde(default)]
-            numpy_module: Option<String>,
-            c: String,
+            numpy_module: Option<NumpyModule>,
+            c: CType,
         }
+        reading::begin_row();
         let f = Fields::deserialize(d)?;
-        // The one layout rule, shared with `#[derive(Element)]`: the bits DLPack defines for
-        // the code, whole bytes, at least one lane.
-        check(|_| f.code.check_layout(f.bits, f.lanes).map_err(|e| format!("dtype `{}`: {e}", f.name.0)))?;
-        Ok(RawDType {
-            name: f.name,
-            rust: f.rust,
-            code: f.code,
-            bits: f.bits,
-            lanes: f.lanes,
-            numpy: f.numpy,
-            numpy_module: f.numpy_module,
-            c: f.c,
-        })
+        Ok(RawDType(DType {
+            name: f.name.0,
+            rust: f.rust.0,
+            // A failed rule's value is only read on to find further mistakes: the spec is refused.
+            code: f.code.0.unwrap_or(crate::TypeCode::UInt),
+            bits: u8::try_from(f.bits.0).unwrap_or_default(),
+            lanes: u16::try_from(f.lanes.0).unwrap_or_default(),
+            numpy: f.numpy.0,
+            numpy_module: f.numpy_module.map(|module| module.0),
+            c: f.c.0,
+        }))
     }
 }
 
-struct DTypeName(String);
+/// "dtype `float32`: " and the rule's message.
+fn about_row(ctx: &reading::Context, rule: Result<(), String>) -> Result<(), String> {
+    rule.map_err(|message| format!("{}{message}", ctx.about()))
+}
 
-impl<'de> Deserialize<'de> for DTypeName {
+struct Name(String);
+
+impl<'de> Deserialize<'de> for Name {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        check(|_| check_dtype_name(&name))?;
-        check(|ctx| {
-            if ctx.seen_dtypes.insert(name.clone()) {
-                Ok(())
-            } else {
-                Err(format!("duplicate dtype `{name}`: each dtype is listed once"))
-            }
-        })?;
-        Ok(DTypeName(name))
+        reading::string(d, |name| {
+            check(|_| rules::name(name))?;
+            check(|ctx| {
+                let stem = class_stem(name);
+                let index = ctx.row_index();
+                match ctx.names.get(&stem) {
+                    None => {
+                        ctx.names.insert(stem, (name.to_string(), index));
+                        Ok(())
+                    }
+                    Some((first, at)) if first == name => Err(format!(
+                        "duplicate dtype `{name}` (dtypes[{at}] is `{name}` already): list each dtype once"
+                    )),
+                    Some((first, at)) => Err(format!(
+                        "dtype `{name}` has the class names of dtype `{first}` (dtypes[{at}]), MemArray1D{stem} and so \
+                         on: rename one"
+                    )),
+                }
+            })
+        })
+        .map(Name)
     }
 }
 
@@ -267,52 +189,106 @@ struct RustType(String);
 
 impl<'de> Deserialize<'de> for RustType {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        check(|_| match syn::parse_str::<syn::Type>(&text) {
-            Ok(_) => Ok(()),
-            Err(e) => Err(format!("`{text}` is not a Rust type: {e}")),
-        })?;
-        Ok(RustType(text))
-    }
-}
-
-struct DTypeRef(String);
-
-impl<'de> Deserialize<'de> for DTypeRef {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        check(|ctx| match &ctx.known {
-            None => Ok(()),
-            Some(known) if known.contains(&name) => Ok(()),
-            Some(known) => Err(format!("unknown dtype `{name}`; the dtype table has: {}", known.join(", "))),
-        })?;
-        with_context(|ctx| ctx.entry_dtype = Some(name.clone()));
-        Ok(DTypeRef(name))
-    }
-}
-
-struct Ndim(u8);
-
-impl<'de> Deserialize<'de> for Ndim {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let ndim = i64::deserialize(d)?;
-        check(|_| {
-            if (1..=MAX_NDIM as i64).contains(&ndim) {
+        reading::string(d, |text| {
+            let mut known = None;
+            check(|ctx| {
+                known = Some(rules::rust_type(&ctx.row(), text).map_err(|e| format!("{}{e}", ctx.about()))?);
                 Ok(())
-            } else {
-                Err(format!("ndim {ndim} is outside the supported range 1..={MAX_NDIM}"))
-            }
-        })?;
-        let ndim = ndim.clamp(1, MAX_NDIM as i64) as u8;
-        // With `dtype:` already read, the duplicate check can point at this ndim's list.
-        if let Some(dtype) = with_context(|ctx| ctx.entry_dtype.clone()).flatten() {
-            check_unique_pair(&dtype, ndim)?;
-            with_context(|ctx| ctx.entry_checked.push(ndim));
-        }
-        Ok(Ndim(ndim))
+            })?;
+            let Some(known) = known else {
+                return Ok(());
+            };
+            check(|ctx| {
+                let label = ctx.row_label();
+                match ctx.rust_types.get(&known) {
+                    None => {
+                        ctx.rust_types.insert(known, label);
+                        Ok(())
+                    }
+                    Some(first) => Err(format!(
+                        "{}`{text}` is already the Rust type of {first}; a Rust type is one dtype's (two would be \
+                         conflicting Element impls)",
+                        ctx.about()
+                    )),
+                }
+            })
+        })
+        .map(RustType)
     }
 }
 
+struct Code(Option<crate::TypeCode>);
+
+impl<'de> Deserialize<'de> for Code {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = reading::string(d, |text| check(|ctx| about_row(ctx, rules::code(text).map(drop))))?;
+        Ok(Code(crate::TypeCode::from_dlpack_name(&text)))
+    }
+}
+
+struct Bits(i64);
+
+impl<'de> Deserialize<'de> for Bits {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        reading::integer(d, "bits", |bits| check(|ctx| about_row(ctx, rules::bits(&ctx.row(), bits)))).map(Bits)
+    }
+}
+
+struct Lanes(i64);
+
+impl<'de> Deserialize<'de> for Lanes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        reading::integer(d, "lanes", |lanes| check(|ctx| about_row(ctx, rules::lanes(&ctx.row(), lanes)))).map(Lanes)
+    }
+}
+
+struct Numpy(String);
+
+impl<'de> Deserialize<'de> for Numpy {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        reading::string(d, |numpy| check(|ctx| about_row(ctx, rules::numpy(&ctx.row(), numpy)))).map(Numpy)
+    }
+}
+
+struct NumpyModule(String);
+
+impl<'de> Deserialize<'de> for NumpyModule {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        reading::string(d, |module| check(|ctx| about_row(ctx, rules::numpy_module(module)))).map(NumpyModule)
+    }
+}
+
+struct CType(String);
+
+impl<'de> Deserialize<'de> for CType {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        reading::string(d, |c| {
+            check(|ctx| about_row(ctx, rules::c_type(&ctx.row(), c)))?;
+            check(|ctx| {
+                let row = ctx.row();
+                if !rules::defines_c_type(&row) {
+                    return Ok(());
+                }
+                let label = ctx.row_label();
+                match ctx.c_types.get(c) {
+                    None => {
+                        ctx.c_types.insert(c.to_string(), label);
+                        Ok(())
+                    }
+                    Some(first) => Err(format!(
+                        "{}`{c}` is already the C type of {first}, and generated/amso.h would define it twice: give \
+                         each its own (amso_{}_t)",
+                        ctx.about(),
+                        row.named().unwrap_or("NAME")
+                    )),
+                }
+            })
+        })
+        .map(CType)
+    }
+}
+
+/// One entry of `instantiations`: a dtype and its list of ndims.
 struct RawEntry {
     dtype: String,
     ndims: Vec<u8>,
@@ -321,42 +297,93 @@ struct RawEntry {
 impl<'de> Deserialize<'de> for RawEntry {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
+        #[serde(deny_unknown_fields, expecting = "an instantiation: {dtype, ndim: [...]}")]
         struct Fields {
             dtype: DTypeRef,
-            ndim: Vec<Ndim>,
+            ndim: NdimList,
         }
+        reading::begin_entry();
         let fields = Fields::deserialize(d)?;
-        let dtype = fields.dtype.0;
-        let ndims: Vec<u8> = fields.ndim.into_iter().map(|n| n.0).collect();
-        let checked = with_context(|ctx| {
-            ctx.entry_dtype = None;
-            std::mem::take(&mut ctx.entry_checked)
-        })
-        .unwrap_or_default();
-        for &ndim in ndims.iter().filter(|n| !checked.contains(n)) {
-            check_unique_pair::<D::Error>(&dtype, ndim)?;
+        Ok(RawEntry { dtype: fields.dtype.0, ndims: fields.ndim.0 })
+    }
+}
+
+struct DTypeRef(String);
+
+impl<'de> Deserialize<'de> for DTypeRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        reading::string(d, |name| check(|ctx| rules::dtype_ref(ctx.facts.known.as_deref(), name))).map(DTypeRef)
+    }
+}
+
+struct NdimList(Vec<u8>);
+
+impl<'de> Deserialize<'de> for NdimList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl Visit {
+            fn not_a_list<E: serde::de::Error>(written: fmt::Arguments<'_>) -> Result<Vec<u8>, E> {
+                check(|_| Err(format!("ndim is a list: write ndim: [{written}]"))).map_err(raise)?;
+                Ok(Vec::new())
+            }
         }
-        Ok(RawEntry { dtype, ndims })
+        impl<'de> Visitor<'de> for Visit {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of ndims, e.g. [1, 2, 3]")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+                let mut ndims = Vec::new();
+                while let Some(Ndim(ndim)) = seq.next_element()? {
+                    ndims.push(ndim);
+                }
+                if ndims.is_empty() {
+                    check(|_| {
+                        Err("ndim is empty: list the ndims to compile, e.g. ndim: [1, 2, 3], or remove the entry"
+                            .to_string())
+                    })
+                    .map_err(raise)?;
+                }
+                Ok(ndims)
+            }
+            fn visit_u64<E: serde::de::Error>(self, ndim: u64) -> Result<Vec<u8>, E> {
+                Visit::not_a_list(format_args!("{ndim}"))
+            }
+            fn visit_i64<E: serde::de::Error>(self, ndim: i64) -> Result<Vec<u8>, E> {
+                Visit::not_a_list(format_args!("{ndim}"))
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Vec<u8>, E> {
+                Visit::not_a_list(format_args!("{text}"))
+            }
+        }
+        d.deserialize_any(Visit).map(NdimList)
+    }
+}
+
+struct Ndim(u8);
+
+impl<'de> Deserialize<'de> for Ndim {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let ndim = reading::integer(d, "ndim", |ndim| {
+            check(|_| rules::ndim(ndim))?;
+            // An ndim out of range is reported above, and not again as a duplicate.
+            let Some(ndim) = u8::try_from(ndim).ok().filter(|_| rules::ndim(ndim).is_ok()) else {
+                return Ok(());
+            };
+            check(|ctx| match ctx.entry_dtype() {
+                Some(dtype) if !ctx.pairs.insert((dtype.clone(), ndim)) => {
+                    Err(format!("duplicate instantiation ({dtype}, ndim {ndim}): list each pair once"))
+                }
+                _ => Ok(()),
+            })
+        })?;
+        Ok(Ndim(u8::try_from(ndim).unwrap_or_default()))
     }
 }
 
 impl RawSpec {
     fn into_spec(self) -> Spec {
-        let dtypes = self
-            .dtypes
-            .into_iter()
-            .map(|raw| DType {
-                name: raw.name.0,
-                rust: raw.rust.0,
-                code: raw.code,
-                bits: raw.bits,
-                lanes: raw.lanes,
-                numpy: raw.numpy,
-                numpy_module: raw.numpy_module,
-                c: raw.c,
-            })
-            .collect();
+        let dtypes = self.dtypes.into_iter().map(|raw| raw.0).collect();
         let instantiations = self
             .instantiations
             .into_iter()

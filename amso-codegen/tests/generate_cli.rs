@@ -51,14 +51,20 @@ fn edited_spec_regenerates_with_the_new_class_and_check_detects_staleness() {
 fn spec_errors_fail_with_positions() {
     let root = scratch("error");
     let spec = root.join("types.yaml");
-    let broken = spec_with("  - {dtype: boolean,   ndim: [1, 12]}\n");
-    std::fs::write(&spec, broken).unwrap();
+    // The user's report: a typo in `rust:` passed generate and failed late in the Rust build.
+    let broken =
+        spec_with("  - {dtype: boolean,   ndim: [1, 12]}\n").replace("rust: \"half::f16\",", "rust: \"half::f61\",");
+    std::fs::write(&spec, &broken).unwrap();
     let output = generate(&spec, &root, false);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     let shown = spec.display().to_string();
     assert!(stderr.contains(&format!("{shown}:")) && stderr.contains("unknown dtype `boolean`"), "{stderr}");
     assert!(stderr.contains("ndim 12 is outside"), "{stderr}");
+    let line = broken.lines().position(|l| l.contains("half::f61")).unwrap();
+    let column = broken.lines().nth(line).unwrap().find("\"half::f61\"").unwrap();
+    let located = format!("{shown}:{}:{}: dtypes[", line + 1, column + 1);
+    assert!(stderr.contains(&located) && stderr.contains("write rust: \"half::f16\""), "{stderr} lacks {located}");
     assert!(!root.join("generated").exists(), "nothing is written from an invalid spec");
 }
 

@@ -1,6 +1,6 @@
 //! The spec corpus: one file per kind of mistake under `tests/corpus/spec/`, each refused with
-//! a `file:line:col` error whose text is recorded in `expected.txt` (`name: substring`). The
-//! same files seed the spec fuzzer (`fuzz/`).
+//! a `file:line:col` error whose position and text are recorded in `expected.txt`
+//! (`name: line:col: substring`). The same files seed the spec fuzzer (`fuzz/`).
 
 use std::path::Path;
 
@@ -19,8 +19,8 @@ fn every_spec_mistake_is_a_located_error() {
             Ok(_) => panic!("{name}: accepted, expected an error containing {wanted:?}"),
             Err(e) => e.to_string(),
         };
-        assert!(error.contains(wanted), "{name}: {error:?} lacks {wanted:?}");
-        assert!(error.contains(&format!("{name}.yaml:")), "{name}: {error:?} has no location");
+        let located = format!("{name}.yaml:{wanted}");
+        assert!(error.contains(&located), "{name}: {error:?} lacks {located:?}");
         checked += 1;
     }
     let files = std::fs::read_dir(&dir)

@@ -157,8 +157,10 @@ fn declaration(input: &DeriveInput, errors: &mut Errors) -> Option<Declared> {
         errors.push(name_span, message);
     }
     let (lanes, lanes_span) = lanes.unwrap_or((1, bits_span));
-    if let Err(message) = code.check_layout(bits, lanes) {
-        errors.push(if lanes == 0 { lanes_span } else { bits_span }, message);
+    if let Err(message) = code.check_bits(bits.into()) {
+        errors.push(bits_span, message);
+    } else if let Err(message) = code.check_lanes(bits, lanes.into()) {
+        errors.push(lanes_span, message);
     }
     let dtype = DType {
         numpy: numpy.map_or_else(|| name.clone(), |(numpy, _)| numpy),

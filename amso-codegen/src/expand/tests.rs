@@ -18,7 +18,12 @@ fn element_impls_cover_the_dtype_table_with_size_checks() {
     assert!(code.contains("unsafeimplcrate::Elementforhalf::bf16"));
     assert_eq!(code.matches("constIN_SPEC:bool=true;").count(), spec.dtypes.len());
     assert!(code.contains("code:4u8"), "bfloat16 is kDLBfloat (4)");
-    assert_eq!(code.matches("size_of::<").count(), spec.dtypes.len(), "one size assertion per dtype");
+    let runtime_types = crate::spec::RUNTIME_TYPES.len();
+    assert_eq!(
+        code.matches("size_of::<").count(),
+        spec.dtypes.len() + runtime_types,
+        "one size assertion per dtype, and one per Rust type the spec may name"
+    );
 }
 
 #[test]
@@ -142,16 +147,32 @@ fn amso_array_errors_say_what_to_do() {
 
 #[test]
 fn a_spec_edit_adds_a_class_without_rust_edits() {
+    // Every Rust type the runtime knows is in the table already (a type is one dtype's), so the
+    // new dtype is float16's row under another name.
     let dtypes = crate::BUNDLED_SPEC.split("\ninstantiations:").next().unwrap();
-    let text = format!("{dtypes}\ninstantiations:\n  - {{dtype: int8, ndim: [5]}}\n  - {{dtype: half2, ndim: [1]}}\n");
-    let text = text.replace(
-        "dtypes:\n",
-        "dtypes:\n  - {name: half2, rust: \"half::f16\", code: kDLFloat, bits: 16, lanes: 1, numpy: float16, c: uint16_t}\n",
-    );
+    let text = format!("{dtypes}\ninstantiations:\n  - {{dtype: int8, ndim: [5]}}\n  - {{dtype: half2, ndim: [1]}}\n")
+        .replace("{name: float16,", "{name: half2,");
     let spec = Spec::parse(&text, "edited.yaml").unwrap();
     let classes = compact(dispatch::spec_classes(&spec, "amso._amso"));
     assert!(classes.contains("pubstructMemArray5DInt8;"));
     assert!(classes.contains("pubstructMemArray1DHalf2;"));
     assert!(compact(traits::element_impls(&spec)).contains("name:\"half2\""));
     assert!(crate::write::python_stubs(&spec).contains("class MemArray5DInt8(MemArrayBase):"));
+}
+
+#[test]
+fn derive_element_has_the_specs_lanes_rule() {
+    let vector = quote! {
+        #[repr(transparent)]
+        #[amso(name = "float32x2", code = kDLFloat, bits = 32, lanes = 2, scalar = f32)]
+        pub struct Pair([f32; 2]);
+    };
+    let error = super::element::derive_element(vector).unwrap_err().to_string();
+    assert!(error.contains("2 lanes of 32-bit kDLFloat: amso has no vector element types"), "{error}");
+    let packed = quote! {
+        #[repr(transparent)]
+        #[amso(name = "fp4x2", code = kDLFloat4_e2m1fn, bits = 4, lanes = 2, scalar = u8)]
+        pub struct Fp4x2(u8);
+    };
+    assert!(super::element::derive_element(packed).is_ok());
 }

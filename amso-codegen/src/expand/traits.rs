@@ -27,8 +27,18 @@ pub fn element_impls(spec: &Spec) -> TokenStream {
         let bits = row.2;
         quote!(#(#bits),*)
     });
+    let runtime_types = crate::spec::RUNTIME_TYPES.iter().map(|&(path, _, bits, lanes)| {
+        let ty: syn::Type = syn::parse_str(path).expect("the table's types parse");
+        let bytes = (usize::from(bits) * usize::from(lanes)).div_ceil(8);
+        let message = format!("amso-codegen's RUNTIME_TYPES says `{path}` is {bytes} byte(s)");
+        quote!(::core::assert!(::core::mem::size_of::<#ty>() == #bytes, #message);)
+    });
     quote! {
         #(#impls)*
+
+        // The Rust types a spec may name (amso-codegen's `RUNTIME_TYPES`, which `rust:` is
+        // checked against): each one exists here, with the size the table gives it.
+        const _: () = { #(#runtime_types)* };
 
         // Aliases are declared here, where primitive names are not shadowed (dtype `bool` is
         // Rust's `bool`), and re-exported under the dtype's name below.

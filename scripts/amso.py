@@ -29,6 +29,7 @@ REQUIREMENTS = [
     "mpi4py>=4", "mpich", "dask[distributed]>=2024",  # the distributed examples' engines
     "twine>=6", "auditwheel>=6",  # the package checks
     "mypy>=1.18", "typing_extensions>=4.15",  # stubtest checks generated/_amso.pyi against the built module
+    "pyright[nodejs]>=1.1.400",  # with mypy, type-checks users' code against the stubs (tests/typing)
 ]
 # The bundled module first (the others' tests import it), then the example crates and the
 # benchmark crate that puts amso beside rust-numpy.

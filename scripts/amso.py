@@ -253,6 +253,10 @@ def stubtest() -> None:
         env=venv_env())
 
 
+# The wheel's size goal (issue 38): every dtype of the spec at ndim 1 to 8 in under 10 MB.
+WHEEL_BYTES_GOAL = 10_000_000
+
+
 def wheel_check() -> None:
     """The conventions and header tests against the built wheel (which must hold the C and CUDA
     headers), installed into a fresh virtual environment with nothing but its declared
@@ -265,6 +269,9 @@ def wheel_check() -> None:
     python = out / "venv" / ("Scripts" if os.name == "nt" else "bin") / "python"
     wheel = next((out / "dist").glob("amso-*.whl"))
     check_headers_packed(wheel, "amso/include")
+    if wheel.stat().st_size >= WHEEL_BYTES_GOAL:  # the full dtype x ndim matrix must stay this small
+        sys.exit(f"amso: {wheel.name} is {wheel.stat().st_size} bytes, over the {WHEEL_BYTES_GOAL}-byte goal")
+    print(f"  ({wheel.name}: {wheel.stat().st_size / 2**20:.2f} MiB, every dtype at ndim 1 to 8)")
     run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel, "pytest>=8")
     run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python/test_conventions.py", "tests/python/test_include.py")
 

@@ -412,3 +412,12 @@ def test_an_uncompiled_pair_gets_advice_that_fits_the_installation():
     else:
         assert "specs/types.yaml" not in unknown + missing
         assert "amso's wheel compiles every dtype of its spec at ndim 1 to 8" in missing
+
+
+def test_the_package_compiles_every_dtype_of_the_spec_at_every_ndim():
+    names = [row[0] for row in amso._amso._dtypes()]
+    assert len(names) >= 27
+    assert amso.supported() == sorted((name, ndim) for name in names for ndim in range(1, amso.MAX_NDIM + 1))
+    for name in ("int16", "uint16", "uint32", "uint64", "float8_e5m2fnuz", "float4_e2m1fn_x2"):
+        a = amso.MemArray((1,) * amso.MAX_NDIM, name)
+        assert a.ndim == 8 and a.dtype == amso.class_for((1,) * 8, name)((1,) * 8).dtype

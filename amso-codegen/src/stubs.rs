@@ -47,14 +47,22 @@ pub(crate) fn class_stub(dtype: &DType, ndim: u8) -> String {
     let array = numpy_array(dtype);
     let element = element_index(ndim);
     let view = if ndim == 1 { "_View1" } else { "_View" };
+    // From 2-D on, an integer tuple of the full length is also a view key (of another length):
+    // the first overload, which reads one element, wins, as the runtime's scalar path does.
+    // A 1-D class narrows the base's keys (which take any tuple): mypy's override check, told
+    // on the first overload's decorator; the overlap is told on its `def`.
+    let (decorator, def) = match ndim {
+        1 => ("  # type: ignore[override]", ""),
+        _ => ("", "  # type: ignore[overload-overlap]"),
+    };
     format!(
         "\nclass {class}(MemArrayBase):\n    \"\"\"{ndim}-D array of {name} ({rust}).\"\"\"\n\n    \
          def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        \
          readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        \
          uninitialized: bool = False,\n        managed: bool = False,\n        shareable: bool = False,\n    ) -> {class}: ...\n    \
-         @overload  # type: ignore[override]\n    def __getitem__(self, index: {element}, /) -> {scalar}: ...\n    \
+         @overload{decorator}\n    def __getitem__(self, index: {element}, /) -> {scalar}: ...{def}\n    \
          @overload\n    def __getitem__(self, index: {view}, /) -> {array}: ...\n    \
-         @overload  # type: ignore[override]\n    def __setitem__(self, index: {element}, value: {scalar}, /) -> None: ...\n    \
+         @overload{decorator}\n    def __setitem__(self, index: {element}, value: {scalar}, /) -> None: ...\n    \
          @overload\n    def __setitem__(self, index: {view}, value: {scalar} | _Values[{scalar}], /) -> None: ...\n    \
          def to_numpy(self) -> {array}: ...\n",
         name = dtype.name,
@@ -94,7 +102,9 @@ const EMPTY_KEYWORDS: &str = "on_device: bool = False, managed: bool = False, sh
 /// `generated/_memarray.pyi`: `MemArray` and `empty`, overloaded per instantiation.
 pub fn memarray_stub(spec: &Spec, header_note: &str) -> String {
     let mut out = format!(
-        "# {header_note}\n\"\"\"The typed face of `amso.MemArray` and `amso.empty`: the class a \
+        "# {header_note}\n# mypy: disable-error-code=\"misc, overload-overlap\"\n\
+         # (`__new__` returns the compiled classes, and the first overload that matches wins: bool's\n\
+         # before int64's, as `type[bool]` is also a `type[int]`.)\n\"\"\"The typed face of `amso.MemArray` and `amso.empty`: the class a \
          call returns, known\nfrom a literal dtype and the shape's length; other calls give `MemArrayBase`.\"\"\"\n\n\
          from collections.abc import Sequence\nfrom typing import Literal, SupportsIndex, TypeAlias, overload\n\n\
          import numpy as np\nimport numpy.typing as npt\n\nfrom . import _amso\nfrom ._amso import MemArrayBase\n\n"
@@ -121,7 +131,7 @@ pub fn memarray_stub(spec: &Spec, header_note: &str) -> String {
     }
     let _ = writeln!(
         out,
-        "    @overload\n    def __new__(cls, shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike = None, \
+        "    @overload\n    def __new__(cls, shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, \
          device_id: int = 0, *, {MEMARRAY_KEYWORDS}) -> MemArrayBase: ...\n"
     );
     for (dtype, ndim) in &calls {
@@ -136,7 +146,7 @@ pub fn memarray_stub(spec: &Spec, header_note: &str) -> String {
     }
     let _ = writeln!(
         out,
-        "@overload\ndef empty(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike = None, \
+        "@overload\ndef empty(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, \
          device_id: int = 0, *, {EMPTY_KEYWORDS}) -> MemArrayBase: ..."
     );
     out

@@ -76,16 +76,17 @@ def test_cuda_requests_without_a_driver_are_clear_runtime_errors():
 @pytest.mark.parametrize(
     "key, error, message",
     [
-        ((0,), IndexError, "expected 2 indices"),
         ((0, 0, 0), IndexError, "expected 2 indices"),
         ((2, 0), IndexError, "index 2 is out of bounds for axis 0 with size 2"),
         ((0, -4), IndexError, "index -4 is out of bounds for axis 1 with size 3"),
-        ((slice(None), 0), TypeError, "integer indices only"),
-        ((0.0, 1), TypeError, "integer indices only"),
-        ((True, 1), TypeError, "integer indices only"),
-        ((Ellipsis,), TypeError, "integer indices only"),
+        ((2,), IndexError, "index 2 is out of bounds for axis 0 with size 2"),  # a row: NumPy's message
+        ((slice(None), 3), IndexError, "index 3 is out of bounds for axis 1 with size 3"),
+        ((0.0, 1), TypeError, "basic indices .* got 0.0 \\(float\\)"),
+        ((True, 1), TypeError, "got True \\(bool: NumPy reads it as a mask\\)"),
+        (([0, 1], 1), TypeError, "np.asarray\\(a\\)\\[...\\]"),
         ((2**70, 0), IndexError, "does not fit"),
-        ("0", TypeError, "integer indices only"),
+        ((slice(None), 2**70), IndexError, "does not fit"),
+        ("0", TypeError, "basic indices .* got '0' \\(str\\)"),
     ],
 )
 def test_bad_indices(key, error, message):

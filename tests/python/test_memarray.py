@@ -178,7 +178,13 @@ def test_float_and_complex_assignment():
 
 def test_repr_says_what_the_array_is():
     a = amso.MemArray((2, 3), np.float32, readonly=True)
-    assert repr(a) == "MemArray2DFloat32(shape=(2, 3), dtype=float32, device='cpu', readonly=True)"
+    assert repr(a) == (
+        "MemArray2DFloat32([[0., 0., 0.],\n"
+        "                   [0., 0., 0.]],\n"
+        "                  dtype=float32, device='cpu', readonly=True)"
+    )
+    with a.get_dlpack():  # a locked array is not read: its repr has no values
+        assert repr(a) == "MemArray2DFloat32(shape=(2, 3), dtype=float32, device='cpu', readonly=True, locked=True)"
 
 
 def test_readonly_arrays_refuse_writes_and_keep_data():

@@ -95,3 +95,22 @@ def test_every_deliberate_mistake_is_caught(checker, tmp_path):
     errors = CHECKERS[checker]([source], tmp_path).get(source.name, set())
     assert not marked - errors, f"{checker} misses the mistakes on lines {sorted(marked - errors)}"
     assert not errors - marked, f"{checker} reports errors on correct lines {sorted(errors - marked)}"
+
+
+def test_the_stubs_themselves_check_clean(tmp_path):
+    """The generated stubs pass mypy with every `type: ignore` in them needed (stubtest, in the
+    test command, checks them against the built module)."""
+    package = ROOT / "amso-python" / "python" / "amso"
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir", str(tmp_path), "--warn-unused-ignores",
+         str(package / "_amso.pyi"), str(package / "_memarray.pyi")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("script", sorted((TYPING / "users").glob("*.py")), ids=lambda p: p.name)
+def test_the_held_out_scripts_are_correct_code(script):
+    """What the checkers must pass also runs: the scripts are correct, not merely typed."""
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr

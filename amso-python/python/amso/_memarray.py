@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, SupportsIndex
 
-from ._amso import _is_amso_array, _is_amso_class, _new_array, empty
+from ._amso import MemArrayBase, _is_amso_array, _is_amso_class, _new_array, empty
 
 __all__ = ["MemArray", "empty"]
 
@@ -40,7 +40,7 @@ class _MemArrayMeta(type):
         return subclass is cls or _is_amso_class(subclass)
 
 
-class MemArray(metaclass=_MemArrayMeta):
+class MemArray(MemArrayBase, metaclass=_MemArrayMeta):
     """``MemArray(shape, dtype=None, device_id=0, *, readonly=False, pinned=False, on_device=False,
     managed=False, shareable=False)``: a zero-filled array, on the host or (``on_device=True``) on
     CUDA device ``device_id``; with ``managed=True`` in CUDA managed memory there, which the host
@@ -50,5 +50,9 @@ class MemArray(metaclass=_MemArrayMeta):
     Dispatches to the compiled class for ``(np.dtype(dtype).name, len(shape))``; ``dtype``
     defaults to float64, as in NumPy. Every amso array, of this package or of any other
     extension built with amso, is an instance of ``MemArray``.
+
+    The class subclasses ``MemArrayBase`` so that ``help(amso.MemArray)`` lists the methods every
+    array has; arrays themselves are of the compiled classes.
     """
 
+    __slots__ = ()

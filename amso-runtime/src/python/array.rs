@@ -94,6 +94,12 @@ impl MemArrayBase {
         f(&self.read_guard(py))
     }
 
+    /// Whether no thread is changing the array now (a move, a copy in): what a reader that must
+    /// not wait (the repr) looks at first.
+    pub(crate) fn idle(&self) -> bool {
+        !matches!(self.state.try_read(), Err(TryLockError::WouldBlock))
+    }
+
     /// Read the array through `f` with the GIL released (long reads: copies out).
     pub(crate) fn read_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&ArrayCore) -> R + Send) -> R {
         py.detach(|| f(&self.state.read().unwrap_or_else(|e| e.into_inner())))

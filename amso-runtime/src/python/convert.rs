@@ -1,10 +1,10 @@
 //! Conversions at the Python boundary: shapes, indices, scalars and NumPy dtype objects,
 //! each checked once with an error that says what was expected and what arrived.
 
-use pyo3::exceptions::{PyImportError, PyIndexError, PyOverflowError, PyTypeError};
+use pyo3::exceptions::{PyImportError, PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyComplex, PyDict, PyInt, PyIterator, PyList, PyTuple};
+use pyo3::types::{PyBool, PyComplex, PyDict, PyInt, PyIterator, PyList, PySlice, PyString, PyTuple};
 use pyo3::{intern, Borrowed};
 
 use crate::element::{DType, Scalar};
@@ -115,6 +115,50 @@ impl<'a, 'py> FromPyObject<'a, 'py> for StreamArg {
     }
 }
 
+/// A device as `move_memory` takes it: a DLPack device type (`amso.dlpack.kDLCPU`, `kDLCUDA`;
+/// plain ints as before) or a name as `a.device` spells it: `'cpu'`, `'cuda'`, `'cuda:N'`.
+pub(super) enum DeviceArg {
+    /// A DLPack device type code.
+    Code(i32),
+    /// `'cpu'`.
+    Cpu,
+    /// `'cuda'` (no device number) or `'cuda:N'`.
+    Cuda(Option<i32>),
+}
+
+const DEVICE_FORMS: &str = "'cpu', 'cuda', 'cuda:N' (N a device number, as a.device gives it), or a DLPack \
+                            device type (amso.dlpack.kDLCPU, amso.dlpack.kDLCUDA)";
+
+impl<'a, 'py> FromPyObject<'a, 'py> for DeviceArg {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if let Ok(name) = obj.cast::<PyString>() {
+            let name = name.to_cow()?;
+            return match name.as_ref() {
+                "cpu" => Ok(DeviceArg::Cpu),
+                "cuda" => Ok(DeviceArg::Cuda(None)),
+                other => other
+                    .strip_prefix("cuda:")
+                    .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|id| id.parse::<i32>().ok())
+                    .map(|id| DeviceArg::Cuda(Some(id)))
+                    .ok_or_else(|| {
+                        let given = obj.repr().map(|r| r.to_string()).unwrap_or_default();
+                        PyValueError::new_err(format!("unknown device {given}; accepted: {DEVICE_FORMS}"))
+                    }),
+            };
+        }
+        obj.extract::<i32>().map(DeviceArg::Code).map_err(|e| {
+            if e.is_instance_of::<PyTypeError>(obj.py()) {
+                PyTypeError::new_err(format!("device_type must be {DEVICE_FORMS}; got {}", type_name(&obj)))
+            } else {
+                e
+            }
+        })
+    }
+}
+
 fn type_name(obj: &Borrowed<'_, '_, PyAny>) -> String {
     obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
 }
@@ -135,28 +179,68 @@ fn index_like(obj: &Borrowed<'_, '_, PyAny>) -> PyResult<Option<i64>> {
     }
 }
 
-/// A Python index (`i` or `(i, j, ...)`) as integers; slices and other keys are a TypeError.
-pub(super) fn parse_index(key: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
-    let unsupported = || {
-        PyTypeError::new_err(format!(
-            "amso arrays take integer indices only, as a[i] or a[i, j, ...], got {}; \
-             for slicing, take a NumPy view with np.from_dlpack(a)",
-            key.repr().map(|r| r.to_string()).unwrap_or_default()
-        ))
-    };
-    let as_index = |item: &Bound<'_, PyAny>| match index_like(&item.as_borrowed()) {
-        Ok(Some(i)) => Ok(i),
-        Ok(None) => Err(unsupported()),
-        Err(_) => Err(PyIndexError::new_err(format!(
+/// What an index key asks for.
+pub(super) enum Key {
+    /// Integers only (`a[i]`, `a[i, j, ...]`): one element when there is one per dimension.
+    Integers(Vec<i64>),
+    /// NumPy's basic indexing with at least one slice, `...` or `None`.
+    Basic,
+}
+
+/// Parse an index key: integers (the element fast path, read first), or NumPy's basic indexing
+/// (integers, slices, `...`, `None`); anything else (fancy or boolean indexing, floats,
+/// strings) is a TypeError that points at a NumPy view.
+pub(super) fn parse_key(key: &Bound<'_, PyAny>) -> PyResult<Key> {
+    if let Ok(tuple) = key.cast::<PyTuple>() {
+        let mut index = Vec::with_capacity(tuple.len());
+        for item in tuple.iter() {
+            match integer_item(&item)? {
+                Some(i) => index.push(i),
+                None => return basic_key(key, tuple.iter()),
+            }
+        }
+        return Ok(Key::Integers(index));
+    }
+    match integer_item(key)? {
+        Some(i) => Ok(Key::Integers(vec![i])),
+        None => basic_key(key, std::iter::once(key.clone())),
+    }
+}
+
+/// An index item's integer value; `None` for anything else; an IndexError past i64.
+fn integer_item(item: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    index_like(&item.as_borrowed()).map_err(|_| {
+        PyIndexError::new_err(format!(
             "index {} does not fit in a 64-bit integer",
             item.repr().map(|r| r.to_string()).unwrap_or_default()
-        ))),
-    };
-    if let Ok(tuple) = key.cast::<PyTuple>() {
-        tuple.iter().map(|item| as_index(&item)).collect()
-    } else {
-        Ok(vec![as_index(key)?])
+        ))
+    })
+}
+
+/// `Key::Basic` if every item of `key` is an integer, a slice, `...` or `None`.
+fn basic_key<'py>(key: &Bound<'py, PyAny>, items: impl Iterator<Item = Bound<'py, PyAny>>) -> PyResult<Key> {
+    let py = key.py();
+    for item in items {
+        if item.is_none()
+            || item.is_instance_of::<PySlice>()
+            || item.is(py.Ellipsis())
+            || integer_item(&item)?.is_some()
+        {
+            continue;
+        }
+        let kind = match item.is_instance_of::<PyBool>() {
+            true => "bool: NumPy reads it as a mask".to_string(),
+            false => type_name(&item.as_borrowed()),
+        };
+        return Err(PyTypeError::new_err(format!(
+            "amso arrays take NumPy's basic indices (integers, slices, ... and None, as in a[i], a[i, j], \
+             a[1:3, ::2], a[..., 0]), got {} ({kind}) in a[{}]; for fancy or boolean indexing, index a NumPy \
+             view: np.asarray(a)[...]",
+            item.repr().map(|r| r.to_string()).unwrap_or_default(),
+            key.repr().map(|r| r.to_string()).unwrap_or_default()
+        )));
     }
+    Ok(Key::Basic)
 }
 
 /// A scalar as the Python object NumPy's `.item()` would give.

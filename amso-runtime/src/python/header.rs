@@ -65,6 +65,15 @@ impl Placement {
     pub(crate) fn on_device(&self) -> bool {
         self.flags & FLAG_ON_DEVICE != 0
     }
+
+    /// Where the data is, as `a.device` and the repr spell it: `'cpu'` (pinned memory too) or
+    /// `'cuda:N'` (managed memory too).
+    pub(crate) fn device_name(&self) -> String {
+        match self.on_device() {
+            true => format!("cuda:{}", self.device_id),
+            false => "cpu".to_string(),
+        }
+    }
 }
 
 impl Header {

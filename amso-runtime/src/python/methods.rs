@@ -6,11 +6,12 @@ use std::ffi::c_int;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::pyclass::CompareOp;
 use pyo3::types::{PyDict, PyTuple};
 
 use super::array::MemArrayBase;
 use super::capsule::dlpack_call;
-use super::convert::{numpy_dtype, parse_index, scalar_from_py, scalar_to_py, StreamArg};
+use super::convert::{numpy_dtype, parse_key, scalar_from_py, scalar_to_py, DeviceArg, Key, StreamArg};
 use super::dlpack_context::DLPackContext;
 use super::iteration::ArrayIterator;
 use crate::device::{Device, DeviceType};
@@ -40,6 +41,22 @@ fn target_device(array: &RawView<'_>, device_type: Option<i32>, device_id: Optio
             ))
         }
     })
+}
+
+/// Parse `move_memory`'s `(device_type, device_id)`, where the device may be named (`'cpu'`,
+/// `'cuda'`, `'cuda:N'`) as well as given as a DLPack code.
+fn named_target(array: &RawView<'_>, device: DeviceArg, device_id: Option<i32>) -> PyResult<Device> {
+    match device {
+        DeviceArg::Code(code) => target_device(array, Some(code), device_id),
+        DeviceArg::Cpu => target_device(array, Some(DeviceType::Cpu as i32), device_id),
+        DeviceArg::Cuda(None) => target_device(array, Some(DeviceType::Cuda as i32), device_id),
+        DeviceArg::Cuda(Some(named)) => match device_id {
+            Some(given) if given != named => Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "'cuda:{named}' names device {named}, but device_id={given} was given; pass one of them"
+            ))),
+            _ => target_device(array, Some(DeviceType::Cuda as i32), Some(named)),
+        },
+    }
 }
 
 impl MemArrayBase {
@@ -98,6 +115,13 @@ impl MemArrayBase {
         self.read(py, |array| array.raw_view().device_id())
     }
 
+    /// Where the data is: `'cpu'` (pinned memory too) or `'cuda:N'` (managed memory too), as the
+    /// repr shows it; `move_memory` takes the same names.
+    #[getter]
+    fn device(&self) -> String {
+        self.header().placement().device_name()
+    }
+
     /// Whether the current data is in CUDA managed memory (`managed=True`, or imported from a
     /// kDLCUDAManaged producer).
     #[getter]
@@ -140,44 +164,55 @@ impl MemArrayBase {
         self.dims()[0] as usize
     }
 
+    /// The values as NumPy prints them (host data), then dtype, device and flags.
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
-        let this = slf.get();
-        let placement = this.header().placement();
-        let place = match placement.device_type {
-            2 => format!("cuda:{}", placement.device_id),
-            _ => "cpu".to_string(),
-        };
-        let shape = this.shape(slf.py())?.repr()?.to_string();
-        let mut flags = String::new();
-        for (set, text) in
-            [(this.readonly(), ", readonly=True"), (this.pinned(), ", pinned=True"), (this.locked(), ", locked=True")]
-        {
-            if set {
-                flags.push_str(text);
-            }
-        }
-        Ok(format!(
-            "{}(shape={shape}, dtype={}, device='{place}'{flags})",
-            slf.get_type().name()?,
-            this.element_type().name
-        ))
+        super::repr::repr(slf)
     }
+
+    /// Elementwise, as NumPy's: a NumPy bool array of the host data (device data is a TypeError;
+    /// `np.array_equal(a, b)` gives one bool).
+    fn __richcmp__<'py>(
+        slf: &Bound<'py, Self>,
+        other: &Bound<'py, PyAny>,
+        op: CompareOp,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        super::views::compare(slf, other, op)
+    }
+
+    /// Unhashable, as NumPy arrays are: `==` compares values.
+    #[classattr]
+    const __hash__: Option<Py<PyAny>> = None;
 
     // ---- items ----
 
-    fn __getitem__<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        let index = parse_index(key)?;
-        let value = self.read(py, |array| array.get_scalar(&index, None))?;
-        scalar_to_py(py, value)
+    /// One element (a Python scalar) for one integer per dimension; otherwise NumPy's basic
+    /// indexing of host data (a NumPy view; see `views`).
+    fn __getitem__<'py>(slf: &Bound<'py, Self>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let (py, this) = (slf.py(), slf.get());
+        match parse_key(key)? {
+            // Too many integers: the element path's IndexError, on any device.
+            Key::Integers(index) if index.len() >= this.dims().len() => {
+                let value = this.read(py, |array| array.get_scalar(&index, None))?;
+                scalar_to_py(py, value)
+            }
+            _ => super::views::get_item(slf, key),
+        }
     }
 
-    fn __setitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let index = parse_index(key)?;
-        let scalar = scalar_from_py(value, self.element_type())?;
-        self.modify(py, |array| {
-            let _borrow = super::array::write_borrow(py, array, false)?;
-            Ok(array.set_scalar(&index, scalar, None)?)
-        })
+    /// One element for one integer per dimension; otherwise assignment through NumPy's basic
+    /// indexing of host data (broadcasting as NumPy does).
+    fn __setitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (py, this) = (slf.py(), slf.get());
+        match parse_key(key)? {
+            Key::Integers(index) if index.len() >= this.dims().len() => {
+                let scalar = scalar_from_py(value, this.element_type())?;
+                this.modify(py, |array| {
+                    let _borrow = super::array::write_borrow(py, array, false)?;
+                    Ok(array.set_scalar(&index, scalar, None)?)
+                })
+            }
+            _ => super::views::set_item(slf, key, value),
+        }
     }
 
     /// The elements of a 1-D array; the rows (NumPy views) of a host array of higher rank.
@@ -245,9 +280,10 @@ impl MemArrayBase {
 
     // ---- moves and kernels ----
 
-    /// Move the current data to `device_type` (kDLCPU or kDLCUDA) on `stream` (0 or 1: legacy
-    /// default stream, 2: per-thread default stream, else a stream handle); returns at once
-    /// when it is already there, and without waiting for the copy when `async_copy`.
+    /// Move the current data to `device_type` (`'cpu'`, `'cuda'`, `'cuda:N'`, or a DLPack code:
+    /// kDLCPU or kDLCUDA) on `stream` (0 or 1: legacy default stream, 2: per-thread default
+    /// stream, else a stream handle); returns at once when it is already there, and without
+    /// waiting for the copy when `async_copy`.
     #[pyo3(
         signature = (device_type, device_id = None, stream = StreamArg(None), async_copy = false),
         text_signature = "($self, device_type, device_id=None, stream=None, async_copy=False)"
@@ -255,12 +291,12 @@ impl MemArrayBase {
     fn move_memory(
         &self,
         py: Python<'_>,
-        device_type: i32,
+        device_type: DeviceArg,
         device_id: Option<i32>,
         stream: StreamArg,
         async_copy: bool,
     ) -> PyResult<()> {
-        let target = self.read(py, |array| target_device(&array.raw_view(), Some(device_type), device_id))?;
+        let target = self.read(py, |array| named_target(&array.raw_view(), device_type, device_id))?;
         self.move_to(py, target, stream, async_copy)
     }
 

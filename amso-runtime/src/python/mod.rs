@@ -30,11 +30,13 @@ mod pickle;
 mod plugins;
 mod recognize;
 mod registry;
+mod repr;
 #[cfg(feature = "cuda")]
 mod share;
 mod source;
 #[cfg(feature = "cuda")]
 mod user_kernel;
+mod views;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyModule, PyTuple};

@@ -38,3 +38,13 @@ b = a.copy()
 e = amso.empty((4, 4), np.float32)
 e[0, 0] = 1.0
 print(amso.supported()[:3], amso.class_for((2, 3), "float32").__name__)
+
+# NumPy habits: rows and slices are NumPy views, == is elementwise, the device is a string.
+row = a[0]
+print(row.sum(), a[:, 1], a[..., 0], a[1:, ::2])
+a[1] = [1.0, 2.0, 3.0]
+a[:, 0] = 0.0
+a[0, :] = np.ones(3, np.float32)
+print(a.device)
+a.move_memory("cpu")
+print(bool((a == a.copy()).all()), np.array_equal(a, b))

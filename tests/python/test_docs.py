@@ -107,3 +107,9 @@ def test_the_declared_licenses_ship_their_texts():
     apache, mit = (ROOT / "LICENSE-APACHE").read_text(), (ROOT / "LICENSE-MIT").read_text()
     assert "Apache License" in apache and "Version 2.0, January 2004" in apache and "END OF TERMS AND CONDITIONS" in apache
     assert "Permission is hereby granted, free of charge" in mit and "The amso developers" in mit
+
+
+def test_the_guide_states_the_number_of_compiled_classes():
+    text = (ROOT / "docs" / "python.md").read_text()
+    stated = re.search(r"every ndim from 1 to 8, (\d+) classes", text)
+    assert stated and int(stated.group(1)) == len(amso.supported()), stated

@@ -168,6 +168,7 @@ def summary(report: dict, scale: str) -> str:
     per = [line for line in scale.splitlines() if line.startswith("Per extra instantiation")]
     if per:
         lines += [f"Codegen: {per[0][0].lower()}{per[0][1:]}", ""]
+    lines += [line + "\n" for line in scale.splitlines() if line.startswith("The wheel's matrix")]
     lines.append("Every table, with versions and the reference measurements: [docs/performance.md](docs/performance.md).")
     return "\n".join(lines) + "\n"
 

@@ -11,7 +11,7 @@ fn main() {
         if std::fs::read(&spec).ok() != std::fs::read(&copy).ok() {
             println!(
                 "cargo:warning=specs/types.yaml differs from amso-codegen/bundled/types.yaml, which builds read: run \
-                 `python3 scripts/amso.py generate`"
+                 `python3 scripts/amso.py bundled` (or `python3 scripts/amso.py generate` to regenerate only)"
             );
         }
     }

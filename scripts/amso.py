@@ -149,6 +149,7 @@ def package_crates() -> Path:
     for name in PUBLISHED:
         archive = max((build / "package").glob(f"{name}-[0-9]*.crate"), key=lambda p: p.stat().st_mtime)
         with tarfile.open(archive) as tar:
+            check_licenses_packed(archive.name, {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()})
             tar.extractall(OUTSIDE / "crates", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         unpacked = OUTSIDE / "crates" / archive.name.removesuffix(".crate")
         for file in unpacked.rglob("*"):  # packaged files carry old times; cargo must see them as new
@@ -276,6 +277,19 @@ def wheel_check() -> None:
     run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python/test_conventions.py", "tests/python/test_include.py")
 
 
+LICENSES = ("LICENSE-MIT", "LICENSE-APACHE")
+
+
+def check_licenses_packed(name: str, members: dict[str, bytes]) -> None:
+    """A package (wheel, sdist, crate) carries the texts of its `MIT OR Apache-2.0`: members
+    ending in each LICENSE file's name, with the repository's text."""
+    for license in LICENSES:
+        packed = [path for path, data in members.items() if path.rsplit("/", 1)[-1] == license and data == (ROOT / license).read_bytes()]
+        if not packed:
+            sys.exit(f"amso: {name} lacks {license} (the text of its declared license); its members:\n  " + "\n  ".join(sorted(members)))
+        print(f"  {name}: {packed[0]}", flush=True)
+
+
 def check_headers_packed(archive: Path, folder: str) -> None:
     """`archive` (a wheel or an sdist) holds amso.h and amso.cuh in `folder`, with generated/'s
     text: the package's include/ has symlinks to them, and maturin packs what they point at."""
@@ -285,6 +299,7 @@ def check_headers_packed(archive: Path, folder: str) -> None:
     else:  # an sdist's members sit under one `amso-VERSION/` folder
         with tarfile.open(archive) as sdist:
             members = {m.name.split("/", 1)[-1]: sdist.extractfile(m).read() for m in sdist.getmembers() if m.isfile()}
+    check_licenses_packed(archive.name, members)
     for header in ("amso.h", "amso.cuh"):
         packed = members.get(f"{folder}/{header}")
         if packed != (ROOT / "generated" / header).read_bytes():

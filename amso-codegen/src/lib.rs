@@ -8,7 +8,7 @@ pub mod cuda_header;
 pub mod dtype;
 pub mod expand;
 pub mod spec;
-pub mod stubs;
+pub(crate) mod stubs;
 pub mod write;
 
 pub use dtype::{DType, TypeCode};

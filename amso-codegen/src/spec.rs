@@ -52,6 +52,11 @@ impl std::error::Error for SpecError {}
 impl Spec {
     /// Parse and validate spec text; `path` names the file in error messages.
     pub fn parse(text: &str, path: &str) -> Result<Spec, SpecError> {
+        // Malformed YAML is the one mistake reported: the rules would read the other fields of
+        // a row from a file that does not parse, and blame rows that are fine.
+        if let Err(err) = serde_yaml::from_str::<serde_yaml::Value>(text) {
+            return Err(SpecError { messages: vec![locate(path, &err)] });
+        }
         let facts = Facts::read(text);
         let mut suppressed = HashSet::new();
         let mut messages = Vec::new();

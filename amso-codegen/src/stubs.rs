@@ -8,6 +8,18 @@ use std::fmt::Write as _;
 use crate::dtype::{DType, TypeCode};
 use crate::Spec;
 
+/// What one element takes in assignment (`a[i, j] = v`): Python's type and NumPy's scalars of
+/// the kind (aliases of the stub's prelude).
+fn element_value(dtype: &DType) -> &'static str {
+    match dtype.code {
+        _ if dtype.lanes > 1 => "_IntValue",
+        TypeCode::Bool => "_BoolValue",
+        TypeCode::Int | TypeCode::UInt => "_IntValue",
+        TypeCode::Complex => "_ComplexValue",
+        _ => "_FloatValue",
+    }
+}
+
 /// The Python type one element reads as (`a[i, j]`).
 fn python_scalar(dtype: &DType) -> &'static str {
     match dtype.code {
@@ -44,6 +56,7 @@ fn element_index(ndim: u8) -> String {
 pub(crate) fn class_stub(dtype: &DType, ndim: u8) -> String {
     let class = dtype.class_name(ndim);
     let scalar = python_scalar(dtype);
+    let value = element_value(dtype);
     let array = numpy_array(dtype);
     let element = element_index(ndim);
     let view = if ndim == 1 { "_View1" } else { "_View" };
@@ -56,14 +69,14 @@ pub(crate) fn class_stub(dtype: &DType, ndim: u8) -> String {
         _ => ("", "  # type: ignore[overload-overlap]"),
     };
     format!(
-        "\nclass {class}(MemArrayBase):\n    \"\"\"{ndim}-D array of {name} ({rust}).\"\"\"\n\n    \
+        "\nclass {class}(MemArray):\n    \"\"\"{ndim}-D array of {name} ({rust}).\"\"\"\n\n    \
          def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        \
          readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        \
          uninitialized: bool = False,\n        managed: bool = False,\n        shareable: bool = False,\n    ) -> {class}: ...\n    \
          @overload{decorator}\n    def __getitem__(self, index: {element}, /) -> {scalar}: ...{def}\n    \
          @overload\n    def __getitem__(self, index: {view}, /) -> {array}: ...\n    \
-         @overload{decorator}\n    def __setitem__(self, index: {element}, value: {scalar}, /) -> None: ...\n    \
-         @overload\n    def __setitem__(self, index: {view}, value: {scalar} | _Values[{scalar}], /) -> None: ...\n    \
+         @overload{decorator}\n    def __setitem__(self, index: {element}, value: {value}, /) -> None: ...\n    \
+         @overload\n    def __setitem__(self, index: {view}, value: _Values[{value}], /) -> None: ...\n    \
          def to_numpy(self) -> {array}: ...\n",
         name = dtype.name,
         rust = dtype.rust,
@@ -100,12 +113,12 @@ const MEMARRAY_KEYWORDS: &str = "readonly: bool = False, pinned: bool = False, o
 const EMPTY_KEYWORDS: &str = "on_device: bool = False, managed: bool = False, shareable: bool = False";
 
 /// `generated/_memarray.pyi`: `MemArray` and `empty`, overloaded per instantiation.
-pub fn memarray_stub(spec: &Spec, header_note: &str) -> String {
+pub(crate) fn memarray_stub(spec: &Spec, header_note: &str) -> String {
     let mut out = format!(
-        "# {header_note}\n# mypy: disable-error-code=\"misc, overload-overlap\"\n\
-         # (`__new__` returns the compiled classes, and the first overload that matches wins: bool's\n\
-         # before int64's, as `type[bool]` is also a `type[int]`.)\n\"\"\"The typed face of `amso.MemArray` and `amso.empty`: the class a \
-         call returns, known\nfrom a literal dtype and the shape's length; other calls give `MemArrayBase`.\"\"\"\n\n\
+        "# {header_note}\n# mypy: disable-error-code=\"overload-overlap\"\n\
+         # (The first overload that matches wins: bool's before int64's, as `type[bool]` is also a\n\
+         # `type[int]`.)\n\"\"\"The typed face of `amso.MemArray` and `amso.empty`: the class a \
+         call returns, known\nfrom a literal dtype and the shape's length; other calls give `MemArray`.\"\"\"\n\n\
          from collections.abc import Sequence\nfrom typing import Literal, SupportsIndex, TypeAlias, overload\n\n\
          import numpy as np\nimport numpy.typing as npt\n\nfrom . import _amso\nfrom ._amso import MemArrayBase\n\n"
     );
@@ -132,7 +145,7 @@ pub fn memarray_stub(spec: &Spec, header_note: &str) -> String {
     let _ = writeln!(
         out,
         "    @overload\n    def __new__(cls, shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, \
-         device_id: int = 0, *, {MEMARRAY_KEYWORDS}) -> MemArrayBase: ...\n"
+         device_id: int = 0, *, {MEMARRAY_KEYWORDS}) -> MemArray: ...\n"
     );
     for (dtype, ndim) in &calls {
         let default = if dtype.name == "float64" { " | None = None" } else { "" };
@@ -147,7 +160,7 @@ pub fn memarray_stub(spec: &Spec, header_note: &str) -> String {
     let _ = writeln!(
         out,
         "@overload\ndef empty(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, \
-         device_id: int = 0, *, {EMPTY_KEYWORDS}) -> MemArrayBase: ..."
+         device_id: int = 0, *, {EMPTY_KEYWORDS}) -> MemArray: ..."
     );
     out
 }

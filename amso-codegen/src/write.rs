@@ -28,6 +28,10 @@ import numpy as np
 import numpy.typing as npt
 from typing_extensions import disjoint_base
 
+# Every compiled class is an `amso.MemArray` (its metaclass says so at run time), so checkers
+# accept these arrays wherever `amso.MemArray` is the annotation.
+from ._memarray import MemArray
+
 _Shape = Sequence[SupportsIndex] | SupportsIndex
 _Index = SupportsIndex | tuple[SupportsIndex, ...]
 _Scalar = bool | int | float | complex
@@ -35,8 +39,26 @@ _Scalar = bool | int | float | complex
 _View = SupportsIndex | slice | EllipsisType | None | tuple[SupportsIndex | slice | EllipsisType | None, ...]
 _View1 = slice | EllipsisType | None | tuple[slice | EllipsisType | None, ...]
 _T = TypeVar("_T")
-# What assigns to a view: arrays, or nested sequences of elements (not strings).
-_Values: TypeAlias = npt.NDArray[Any] | MemArrayBase | Sequence[_T] | Sequence[Sequence[_T]]
+# What one element takes: Python's numbers and NumPy's scalars of the kind (as NumPy casts).
+_BoolValue: TypeAlias = bool | np.bool_
+_IntValue: TypeAlias = int | np.integer[Any] | np.bool_
+_FloatValue: TypeAlias = float | np.floating[Any] | np.integer[Any] | np.bool_
+_ComplexValue: TypeAlias = complex | np.number[Any] | np.bool_
+# What assigns to a view: an element, arrays, or sequences of elements nested as deep as an
+# array's dimensions (strings are not elements).
+_Values: TypeAlias = (
+    _T
+    | npt.NDArray[Any]
+    | MemArrayBase
+    | Sequence[_T | npt.NDArray[Any]]
+    | Sequence[Sequence[_T]]
+    | Sequence[Sequence[Sequence[_T]]]
+    | Sequence[Sequence[Sequence[Sequence[_T]]]]
+    | Sequence[Sequence[Sequence[Sequence[Sequence[_T]]]]]
+    | Sequence[Sequence[Sequence[Sequence[Sequence[Sequence[_T]]]]]]
+    | Sequence[Sequence[Sequence[Sequence[Sequence[Sequence[Sequence[_T]]]]]]]
+    | Sequence[Sequence[Sequence[Sequence[Sequence[Sequence[Sequence[Sequence[_T]]]]]]]]
+)
 
 class _CudaStream(Protocol):
     def __cuda_stream__(self) -> tuple[int, int]: ...
@@ -54,7 +76,7 @@ def _is_amso_array(obj: object) -> bool: ...
 def _is_amso_class(cls: object) -> bool: ...
 def _amso_rebuild(
     dtype: str, shape: _Shape, readonly: bool, pinned: bool, device: int | None, data: Any
-) -> MemArrayBase: ...
+) -> MemArray: ...
 def empty(
     shape: _Shape,
     dtype: Any = None,
@@ -63,7 +85,7 @@ def empty(
     on_device: bool = False,
     managed: bool = False,
     shareable: bool = False,
-) -> MemArrayBase:
+) -> MemArray:
     """Like ``MemArray`` but, with ``on_device=True``, the device memory is left uninitialised
     (as ``np.empty``); host memory is always zeroed."""
 def _new_array(
@@ -76,12 +98,12 @@ def _new_array(
     on_device: bool | None = None,
     managed: bool | None = None,
     shareable: bool | None = None,
-) -> MemArrayBase: ...
+) -> MemArray: ...
 def _set_class_resolver(class_for: Callable[[_Shape, Any], type[MemArrayBase]]) -> None: ...
 def _class_cache_len() -> int: ...
-def from_dlpack(obj: Any, *, copy: bool | None = None) -> MemArrayBase: ...
-def from_cuda_array_interface(obj: Any) -> MemArrayBase: ...
-def _wrap(obj: Any) -> MemArrayBase: ...
+def from_dlpack(obj: Any, *, copy: bool | None = None) -> MemArray: ...
+def from_cuda_array_interface(obj: Any) -> MemArray: ...
+def _wrap(obj: Any) -> MemArray: ...
 def _live_borrows() -> int: ...
 def _dtypes() -> list[tuple[str, int, int, int, str, str | None]]: ...
 def _uncompiled(dtype: str, ndim: int) -> str: ...
@@ -134,7 +156,7 @@ class SharedHandle:
     def dtype(self) -> str: ...
     @property
     def exporter_pid(self) -> int: ...
-    def open(self, device_id: int | None = None) -> MemArrayBase: ...
+    def open(self, device_id: int | None = None) -> MemArray: ...
 
 _C_API: Any
 

@@ -403,15 +403,12 @@ def test_an_uncompiled_pair_gets_advice_that_fits_the_installation():
     unknown = str(info.value)
     assert unknown.startswith("amso has no compiled array for dtype object with ndim 1: amso's dtypes are bool, ")
     assert "#[amso_array(YourType, NDIM)]" in unknown
-    # A dtype of the spec at an ndim the module lacks (the wheel has none such; asked directly).
-    missing = amso._amso._uncompiled("float32", 3)
-    assert missing.startswith("amso has no compiled array for dtype float32 with ndim 3; this module compiles float32 with ndim 1, 2, 3, 4")
+    # (Every branch of the message, a spec pair missing from a checkout's or a wheel's build
+    # and a crate's own type included, is a unit test of registry.rs.)
     if checkout:
-        assert "or add it to the dtype table of specs/types.yaml" in unknown
-        assert "list it under `instantiations` in specs/types.yaml and run `python3 scripts/amso.py bundled`" in missing
+        assert unknown.endswith("or add it to the dtype table of specs/types.yaml")
     else:
-        assert "specs/types.yaml" not in unknown + missing
-        assert "amso's wheel compiles every dtype of its spec at ndim 1 to 8" in missing
+        assert "specs/types.yaml" not in unknown
 
 
 def test_the_package_compiles_every_dtype_of_the_spec_at_every_ndim():

@@ -22,3 +22,11 @@ e = amso.empty((2,), "float32", pinned=True)  # mistake: empty takes no pinned=
 f = amso.MemArray((2, 2), "float32", device=0)  # mistake: the keyword is device_id
 g = amso.MemArray((2,), "bool")
 g[0] = 1.5  # mistake: a float written into a bool array
+
+
+def describe(array: amso.MemArray) -> str:
+    return str(array.shape)
+
+
+describe(np.zeros(3))  # mistake: a NumPy array is not an amso array
+g[0:1] = ["x"]  # mistake: strings are not elements

@@ -47,7 +47,9 @@ fn main() -> ExitCode {
             }
             if check {
                 eprintln!(
-                    "amso-generate: generated files are stale; run `cargo run -p amso-codegen --bin amso-generate`"
+                    "amso-generate: generated files are stale; run `{}` (or `python3 scripts/amso.py generate` to \
+                     regenerate only)",
+                    write::REGENERATE_COMMAND
                 );
                 ExitCode::FAILURE
             } else {

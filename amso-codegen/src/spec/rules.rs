@@ -224,6 +224,17 @@ pub(crate) fn lanes(row: &Row, lanes: i64) -> Result<(), String> {
 /// lanes), unless `numpy_module` names the package that defines it.
 pub(crate) fn numpy(row: &Row, numpy: &str) -> Result<(), String> {
     if row.has_numpy_module {
+        // `import amso` looks the name up in that module: NumPy's own types are NumPy's.
+        let own = row
+            .layout()
+            .filter(|layout| layout.lanes == 1)
+            .and_then(|layout| NUMPY_TYPES.iter().find(|(_, code, bits)| (*code, *bits) == (layout.code, layout.bits)));
+        if let Some((name, _, _)) = own.or_else(|| NUMPY_TYPES.iter().find(|(name, _, _)| *name == numpy)) {
+            return Err(format!(
+                "`{numpy}` with a numpy_module: NumPy defines this type itself as `{name}`, and `import amso` would \
+                 look it up in that module instead; drop numpy_module and write numpy: {name}"
+            ));
+        }
         return python_identifier(numpy).map_err(|why| {
             format!("numpy `{numpy}` {why}: write the dtype's name as its module spells it (ml_dtypes' `float8_e5m2`)")
         });

@@ -462,3 +462,20 @@ fn dtype_lookup_by_rust_type() {
     assert_eq!(spec.dtype_by_name_or_rust("num_complex::Complex<f32>").unwrap().name, "complex64");
     assert!(spec.dtype_by_name_or_rust("f17").is_none());
 }
+
+#[test]
+fn malformed_yaml_is_the_one_mistake_reported() {
+    // A tab on a later line: the rows above it are fine and must not be blamed.
+    let text = format!("{DTYPES}instantiations:\n  - {{dtype: float32, ndim: [1]}}\n\t- {{dtype: int64, ndim: [1]}}\n");
+    let messages = Spec::parse(&text, "t.yaml").unwrap_err().messages;
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert!(messages[0].starts_with("t.yaml:6:1:") && messages[0].contains("cannot start any token"), "{messages:#?}");
+}
+
+#[test]
+fn a_numpy_type_is_not_looked_up_in_another_module() {
+    let messages = row_errors(
+        "name: f32b, rust: f32, code: kDLFloat, bits: 32, lanes: 1, numpy: float32, numpy_module: ml_dtypes, c: float",
+    );
+    assert!(messages.iter().any(|m| m.contains("NumPy defines this type itself as `float32`")), "{messages:#?}");
+}

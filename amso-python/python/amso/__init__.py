@@ -122,7 +122,7 @@ def class_for(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: Any = None)
 _set_class_resolver(class_for)
 
 
-def from_dlpack(obj: Any, *, copy: bool | None = None) -> MemArrayBase:
+def from_dlpack(obj: Any, *, copy: bool | None = None) -> MemArray:
     """An amso array over ``obj``'s memory, without copying (``copy=True``: the producer's
     copy), for anything with ``__dlpack__`` (NumPy, PyTorch, CuPy, JAX, amso). The producer's
     tensor stays alive until the amso array and every view of it are gone. amso arrays are
@@ -130,7 +130,7 @@ def from_dlpack(obj: Any, *, copy: bool | None = None) -> MemArrayBase:
     return _from_dlpack(obj, copy=copy)
 
 
-def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArrayBase:
+def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArray:
     """``obj`` as an amso array, sharing its memory whenever possible.
 
     amso arrays are returned as they are; anything that exposes its memory (NumPy arrays, the

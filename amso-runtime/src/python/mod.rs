@@ -128,6 +128,7 @@ fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Regi
 #[doc(hidden)]
 pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::process::join(module.py())?;
+    registry::set_bundled();
     module.add_class::<MemArrayBase>()?;
     module.add_class::<DLPackContext>()?;
     module.add_class::<iteration::ArrayIterator>()?;

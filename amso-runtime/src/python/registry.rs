@@ -147,6 +147,32 @@ pub(super) fn find_name(name: &str, ndim: usize) -> Option<&'static Registration
 /// pair comes from (a constructor, DLPack, a pickle, a shared handle, the C exchange API):
 /// what was asked, what is compiled, and advice that fits how amso was installed.
 pub(super) fn uncompiled(dtype: &str, ndim: usize) -> String {
+    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
+    let compiled: Vec<usize> = registry.iter().filter(|r| r.dtype().name == dtype).map(|r| r.ndim).collect();
+    drop(registry);
+    let install = match (BUNDLED.load(Ordering::Relaxed), SOURCE_CHECKOUT.load(Ordering::Relaxed)) {
+        (false, _) => Install::ExtensionCrate,
+        (true, false) => Install::Wheel,
+        (true, true) => Install::Checkout,
+    };
+    let spec: Vec<&str> = crate::element::ALL.iter().map(|d| d.name).collect();
+    uncompiled_message(dtype, ndim, compiled, &spec, install)
+}
+
+/// Where the module that could not make an array came from.
+#[derive(Clone, Copy, Debug)]
+enum Install {
+    /// The bundled `amso` package, from a wheel (or an sdist).
+    Wheel,
+    /// The bundled package, imported from a source checkout.
+    Checkout,
+    /// Another extension crate's module (`#[amso_array]` classes).
+    ExtensionCrate,
+}
+
+/// `uncompiled`'s text, from what the module compiles (`compiled`: the ndims of `dtype`) and
+/// the spec's dtype names.
+fn uncompiled_message(dtype: &str, ndim: usize, mut compiled: Vec<usize>, spec: &[&str], install: Install) -> String {
     let asked = format!("amso has no compiled array for dtype {dtype} with ndim {ndim}");
     let max = crate::MAX_NDIM;
     if ndim == 0 {
@@ -158,46 +184,98 @@ pub(super) fn uncompiled(dtype: &str, ndim: usize) -> String {
     if ndim > max {
         return format!("{asked}: amso arrays have 1 to {max} dimensions (amso.MAX_NDIM)");
     }
-    let checkout = SOURCE_CHECKOUT.load(Ordering::Relaxed);
-    let in_spec = crate::element::ALL.iter().any(|d| d.name == dtype);
-    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    let mut ndims: Vec<usize> = registry.iter().filter(|r| r.dtype().name == dtype).map(|r| r.ndim).collect();
-    drop(registry);
-    if ndims.is_empty() && !in_spec {
-        let names: Vec<&str> = crate::element::ALL.iter().map(|d| d.name).collect();
-        let spec = if checkout { ", or add it to the dtype table of specs/types.yaml" } else { "" };
+    let in_spec = spec.contains(&dtype);
+    if compiled.is_empty() && !in_spec {
+        let table = match install {
+            Install::Checkout => ", or add it to the dtype table of specs/types.yaml",
+            _ => "",
+        };
         return format!(
             "{asked}: amso's dtypes are {}. An element type of your own is declared in an extension crate \
-             with #[derive(amso_macros::Element)] and #[amso_array(YourType, NDIM)] (docs/rust.md){spec}",
-            names.join(", ")
+             with #[derive(amso_macros::Element)] and #[amso_array(YourType, NDIM)] (docs/rust.md){table}",
+            spec.join(", ")
         );
     }
-    ndims.sort_unstable();
-    ndims.dedup();
-    let compiled = match ndims.is_empty() {
-        true => "none".to_owned(),
-        false => ndims.iter().map(usize::to_string).collect::<Vec<_>>().join(", "),
+    compiled.sort_unstable();
+    compiled.dedup();
+    let compiled = match compiled.is_empty() {
+        true => format!("this module compiles no {dtype} array"),
+        false => {
+            let ndims: Vec<String> = compiled.iter().map(usize::to_string).collect();
+            format!("this module compiles {dtype} with ndim {}", ndims.join(", "))
+        }
     };
-    let advice = match (in_spec, checkout) {
-        (true, true) => {
+    let advice = match install {
+        Install::Checkout => {
             "To compile it, list it under `instantiations` in specs/types.yaml and run \
              `python3 scripts/amso.py bundled` (docs/python.md, \"Adding a pair\")"
         }
-        (true, false) => {
-            "amso's wheel compiles every dtype of its spec at ndim 1 to 8, so this module was built \
-             from a spec of its own: add the pair to that spec's `instantiations` and rebuild it"
+        Install::Wheel => {
+            "amso's published wheel compiles every dtype of its spec at ndim 1 to 8; this build was \
+             made from a spec without the pair: install amso from its wheel, or add the pair to that \
+             spec's `instantiations` and rebuild"
         }
-        (false, _) => "Declare it in the extension crate that defines the type, with #[amso_array(YourType, NDIM)]",
+        Install::ExtensionCrate => {
+            "Declare it in this extension crate with #[amso_array(YourType, NDIM)] (docs/rust.md)"
+        }
     };
-    format!("{asked}; this module compiles {dtype} with ndim {compiled}. {advice}")
+    format!("{asked}; {compiled}. {advice}")
 }
 
-/// Whether this module was built in, and runs from, a source checkout of amso (the bundled
-/// package says so when it is imported from one); otherwise it came from a wheel or is another
-/// extension crate.
+/// Whether this runtime copy serves the bundled `amso` package (its module init says so); the
+/// copies linked into other extension crates serve their `#[amso_array]` classes.
+static BUNDLED: AtomicBool = AtomicBool::new(false);
+
+/// Note that this runtime copy serves the bundled package (for `uncompiled`'s advice).
+pub(super) fn set_bundled() {
+    BUNDLED.store(true, Ordering::Relaxed);
+}
+
+/// Whether the bundled package was imported from a source checkout (it says so when imported).
 static SOURCE_CHECKOUT: AtomicBool = AtomicBool::new(false);
 
 /// Note whether the module runs from a source checkout (for `uncompiled`'s advice).
 pub(super) fn set_source_checkout(checkout: bool) {
     SOURCE_CHECKOUT.store(checkout, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{uncompiled_message, Install};
+
+    const SPEC: &[&str] = &["bool", "float32", "int16"];
+
+    #[test]
+    fn every_install_gets_advice_it_can_follow() {
+        let message =
+            |ndim, compiled: &[usize], install| uncompiled_message("float32", ndim, compiled.to_vec(), SPEC, install);
+        let checkout = message(3, &[2, 1, 2], Install::Checkout);
+        assert!(checkout.starts_with(
+            "amso has no compiled array for dtype float32 with ndim 3; this module compiles float32 with ndim 1, 2."
+        ));
+        assert!(checkout.contains("specs/types.yaml and run `python3 scripts/amso.py bundled`"));
+        let wheel = message(3, &[1], Install::Wheel);
+        assert!(wheel.contains("install amso from its wheel") && !wheel.contains("scripts/amso.py"));
+        let crate_ = message(3, &[1], Install::ExtensionCrate);
+        assert!(
+            crate_.ends_with("Declare it in this extension crate with #[amso_array(YourType, NDIM)] (docs/rust.md)")
+        );
+        assert!(message(4, &[], Install::ExtensionCrate).contains("this module compiles no float32 array"));
+    }
+
+    #[test]
+    fn ranks_outside_one_to_eight_and_unknown_dtypes_say_what_amso_has() {
+        for install in [Install::Checkout, Install::Wheel, Install::ExtensionCrate] {
+            assert!(uncompiled_message("float32", 0, vec![1], SPEC, install).contains("np.atleast_1d(x)"));
+            assert!(
+                uncompiled_message("float32", 9, vec![1], SPEC, install).ends_with("1 to 8 dimensions (amso.MAX_NDIM)")
+            );
+            let unknown = uncompiled_message("object", 1, vec![], SPEC, install);
+            assert!(unknown.contains("amso's dtypes are bool, float32, int16."), "{unknown}");
+            assert_eq!(unknown.contains("specs/types.yaml"), matches!(install, Install::Checkout));
+        }
+        // A type of a crate's own, compiled at other ranks: the crate's advice.
+        let own = uncompiled_message("e5m2", 2, vec![1], SPEC, Install::ExtensionCrate);
+        assert!(own.contains("this module compiles e5m2 with ndim 1. Declare it in this extension crate"));
+    }
 }

@@ -35,9 +35,12 @@ pub(super) fn repr(slf: &Bound<'_, MemArrayBase>) -> PyResult<String> {
     let shape = format!("shape={}", PyTuple::new(py, array.header().dims())?.repr()?);
     // Only unlocked host data that no thread is changing now is read.
     let readable = !placement.on_device() && placement.lock_id == 0 && array.idle();
-    match readable.then(|| with_values(slf, &name, &shape, &extras)).and_then(Result::ok) {
-        Some(text) => Ok(text),
-        None => Ok(format!("{name}({shape}, {})", extras.join(", "))),
+    // A failure to print the values (NumPy's own) falls back to the values-free form; an
+    // interrupt or another BaseException that is not an Exception goes on.
+    match readable.then(|| with_values(slf, &name, &shape, &extras)) {
+        Some(Ok(text)) => Ok(text),
+        Some(Err(error)) if !error.is_instance_of::<pyo3::exceptions::PyException>(py) => Err(error),
+        _ => Ok(format!("{name}({shape}, {})", extras.join(", "))),
     }
 }
 

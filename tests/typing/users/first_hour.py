@@ -48,3 +48,22 @@ a[0, :] = np.ones(3, np.float32)
 print(a.device)
 a.move_memory("cpu")
 print(bool((a == a.copy()).all()), np.array_equal(a, b))
+
+# NumPy's scalars and nested lists go in as Python's numbers do.
+a[0, 0] = np.float32(1.5)
+a[1:] = np.float32(2)
+a[0] = [np.float32(1), np.float32(2), np.float32(3)]
+counts[1] = np.int64(3)
+flags[1] = np.True_
+z[1, 1] = np.complex64(1 + 1j)
+cube3 = amso.MemArray((2, 2, 2), np.float64)
+cube3[:] = [[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]]
+
+
+def describe(array: amso.MemArray) -> str:
+    """amso.MemArray annotates any amso array, as isinstance says."""
+    return f"{array.shape} {array.dtype}"
+
+
+print(describe(a), describe(counts), describe(amso.asarray(np.zeros(3))))
+held: amso.MemArray = amso.MemArray((2, 2), "float32")

@@ -4,6 +4,10 @@ no-op with 1 and 3 arguments, a sum, an in-place scale, a new 1-D float64 result
 elements handed to NumPy (rust-numpy: `into_pyarray`), and the no-op with an amso array as its
 argument. PyO3's own call (a function taking `&Bound<PyAny>`) is the floor under both.
 
+A second table puts amso's own arrays beside NumPy's as the input of the same amso function
+(the no-op with 1 and 3 arguments; the amso arrays come from the bundled module, another copy
+of the runtime than the benchmark crate's): goal, an amso array costs no more than a NumPy one.
+
 Instructions per call come from callgrind (valgrind), where it is installed:
 
     PYTHONHASHSEED=0 OPENBLAS_NUM_THREADS=1 python3 benchmarks/bench_rust.py --instructions OUT.json
@@ -27,6 +31,8 @@ from protocols import paired
 
 ROWS = ["no-op, 1 argument", "no-op, 3 arguments", "sum", "in-place scale", "new 1-D float64 result",
         "no-op, 1 amso array argument"]
+#: The same amso function, amso arrays against NumPy arrays as its input.
+INPUT_ROWS = ["amso input: no-op, 1 argument", "amso input: no-op, 3 arguments"]
 
 
 def calls() -> dict[str, dict[str, object]]:
@@ -34,7 +40,7 @@ def calls() -> dict[str, dict[str, object]]:
     import amso_peers as p
 
     x, y, z = (np.zeros((1024, 3), np.float32) for _ in range(3))
-    a = amso.asarray(np.zeros((1024, 3), np.float32))
+    a, b, c = (amso.asarray(np.zeros((1024, 3), np.float32)) for _ in range(3))
     return {
         "no-op, 1 argument": {"amso": lambda: p.amso_noop1(x), "rust-numpy": lambda: p.numpy_noop1(x),
                               "PyO3 alone": lambda: p.pyo3_noop1(x)},
@@ -44,6 +50,9 @@ def calls() -> dict[str, dict[str, object]]:
         "in-place scale": {"amso": lambda: p.amso_scale(x, 1.0), "rust-numpy": lambda: p.numpy_scale(x, 1.0)},
         "new 1-D float64 result": {"amso": lambda: p.amso_arange(1024), "rust-numpy": lambda: p.numpy_arange(1024)},
         "no-op, 1 amso array argument": {"amso": lambda: p.amso_noop1(a), "rust-numpy": lambda: p.numpy_noop1(x)},
+        "amso input: no-op, 1 argument": {"amso array": lambda: p.amso_noop1(a), "NumPy array": lambda: p.amso_noop1(x)},
+        "amso input: no-op, 3 arguments": {"amso array": lambda: p.amso_noop3(a, b, c),
+                                           "NumPy array": lambda: p.amso_noop3(x, y, z)},
     }
 
 
@@ -98,13 +107,29 @@ def markdown(report: dict, counts: dict | None = None) -> str:
             continue
         floor = f"{row['PyO3 alone']:.0f}" if "PyO3 alone" in row else "-"
         line = f"| {name} | {row['amso']:.0f} | {row['rust-numpy']:.0f} | {row['amso'] / row['rust-numpy']:.2f} | {floor} |"
-        if counts:
+        if counts and name in counts:
             line += f" {counts[name]['amso']} | {counts[name]['rust-numpy']} |"
+        elif counts:
+            line += " - | - |"
         lines.append(line)
     if counts:
         lines += ["", "Instructions per call, the Python loop that makes the call included (callgrind, "
                   "`bench_rust.py --instructions`, on the CI-kind x86-64 host: the GPU hosts have no valgrind; the last "
                   "row's rust-numpy column is its NumPy argument)."]
+    inputs = [(name, report["rows"][name]) for name in INPUT_ROWS if name in report["rows"]]
+    if inputs:
+        lines += ["", "The same amso `#[pyfunction]` given amso arrays (of the bundled module: another copy of the "
+                  "runtime) and NumPy arrays, float32 (1024, 3) (ns per call; goal: amso array / NumPy array <= 1.0):", "",
+                  "| call | amso array | NumPy array | amso array / NumPy array |" + (" amso array instr. | NumPy array instr. |" if counts else ""),
+                  "|---|---|---|---|" + ("---|---|" if counts else "")]
+        for name, row in inputs:
+            line = (f"| {name.removeprefix('amso input: ')} | {row['amso array']:.0f} | {row['NumPy array']:.0f} | "
+                    f"{row['amso array'] / row['NumPy array']:.2f} |")
+            if counts and name in counts:
+                line += f" {counts[name]['amso array']} | {counts[name]['NumPy array']} |"
+            elif counts:
+                line += " - | - |"
+            lines.append(line)
     lines += [f"Not measured: {m}" for m in report.get("missing", [])]
     return "\n".join(lines) + "\n"
 

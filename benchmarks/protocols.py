@@ -84,6 +84,8 @@ def markdown(rows: dict[str, dict[str, float]]) -> str:
         ratio = f"{values['amso'] / min(others):.2f}" if others else "-"
         cells = [f"{values[p]:.0f}" if p in values else "-" for p in peers]
         lines.append(f"| `{call}` | {values['amso']:.0f} | " + " | ".join(cells) + f" | {ratio} |")
+    lines += ["", "ns per call, every contender timed in the same rounds (goal: amso / best peer <= 1.0; on the host, "
+              "NumPy's own arrays are the peer)."]
     return "\n".join(lines) + "\n"
 
 

@@ -2,7 +2,9 @@
 //! the managed tensors themselves, whose deleter frees exactly what the export allocated and
 //! releases its hold on the array's memory. ABI structs come from `dlpark::ffi`.
 
+use std::alloc::Layout;
 use std::any::Any;
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -347,9 +349,10 @@ fn boxed<M>(
     tensor: fn(&mut M) -> &mut DLTensor,
     set_ctx: fn(&mut M, *mut c_void),
 ) -> NonNull<M> {
-    // Built in place: an export is a malloc and a few stores, with no struct moved after.
-    let raw = Box::into_raw(Box::<Exported<M>>::new_uninit()).cast::<Exported<M>>();
-    // SAFETY: `raw` is a live, exclusive allocation of an `Exported<M>`; every field is
+    // Built in place: an export is a block (the thread's spare, else a malloc) and a few
+    // stores, with no struct moved after.
+    let raw = take_block().cast::<Exported<M>>();
+    // SAFETY: `raw` is a live, exclusive block that fits an `Exported<M>`; every field is
     // written before anything reads it (the shape and strides up to `ndim`, which is all a
     // consumer reads). The shape and strides pointers are derived from `raw` itself, so no
     // later retag of a box invalidates them (Miri's Stacked Borrows check).
@@ -369,10 +372,73 @@ fn boxed<M>(
         t.strides = strides;
         set_ctx(&mut (*raw).managed, raw.cast());
     }
-    NonNull::new(raw.cast::<M>()).expect("Box pointers are never null")
+    NonNull::new(raw.cast::<M>()).expect("blocks are never null")
 }
 
-/// The deleter of every tensor amso exports: frees the allocation and drops the owner.
+/// The layout of every export's block, legacy or versioned, so that one spare serves both.
+const BLOCK: Layout = {
+    let (legacy, versioned) =
+        (Layout::new::<Exported<DLManagedTensor>>(), Layout::new::<Exported<DLManagedTensorVersioned>>());
+    assert!(legacy.align() == versioned.align() && legacy.size() <= versioned.size());
+    versioned
+};
+
+/// A thread's spare export block. A deleter keeps the block it frees for the thread's next
+/// export, so a loop of exports and releases on one thread (a consumer importing and dropping)
+/// allocates nothing. One slot per thread needs no atomics: a process-wide slot, swapped
+/// atomically on both sides, measured slower than malloc and free.
+struct Spare(Cell<*mut u8>);
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        let block = self.0.get();
+        if !block.is_null() {
+            // SAFETY: a block of `BLOCK`'s layout, owned by the slot alone.
+            unsafe { std::alloc::dealloc(block, BLOCK) }
+        }
+    }
+}
+
+thread_local! {
+    static SPARE: Spare = const { Spare(Cell::new(std::ptr::null_mut())) };
+}
+
+/// An uninitialised block of `BLOCK`'s layout, owned by the caller.
+#[inline]
+fn take_block() -> *mut u8 {
+    let spare = SPARE.try_with(|spare| spare.0.replace(std::ptr::null_mut())).unwrap_or(std::ptr::null_mut());
+    if !spare.is_null() {
+        return spare;
+    }
+    // SAFETY: `BLOCK` has a non-zero size.
+    let block = unsafe { std::alloc::alloc(BLOCK) };
+    if block.is_null() {
+        std::alloc::handle_alloc_error(BLOCK);
+    }
+    block
+}
+
+/// Give back a block from `take_block` (its contents already dropped): kept as the thread's
+/// spare if it has none (and its slot still lives: a deleter may run while the thread ends),
+/// else freed.
+#[inline]
+fn give_block(block: *mut u8) {
+    let kept = SPARE
+        .try_with(|spare| {
+            let empty = spare.0.get().is_null();
+            if empty {
+                spare.0.set(block);
+            }
+            empty
+        })
+        .unwrap_or(false);
+    if !kept {
+        // SAFETY: a block of `BLOCK`'s layout from `take_block`, owned by the caller.
+        unsafe { std::alloc::dealloc(block, BLOCK) }
+    }
+}
+
+/// The deleter of every tensor amso exports: drops the owner and gives the block back.
 unsafe extern "C" fn delete_exported<M>(managed: *mut M) {
     if managed.is_null() {
         return;
@@ -381,9 +447,11 @@ unsafe extern "C" fn delete_exported<M>(managed: *mut M) {
     // if it ever did, leaking is the safe outcome.
     let exported = managed.cast::<Exported<M>>();
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: amso made `managed` with `boxed`, as the first field of an `Exported<M>`,
-        // and the consumer calls the deleter once.
-        drop(unsafe { Box::from_raw(exported) });
+        // SAFETY: amso made `managed` with `boxed`, as the first field of an `Exported<M>`
+        // in a block of its own, and the consumer calls the deleter once. The owner is the
+        // one field with a destructor (the managed struct and the shape are plain data).
+        unsafe { std::ptr::drop_in_place(std::ptr::addr_of_mut!((*exported).owner)) };
+        give_block(exported.cast());
     }));
 }
 

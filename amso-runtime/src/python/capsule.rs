@@ -39,18 +39,18 @@ pub(crate) fn export_tensor(
     Ok(ManagedTensor::new(source, plan.format))
 }
 
-/// A `__dlpack__` call on `array` (the array API's arguments), presenting `lock`: the one body
-/// of `MemArray.__dlpack__` and `DLPackContext.__dlpack__`.
+/// A `__dlpack__` call on `array` (the array API's arguments, `max_version` read by
+/// `convert::dlpack_version`), presenting `lock`: the one body of `MemArray.__dlpack__` (its
+/// PyO3 entry and the fast entry of `hot_methods`) and `DLPackContext.__dlpack__`.
 pub(crate) fn dlpack_call<'py>(
     py: Python<'py>,
     array: &MemArrayBase,
     lock: Option<LockId>,
     stream: Option<i64>,
-    max_version: Option<&Bound<'py, PyAny>>,
+    max_version: Option<(u32, u32)>,
     dl_device: Option<(i32, i32)>,
     copy: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
     let request = DlpackRequest { stream, max_version, dl_device, copy };
     warn_ambiguous_stream(py, array, &request)?;
     let tensor = array.read(py, |array| export_tensor(array, lock, &request))?;
@@ -115,16 +115,22 @@ unsafe extern "C" fn destroy_versioned(capsule: *mut ffi::PyObject) {
 
 /// # Safety
 /// `capsule` is a live capsule made by `into_capsule` with `name` as its original name.
+///
+/// The capsule was made with `name`'s own pointer; a consumer that takes the tensor renames
+/// the capsule ("used_dltensor", its own string), so comparing the name's pointer tells an
+/// unconsumed capsule without comparing strings (`PyCapsule_IsValid` would). The one string
+/// compare left is `PyCapsule_GetPointer`'s, of the name with itself.
 unsafe fn destroy(
     capsule: *mut ffi::PyObject,
     name: &CStr,
     raw: fn(std::ptr::NonNull<std::ffi::c_void>) -> RawManaged,
 ) {
-    // SAFETY: PyCapsule_IsValid never sets an exception; a renamed ("used_") capsule fails it.
-    if unsafe { ffi::PyCapsule_IsValid(capsule, name.as_ptr()) } != 1 {
+    // SAFETY: a live capsule whose pointer is not NULL (PyCapsule_New and SetPointer refuse
+    // NULL), so this returns its current name without setting an exception.
+    if !std::ptr::eq(unsafe { ffi::PyCapsule_GetName(capsule) }, name.as_ptr()) {
         return;
     }
-    // SAFETY: the capsule is valid under `name`, so this returns its non-null pointer.
+    // SAFETY: the capsule still carries `name`, so this returns its non-null pointer.
     let pointer = unsafe { ffi::PyCapsule_GetPointer(capsule, name.as_ptr()) };
     if let Some(pointer) = std::ptr::NonNull::new(pointer) {
         // SAFETY: an unconsumed capsule still owns its tensor; this runs once, at the

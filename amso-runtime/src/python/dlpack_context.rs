@@ -80,6 +80,7 @@ impl DLPackContext {
                 "this DLPack context is not entered; use it as `with array.get_dlpack() as view: np.from_dlpack(view)`",
             ));
         }
+        let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
         dlpack_call(py, self.array.get(), Some(self.lock), stream, max_version, dl_device, copy)
     }
 

@@ -3,8 +3,17 @@
 //! call only when the instance's type is the descriptor's own type, and instances are of the
 //! generated classes. The descriptors share the base class's method table (PyO3's entries),
 //! so each class adds two small objects and no code.
+//!
+//! `__dlpack__`'s descriptor has its own entry: every consumer calls it, and
+//! PyO3's generic keyword parsing (each keyword name decoded and compared as text) cost more
+//! than the export itself. The entry (`dlpack_body`) takes the forms consumers send (keyword names the
+//! compiler or NumPy interned, found by pointer; `None`, ints, bools, an exact `max_version`
+//! tuple) and hands every other call, unchanged, to PyO3's entry, so that every error reads as
+//! it did.
 
+use std::cell::Cell;
 use std::ffi::CStr;
+use std::sync::OnceLock;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -12,6 +21,7 @@ use pyo3::types::PyType;
 use pyo3::PyTypeInfo;
 
 use super::array::MemArrayBase;
+use super::capsule::dlpack_call;
 
 const HOT: [&CStr; 2] = [c"__dlpack__", c"__dlpack_device__"];
 
@@ -33,7 +43,9 @@ pub(super) fn install(class: &Bound<'_, PyType>) -> PyResult<()> {
         // SAFETY: as above, a live entry.
         let plain = unsafe { (*def).ml_flags } & (ffi::METH_CLASS | ffi::METH_STATIC) == 0;
         if HOT.contains(&name) && plain {
-            // SAFETY: a live type and a method entry that outlives the descriptor.
+            let def = if name == c"__dlpack__" { dlpack_def(py, def)? } else { def };
+            // SAFETY: a live type and a method entry that outlives the descriptor. The
+            // descriptor checks that `self` is an instance of `class` before calling the entry.
             let descriptor = unsafe { ffi::PyDescr_NewMethod(class.as_type_ptr(), def) };
             // SAFETY: a new reference, or NULL with an exception set.
             let descriptor = unsafe { Bound::from_owned_ptr_or_err(py, descriptor) }?;
@@ -49,4 +61,200 @@ pub(super) fn install(class: &Bound<'_, PyType>) -> PyResult<()> {
         )));
     }
     Ok(())
+}
+
+/// What `dlpack_entry` needs, made once: PyO3's entry (for every call the fast one does not
+/// take), the method entry itself, and the keyword names, interned.
+struct DlpackEntry {
+    pyo3: ffi::PyCFunctionFastWithKeywords,
+    def: usize,
+    /// `stream`, `max_version`, `dl_device`, `copy`: interned strings, alive for the process
+    /// (one reference each is kept).
+    keywords: [usize; 4],
+}
+
+static DLPACK_ENTRY: OnceLock<DlpackEntry> = OnceLock::new();
+
+/// The method entry of the fast `__dlpack__`, beside PyO3's `pyo3_def` (a METH_FASTCALL |
+/// METH_KEYWORDS entry: anything else is an internal error).
+fn dlpack_def(py: Python<'_>, pyo3_def: *mut ffi::PyMethodDef) -> PyResult<*mut ffi::PyMethodDef> {
+    // SAFETY: a live entry of the base class's table (see `install`).
+    let pyo3_def = unsafe { &*pyo3_def };
+    if pyo3_def.ml_flags != ffi::METH_FASTCALL | ffi::METH_KEYWORDS {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "internal error in amso: PyO3's __dlpack__ is not a METH_FASTCALL | METH_KEYWORDS method",
+        ));
+    }
+    if let Some(entry) = DLPACK_ENTRY.get() {
+        return Ok(entry.def as *mut ffi::PyMethodDef);
+    }
+    let mut keywords = [0; 4];
+    for (slot, name) in keywords.iter_mut().zip([c"stream", c"max_version", c"dl_device", c"copy"]) {
+        // SAFETY: a NUL-terminated string; the new reference is kept for the process.
+        let interned = unsafe { ffi::PyUnicode_InternFromString(name.as_ptr()) };
+        if interned.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        *slot = interned as usize;
+    }
+    let def = Box::leak(Box::new(ffi::PyMethodDef {
+        ml_name: pyo3_def.ml_name,
+        ml_meth: ffi::PyMethodDefPointer {
+            PyCFunctionFastWithKeywords: pyo3::impl_::trampoline::get_trampoline_function!(
+                fastcall_cfunction_with_keywords,
+                dlpack_body
+            ),
+        },
+        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        // The same docstring, so `__text_signature__` and `help` read as before.
+        ml_doc: pyo3_def.ml_doc,
+    }));
+    // SAFETY: the flags say which member of the union PyO3 set.
+    let pyo3 = unsafe { pyo3_def.ml_meth.PyCFunctionFastWithKeywords };
+    // Classes are registered with the GIL held, one at a time, so this sets the entry once.
+    Ok(DLPACK_ENTRY.get_or_init(|| DlpackEntry { pyo3, def: def as *mut _ as usize, keywords }).def
+        as *mut ffi::PyMethodDef)
+}
+
+/// `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`'s arguments as the
+/// fast entry takes them.
+#[derive(Default)]
+struct DlpackArgs {
+    stream: Option<i64>,
+    max_version: Option<(u32, u32)>,
+    copy: Option<bool>,
+}
+
+/// `__dlpack__`'s body on the generated classes, behind PyO3's trampoline for METH_FASTCALL |
+/// METH_KEYWORDS entries (the GIL count, panics caught, errors restored, as PyO3's own entry).
+///
+/// # Safety
+/// Called by CPython's method descriptor: the GIL is held, `slf` is an instance of the class
+/// the descriptor was made for (a subclass of this runtime's `MemArrayBase`: the descriptor
+/// checked it), `args` holds `nargs` positional values and then one value per name of the
+/// `kwnames` tuple (or NULL).
+unsafe fn dlpack_body(
+    py: Python<'_>,
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> PyResult<*mut ffi::PyObject> {
+    let entry = DLPACK_ENTRY.get().expect("the entry exists before any descriptor of it");
+    // SAFETY: the caller's contract, forwarded.
+    let Some(DlpackArgs { stream, max_version, copy }) = (unsafe { dlpack_args(entry, args, nargs, kwnames) }) else {
+        // PyO3's own entry for the same method, called as CPython would call it: its result,
+        // or NULL with its exception set, goes back as it is.
+        // SAFETY: the caller's contract, which is that entry's too.
+        return Ok(unsafe { (entry.pyo3)(slf, args, nargs, kwnames) });
+    };
+    // SAFETY: `slf` is a live instance of a subclass of `MemArrayBase` (the descriptor's
+    // check), borrowed for the call.
+    let array = unsafe { Bound::from_borrowed_ptr(py, slf).cast_into_unchecked::<MemArrayBase>() };
+    Ok(dlpack_call(py, array.get(), None, stream, max_version, None, copy)?.into_ptr())
+}
+
+/// The arguments, if every one is of a form this entry takes; `None` sends the call to PyO3's
+/// entry (positional arguments, a keyword name not interned or unknown, `dl_device` other than
+/// None, any value needing conversion or an error message).
+///
+/// # Safety
+/// As `dlpack_body`.
+#[inline]
+unsafe fn dlpack_args(
+    entry: &DlpackEntry,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> Option<DlpackArgs> {
+    let mut parsed = DlpackArgs::default();
+    if nargs != 0 {
+        return None;
+    }
+    if kwnames.is_null() {
+        return Some(parsed);
+    }
+    // SAFETY: `kwnames` is a tuple of str, `args` holds one value per name (the contract).
+    unsafe {
+        let none = ffi::Py_None();
+        let mut seen = 0u8;
+        for index in 0..ffi::PyTuple_Size(kwnames) {
+            let name = ffi::PyTuple_GetItem(kwnames, index) as usize;
+            let value = *args.offset(index);
+            let which = entry.keywords.iter().position(|&keyword| keyword == name)?;
+            // CPython refuses a keyword given twice before calling, but a C caller might not.
+            if seen & (1 << which) != 0 {
+                return None;
+            }
+            seen |= 1 << which;
+            if value == none {
+                continue;
+            }
+            match which {
+                0 if ffi::Py_IS_TYPE(value, &raw mut ffi::PyLong_Type) != 0 => {
+                    let stream = ffi::PyLong_AsLongLong(value);
+                    if stream == -1 && !ffi::PyErr_Occurred().is_null() {
+                        ffi::PyErr_Clear();
+                        return None;
+                    }
+                    parsed.stream = Some(stream);
+                }
+                1 => parsed.max_version = Some(max_version(value)?),
+                3 if value == ffi::Py_True() => parsed.copy = Some(true),
+                3 if value == ffi::Py_False() => parsed.copy = Some(false),
+                _ => return None,
+            }
+        }
+    }
+    Some(parsed)
+}
+
+thread_local! {
+    /// The last `max_version` tuple this thread parsed (a strong reference, so that its
+    /// address names it while cached) and its value. Consumers pass the same tuple on every
+    /// call (a constant of their code, NumPy's static one), so reading it is a pointer
+    /// compare. A thread that ends keeps its last tuple alive: releasing it needs the GIL,
+    /// which a thread's end does not hold.
+    static LAST_VERSION: Cell<(usize, (u32, u32))> = const { Cell::new((0, (0, 0))) };
+}
+
+/// `max_version` as `(major, minor)`, if `value` is an exact tuple of two exact ints that fit:
+/// any other form goes to PyO3's entry, which reads it (or says what is wrong) with
+/// `convert::dlpack_version`.
+///
+/// # Safety
+/// `value` is a live object and the GIL is held.
+#[inline]
+unsafe fn max_version(value: *mut ffi::PyObject) -> Option<(u32, u32)> {
+    let (cached, version) = LAST_VERSION.get();
+    if cached == value as usize {
+        return Some(version);
+    }
+    // SAFETY: a live object, the GIL held; a tuple's items are live while it is.
+    unsafe {
+        if ffi::Py_IS_TYPE(value, &raw mut ffi::PyTuple_Type) == 0 || ffi::PyTuple_Size(value) != 2 {
+            return None;
+        }
+        let part = |index| {
+            let item = ffi::PyTuple_GetItem(value, index);
+            if ffi::Py_IS_TYPE(item, &raw mut ffi::PyLong_Type) == 0 {
+                return None;
+            }
+            let part = ffi::PyLong_AsLong(item);
+            if part == -1 && !ffi::PyErr_Occurred().is_null() {
+                ffi::PyErr_Clear();
+                return None;
+            }
+            u32::try_from(part).ok()
+        };
+        let version = (part(0)?, part(1)?);
+        // Cache it: a reference taken for the cache, the previous one given back after the
+        // swap (a tuple of exact ints: freeing it runs no Python code).
+        ffi::Py_IncRef(value);
+        LAST_VERSION.set((value as usize, version));
+        if cached != 0 {
+            ffi::Py_DecRef(cached as *mut ffi::PyObject);
+        }
+        Some(version)
+    }
 }

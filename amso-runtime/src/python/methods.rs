@@ -251,6 +251,7 @@ impl MemArrayBase {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
         dlpack_call(py, self, None, stream, max_version, dl_device, copy)
     }
 

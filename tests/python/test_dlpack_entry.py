@@ -1,0 +1,172 @@
+"""The generated classes' own `__dlpack__` entry (hot_methods.rs): the forms it takes itself
+(interned keyword names, None, ints, bools, an exact `max_version` tuple, cached) and every
+other call handed to PyO3's entry, so each outcome is the one the base class's PyO3 method
+gives; and the exports' per-thread spare block (dlpack.rs)."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+
+import numpy as np
+import pytest
+from test_dlpack import capsule_name, versioned
+
+import amso
+
+PYO3_DLPACK = amso._amso.MemArrayBase.__dlpack__  # PyO3's own entry: the reference
+
+
+class TupleSubclass(tuple):
+    pass
+
+
+def outcome(call):
+    try:
+        result = call()
+    except Exception as error:  # noqa: BLE001 - the outcome is what is compared
+        return type(error), str(error)
+    return "capsule", capsule_name(result)
+
+
+FORMS = [
+    {},
+    {"stream": None},
+    {"stream": -1},
+    {"stream": 5},
+    {"stream": 2**70},
+    {"stream": True},
+    {"stream": "default"},
+    {"max_version": None},
+    {"max_version": (1, 0)},
+    {"max_version": (1, 5)},
+    {"max_version": (0, 8)},
+    {"max_version": [1, 0]},
+    {"max_version": (1,)},
+    {"max_version": (1, 0, 0)},
+    {"max_version": (-1, 0)},
+    {"max_version": (2**40, 0)},
+    {"max_version": (2**70, 0)},
+    {"max_version": (True, 0)},
+    {"max_version": (np.int64(1), 0)},
+    {"max_version": (1.0, 0)},
+    {"max_version": TupleSubclass((1, 0))},
+    {"max_version": 1},
+    {"dl_device": None},
+    {"dl_device": (1, 0)},
+    {"dl_device": (2, 0)},
+    {"dl_device": "cpu"},
+    {"copy": None},
+    {"copy": True},
+    {"copy": False},
+    {"copy": 1},
+    {"copy": np.True_},
+    {"copy": "yes"},
+    {"stream": None, "max_version": (1, 0), "dl_device": None, "copy": None},
+    {"copy": False, "dl_device": None, "max_version": (1, 0)},
+    {"unknown": 1},
+    {"max_version": (1, 0), "unknown": 1},
+]
+
+
+@pytest.mark.parametrize("kwargs", FORMS, ids=repr)
+def test_every_keyword_form_ends_as_pyo3s_entry_ends(kwargs):
+    a = amso.MemArray(4, np.float32)
+    assert type(a).__dlpack__ is not PYO3_DLPACK
+    assert outcome(lambda: a.__dlpack__(**kwargs)) == outcome(lambda: PYO3_DLPACK(a, **kwargs))
+
+
+@pytest.mark.parametrize("args", [(None,), (1,), ((1, 0),), (None, None)], ids=repr)
+def test_positional_arguments_get_pyo3s_type_error(args):
+    a = amso.MemArray(4, np.float32)
+    fast, reference = outcome(lambda: a.__dlpack__(*args)), outcome(lambda: PYO3_DLPACK(a, *args))
+    assert fast[0] is TypeError and fast == reference
+
+
+def test_keyword_names_not_interned_are_read_by_pyo3():
+    a = amso.MemArray(4, np.float32)
+    name = "".join(["max_", "version"])  # built at run time: not the interned constant
+    assert capsule_name(a.__dlpack__(**{name: (1, 0)})) == "dltensor_versioned"
+    assert capsule_name(a.__dlpack__(**{name: None})) == "dltensor"
+
+
+def test_the_docstring_and_signature_are_pyo3s():
+    fast = amso.MemArray(4, np.float32).__dlpack__
+    assert fast.__doc__ == PYO3_DLPACK.__doc__
+    assert fast.__text_signature__ == PYO3_DLPACK.__text_signature__
+
+
+def test_the_descriptor_refuses_other_objects():
+    with pytest.raises(TypeError):
+        type(amso.MemArray(4, np.float32)).__dlpack__(np.zeros(4, np.float32))
+
+
+def test_the_max_version_cache_holds_one_reference_and_reads_each_tuple():
+    a = amso.MemArray(4, np.float32)
+    first, second = tuple([1, 0]), tuple([0, 9])  # fresh tuples, not constants
+    before = sys.getrefcount(first), sys.getrefcount(second)
+    assert versioned(a.__dlpack__(max_version=first)).minor == 0
+    assert sys.getrefcount(first) == before[0] + 1  # the cache's reference
+    assert capsule_name(a.__dlpack__(max_version=second)) == "dltensor"  # read, not the cached (1, 0)
+    assert sys.getrefcount(first) == before[0]  # given back
+    assert sys.getrefcount(second) == before[1] + 1
+    assert capsule_name(a.__dlpack__(max_version=first)) == "dltensor_versioned"
+
+
+def test_the_max_version_cache_is_per_thread():
+    a = amso.MemArray(4, np.float32)
+    names = {}
+
+    def export(version, key):
+        for _ in range(2000):
+            names.setdefault(key, set()).add(capsule_name(a.__dlpack__(max_version=version)))
+
+    threads = [threading.Thread(target=export, args=(tuple([v, 0]), v)) for v in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert names == {0: {"dltensor"}, 1: {"dltensor_versioned"}}
+
+
+def test_spare_blocks_describe_each_export_afresh():
+    """A block freed by one export and reused by the next must describe the next (its ndim,
+    shape, strides, kind), whatever the previous one was."""
+    for shape in [(7,), (2, 3, 4), (1,) * 8, (5, 6), (3,)]:
+        a = amso.MemArray(shape, np.float64)
+        a.read_numpy_array(np.arange(np.prod(shape), dtype=np.float64).reshape(shape))
+        for max_version in (None, (1, 0)):
+            view = np.from_dlpack(amso_producer(a, max_version))
+            np.testing.assert_array_equal(view, a.to_numpy())
+            del view
+    assert a.export_count == 0
+
+
+def amso_producer(a, max_version):
+    capsule = a.__dlpack__(max_version=max_version)
+
+    class Producer:
+        def __dlpack__(self, **_):
+            return capsule
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    return Producer()
+
+
+def test_capsules_made_on_one_thread_free_on_another():
+    a = amso.MemArray(16, np.float32)
+    capsules = [a.__dlpack__(max_version=(1, 0) if i % 2 else None) for i in range(200)]
+    assert a.export_count == 200
+
+    def drop_them():
+        capsules.clear()
+        gc.collect()
+
+    thread = threading.Thread(target=drop_them)
+    thread.start()
+    thread.join()
+    assert a.export_count == 0
+    assert capsule_name(a.__dlpack__()) == "dltensor"  # a fresh block on this thread still works

@@ -66,7 +66,7 @@ pub fn amso_array(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// let lengths = amso_runtime::MemArray::<Metres, 1>::from_slice([2], &[Metres(1.5), Metres(2.0)])?;
 /// assert_eq!(lengths.get([1])?, Metres(2.0));
-/// assert_eq!(<Metres as amso_runtime::Element>::DTYPE.dlpack(), (2, 64, 1));
+/// assert_eq!(<Metres as amso_runtime::ArrayElement>::DTYPE.dlpack(), (2, 64, 1));
 /// # Ok::<(), amso_runtime::Error>(())
 /// ```
 ///

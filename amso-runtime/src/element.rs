@@ -48,6 +48,13 @@ impl DType {
         !(self.bits as usize * self.lanes as usize).is_multiple_of(8)
     }
 
+    /// Whether NumPy alone has this kind (`object`, `datetime64[s]`, `timedelta64[ms]`, `S8`,
+    /// `U4`): DLPack has no such type (its DLPack fields only size it), so typed arguments take
+    /// it from NumPy arrays of exactly that dtype, and results go to NumPy only.
+    pub fn numpy_only(&self) -> bool {
+        numpy_only_name(self.numpy)
+    }
+
     /// As DLPack's `DLDataType`.
     pub const fn dl_data_type(&self) -> dlpark::ffi::DLDataType {
         dlpark::ffi::DLDataType { code: dlpark::ffi::DLDataTypeCode(self.code), bits: self.bits, lanes: self.lanes }
@@ -83,6 +90,17 @@ impl DType {
     }
 }
 
+/// Whether `numpy` is the canonical name of a NumPy kind DLPack lacks: `object`,
+/// `datetime64[UNIT]`, `timedelta64[UNIT]`, `S<n>` (bytes) or `U<n>` (unicode), as typed
+/// arguments name the arrays they meet.
+pub(crate) fn numpy_only_name(numpy: &str) -> bool {
+    let counted = |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit());
+    numpy == "object"
+        || (numpy.starts_with("datetime64[") || numpy.starts_with("timedelta64[")) && numpy.ends_with(']')
+        || numpy.strip_prefix('S').is_some_and(counted)
+        || numpy.strip_prefix('U').is_some_and(counted)
+}
+
 /// The spec's element types, then the extension's own that it has met.
 fn known() -> impl Iterator<Item = &'static DType> {
     ALL.iter().copied().chain(own::registered())
@@ -98,7 +116,7 @@ pub(crate) mod own {
 
     use super::DType;
     #[cfg(feature = "python")]
-    use super::{Element, ElementOps};
+    use super::{ArrayElement, DTypeOf};
 
     pub(crate) const CAPACITY: usize = 64;
 
@@ -117,11 +135,12 @@ pub(crate) mod own {
     /// Make `T` known, unless it is the spec's or already known. Free for the spec's types.
     #[cfg(feature = "python")]
     #[inline]
-    pub(crate) fn register<T: Element>() {
-        if T::IN_SPEC || registered().any(|d| *d == T::DTYPE) {
+    pub(crate) fn register<T: ArrayElement>() {
+        // NumPy's own kinds are matched by their NumPy name, never looked up.
+        if T::IN_SPEC || T::DTYPE.numpy_only() || registered().any(|d| *d == T::DTYPE) {
             return;
         }
-        note(ElementOps::of::<T>().dtype);
+        note(DTypeOf::<T>::REF);
     }
 
     /// Make `dtype` known, unless the lookups find it already.
@@ -175,7 +194,34 @@ pub(crate) fn dlpack_type_name(dlpack: (u8, u8, u16)) -> String {
     }
 }
 
-/// A type amso arrays can hold.
+/// A type typed array arguments can hold: every [`Element`] (plain data), and the NumPy kinds
+/// that are not plain data or have no DLPack type: `Py<PyAny>` (NumPy's `object`), fixed-width
+/// strings ([`FixedBytes`](crate::FixedBytes), [`FixedUnicode`](crate::FixedUnicode)). What
+/// needs plain data (DLPack export, device moves, kernels, pools, amso's own arrays) asks for
+/// [`Element`], so these kinds reach none of it.
+///
+/// # Safety
+/// `DTYPE` must describe `Self` exactly: its size is `DTYPE.itemsize()` and memory that a NumPy
+/// array of dtype `DTYPE.numpy` (or a producer of the DLPack type `DTYPE.dlpack()`, for a kind
+/// that is not [`DType::numpy_only`]) holds is a valid `Self` at every element, except for the
+/// two kinds the runtime checks at extraction: kDLBool (bytes 0 and 1 only) and NumPy's
+/// `object` (no NULL entries; only `pyo3::Py<PyAny>`, whose references the array owns, may
+/// have that dtype).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an element type of amso's typed arguments",
+    note = "element types are the dtypes of specs/types.yaml, usize and isize, Datetime<U> and Timedelta<U>, \
+            FixedBytes<N> and FixedUnicode<N>, Py<PyAny>, and types of your own with #[derive(amso_macros::Element)]"
+)]
+pub unsafe trait ArrayElement: Sized + Send + Sync + 'static {
+    /// This type's facts.
+    const DTYPE: DType;
+    /// Whether the type is one of the spec's (the runtime knows those without being told).
+    #[doc(hidden)]
+    const IN_SPEC: bool = false;
+}
+
+/// A type amso arrays can hold: plain data, which DLPack, device memory, kernels and pools
+/// move as bytes.
 ///
 /// # Safety
 /// `DTYPE` must describe `Self` exactly (size = bits x lanes / 8, same representation as the
@@ -187,16 +233,18 @@ pub(crate) fn dlpack_type_name(dlpack: (u8, u8, u16)) -> String {
     message = "`{Self}` is not an amso element type",
     note = "element types are the dtypes of specs/types.yaml, and types of your own with #[derive(amso_macros::Element)]"
 )]
-pub unsafe trait Element: Copy + Default + Send + Sync + std::fmt::Debug + 'static {
-    /// This type's facts.
-    const DTYPE: DType;
-    /// Whether the type is one of the spec's (the runtime knows those without being told).
-    #[doc(hidden)]
-    const IN_SPEC: bool = false;
+pub unsafe trait Element: ArrayElement + Copy + Default + std::fmt::Debug {
     /// The value as a plain scalar (for Python and other dynamic callers).
     fn to_scalar(self) -> Scalar;
     /// A value from a plain scalar, converted as NumPy's item assignment does.
     fn from_scalar(value: Scalar) -> Result<Self>;
+}
+
+/// `&T::DTYPE` as a `'static` reference (a constant of a generic type is not promoted).
+pub(crate) struct DTypeOf<T>(std::marker::PhantomData<T>);
+
+impl<T: ArrayElement> DTypeOf<T> {
+    pub(crate) const REF: &'static DType = &T::DTYPE;
 }
 
 /// Types whose every bit pattern is a value, with no padding: what `#[derive(Element)]` may
@@ -579,15 +627,15 @@ mod tests {
 
     #[test]
     fn dlpack_codes_match_dlpack_1_3() {
-        assert_eq!(<i32 as Element>::DTYPE.code, 0);
-        assert_eq!(<u8 as Element>::DTYPE.code, 1);
-        assert_eq!(<f64 as Element>::DTYPE.code, 2);
-        assert_eq!(<half::bf16 as Element>::DTYPE.code, 4);
-        assert_eq!(<num_complex::Complex<f32> as Element>::DTYPE.code, 5);
-        assert_eq!(<num_complex::Complex<f32> as Element>::DTYPE.bits, 64);
-        assert_eq!(<bool as Element>::DTYPE.code, 6);
-        assert_eq!(<f32 as Element>::DTYPE.typestr, "<f4");
-        assert_eq!(<u8 as Element>::DTYPE.typestr, "|u1");
+        assert_eq!(<i32 as ArrayElement>::DTYPE.code, 0);
+        assert_eq!(<u8 as ArrayElement>::DTYPE.code, 1);
+        assert_eq!(<f64 as ArrayElement>::DTYPE.code, 2);
+        assert_eq!(<half::bf16 as ArrayElement>::DTYPE.code, 4);
+        assert_eq!(<num_complex::Complex<f32> as ArrayElement>::DTYPE.code, 5);
+        assert_eq!(<num_complex::Complex<f32> as ArrayElement>::DTYPE.bits, 64);
+        assert_eq!(<bool as ArrayElement>::DTYPE.code, 6);
+        assert_eq!(<f32 as ArrayElement>::DTYPE.typestr, "<f4");
+        assert_eq!(<u8 as ArrayElement>::DTYPE.typestr, "|u1");
     }
 
     #[test]

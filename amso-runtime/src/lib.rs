@@ -47,6 +47,7 @@ mod error;
 pub(crate) mod gil;
 pub(crate) mod host;
 mod indexer;
+mod kinds;
 mod lock;
 mod memarray;
 pub(crate) mod object;
@@ -66,9 +67,10 @@ pub(crate) mod strided;
 pub mod python;
 
 pub use device::{Device, DeviceType, Residence, Stream};
-pub use element::{dtypes, DType, Element, Float4E2M1FnX2, Scalar};
+pub use element::{dtypes, ArrayElement, DType, Element, Float4E2M1FnX2, Scalar};
 pub use error::{Error, Result};
 pub use indexer::{DeviceIndexer, HostIndexer, HostIndexerMut};
+pub use kinds::{datetime, FixedBytes, FixedUnicode};
 pub use memarray::{ArrayOptions, ForeignMemory, LockGuard, MemArray};
 
 /// The `ndarray` crate amso's views are made of (the `ndarray` feature): name its types

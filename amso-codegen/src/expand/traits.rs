@@ -60,7 +60,7 @@ pub fn element_impls(spec: &Spec) -> TokenStream {
         /// Every element type of the spec, in the spec's order: the one table that names a
         /// DLPack (code, bits, lanes), a NumPy dtype or an array-interface typestr.
         pub(crate) static ALL: &[&crate::element::DType] = &[
-            #( &<#types as crate::element::Element>::DTYPE ),*
+            #( &<#types as crate::element::ArrayElement>::DTYPE ),*
         ];
 
         /// DLPack's type codes by name (`dlpack_code::FLOAT` is `kDLFloat`), from the
@@ -80,7 +80,7 @@ pub fn element_impls(spec: &Spec) -> TokenStream {
         /// Calls `f` once per element type of the spec.
         #[cfg(test)]
         pub(crate) fn for_each_element(f: &mut dyn FnMut(&'static crate::element::DType, &dyn Fn() -> bool)) {
-            #( f(&<#types as crate::element::Element>::DTYPE, &crate::element::default_is_zero_bits::<#types>); )*
+            #( f(&<#types as crate::element::ArrayElement>::DTYPE, &crate::element::default_is_zero_bits::<#types>); )*
         }
     }
 }
@@ -130,7 +130,7 @@ pub fn element_impl(
             let (to, from) = (format_ident!("from_{}", family), format_ident!("to_{}", family));
             (
                 quote!(#krate::__private::scalar::#to(self)),
-                quote!(#krate::__private::scalar::#from(value, &Self::DTYPE)),
+                quote!(#krate::__private::scalar::#from(value, &<Self as #krate::ArrayElement>::DTYPE)),
             )
         }
         // Spanned at `via`, so that a missing `From` is reported where `scalar = ...` says it.
@@ -149,7 +149,7 @@ pub fn element_impl(
         const _: () = ::core::assert!(::core::mem::size_of::<#ty>() == #itemsize, #size_message);
     };
     quote! {
-        unsafe impl #krate::Element for #ty {
+        unsafe impl #krate::ArrayElement for #ty {
             const DTYPE: #krate::DType = #krate::DType {
                 name: #name,
                 code: #code,
@@ -162,6 +162,8 @@ pub fn element_impl(
             };
             #[doc(hidden)]
             const IN_SPEC: bool = #in_spec;
+        }
+        unsafe impl #krate::Element for #ty {
             #[inline]
             fn to_scalar(self) -> #krate::Scalar {
                 #to_scalar

@@ -207,7 +207,7 @@ pub(crate) unsafe fn launch_add_index(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::element::Element;
+    use crate::element::ArrayElement;
 
     #[test]
     fn every_spec_dtype_has_a_kernel_source_or_a_clear_refusal() {
@@ -227,7 +227,7 @@ mod tests {
                 assert!(error.to_string().contains(dtype.name), "{error}");
             }
         });
-        let wide = add_index_source(&<f32 as Element>::DTYPE, 1, true).unwrap();
+        let wide = add_index_source(&<f32 as ArrayElement>::DTYPE, 1, true).unwrap();
         assert!(wide.contains("typedef unsigned long long index_t"));
     }
 

@@ -145,7 +145,7 @@ fn a_panic_while_freeing_an_export_stays_inside_the_deleter() {
         let source = ExportSource {
             data: std::ptr::null_mut(),
             device: Device::CPU,
-            dtype: <f32 as crate::Element>::DTYPE.dl_data_type(),
+            dtype: <f32 as crate::ArrayElement>::DTYPE.dl_data_type(),
             shape: &[0],
             strides: None,
             owner: std::sync::Arc::new(PanicsOnDrop(dropped.clone())),

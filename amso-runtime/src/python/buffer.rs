@@ -64,7 +64,7 @@ pub(super) unsafe fn get_buffer(
 ) -> PyResult<()> {
     let py = owner.py();
     let header = array.header();
-    let dtype = if raw { &<u8 as crate::Element>::DTYPE } else { array.element_type() };
+    let dtype = if raw { &<u8 as crate::ArrayElement>::DTYPE } else { array.element_type() };
     let writable = flags & ffi::PyBUF_WRITABLE != 0;
     let with_shape = flags & ffi::PyBUF_ND == ffi::PyBUF_ND;
     let with_format = flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT;

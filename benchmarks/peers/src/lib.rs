@@ -14,6 +14,8 @@ use numpy::{
 };
 use pyo3::prelude::*;
 
+mod kinds;
+
 // --- PyO3 alone: the floor under both ---
 
 /// Take one argument as it comes and do nothing: the cost of the call itself.
@@ -123,5 +125,6 @@ fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(numpy_scale, module)?)?;
     module.add_function(wrap_pyfunction!(numpy_arange, module)?)?;
     module.add_function(wrap_pyfunction!(numpy_axpy_py, module)?)?;
-    module.add_function(wrap_pyfunction!(numpy_mult_py, module)?)
+    module.add_function(wrap_pyfunction!(numpy_mult_py, module)?)?;
+    kinds::add(module)
 }

@@ -29,12 +29,12 @@ use std::marker::PhantomData;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::Borrowed;
+use pyo3::{ffi, Borrowed};
 
 use self::borrow::Borrow;
 use super::source::{self, Source};
 use crate::device::{Device, DeviceType};
-use crate::element::{dlpack_type_name, Element};
+use crate::element::{dlpack_type_name, ArrayElement, Element};
 use crate::strided::{self, Dims};
 
 pub use results::{Framework, IntoFramework, NewArray};
@@ -43,7 +43,7 @@ pub use untyped::UntypedArray;
 /// A typed array argument: elements `T`, dimensions `D` ([`Rank<N>`] or [`DynRank`]), access
 /// `A` ([`Read`] or [`Write`]). Written through its aliases: [`ArrayRef`], [`ArrayMut`],
 /// [`ArrayRefDyn`], [`ArrayMutDyn`].
-pub struct TypedArray<'py, T: Element, D: Dimensions, A: Access> {
+pub struct TypedArray<'py, T: ArrayElement, D: Dimensions, A: Access> {
     object: Bound<'py, PyAny>,
     source: Source,
     shape: D::Shape,
@@ -180,7 +180,7 @@ impl NdDimensions for DynRank {
     }
 }
 
-impl<'a, 'py, T: Element, D: Dimensions, A: Access> FromPyObject<'a, 'py> for TypedArray<'py, T, D, A> {
+impl<'a, 'py, T: ArrayElement, D: Dimensions, A: Access> FromPyObject<'a, 'py> for TypedArray<'py, T, D, A> {
     type Error = PyErr;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
@@ -188,7 +188,7 @@ impl<'a, 'py, T: Element, D: Dimensions, A: Access> FromPyObject<'a, 'py> for Ty
         // A type of the extension's own becomes known to NumPy-name lookups (nothing for the
         // spec's types).
         crate::element::own::register::<T>();
-        match source::acquire(&object, None)? {
+        match source::acquire_with_kinds(&object)? {
             Some(source) => Self::check(object, source),
             None => Err(PyTypeError::new_err(format!(
                 "expected {} (an object with __dlpack__, __cuda_array_interface__, the buffer protocol or the DLPack C \
@@ -201,11 +201,21 @@ impl<'a, 'py, T: Element, D: Dimensions, A: Access> FromPyObject<'a, 'py> for Ty
 }
 
 /// "a writable float32 array with 2 dimensions", what a typed argument asks for.
-fn wanted<T: Element, D: Dimensions, A: Access>() -> String {
-    let kind = if A::WRITABLE { "a writable " } else { "a " };
+fn wanted<T: ArrayElement, D: Dimensions, A: Access>() -> String {
+    let kind = match (A::WRITABLE, T::DTYPE.numpy_only()) {
+        (false, false) => "a ",
+        (true, false) => "a writable ",
+        (false, true) => "a NumPy ",
+        (true, true) => "a writable NumPy ",
+    };
+    // A type of one's own that names a NumPy kind says which (`millis (timedelta64[ms])`).
+    let name = match T::DTYPE.numpy_only() && T::DTYPE.name != T::DTYPE.numpy {
+        true => format!("{} ({})", T::DTYPE.name, T::DTYPE.numpy),
+        false => T::DTYPE.name.to_owned(),
+    };
     match D::NDIM {
-        Some(n) => format!("{kind}{} array with {n} dimension{}", T::DTYPE.name, if n == 1 { "" } else { "s" }),
-        None => format!("{kind}{} array", T::DTYPE.name),
+        Some(n) => format!("{kind}{name} array with {n} dimension{}", if n == 1 { "" } else { "s" }),
+        None => format!("{kind}{name} array"),
     }
 }
 
@@ -219,7 +229,7 @@ pub(super) fn describe(object: &Bound<'_, PyAny>, device: Option<Device>) -> Str
     }
 }
 
-impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
+impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// Check what `source` describes against `T`, `D` and `A`, and take hold of its memory.
     fn check(object: Bound<'py, PyAny>, source: Source) -> PyResult<Self> {
         // What arrived, for messages only (it costs Python calls, so it comes after the
@@ -227,11 +237,21 @@ impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         let here = |source: &Source| describe(&object, Some(source.device));
         let extents = source.extents(object.py());
         let ndim = extents.dims.len();
-        if source.dtype != T::DTYPE.dlpack() || D::NDIM.is_some_and(|n| n != ndim) {
+        // A kind DLPack lacks matches by its NumPy name alone (datetime64[s] and int64 share
+        // DLPack's fields); every other kind by DLPack's fields, from any producer.
+        let same_kind = match &source.numpy_kind {
+            Some(name) => T::DTYPE.numpy_only() && *name == T::DTYPE.numpy,
+            None => !T::DTYPE.numpy_only(),
+        };
+        if !same_kind || source.dtype != T::DTYPE.dlpack() || D::NDIM.is_some_and(|n| n != ndim) {
+            let arrived = match &source.numpy_kind {
+                Some(name) => name.to_string(),
+                None => dlpack_type_name(source.dtype),
+            };
             return Err(PyTypeError::new_err(format!(
                 "expected {}, got a {} array with {ndim} dimension{} ({})",
                 wanted::<T, D, A>(),
-                dlpack_type_name(source.dtype),
+                arrived,
                 if ndim == 1 { "" } else { "s" },
                 here(&source)
             )));
@@ -298,10 +318,26 @@ impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         let host = source.device.device_type != DeviceType::Cuda;
         let borrow = match extent {
             Some(extent) if host => {
-                if T::DTYPE.code == crate::element::dlpack_code::BOOL {
-                    check_bools(source.data, shape_ref, strides_ref).map_err(|()| {
+                if T::DTYPE.code == crate::element::dlpack_code::BOOL && !T::DTYPE.numpy_only() {
+                    // SAFETY: one readable byte per element (the extent was checked above).
+                    check_each(source.data, shape_ref, strides_ref, |byte| unsafe { *byte } <= 1).map_err(|()| {
                         PyValueError::new_err(format!(
                             "the bool array holds bytes other than 0 and 1 ({}); convert it with x.astype(bool) first",
+                            here(&source)
+                        ))
+                    })?;
+                }
+                if source.numpy_kind.as_deref() == Some("object") {
+                    // `Py<PyAny>` is never NULL; NumPy reads NULL entries (of arrays C code made
+                    // without filling them) as None.
+                    let non_null = |entry: *const u8| {
+                        // SAFETY: one readable, aligned pointer per element (checked above).
+                        !unsafe { *entry.cast::<*const ffi::PyObject>() }.is_null()
+                    };
+                    check_each(source.data, shape_ref, strides_ref, non_null).map_err(|()| {
+                        PyValueError::new_err(format!(
+                            "the object array holds NULL entries (made by C code without filling it) ({}); fill it, \
+                             e.g. x[...] = None, or pass a copy",
                             here(&source)
                         ))
                     })?;
@@ -453,7 +489,7 @@ impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     }
 }
 
-impl<'py, T: Element, D: Dimensions> TypedArray<'py, T, D, Write> {
+impl<'py, T: ArrayElement, D: Dimensions> TypedArray<'py, T, D, Write> {
     /// The elements in C order, writable: host data that is C-contiguous.
     pub fn as_slice_mut(&mut self) -> PyResult<&mut [T]> {
         let data = self.host_ptr()?;
@@ -480,12 +516,14 @@ impl<'py, T: Element, D: Dimensions> TypedArray<'py, T, D, Write> {
     }
 }
 
-impl<'py, T: Element, const N: usize, A: Access> TypedArray<'py, T, Rank<N>, A> {
+impl<'py, T: ArrayElement, const N: usize, A: Access> TypedArray<'py, T, Rank<N>, A> {
     /// The shape, as an array.
     pub fn dim(&self) -> [usize; N] {
         self.shape
     }
+}
 
+impl<'py, T: Element, const N: usize, A: Access> TypedArray<'py, T, Rank<N>, A> {
     /// What a CUDA kernel receives for this argument's device data (C order); launch it on
     /// `stream()`.
     #[cfg(feature = "cuda")]
@@ -501,15 +539,20 @@ impl<'py, T: Element, const N: usize, A: Access> TypedArray<'py, T, Rank<N>, A> 
     }
 }
 
-/// Whether every element of a one-byte strided array is 0 or 1 (the only valid Rust bools).
-fn check_bools(data: usize, shape: &[usize], strides: &[isize]) -> Result<(), ()> {
+/// Whether `valid` holds for the address of every element of a strided array.
+fn check_each(
+    data: usize,
+    shape: &[usize],
+    strides: &[isize],
+    mut valid: impl FnMut(*const u8) -> bool,
+) -> Result<(), ()> {
     let mut index = Dims::collect(shape.len(), std::iter::repeat(0usize));
     let count: usize = shape.iter().product();
     for _ in 0..count {
         let offset: isize = index.iter().zip(strides).map(|(&i, &s)| i as isize * s).sum();
-        // SAFETY: an element of the array (every index in the shape), host memory the caller
-        // checked the extent of.
-        if unsafe { *(data as *const u8).offset(offset) } > 1 {
+        // An element of the array (every index in the shape), host memory the caller checked
+        // the extent of.
+        if !valid((data as *const u8).wrapping_offset(offset)) {
             return Err(());
         }
         for axis in (0..shape.len()).rev() {

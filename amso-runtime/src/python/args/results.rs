@@ -22,7 +22,7 @@ use pyo3::{ffi, intern};
 
 use crate::device::{Device, DeviceType};
 use crate::dlpack::{ExportSource, Format, ManagedTensor, RawManaged, DLPACK_VERSION};
-use crate::element::{DType, Element};
+use crate::element::{ArrayElement, DType, DTypeOf, Element};
 use crate::memarray::core::ArrayCore;
 use crate::memarray::foreign::check_c_contiguous;
 use crate::memarray::{ArrayOptions, MemArray};
@@ -242,6 +242,13 @@ impl<O: Owner> Handover<O> {
     /// Hand the memory to `framework`, as its array object.
     fn deliver(self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
         framework.check_device(self.device)?;
+        if self.dtype.numpy_only() && framework != Framework::NumPy {
+            return Err(PyValueError::new_err(format!(
+                "{} arrays go to NumPy only (DLPack has no such element type, so {framework:?} cannot take them); \
+                 hand them to Framework::NumPy",
+                self.dtype.name
+            )));
+        }
         if framework == Framework::NumPy {
             let owner = self.owner.into_capsule(py)?;
             // SAFETY: `data` holds the elements `shape` and `strides` reach, kept alive by the
@@ -362,8 +369,13 @@ fn capsule<'py>(
 
 /// A `Vec` goes into its capsule as its raw parts (the buffer, and its capacity as the
 /// capsule's context): no allocation beyond the vector's own.
-impl<T: Element> Owner for Vec<T> {
+impl<T: ArrayElement> Owner for Vec<T> {
     fn into_capsule(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        if std::mem::needs_drop::<T>() {
+            // Elements that own something (`Py<PyAny>`: one reference each) drop with the
+            // vector, when the framework lets go of it (the GIL held, as NumPy frees arrays).
+            return self.into_arc().into_capsule(py);
+        }
         unsafe extern "C" fn release<T>(capsule: *mut ffi::PyObject) {
             // SAFETY: a capsule made below: the vector's buffer and, as context, its capacity.
             let (pointer, capacity) = unsafe {
@@ -371,7 +383,7 @@ impl<T: Element> Owner for Vec<T> {
             };
             if !pointer.is_null() {
                 // SAFETY: the buffer of a vector of that capacity, given up below and freed once,
-                // here; its elements need no drop (`Element` types are `Copy`).
+                // here; its elements need no drop (checked before the capsule was made).
                 drop(unsafe { Vec::from_raw_parts(pointer.cast::<T>(), 0, capacity) });
             }
         }
@@ -399,7 +411,10 @@ impl Owner for Arc<dyn Any + Send + Sync> {
                 // No panic may cross into NumPy; a panicking drop leaks instead.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     // SAFETY: leaked below, released once, here.
-                    drop(unsafe { Box::from_raw(pointer.cast::<Arc<dyn Any + Send + Sync>>()) });
+                    let owner = unsafe { Box::from_raw(pointer.cast::<Arc<dyn Any + Send + Sync>>()) };
+                    // Attached (the caller holds the GIL), so that Python references the owner
+                    // holds (`Vec<Py<PyAny>>`) are released now rather than at PyO3's next call.
+                    Python::attach(|_| drop(owner));
                 }));
             }
         }
@@ -522,13 +537,13 @@ pub trait IntoFramework: Sized {
     fn into_framework(self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>>;
 }
 
-impl<T: Element> IntoFramework for Vec<T> {
+impl<T: ArrayElement> IntoFramework for Vec<T> {
     fn into_framework(mut self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
         let (data, len) = (self.as_mut_ptr(), self.len());
         Handover {
             data: data.cast(),
             device: Device::CPU,
-            dtype: &T::DTYPE,
+            dtype: DTypeOf::<T>::REF,
             shape: Dims::from_slice(&[len]),
             strides: None,
             owner: self,
@@ -540,7 +555,7 @@ impl<T: Element> IntoFramework for Vec<T> {
 }
 
 #[cfg(feature = "ndarray")]
-impl<T: Element, D: ndarray::Dimension> IntoFramework for ndarray::Array<T, D> {
+impl<T: ArrayElement, D: ndarray::Dimension> IntoFramework for ndarray::Array<T, D> {
     fn into_framework(self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
         let shape = Dims::from_slice(self.shape());
         let strides = Dims::from_slice(self.strides());
@@ -550,7 +565,7 @@ impl<T: Element, D: ndarray::Dimension> IntoFramework for ndarray::Array<T, D> {
         Handover {
             data: data.cast(),
             device: Device::CPU,
-            dtype: &T::DTYPE,
+            dtype: DTypeOf::<T>::REF,
             shape,
             strides: Some(strides),
             owner: elements,

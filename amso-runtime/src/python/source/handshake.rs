@@ -175,6 +175,7 @@ pub(super) fn from_interface(obj: &Bound<'_, PyAny>, request: Request) -> PyResu
         readonly: interface.readonly,
         stream: Some(work),
         managed: false,
+        numpy_kind: None,
     })
 }
 

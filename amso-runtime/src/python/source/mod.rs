@@ -143,6 +143,10 @@ pub(crate) struct Source {
     /// The device data is CUDA managed memory (the producer said kDLCUDAManaged); `device`
     /// is then the CUDA device.
     pub(crate) managed: bool,
+    /// For a NumPy array of a kind DLPack lacks (`object`, `datetime64[s]`, `S8`, `U4`; asked
+    /// for with `Request::numpy_kinds`): that kind's canonical name (`DType::numpy_only`),
+    /// which typed arguments match; `dtype` then only sizes it.
+    pub(crate) numpy_kind: Option<std::borrow::Cow<'static, str>>,
 }
 
 /// A source's dimensions (none negative) and strides, read where its holder keeps them.
@@ -412,6 +416,9 @@ pub(crate) struct Request {
     pub(crate) copy: Option<bool>,
     /// The caller wraps only C-contiguous memory: refuse other layouts before any driver call.
     pub(crate) c_contiguous: bool,
+    /// Take NumPy arrays of the kinds DLPack lacks (`Source::numpy_kind`): only typed
+    /// arguments, which match them by name, ask; everyone else refuses them.
+    pub(crate) numpy_kinds: bool,
 }
 
 /// `obj`'s memory by the first protocol it speaks (`None`: it speaks none); device data of
@@ -424,12 +431,20 @@ pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<O
     acquire_as(obj, protocol, Request { stream, ..Request::default() }).map(Some)
 }
 
+/// As `acquire`, also taking NumPy arrays of the kinds DLPack lacks (for typed arguments).
+#[inline]
+pub(crate) fn acquire_with_kinds(obj: &Bound<'_, PyAny>) -> PyResult<Option<Source>> {
+    crate::process::join(obj.py())?;
+    let Some(protocol) = protocol_of(obj)? else { return Ok(None) };
+    acquire_as(obj, protocol, Request { numpy_kinds: true, ..Request::default() }).map(Some)
+}
+
 /// `obj`'s memory through `protocol`.
 #[inline]
 pub(crate) fn acquire_as(obj: &Bound<'_, PyAny>, protocol: Protocol, request: Request) -> PyResult<Source> {
     match protocol {
         Protocol::Amso(runtime) => from_amso(obj, runtime, request.stream),
-        Protocol::NumPy => numpy::read(obj),
+        Protocol::NumPy => numpy::read(obj, request.numpy_kinds),
         Protocol::Exchange(table) => from_exchange(obj, table),
         Protocol::DLPack => {
             let (tensor, stream) = handshake::dlpack_tensor(obj, request.stream, request.copy)?;
@@ -465,6 +480,7 @@ fn from_amso(obj: &Bound<'_, PyAny>, runtime: &'static ArrayTypeInfo, stream: Op
         readonly: held.readonly != 0,
         stream: (device.device_type == DeviceType::Cuda).then_some(work),
         managed: false,
+        numpy_kind: None,
     })
 }
 
@@ -571,6 +587,7 @@ pub(crate) fn from_tensor(tensor: ManagedTensor) -> PyResult<Source> {
         readonly,
         stream: None,
         managed: kind == DeviceType::CudaManaged,
+        numpy_kind: None,
         holder: Holder::Tensor(tensor),
     })
 }

@@ -130,10 +130,46 @@ fn user_dtype(py: Python<'_>, descr: *const DescrStruct) -> Option<(u8, u8, u16)
     unsafe { dtype.as_ref() }.map(DType::dlpack)
 }
 
+/// NumPy's type numbers of the kinds DLPack lacks.
+const NPY_OBJECT: c_int = 17;
+const NPY_STRING: c_int = 18;
+const NPY_UNICODE: c_int = 19;
+const NPY_DATETIME: c_int = 21;
+const NPY_TIMEDELTA: c_int = 22;
+
+/// A kind DLPack lacks, by its canonical name, and the DLPack fields that size it.
+type Kind = (std::borrow::Cow<'static, str>, (u8, u8, u16));
+
+/// A kind DLPack lacks: its canonical name (`DType::numpy_only`) and the DLPack fields that
+/// size it (object: DLPack's opaque handle, 64 bits; dates: int64; `S<n>`: n uint8 lanes;
+/// `U<n>`: n uint32 lanes). `None` for every other dtype.
+fn numpy_kind(descr_object: &Bound<'_, PyAny>, type_num: c_int) -> PyResult<Option<Kind>> {
+    use crate::element::dlpack_code::{INT, UINT};
+    let py = descr_object.py();
+    let itemsize = || -> PyResult<usize> { descr_object.getattr(intern!(py, "itemsize"))?.extract() };
+    Ok(match type_num {
+        NPY_OBJECT => Some(("object".into(), (3, 64, 1))),
+        NPY_DATETIME | NPY_TIMEDELTA => {
+            let name: String = descr_object.getattr(intern!(py, "name"))?.extract()?;
+            Some((name.into(), (INT, 64, 1)))
+        }
+        NPY_STRING => {
+            let n = itemsize()?;
+            Some((format!("S{n}").into(), (UINT, 8, u16::try_from(n).unwrap_or(0))))
+        }
+        NPY_UNICODE => {
+            let n = itemsize()? / 4;
+            Some((format!("U{n}").into(), (UINT, 32, u16::try_from(n).unwrap_or(0))))
+        }
+        _ => None,
+    })
+}
+
 /// The array `obj` (whose type is `numpy.ndarray` or a subclass) as a source: its fields read
-/// in place, the array itself held.
+/// in place, the array itself held. `kinds`: also take the kinds DLPack lacks (object,
+/// datetime64, timedelta64, bytes and unicode strings), named in `Source::numpy_kind`.
 #[inline]
-pub(crate) fn read(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
+pub(crate) fn read(obj: &Bound<'_, PyAny>, kinds: bool) -> PyResult<Source> {
     let py = obj.py();
     // SAFETY: the caller checked the type; a NumPy array starts with these fields, which only
     // NumPy changes, with the GIL held, as we hold it now.
@@ -141,7 +177,15 @@ pub(crate) fn read(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
         let array = &*obj.as_ptr().cast::<ArrayStruct>();
         (array, &*array.descr)
     };
-    let dtype = if descr.type_num < NPY_USERDEF { builtin_dtype(descr.type_num) } else { user_dtype(py, descr) };
+    let mut kind = None;
+    let mut dtype = if descr.type_num < NPY_USERDEF { builtin_dtype(descr.type_num) } else { user_dtype(py, descr) };
+    if dtype.is_none() && kinds {
+        // SAFETY: the array's live descriptor (the array holds a reference).
+        let descr_object = unsafe { Bound::from_borrowed_ptr(py, array.descr as *mut ffi::PyObject) };
+        if let Some((name, sized)) = numpy_kind(&descr_object, descr.type_num)? {
+            (kind, dtype) = (Some(name), Some(sized));
+        }
+    }
     let Some(dtype) = dtype else {
         return Err(PyTypeError::new_err(format!(
             "a NumPy array of dtype {} has no DLPack type; amso reads bool, integer, float, complex and the spec's \
@@ -164,6 +208,7 @@ pub(crate) fn read(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
         readonly: array.flags & NPY_ARRAY_WRITEABLE == 0,
         stream: None,
         managed: false,
+        numpy_kind: kind,
     })
 }
 
@@ -401,7 +446,9 @@ impl NumPyApi {
 /// The descriptor of `dtype` (a new reference): NumPy's builtin one, or the registered one of
 /// a dtype another package defines, checked to be a `numpy.dtype` (NumPy steals and reads it).
 fn descriptor<'py>(py: Python<'py>, numpy: &NumPyApi, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
-    match builtin_type_num(dtype.dlpack()) {
+    // The kinds DLPack lacks share DLPack fields with plain ones (datetime64 with int64): by name.
+    let builtin = if dtype.numpy_only() { None } else { builtin_type_num(dtype.dlpack()) };
+    match builtin {
         Some(type_num) => {
             // SAFETY: PyArray_DescrFromType(int) -> PyArray_Descr* (a new reference or NULL).
             let descr_from_type: unsafe extern "C" fn(c_int) -> *mut ffi::PyObject =

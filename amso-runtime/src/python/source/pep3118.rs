@@ -91,5 +91,6 @@ pub(super) fn read(obj: &Bound<'_, PyAny>) -> PyResult<Source> {
         device: Device::CPU,
         stream: None,
         managed: false,
+        numpy_kind: None,
     })
 }

@@ -1,0 +1,165 @@
+"""The element kinds beyond plain numbers (issue 39): object arrays, datetime64/timedelta64 with
+units, fixed-width byte and unicode strings, isize/usize, and a derived element type naming its
+NumPy dtype. Each amso function (benchmarks/peers, module amso_peers, src/kinds.rs) is checked
+against rust-numpy's version of it in the same process and against NumPy itself."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+peers = pytest.importorskip("amso_peers")
+
+
+class Thing:
+    """An object with a weak reference, to see who holds it."""
+
+
+def test_head_matches_rust_numpy():
+    for x in [np.array([1, "two", None], dtype=object), np.array([Thing()], dtype=object)]:
+        assert peers.amso_head(x) is peers.numpy_head(x) is x[0]
+    x = np.array([[1, 2], [3, 4]], dtype=object)[:, ::-1].ravel()  # a strided copy's view
+    assert peers.amso_head(x) == peers.numpy_head(x) == 2
+    for empty in [np.array([], dtype=object)]:
+        with pytest.raises(IndexError):
+            peers.amso_head(empty)
+        with pytest.raises(IndexError):
+            peers.numpy_head(empty)
+
+
+def test_object_references_are_counted():
+    thing = Thing()
+    alive = weakref.ref(thing)
+    x = np.array([thing, thing, 1], dtype=object)
+    before = sys.getrefcount(thing)
+    for _ in range(200):
+        assert peers.amso_head(x) is thing
+        peers.amso_swap_objects(x)
+    assert sys.getrefcount(thing) == before
+    echoed = peers.amso_echo(x)  # a Rust Vec<Py<PyAny>> owned by NumPy's array
+    assert type(echoed) is np.ndarray and echoed.dtype == object and list(echoed) == list(x)
+    assert sys.getrefcount(thing) == before + 2
+    echoed[0] = None  # NumPy writes into Rust's vector: the vector's drop releases what it holds
+    del echoed
+    gc.collect()
+    assert sys.getrefcount(thing) == before
+    del x, thing
+    gc.collect()
+    assert alive() is None
+
+
+def test_object_results_match_rust_numpy():
+    ours, theirs = peers.amso_objects(), peers.numpy_objects()
+    assert type(ours) is np.ndarray and ours.dtype == theirs.dtype == object
+    assert list(ours) == list(theirs) == [None, 1, "two"]
+    reprs = peers.amso_reprs(np.array([[1, "a"], [None, 2.5]], dtype=object))
+    assert reprs.shape == (2, 2) and reprs.tolist() == [["1", "'a'"], ["None", "2.5"]]
+
+
+def test_object_arrays_are_refused_elsewhere():
+    with pytest.raises(TypeError, match=r"expected a float64 array with 1 dimension, got a object array"):
+        peers.amso_floats(np.array([1.0, 2.0], dtype=object))
+    with pytest.raises(TypeError, match=r"expected a NumPy object array, got a float64 array"):
+        peers.amso_head(np.array([1.0]))
+    with pytest.raises(TypeError, match=r"expected a NumPy object array, got a int64 array"):
+        peers.amso_head(memoryview(np.arange(3)))
+    with pytest.raises(ValueError, match=r"object arrays go to NumPy only"):
+        peers.amso_objects_to("amso")
+    with pytest.raises(ValueError, match=r"read-only"):
+        x = np.array([1, 2], dtype=object)
+        x.flags.writeable = False
+        peers.amso_swap_objects(x)
+
+
+def test_object_array_with_null_entries_is_refused():
+    x = np.array([None, None], dtype=object)
+    ctypes.memset(x.ctypes.data, 0, x.nbytes)  # what C code leaves in an unfilled object array
+    with pytest.raises(ValueError, match=r"NULL entries"):
+        peers.amso_head(x)
+
+
+def test_add_minutes_to_seconds_matches_rust_numpy():
+    seconds = np.array([0, 1, -5, 10**9], dtype="timedelta64[s]")
+    minutes = np.array([1, 2, 3, -4], dtype="timedelta64[m]")
+    ours, theirs = seconds.copy(), seconds.copy()
+    peers.amso_add_minutes_to_seconds(ours, minutes)
+    peers.numpy_add_minutes_to_seconds(theirs, minutes)
+    expected = seconds + minutes  # NumPy's own unit arithmetic
+    assert ours.dtype == np.dtype("timedelta64[s]")
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(ours, expected)
+
+
+@pytest.mark.parametrize(
+    "seconds, minutes, got",
+    [
+        (np.zeros(2, "timedelta64[m]"), np.zeros(2, "timedelta64[m]"), "timedelta64[m]"),
+        (np.zeros(2, "datetime64[s]"), np.zeros(2, "timedelta64[m]"), "datetime64[s]"),
+        (np.zeros(2, "int64"), np.zeros(2, "timedelta64[m]"), "int64"),
+        (np.zeros(2, "timedelta64"), np.zeros(2, "timedelta64[m]"), "timedelta64"),
+    ],
+)
+def test_wrong_unit_is_a_type_error(seconds, minutes, got):
+    with pytest.raises(TypeError) as error:
+        peers.amso_add_minutes_to_seconds(seconds, minutes)
+    message = str(error.value)
+    assert "expected a writable NumPy timedelta64[s] array with 1 dimension" in message
+    assert f"got a {got} array" in message
+
+
+def test_datetime_results_keep_their_unit():
+    x = np.array(["2024-02-28T12:00:00", "NaT"], dtype="datetime64[s]")
+    later = peers.amso_next_day(x)
+    assert later.dtype == np.dtype("datetime64[s]")
+    assert later[0] == x[0] + np.timedelta64(1, "D")
+    with pytest.raises(TypeError, match=r"got a datetime64\[ms\] array"):
+        peers.amso_next_day(x.astype("datetime64[ms]"))
+
+
+def test_byte_strings_match_rust_numpy():
+    x = np.array([b"ab", b"abcd", b"", b"\x00x"], dtype="S4")
+    assert peers.amso_bytes(x) == peers.numpy_bytes(x)
+    assert [bytes(b) for b in peers.amso_bytes(x)] == [b"ab", b"abcd", b"", b"\x00x"]
+    assert [bytes(b) for b in peers.amso_bytes(x)] == x.tolist()
+    with pytest.raises(TypeError, match=r"expected a NumPy S4 array with 1 dimension, got a S3 array"):
+        peers.amso_bytes(np.array([b"ab"], dtype="S3"))
+    with pytest.raises(TypeError, match=r"got a U4 array"):
+        peers.amso_bytes(np.array(["ab"], dtype="U4"))
+
+
+def test_unicode_strings_in_and_out():
+    x = np.array(["abc", "x!", "é"], dtype="U3")
+    upper = peers.amso_upper(x)
+    assert upper.dtype == np.dtype("U3")
+    assert upper.tolist() == ["ABC", "X!", "é"]
+    assert peers.amso_upper(x[::-1]).tolist() == ["é", "X!", "ABC"]
+    with pytest.raises(TypeError, match=r"expected a NumPy U3 array with 1 dimension, got a U4 array"):
+        peers.amso_upper(np.array(["abcd"]))
+    with pytest.raises(ValueError, match=r"big-endian"):
+        peers.amso_upper(np.array(["abc"], dtype=">U3"))
+
+
+def test_isize_and_usize():
+    x = np.arange(-3, 10)
+    # NumPy's intp is int64 here: rust-numpy and amso both take int64 arrays as isize.
+    assert peers.amso_isize_sum(x) == peers.numpy_isize_sum(x) == int(x.sum())
+    assert peers.amso_isize_sum(x.astype(np.intp)) == int(x.sum())
+    with pytest.raises(TypeError, match=r"expected a int64 array with 1 dimension, got a int32 array"):
+        peers.amso_isize_sum(x.astype(np.int32))
+    r = peers.amso_usize_range(4)
+    assert r.dtype == np.uintp == np.uint64 and r.tolist() == [0, 1, 2, 3]
+
+
+def test_derived_element_matches_its_numpy_dtype():
+    x = np.array([1, -5, 7], dtype="timedelta64[ms]")
+    doubled = peers.amso_double_millis(x)
+    assert doubled.dtype == np.dtype("timedelta64[ms]")
+    np.testing.assert_array_equal(doubled, 2 * x)
+    for other in ["timedelta64[s]", "int64"]:
+        with pytest.raises(TypeError, match=r"expected a NumPy millis \(timedelta64\[ms\]\) array"):
+            peers.amso_double_millis(x.astype(other))

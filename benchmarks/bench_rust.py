@@ -2,7 +2,9 @@
 (benchmarks/peers, module amso_peers) called with the same NumPy arrays, float32 (1024, 3):
 no-op with 1 and 3 arguments, a sum, an in-place scale, a new 1-D float64 result of 1024
 elements handed to NumPy (rust-numpy: `into_pyarray`), and the no-op with an amso array as its
-argument. PyO3's own call (a function taking `&Bound<PyAny>`) is the floor under both.
+argument; rust-numpy's `head` example over an object array of 24 elements, and its
+`add_minutes_to_seconds` over 1024 timedelta64[s] and [m] elements. PyO3's own call (a
+function taking `&Bound<PyAny>`) is the floor under both.
 
 A second table puts amso's own arrays beside NumPy's as the input of the same amso function
 (the no-op with 1 and 3 arguments; the amso arrays come from the bundled module, another copy
@@ -30,7 +32,7 @@ import amso
 from protocols import paired
 
 ROWS = ["no-op, 1 argument", "no-op, 3 arguments", "sum", "in-place scale", "new 1-D float64 result",
-        "no-op, 1 amso array argument"]
+        "no-op, 1 amso array argument", "object array: head", "timedelta: add minutes to seconds"]
 #: The same amso function, amso arrays against NumPy arrays as its input.
 INPUT_ROWS = ["amso input: no-op, 1 argument", "amso input: no-op, 3 arguments"]
 
@@ -40,6 +42,8 @@ def calls() -> dict[str, dict[str, object]]:
     import amso_peers as p
 
     x, y, z = (np.zeros((1024, 3), np.float32) for _ in range(3))
+    objects = np.array([object(), 1, "two"] * 8, dtype=object)  # rust-numpy's `head` example
+    seconds, minutes = np.zeros(1024, "timedelta64[s]"), np.ones(1024, "timedelta64[m]")
     a, b, c = (amso.asarray(np.zeros((1024, 3), np.float32)) for _ in range(3))
     return {
         "no-op, 1 argument": {"amso": lambda: p.amso_noop1(x), "rust-numpy": lambda: p.numpy_noop1(x),
@@ -50,6 +54,9 @@ def calls() -> dict[str, dict[str, object]]:
         "in-place scale": {"amso": lambda: p.amso_scale(x, 1.0), "rust-numpy": lambda: p.numpy_scale(x, 1.0)},
         "new 1-D float64 result": {"amso": lambda: p.amso_arange(1024), "rust-numpy": lambda: p.numpy_arange(1024)},
         "no-op, 1 amso array argument": {"amso": lambda: p.amso_noop1(a), "rust-numpy": lambda: p.numpy_noop1(x)},
+        "object array: head": {"amso": lambda: p.amso_head(objects), "rust-numpy": lambda: p.numpy_head(objects)},
+        "timedelta: add minutes to seconds": {"amso": lambda: p.amso_add_minutes_to_seconds(seconds, minutes),
+                                              "rust-numpy": lambda: p.numpy_add_minutes_to_seconds(seconds, minutes)},
         "amso input: no-op, 1 argument": {"amso array": lambda: p.amso_noop1(a), "NumPy array": lambda: p.amso_noop1(x)},
         "amso input: no-op, 3 arguments": {"amso array": lambda: p.amso_noop3(a, b, c),
                                            "NumPy array": lambda: p.amso_noop3(x, y, z)},

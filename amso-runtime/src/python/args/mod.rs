@@ -326,10 +326,10 @@ impl<'py, T: Element, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
             _ => None,
         };
         let staged = match borrow {
-            // SAFETY: host memory whose extent was checked, held by `object` and `source` and
-            // borrowed (exclusively when writable) by `borrow`, which the struct drops after
-            // `staged`.
             Some(_) if !aligned => {
+                // SAFETY: host memory whose extent was checked, held by `object` and `source`
+                // and borrowed (exclusively when writable) by `borrow`, which the struct drops
+                // after `staged`.
                 Some(unsafe { staged::Staged::new(source.data, shape_ref, strides_ref, A::WRITABLE) })
             }
             _ => None,

@@ -73,6 +73,12 @@ pub use indexer::{DeviceIndexer, HostIndexer, HostIndexerMut};
 pub use kinds::{datetime, FixedBytes, FixedUnicode};
 pub use memarray::{ArrayOptions, ForeignMemory, LockGuard, MemArray};
 
+/// The `faer` that `as_faer` views are made of (the `faer` feature).
+#[cfg(feature = "faer")]
+pub use faer;
+/// The `nalgebra` that `as_matrix` views are made of (the `nalgebra` feature).
+#[cfg(feature = "nalgebra")]
+pub use nalgebra;
 /// The `ndarray` crate amso's views are made of (the `ndarray` feature): name its types
 /// through this path, and a helper taking `ArrayView2` needs no version of its own.
 #[cfg(feature = "ndarray")]

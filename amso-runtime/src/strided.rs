@@ -135,6 +135,34 @@ pub(crate) fn self_overlap(shape: &[usize], strides: &[isize]) -> Option<usize> 
     None
 }
 
+/// Calls `visit` with the offset in elements of every element of a strided array, in C order
+/// (nothing for an empty array).
+pub(crate) fn for_each_offset(shape: &[usize], strides: &[isize], mut visit: impl FnMut(isize)) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut index: Dims<usize> = Dims::collect(shape.len(), std::iter::repeat(0));
+    let mut offset = 0isize;
+    loop {
+        visit(offset);
+        // The odometer: step the last axis, carrying into earlier ones.
+        let mut axis = shape.len();
+        loop {
+            if axis == 0 {
+                return;
+            }
+            axis -= 1;
+            index[axis] += 1;
+            offset += strides[axis];
+            if index[axis] < shape[axis] {
+                break;
+            }
+            offset -= strides[axis] * shape[axis] as isize;
+            index[axis] = 0;
+        }
+    }
+}
+
 /// The greatest common divisor of the byte strides of the axes that step (length > 1); 0 for
 /// an array of at most one element.
 pub(crate) fn stride_gcd(shape: &[usize], strides: &[isize], itemsize: usize) -> usize {
@@ -229,5 +257,19 @@ mod tests {
         assert_eq!(stride_gcd(&[4], &[2], 8), 16);
         assert_eq!(stride_gcd(&[2, 3], &[6, -2], 4), 8);
         assert_eq!(stride_gcd(&[1, 1], &[5, 7], 4), 0);
+    }
+
+    #[test]
+    fn offsets_run_in_c_order() {
+        let collect = |shape: &[usize], strides: &[isize]| {
+            let mut offsets = Vec::new();
+            for_each_offset(shape, strides, |offset| offsets.push(offset));
+            offsets
+        };
+        assert_eq!(collect(&[2, 3], &[3, 1]), [0, 1, 2, 3, 4, 5]);
+        assert_eq!(collect(&[2, 3], &[1, 2]), [0, 2, 4, 1, 3, 5], "transposed");
+        assert_eq!(collect(&[3], &[-2]), [0, -2, -4], "reversed and stepped");
+        assert_eq!(collect(&[2, 0], &[1, 1]), Vec::<isize>::new(), "empty");
+        assert_eq!(collect(&[], &[]), [0], "one element, no axes");
     }
 }

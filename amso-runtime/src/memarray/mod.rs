@@ -18,6 +18,7 @@ pub(crate) mod device_side;
 pub(crate) mod export;
 pub(crate) mod foreign;
 mod guard;
+mod owned;
 pub(crate) mod rebuild;
 
 use std::marker::PhantomData;

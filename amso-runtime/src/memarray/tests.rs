@@ -149,3 +149,45 @@ fn a_core_is_a_typed_array_only_of_its_own_type_and_rank() {
         matches!(ArrayCore::from_dims(&[2], 9, ElementOps::of::<f32>(), opts), Err(Error::InvalidArgument(m)) if m.contains("ndim 9"))
     );
 }
+
+#[test]
+fn nested_vecs_build_2d_and_3d_arrays_and_ragged_input_is_refused() {
+    let rows = vec![vec![1i32, 2, 3], vec![4, 5, 6]];
+    let array = MemArray::<i32, 2>::from_vec2(&rows).unwrap();
+    assert_eq!(array.shape(), &[2, 3]);
+    assert_eq!(array.to_vec().unwrap(), [1, 2, 3, 4, 5, 6]);
+    let ragged = MemArray::<i32, 2>::from_vec2(&[vec![1, 2], vec![3]]).unwrap_err();
+    assert!(ragged.to_string().contains("row 1 has 1"), "{ragged}");
+    assert_eq!(MemArray::<f64, 2>::from_vec2(&[]).unwrap().shape(), &[0, 0]);
+
+    let planes = vec![vec![vec![1u8, 2], vec![3, 4]], vec![vec![5, 6], vec![7, 8]]];
+    let array = MemArray::<u8, 3>::from_vec3(&planes).unwrap();
+    assert_eq!(array.shape(), &[2, 2, 2]);
+    assert_eq!(array.to_vec().unwrap(), [1, 2, 3, 4, 5, 6, 7, 8]);
+    let short_plane = MemArray::<u8, 3>::from_vec3(&[vec![vec![1]], vec![]]).unwrap_err();
+    assert!(short_plane.to_string().contains("plane 1 has 0"), "{short_plane}");
+    let short_row = MemArray::<u8, 3>::from_vec3(&[vec![vec![1, 2]], vec![vec![3]]]).unwrap_err();
+    assert!(short_row.to_string().contains("row [1][0] has 1"), "{short_row}");
+}
+
+#[test]
+fn cast_converts_as_item_assignment_does() {
+    let floats = MemArray::<f64, 1>::from_slice([4], &[1.9, -2.5, 0.0, 300.0]).unwrap();
+    assert_eq!(floats.cast::<i32>().unwrap().to_vec().unwrap(), [1, -2, 0, 300]);
+    assert_eq!(floats.cast::<f32>().unwrap().to_vec().unwrap(), [1.9f32, -2.5, 0.0, 300.0]);
+    assert!(floats.cast::<u8>().is_err(), "-2.5 and 300 do not fit uint8");
+    let ints = MemArray::<i16, 2>::from_slice([2, 2], &[1, 2, 3, 4]).unwrap();
+    let wide = ints.cast::<i64>().unwrap();
+    assert_eq!((wide.shape(), wide.to_vec().unwrap()), (&[2, 2], vec![1i64, 2, 3, 4]));
+}
+
+#[test]
+fn resize_keeps_c_order_elements_and_zero_fills() {
+    let mut array = MemArray::<i32, 2>::from_slice([2, 3], &[1, 2, 3, 4, 5, 6]).unwrap();
+    array.resize([3, 3]).unwrap();
+    assert_eq!(array.to_vec().unwrap(), [1, 2, 3, 4, 5, 6, 0, 0, 0]);
+    array.resize([2, 2]).unwrap();
+    assert_eq!((array.shape(), array.to_vec().unwrap()), (&[2, 2], vec![1, 2, 3, 4]));
+    array.make_readonly();
+    assert_eq!(array.resize([1, 1]), Err(crate::Error::ReadOnly));
+}

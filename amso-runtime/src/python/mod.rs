@@ -42,12 +42,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyModule, PyTuple};
 use pyo3::{PyClass, PyClassInitializer, PyTypeInfo};
 
-#[cfg(feature = "ndarray")]
-pub use args::NdDimensions;
 pub use args::{
-    Access, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Dimensions, DynRank, Framework, IntoFramework, NewArray,
-    Rank, Read, TypedArray, UntypedArray, Write,
+    Access, AllowTypeChange, ArrayLike, ArrayLikeDyn, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Coerce, Dimensions,
+    DynRank, Framework, IntoFramework, NewArray, Rank, Read, TypeMustMatch, TypedArray, TypedArrayLike, UntypedArray,
+    Write,
 };
+#[cfg(feature = "ndarray")]
+pub use args::{NdDimensions, OwnedView};
 pub use array::{MemArrayBase, TypedMut};
 pub use dlpack_context::DLPackContext;
 

@@ -7,6 +7,8 @@
 //! README examples `axpy` and `mult` are here as its README writes them; their amso port is
 //! `examples/rust/numpy-readme`.
 
+mod conversions;
+
 use amso_runtime::ndarray::{ArrayD, ArrayViewD, ArrayViewMutD};
 use amso_runtime::python::{ArrayMut, ArrayRef, Framework, IntoFramework};
 use numpy::{
@@ -126,5 +128,6 @@ fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(numpy_arange, module)?)?;
     module.add_function(wrap_pyfunction!(numpy_axpy_py, module)?)?;
     module.add_function(wrap_pyfunction!(numpy_mult_py, module)?)?;
-    kinds::add(module)
+    kinds::add(module)?;
+    conversions::register(module)
 }

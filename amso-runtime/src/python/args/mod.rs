@@ -21,8 +21,14 @@
 //! writable, an unusable layout or device, a `BufferError` for memory another argument holds
 //! for writing; PyO3 adds the argument's name as a note (`while processing 'x'`).
 
+mod array_like;
 pub(crate) mod borrow;
+#[cfg(any(feature = "nalgebra", feature = "faer"))]
+mod linalg;
+#[cfg(feature = "ndarray")]
+mod owned_view;
 mod results;
+mod staged;
 mod untyped;
 
 use std::marker::PhantomData;
@@ -37,6 +43,9 @@ use crate::device::{Device, DeviceType};
 use crate::element::{dlpack_type_name, ArrayElement, Element};
 use crate::strided::{self, Dims};
 
+pub use array_like::{AllowTypeChange, ArrayLike, ArrayLikeDyn, Coerce, TypeMustMatch, TypedArrayLike};
+#[cfg(feature = "ndarray")]
+pub use owned_view::OwnedView;
 pub use results::{Framework, IntoFramework, NewArray};
 pub use untyped::UntypedArray;
 
@@ -44,6 +53,9 @@ pub use untyped::UntypedArray;
 /// `A` ([`Read`] or [`Write`]). Written through its aliases: [`ArrayRef`], [`ArrayMut`],
 /// [`ArrayRefDyn`], [`ArrayMutDyn`].
 pub struct TypedArray<'py, T: ArrayElement, D: Dimensions, A: Access> {
+    /// For a misaligned host array: the aligned copy the views read (first, so that its
+    /// write-back runs while the borrow and the producer's memory below are still held).
+    staged: Option<staged::Staged<T>>,
     object: Bound<'py, PyAny>,
     source: Source,
     shape: D::Shape,
@@ -295,7 +307,11 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                 })?)
             }
         };
-        if extent.is_some() && (source.data == 0 || !source.data.is_multiple_of(align_of::<T>())) {
+        let host = source.device.device_type != DeviceType::Cuda;
+        let aligned = source.data.is_multiple_of(align_of::<T>());
+        // Misaligned host arrays are read through an aligned copy (`staged`); kernels need
+        // aligned device memory.
+        if extent.is_some() && (source.data == 0 || (!aligned && !host)) {
             return Err(PyValueError::new_err(format!(
                 "the array's data address 0x{:x} is NULL or not aligned for {} ({}); pass a copy",
                 source.data,
@@ -315,7 +331,6 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                 )));
             }
         }
-        let host = source.device.device_type != DeviceType::Cuda;
         let borrow = match extent {
             Some(extent) if host => {
                 if T::DTYPE.code == crate::element::dlpack_code::BOOL && !T::DTYPE.numpy_only() {
@@ -331,8 +346,9 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                     // `Py<PyAny>` is never NULL; NumPy reads NULL entries (of arrays C code made
                     // without filling them) as None.
                     let non_null = |entry: *const u8| {
-                        // SAFETY: one readable, aligned pointer per element (checked above).
-                        !unsafe { *entry.cast::<*const ffi::PyObject>() }.is_null()
+                        // SAFETY: one readable pointer per element (the extent was checked above),
+                        // read unaligned: a misaligned array is staged below, not refused.
+                        !unsafe { entry.cast::<*const ffi::PyObject>().read_unaligned() }.is_null()
                     };
                     check_each(source.data, shape_ref, strides_ref, non_null).map_err(|()| {
                         PyValueError::new_err(format!(
@@ -346,7 +362,20 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
             }
             _ => None,
         };
-        Ok(TypedArray { object, shape, strides, source, _borrow: borrow, _element: PhantomData })
+        let staged = match borrow {
+            Some(_) if !aligned => {
+                // SAFETY: host memory whose extent was checked, held by `object` and `source`
+                // and borrowed (exclusively when writable) by `borrow`, which the struct drops
+                // after `staged`.
+                Some(unsafe { staged::Staged::new(source.data, shape_ref, strides_ref, A::WRITABLE) })
+            }
+            _ => None,
+        };
+        let mut strides = strides;
+        if staged.is_some() {
+            strided::fill_c_strides(shape.as_ref(), strides.as_mut());
+        }
+        Ok(TypedArray { staged, object, shape, strides, source, _borrow: borrow, _element: PhantomData })
     }
 
     /// The argument as passed.
@@ -407,15 +436,36 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         Framework::of(&self.object, self.source.device)
     }
 
-    /// The first element on the host (dangling, but aligned, for an empty array).
+    /// The first element on the host (dangling, but aligned, for an empty array), for reads.
     fn host_ptr(&self) -> PyResult<*mut T> {
+        self.require_host()?;
+        Ok(match &self.staged {
+            _ if self.is_empty() => std::ptr::NonNull::dangling().as_ptr(),
+            Some(staged) => staged.copy.as_ptr().cast::<T>().cast_mut(),
+            None => self.source.data as *mut T,
+        })
+    }
+
+    /// The first element on the host, for writes (a pointer into the aligned copy of a
+    /// misaligned array is taken from `&mut`).
+    fn host_ptr_mut(&mut self) -> PyResult<*mut T> {
+        self.require_host()?;
+        let empty = self.is_empty();
+        Ok(match &mut self.staged {
+            _ if empty => std::ptr::NonNull::dangling().as_ptr(),
+            Some(staged) => staged.copy.as_mut_ptr().cast::<T>(),
+            None => self.source.data as *mut T,
+        })
+    }
+
+    fn require_host(&self) -> PyResult<()> {
         if self.source.device.device_type == DeviceType::Cuda {
             return Err(PyValueError::new_err(format!(
                 "the array is in CUDA device memory ({}); host views need host data",
                 describe(&self.object, Some(self.source.device))
             )));
         }
-        Ok(if self.is_empty() { std::ptr::NonNull::dangling().as_ptr() } else { self.source.data as *mut T })
+        Ok(())
     }
 
     fn require_c_contiguous(&self, what: &str) -> PyResult<()> {
@@ -446,7 +496,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     where
         D: NdDimensions,
     {
-        let (base, strides) = self.lowest()?;
+        let (base, strides) = self.lowest(self.host_ptr()?);
         // SAFETY: the shape and non-negative strides from the lowest-addressed element describe
         // initialised, aligned elements of host memory this argument holds and borrows for the
         // view's life (checked at extraction).
@@ -461,12 +511,11 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// The lowest-addressed element and the absolute strides: what ndarray's constructors
     /// take, before `invert_reversed` turns the reversed axes round.
     #[cfg(feature = "ndarray")]
-    fn lowest(&self) -> PyResult<(*mut T, Dims<usize>)> {
-        let data = self.host_ptr()?;
+    fn lowest(&self, data: *mut T) -> (*mut T, Dims<usize>) {
         let below: isize =
             self.shape().iter().zip(self.strides()).filter(|(_, &s)| s < 0).map(|(&d, &s)| (d as isize - 1) * s).sum();
         let strides = Dims::collect(self.ndim(), self.strides().iter().map(|s| s.unsigned_abs()));
-        Ok((data.wrapping_offset(below), strides))
+        (data.wrapping_offset(below), strides)
     }
 
     #[cfg(feature = "ndarray")]
@@ -492,7 +541,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
 impl<'py, T: ArrayElement, D: Dimensions> TypedArray<'py, T, D, Write> {
     /// The elements in C order, writable: host data that is C-contiguous.
     pub fn as_slice_mut(&mut self) -> PyResult<&mut [T]> {
-        let data = self.host_ptr()?;
+        let data = self.host_ptr_mut()?;
         self.require_c_contiguous("as_slice_mut()")?;
         // SAFETY: as `as_slice`, and the borrow registered at extraction is exclusive.
         Ok(unsafe { std::slice::from_raw_parts_mut(data, self.len()) })
@@ -504,7 +553,8 @@ impl<'py, T: ArrayElement, D: Dimensions> TypedArray<'py, T, D, Write> {
     where
         D: NdDimensions,
     {
-        let (base, strides) = self.lowest()?;
+        let data = self.host_ptr_mut()?;
+        let (base, strides) = self.lowest(data);
         // SAFETY: as `as_array`; the strides reach no element twice (checked at extraction for
         // writable arguments) and the registered borrow is exclusive.
         let mut view = unsafe {

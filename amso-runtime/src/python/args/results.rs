@@ -222,16 +222,16 @@ impl Framework {
 /// Memory handed to a framework: what a DLPack tensor describes, and `owner`, which keeps it
 /// alive.
 pub(crate) struct Handover<O: Owner> {
-    data: *mut c_void,
-    device: Device,
-    dtype: &'static DType,
-    shape: Dims<usize>,
+    pub(super) data: *mut c_void,
+    pub(super) device: Device,
+    pub(super) dtype: &'static DType,
+    pub(super) shape: Dims<usize>,
     /// Strides in elements; `None` for C order.
-    strides: Option<Dims<isize>>,
-    owner: O,
-    readonly: bool,
+    pub(super) strides: Option<Dims<isize>>,
+    pub(super) owner: O,
+    pub(super) readonly: bool,
     /// For device data: the stream its last work was on, which the consumer is ordered after.
-    stream: Option<i64>,
+    pub(super) stream: Option<i64>,
 }
 
 // SAFETY: `data` addresses memory `owner` (which is Send + Sync) keeps alive; the rest is
@@ -240,7 +240,7 @@ unsafe impl<O: Owner> Send for Handover<O> {}
 
 impl<O: Owner> Handover<O> {
     /// Hand the memory to `framework`, as its array object.
-    fn deliver(self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
+    pub(super) fn deliver(self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
         framework.check_device(self.device)?;
         if self.dtype.numpy_only() && framework != Framework::NumPy {
             return Err(PyValueError::new_err(format!(

@@ -1,0 +1,78 @@
+//! What only the owner of an array's memory may do, as rust-numpy offers it for NumPy arrays:
+//! build from nested `Vec`s (`from_vec2`, `from_vec3`), convert to another element type
+//! (`cast`), and change the shape with the storage (`resize`). Host data only; each checks
+//! what it is given and says what is wrong.
+
+use super::{ArrayOptions, MemArray};
+use crate::element::Element;
+use crate::error::{Error, Result};
+
+impl<T: Element> MemArray<T, 2> {
+    /// A host array of the rows `rows` (every row the same length; ragged rows are an
+    /// `Error::InvalidShape` naming the first row that differs).
+    pub fn from_vec2(rows: &[Vec<T>]) -> Result<Self> {
+        let columns = rows.first().map_or(0, Vec::len);
+        if let Some((index, row)) = rows.iter().enumerate().find(|(_, row)| row.len() != columns) {
+            return Err(Error::InvalidShape(format!(
+                "from_vec2 needs rows of one length: row 0 has {columns} elements, row {index} has {}",
+                row.len()
+            )));
+        }
+        Self::from_slice([rows.len(), columns], &rows.concat())
+    }
+}
+
+impl<T: Element> MemArray<T, 3> {
+    /// A host array of the planes `planes` (each plane's rows all of one length, every plane
+    /// the same shape; ragged input is an `Error::InvalidShape` naming where it differs).
+    pub fn from_vec3(planes: &[Vec<Vec<T>>]) -> Result<Self> {
+        let rows = planes.first().map_or(0, Vec::len);
+        let columns = planes.first().and_then(|plane| plane.first()).map_or(0, Vec::len);
+        for (p, plane) in planes.iter().enumerate() {
+            if plane.len() != rows {
+                return Err(Error::InvalidShape(format!(
+                    "from_vec3 needs planes of one shape: plane 0 has {rows} rows, plane {p} has {}",
+                    plane.len()
+                )));
+            }
+            if let Some((r, row)) = plane.iter().enumerate().find(|(_, row)| row.len() != columns) {
+                return Err(Error::InvalidShape(format!(
+                    "from_vec3 needs rows of one length: row [0][0] has {columns} elements, row [{p}][{r}] has {}",
+                    row.len()
+                )));
+            }
+        }
+        let values: Vec<T> = planes.iter().flatten().flatten().copied().collect();
+        Self::from_slice([planes.len(), rows, columns], &values)
+    }
+}
+
+impl<T: Element, const N: usize> MemArray<T, N> {
+    /// A new host array of `U` with the same shape, each element converted as NumPy's item
+    /// assignment converts it (`Element::from_scalar`: floats truncate into integers, a value
+    /// out of `U`'s range or a complex into a real type is an error naming the value).
+    pub fn cast<U: Element>(&self) -> Result<MemArray<U, N>> {
+        let values = self.to_vec()?;
+        let converted =
+            values.into_iter().map(|value| U::from_scalar(value.to_scalar())).collect::<Result<Vec<U>>>()?;
+        MemArray::from_slice(*self.shape(), &converted)
+    }
+
+    /// Give the array the shape `shape`, keeping its elements in C order: the first
+    /// `min(old, new)` elements stay, new ones are zero (NumPy's `ndarray.resize`). The
+    /// storage is new; copies exported before keep the old memory. Host data of an
+    /// unlocked, writable array only.
+    pub fn resize(&mut self, shape: [usize; N]) -> Result<()> {
+        if self.readonly() {
+            return Err(Error::ReadOnly);
+        }
+        let mut values = self.to_vec()?;
+        let options =
+            ArrayOptions { device_id: self.cuda_device_id(), pinned: self.pinned(), ..ArrayOptions::default() };
+        let mut resized = Self::with_options(shape, options)?;
+        values.resize(resized.size(), T::default());
+        resized.copy_from_slice(&values)?;
+        *self = resized;
+        Ok(())
+    }
+}

@@ -1,0 +1,146 @@
+//! `ArrayLike`: a read-only array argument that also takes what NumPy converts to an array
+//! (lists, nested lists, scalars, arrays of another dtype), as rust-numpy's `PyArrayLike`. An
+//! array of the element type is read in place, from any framework, exactly as `ArrayRef`
+//! reads it; anything else goes through `numpy.asarray(value, dtype=T)`, a copy made once at
+//! the boundary. `C` says whether an array of another dtype is converted
+//! ([`AllowTypeChange`]) or refused ([`TypeMustMatch`], the default).
+
+use std::marker::PhantomData;
+use std::ops::Deref;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3::{intern, Borrowed};
+
+use super::{describe, wanted, Dimensions, DynRank, Rank, Read, TypedArray};
+use crate::device::DeviceType;
+use crate::element::{dlpack_type_name, Element};
+use crate::python::convert;
+use crate::python::source;
+
+/// Whether an array of another element type is converted: [`TypeMustMatch`] or
+/// [`AllowTypeChange`].
+pub trait Coerce: sealed::Sealed + 'static {
+    /// Whether arrays of another dtype are converted (else refused with a `TypeError`).
+    const ALLOW_TYPE_CHANGE: bool;
+}
+
+/// Arrays must hold `T` already; lists and scalars are still converted.
+pub struct TypeMustMatch;
+
+/// Arrays of any dtype NumPy casts to `T` are converted (a copy; NumPy's casting, which
+/// truncates floats into integers as `astype` does).
+pub struct AllowTypeChange;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::TypeMustMatch {}
+    impl Sealed for super::AllowTypeChange {}
+}
+
+impl Coerce for TypeMustMatch {
+    const ALLOW_TYPE_CHANGE: bool = false;
+}
+
+impl Coerce for AllowTypeChange {
+    const ALLOW_TYPE_CHANGE: bool = true;
+}
+
+/// A read-only argument of elements `T` in dimensions `D` from an array or anything NumPy
+/// converts to one; it reads as the [`TypedArray`] it derefs to (`as_array()`,
+/// `as_slice()`). Written through its aliases [`ArrayLike`] and [`ArrayLikeDyn`].
+pub struct TypedArrayLike<'py, T: Element, D: Dimensions, C: Coerce = TypeMustMatch> {
+    array: TypedArray<'py, T, D, Read>,
+    converted: bool,
+    _coerce: PhantomData<C>,
+}
+
+/// An array-like argument with elements `T` and `N` dimensions.
+pub type ArrayLike<'py, T, const N: usize, C = TypeMustMatch> = TypedArrayLike<'py, T, Rank<N>, C>;
+/// An array-like argument with elements `T` and any number of dimensions.
+pub type ArrayLikeDyn<'py, T, C = TypeMustMatch> = TypedArrayLike<'py, T, DynRank, C>;
+
+impl<'py, T: Element, D: Dimensions, C: Coerce> Deref for TypedArrayLike<'py, T, D, C> {
+    type Target = TypedArray<'py, T, D, Read>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.array
+    }
+}
+
+impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
+    /// Whether the argument was converted (a copy NumPy made) rather than read in place.
+    pub fn converted(&self) -> bool {
+        self.converted
+    }
+
+    /// The typed argument (for a converted value, over NumPy's copy).
+    pub fn into_array(self) -> TypedArray<'py, T, D, Read> {
+        self.array
+    }
+}
+
+impl<'a, 'py, T: Element, D: Dimensions, C: Coerce> FromPyObject<'a, 'py> for TypedArrayLike<'py, T, D, C> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let object = obj.to_owned();
+        let py = object.py();
+        crate::element::own::register::<T>();
+        let like = |array, converted| TypedArrayLike { array, converted, _coerce: PhantomData };
+        if let Some(source) = source::acquire(&object, None)? {
+            if source.dtype == T::DTYPE.dlpack() {
+                return TypedArray::check(object, source).map(|array| like(array, false));
+            }
+            let ndim = source.extents(py).dims.len();
+            let arrived = format!(
+                "a {} array with {ndim} dimension{} ({})",
+                dlpack_type_name(source.dtype),
+                if ndim == 1 { "" } else { "s" },
+                describe(&object, Some(source.device))
+            );
+            if !C::ALLOW_TYPE_CHANGE {
+                return Err(PyTypeError::new_err(format!(
+                    "expected {}, got {arrived}; convert it first (x.astype(\"{}\")), or take the argument as \
+                     ArrayLike<..., AllowTypeChange> to convert here",
+                    wanted::<T, D, Read>(),
+                    T::DTYPE.numpy
+                )));
+            }
+            if source.device.device_type == DeviceType::Cuda {
+                return Err(PyTypeError::new_err(format!(
+                    "expected {}, got {arrived}; NumPy converts on the host only, so convert it on its device first",
+                    wanted::<T, D, Read>()
+                )));
+            }
+            // The producer's hold ends here: NumPy reads it again to convert.
+            drop(source);
+        }
+        let arrived = describe(&object, None);
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(intern!(py, "dtype"), convert::numpy_dtype(py, &T::DTYPE)?)?;
+        let array =
+            convert::numpy(py)?.call_method(intern!(py, "asarray"), (&object,), Some(&kwargs)).map_err(|cause| {
+                let error = PyTypeError::new_err(format!(
+                    "expected {} or a value numpy.asarray converts to one, got {arrived}, which it cannot convert: {}",
+                    wanted::<T, D, Read>(),
+                    cause.value(py)
+                ));
+                error.set_cause(py, Some(cause));
+                error
+            })?;
+        let Some(source) = source::acquire(&array, None)? else {
+            return Err(PyTypeError::new_err(format!("numpy.asarray gave no array for {arrived}")));
+        };
+        let ndim = source.extents(py).dims.len();
+        if D::NDIM.is_some_and(|n| n != ndim) {
+            return Err(PyTypeError::new_err(format!(
+                "expected {}, got {arrived} that converts to {ndim} dimension{}",
+                wanted::<T, D, Read>(),
+                if ndim == 1 { "" } else { "s" }
+            )));
+        }
+        TypedArray::check(array, source).map(|array| like(array, true))
+    }
+}

@@ -1,0 +1,111 @@
+//! `OwnedView`: a result over memory inside a Rust value of any type (a field of a struct, a
+//! buffer of a library's own type), handed to a framework without a copy: the framework's
+//! array keeps the value alive and drops it when the array goes. rust-numpy's
+//! `borrow_from_array` asks the caller to keep a container alive (`unsafe`); here the value is
+//! moved in, so nothing can free or move it while Python sees the memory.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+
+use super::results::{Framework, Handover, IntoFramework};
+use crate::device::Device;
+use crate::element::Element;
+use crate::strided::Dims;
+
+/// A view of memory that a Rust value (the owner) holds, to hand to a framework as an
+/// array (`into_framework`, or `x.output(view)`); the owner is dropped when the framework's
+/// array is.
+///
+/// ```ignore
+/// struct Simulation { positions: ndarray::Array2<f64>, names: Vec<String> }
+///
+/// let view = OwnedView::new(simulation, |s| s.positions.view_mut());
+/// let array = view.readonly().into_framework(py, Framework::NumPy)?;   // no copy
+/// ```
+pub struct OwnedView<T: Element> {
+    owner: Erased,
+    data: *mut T,
+    shape: Dims<usize>,
+    /// In elements, negative for reversed axes.
+    strides: Dims<isize>,
+    readonly: bool,
+}
+
+impl<T: Element> OwnedView<T> {
+    /// Move `owner` to the heap and view the memory `view` picks in it (writable from the
+    /// framework, unless [`readonly`](Self::readonly)).
+    pub fn new<O: Send + 'static, D: ndarray::Dimension>(
+        owner: O,
+        view: impl for<'a> FnOnce(&'a mut O) -> ndarray::ArrayViewMut<'a, T, D>,
+    ) -> Self {
+        let owner = Box::into_raw(Box::new(owner));
+        // SAFETY: the box just leaked, not moved or reached otherwise until `Erased` drops it;
+        // this exclusive borrow is the only access meanwhile.
+        let mut view = view(unsafe { &mut *owner });
+        let (shape, strides) = (Dims::from_slice(view.shape()), Dims::from_slice(view.strides()));
+        let data = view.as_mut_ptr();
+        OwnedView { owner: Erased::new(owner), data, shape, strides, readonly: false }
+    }
+
+    /// The same view, read-only in the framework (NumPy's `writeable` flag off; DLPack's
+    /// read-only flag): rust-numpy's `make_nonwriteable`.
+    pub fn readonly(mut self) -> Self {
+        self.readonly = true;
+        self
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+}
+
+impl<T: Element> IntoFramework for OwnedView<T> {
+    fn into_framework(self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
+        let owner: Arc<dyn Any + Send + Sync> = Arc::new(self.owner);
+        Handover {
+            data: self.data.cast(),
+            device: Device::CPU,
+            dtype: &T::DTYPE,
+            shape: self.shape,
+            strides: Some(self.strides),
+            owner,
+            readonly: self.readonly,
+            stream: None,
+        }
+        .deliver(py, framework)
+    }
+}
+
+/// A leaked `Box<O>` of any type, dropped once with its value.
+struct Erased {
+    pointer: *mut (),
+    drop: unsafe fn(*mut ()),
+}
+
+impl Erased {
+    fn new<O: Send + 'static>(owner: *mut O) -> Erased {
+        unsafe fn drop_box<O>(pointer: *mut ()) {
+            // SAFETY: the pointer `Box::into_raw` gave for this `O`, dropped once (by `Erased`).
+            drop(unsafe { Box::from_raw(pointer.cast::<O>()) });
+        }
+        Erased { pointer: owner.cast(), drop: drop_box::<O> }
+    }
+}
+
+impl Drop for Erased {
+    fn drop(&mut self) {
+        // SAFETY: made by `Erased::new`, dropped once, here.
+        unsafe { (self.drop)(self.pointer) }
+    }
+}
+
+// SAFETY: the owner is `Send`; `Erased` hands out no reference to it (only drop reaches it),
+// so sharing an `Erased` shares nothing.
+unsafe impl Send for Erased {}
+// SAFETY: as above.
+unsafe impl Sync for Erased {}
+// SAFETY: `data` points into the owner, which the view moves with it (see `Erased`).
+unsafe impl<T: Element> Send for OwnedView<T> {}

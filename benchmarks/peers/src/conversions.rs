@@ -1,0 +1,274 @@
+//! Issue 39's conversions, misaligned arrays and linear algebra views: each amso function
+//! beside the rust-numpy function it ports, where rust-numpy has one, for the parity tests in
+//! `tests/python/test_conversions.py`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use amso_runtime::ndarray::{Array2, ArrayViewMut1};
+use amso_runtime::python::{
+    AllowTypeChange, ArrayLike, ArrayLikeDyn, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Framework, IntoFramework,
+    OwnedView, UntypedArray,
+};
+use amso_runtime::{Element, MemArray};
+use num_complex::Complex;
+use numpy::{PyArrayLike1, PyArrayLike2, PyArrayLikeDyn, PyUntypedArrayMethods};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+
+type Flat<T> = (Vec<usize>, Vec<T>, bool);
+
+fn flat<T: Element, D: amso_runtime::python::NdDimensions, C: amso_runtime::python::Coerce>(
+    x: &amso_runtime::python::TypedArrayLike<'_, T, D, C>,
+) -> PyResult<Flat<T>> {
+    Ok((x.shape().to_vec(), x.as_array()?.iter().copied().collect(), x.converted()))
+}
+
+/// An `ArrayLikeDyn<f64>`: its shape, its elements in C order, and whether it was converted.
+#[pyfunction]
+fn like_f64(x: ArrayLikeDyn<'_, f64>) -> PyResult<Flat<f64>> {
+    flat(&x)
+}
+
+/// An `ArrayLike<i32, 1>` (the dtype must match for arrays).
+#[pyfunction]
+fn like_i32(x: ArrayLike<'_, i32, 1>) -> PyResult<Flat<i32>> {
+    flat(&x)
+}
+
+/// An `ArrayLike<i32, 1, AllowTypeChange>`.
+#[pyfunction]
+fn like_i32_coerce(x: ArrayLike<'_, i32, 1, AllowTypeChange>) -> PyResult<Flat<i32>> {
+    flat(&x)
+}
+
+/// An `ArrayLike<f32, 2>`.
+#[pyfunction]
+fn like_f32_2d(x: ArrayLike<'_, f32, 2>) -> PyResult<Flat<f32>> {
+    flat(&x)
+}
+
+/// An `ArrayLikeDyn<f64, AllowTypeChange>`.
+#[pyfunction]
+fn like_f64_coerce(x: ArrayLikeDyn<'_, f64, AllowTypeChange>) -> PyResult<Flat<f64>> {
+    flat(&x)
+}
+
+/// rust-numpy's `PyArrayLikeDyn<f64>`, the same answer.
+#[pyfunction]
+fn numpy_like_f64(x: PyArrayLikeDyn<'_, f64>) -> Flat<f64> {
+    (x.shape().to_vec(), x.as_array().iter().copied().collect(), false)
+}
+
+/// rust-numpy's `PyArrayLike1<i32>`.
+#[pyfunction]
+fn numpy_like_i32(x: PyArrayLike1<'_, i32>) -> Flat<i32> {
+    (x.shape().to_vec(), x.as_array().iter().copied().collect(), false)
+}
+
+/// rust-numpy's `PyArrayLike1<i32, AllowTypeChange>`.
+#[pyfunction]
+fn numpy_like_i32_coerce(x: PyArrayLike1<'_, i32, numpy::AllowTypeChange>) -> Flat<i32> {
+    (x.shape().to_vec(), x.as_array().iter().copied().collect(), false)
+}
+
+/// rust-numpy's `PyArrayLike2<f32>`.
+#[pyfunction]
+fn numpy_like_f32_2d(x: PyArrayLike2<'_, f32>) -> Flat<f32> {
+    (x.shape().to_vec(), x.as_array().iter().copied().collect(), false)
+}
+
+/// A copy of `x` (through `as_array`, or `as_slice` when `slice`), in the caller's framework.
+fn copy_of<T: Element>(x: UntypedArray<'_>, slice: bool) -> PyResult<Bound<'_, PyAny>> {
+    let x: ArrayRefDyn<'_, T> = x.into_typed()?;
+    if slice {
+        return x.output(x.as_slice()?.to_vec());
+    }
+    x.output(x.as_array()?.to_owned())
+}
+
+/// Reverse the elements of `x` in C order, in place (element type generic: no arithmetic).
+fn reverse<T: Element>(x: UntypedArray<'_>) -> PyResult<()> {
+    let mut x: ArrayMutDyn<'_, T> = x.into_typed()?;
+    let mut view = x.as_array_mut()?;
+    let values: Vec<T> = view.iter().copied().collect();
+    for (element, &value) in view.iter_mut().zip(values.iter().rev()) {
+        *element = value;
+    }
+    Ok(())
+}
+
+/// Calls `$body::<T>` for `x`'s element type among one of each size (1, 2, 4, 8, 16 bytes).
+macro_rules! by_size {
+    ($x:expr, $body:ident $(, $arg:expr)*) => {{
+        let x = $x;
+        if x.is::<u8>() {
+            $body::<u8>(x $(, $arg)*)
+        } else if x.is::<u16>() {
+            $body::<u16>(x $(, $arg)*)
+        } else if x.is::<f32>() {
+            $body::<f32>(x $(, $arg)*)
+        } else if x.is::<f64>() {
+            $body::<f64>(x $(, $arg)*)
+        } else if x.is::<Complex<f64>>() {
+            $body::<Complex<f64>>(x $(, $arg)*)
+        } else {
+            Err(PyTypeError::new_err("uint8, uint16, float32, float64 or complex128"))
+        }
+    }};
+}
+
+/// A copy of any array (of one element type per size), read through `as_array` or `as_slice`.
+#[pyfunction]
+#[pyo3(signature = (x, slice = false))]
+fn copy_any(x: UntypedArray<'_>, slice: bool) -> PyResult<Bound<'_, PyAny>> {
+    by_size!(x, copy_of, slice)
+}
+
+/// Reverse any array (of one element type per size) in place.
+#[pyfunction]
+fn reverse_any(x: UntypedArray<'_>) -> PyResult<()> {
+    by_size!(x, reverse)
+}
+
+/// `x`'s shape and whether amso reports it C-contiguous (a misaligned array is read through
+/// an aligned C-order copy).
+#[pyfunction]
+fn layout_f64(x: ArrayRefDyn<'_, f64>) -> (Vec<usize>, Vec<isize>, bool) {
+    (x.shape().to_vec(), x.strides().to_vec(), x.is_c_contiguous())
+}
+
+/// Nested lists as a 2-D float64 array (`MemArray::from_vec2`), handed to NumPy.
+#[pyfunction]
+fn from_vec2(py: Python<'_>, rows: Vec<Vec<f64>>) -> PyResult<Bound<'_, PyAny>> {
+    MemArray::<f64, 2>::from_vec2(&rows)?.into_framework(py, Framework::NumPy)
+}
+
+/// Nested lists as a 3-D int64 array (`MemArray::from_vec3`).
+#[pyfunction]
+fn from_vec3(py: Python<'_>, planes: Vec<Vec<Vec<i64>>>) -> PyResult<Bound<'_, PyAny>> {
+    MemArray::<i64, 3>::from_vec3(&planes)?.into_framework(py, Framework::NumPy)
+}
+
+/// A float64 matrix cast to int32 (`MemArray::cast`).
+#[pyfunction]
+fn cast_to_i32(x: ArrayRef<'_, f64, 2>) -> PyResult<Bound<'_, PyAny>> {
+    let [rows, columns] = x.dim();
+    let values: Vec<f64> = x.as_array()?.iter().copied().collect();
+    let array = MemArray::<f64, 2>::from_slice([rows, columns], &values)?;
+    x.output(array.cast::<i32>()?)
+}
+
+/// A float64 matrix resized to `shape` (`MemArray::resize`).
+#[pyfunction]
+fn resized(x: ArrayRef<'_, f64, 2>, shape: [usize; 2]) -> PyResult<Bound<'_, PyAny>> {
+    let values: Vec<f64> = x.as_array()?.iter().copied().collect();
+    let mut array = MemArray::<f64, 2>::from_slice(x.dim(), &values)?;
+    array.resize(shape)?;
+    x.output(array)
+}
+
+/// How many `Particles` have been dropped (each `owned_positions` result owns one).
+static DROPPED: AtomicUsize = AtomicUsize::new(0);
+
+/// A Rust value with an array inside and more beside it.
+struct Particles {
+    positions: Array2<f64>,
+    _names: Vec<String>,
+}
+
+impl Drop for Particles {
+    fn drop(&mut self) {
+        DROPPED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The `positions` of a new `Particles` (`n` rows of x, y, z: row i is i, i + 0.5, -i), as a
+/// NumPy array over the struct's memory; `column` picks one column (a strided view); read-only
+/// when `readonly`.
+#[pyfunction]
+#[pyo3(signature = (n, readonly = false, column = None))]
+fn owned_positions(py: Python<'_>, n: usize, readonly: bool, column: Option<usize>) -> PyResult<Bound<'_, PyAny>> {
+    let positions = Array2::from_shape_fn((n, 3), |(i, j)| [i as f64, i as f64 + 0.5, -(i as f64)][j]);
+    let particles = Particles { positions, _names: vec!["a".into(); n] };
+    let view = match column {
+        Some(j) => OwnedView::new(particles, move |p| -> ArrayViewMut1<'_, f64> { p.positions.column_mut(j) }),
+        None => OwnedView::new(particles, |p| p.positions.view_mut()),
+    };
+    let view = if readonly { view.readonly() } else { view };
+    view.into_framework(py, Framework::NumPy)
+}
+
+/// How many `Particles` have been dropped so far.
+#[pyfunction]
+fn dropped_particles() -> usize {
+    DROPPED.load(Ordering::SeqCst)
+}
+
+/// `a @ b` through nalgebra views of the arguments, each copied into an owned matrix first:
+/// nalgebra 0.35's product of views whose row stride is not 1 (every C-order array) reads and
+/// writes out of bounds (nalgebra issue 1616).
+#[pyfunction]
+fn nalgebra_matmul<'py>(a: ArrayRef<'py, f64, 2>, b: ArrayRef<'py, f64, 2>) -> PyResult<Bound<'py, PyAny>> {
+    let product = a.as_matrix()?.clone_owned() * b.as_matrix()?.clone_owned();
+    let rows = Array2::from_shape_fn((product.nrows(), product.ncols()), |(i, j)| product[(i, j)]);
+    a.output(rows)
+}
+
+/// `x *= 2` through a writable nalgebra view.
+#[pyfunction]
+fn nalgebra_double(mut x: ArrayMut<'_, f64, 2>) -> PyResult<()> {
+    let mut matrix = x.as_matrix_mut()?;
+    matrix *= 2.0;
+    Ok(())
+}
+
+/// `a @ b` through faer views of the arguments.
+#[pyfunction]
+fn faer_matmul<'py>(a: ArrayRef<'py, f64, 2>, b: ArrayRef<'py, f64, 2>) -> PyResult<Bound<'py, PyAny>> {
+    let product = a.as_faer()? * b.as_faer()?;
+    let rows = Array2::from_shape_fn((product.nrows(), product.ncols()), |(i, j)| product[(i, j)]);
+    a.output(rows)
+}
+
+/// `x[i, j] += 10 * i + j` through a writable faer view.
+#[pyfunction]
+fn faer_add_index(mut x: ArrayMut<'_, f64, 2>) -> PyResult<()> {
+    let mut matrix = x.as_faer_mut()?;
+    for i in 0..matrix.nrows() {
+        for j in 0..matrix.ncols() {
+            matrix[(i, j)] += (10 * i + j) as f64;
+        }
+    }
+    Ok(())
+}
+
+/// Adds this file's functions to the module.
+pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    for function in [
+        wrap_pyfunction!(like_f64, module)?,
+        wrap_pyfunction!(like_i32, module)?,
+        wrap_pyfunction!(like_i32_coerce, module)?,
+        wrap_pyfunction!(like_f32_2d, module)?,
+        wrap_pyfunction!(like_f64_coerce, module)?,
+        wrap_pyfunction!(numpy_like_f64, module)?,
+        wrap_pyfunction!(numpy_like_i32, module)?,
+        wrap_pyfunction!(numpy_like_i32_coerce, module)?,
+        wrap_pyfunction!(numpy_like_f32_2d, module)?,
+        wrap_pyfunction!(copy_any, module)?,
+        wrap_pyfunction!(reverse_any, module)?,
+        wrap_pyfunction!(layout_f64, module)?,
+        wrap_pyfunction!(from_vec2, module)?,
+        wrap_pyfunction!(from_vec3, module)?,
+        wrap_pyfunction!(cast_to_i32, module)?,
+        wrap_pyfunction!(resized, module)?,
+        wrap_pyfunction!(owned_positions, module)?,
+        wrap_pyfunction!(dropped_particles, module)?,
+        wrap_pyfunction!(nalgebra_matmul, module)?,
+        wrap_pyfunction!(nalgebra_double, module)?,
+        wrap_pyfunction!(faer_matmul, module)?,
+        wrap_pyfunction!(faer_add_index, module)?,
+    ] {
+        module.add_function(function)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,283 @@
+"""Issue 39's conversions, misaligned arrays and linear algebra views (benchmarks/peers'
+`conversions.rs`): `ArrayLike` arguments against rust-numpy's `PyArrayLike` (its
+tests/array_like.rs, ported) and NumPy; misaligned views read and written for each element
+size; nested-Vec constructors, cast and resize of owned arrays; results over memory a Rust
+value owns; nalgebra and faer views against NumPy's matmul."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+peers = pytest.importorskip("amso_peers")
+
+
+def both(name, value):
+    """amso's and rust-numpy's answer for `value` (shape, elements), or their exception types."""
+    answers = []
+    for function in (getattr(peers, name), getattr(peers, "numpy_" + name)):
+        try:
+            shape, values, _ = function(value)
+            answers.append((list(shape), list(values)))
+        except Exception as error:  # noqa: BLE001 - the type is what is compared
+            answers.append(type(error))
+    return answers
+
+
+# --- ArrayLike, ported from rust-numpy's tests/array_like.rs ---
+
+
+def test_an_array_of_the_type_is_read_in_place():
+    x = np.array([[1.0, 2.0], [3.0, 4.0]])
+    shape, values, converted = peers.like_f64(x)
+    assert (shape, values, converted) == ([2, 2], [1.0, 2.0, 3.0, 4.0], False)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [[1.0, 2.0], [3.0, 4.0]],
+        [np.array([1.0, 2.0]), [3.0, 4.0]],
+        [[[1, 2], [3, 4]], [[5, 6], [7, 8]]],
+        2.5,
+        (1, 2, 3),
+    ],
+    ids=["list", "array-in-list", "3-d-ints", "scalar", "tuple"],
+)
+def test_lists_and_scalars_are_converted_as_rust_numpy_converts_them(value):
+    ours, theirs = both("like_f64", value)
+    assert ours == theirs
+    reference = np.asarray(value, dtype=np.float64)
+    assert ours == (list(reference.shape), reference.ravel().tolist())
+    assert peers.like_f64(value)[2] is True
+
+
+def test_a_1d_list_of_ints():
+    assert both("like_i32", [1, 2, 3, 4]) == [([4], [1, 2, 3, 4])] * 2
+
+
+def test_trailing_singleton_dimensions_are_kept():
+    shape, _, converted = peers.like_f64_coerce(np.array([[1], [2], [3]], dtype="int32"))
+    assert (shape, converted) == ([3, 1], True)
+
+
+def test_an_unsafe_cast_of_an_array_fails_unless_allowed():
+    floats = np.array([1.1, 2.2, 3.3, 4.4])
+    ours, theirs = both("like_i32", floats)
+    assert ours is TypeError and theirs is TypeError
+    with pytest.raises(TypeError, match=r"expected a int32 array with 1 dimension, got a float64 array"):
+        peers.like_i32(floats)
+    assert both("like_i32_coerce", floats) == [([4], [1, 2, 3, 4])] * 2
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 2)])
+def test_arrays_of_another_float_type_fail_without_coercion(shape):
+    floats = np.arange(1.0, 5.0).reshape(shape)
+    name = "like_f32_2d" if len(shape) == 2 else None
+    if name:
+        assert both(name, floats) == [TypeError, TypeError]
+        assert both(name, floats.astype(np.float32)) == [([2, 2], [1.0, 2.0, 3.0, 4.0])] * 2
+    assert peers.like_f64(floats)[2] is False
+
+
+def test_conversion_errors_say_what_arrived_and_what_was_expected():
+    with pytest.raises(TypeError, match=r"expected a float32 array with 2 dimensions, got list that converts to 1"):
+        peers.like_f32_2d([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"got list, which it cannot convert") as raised:
+        peers.like_f64([[1.0, 2.0], [3.0]])
+    assert isinstance(raised.value.__cause__, ValueError)
+    with pytest.raises(TypeError, match=r"got str, which it cannot convert"):
+        peers.like_f64("not a number")
+
+
+def test_other_frameworks_arrays_of_the_type_are_read_in_place():
+    buffer = bytearray(np.arange(4.0).tobytes())
+    view = memoryview(buffer).cast("d")
+    assert peers.like_f64(view) == ([4], [0.0, 1.0, 2.0, 3.0], False)
+    # Of another type: refused without AllowTypeChange, converted with it.
+    ints = memoryview(bytearray(np.arange(4, dtype=np.int64).tobytes())).cast("q")
+    with pytest.raises(TypeError, match=r"got a int64 array with 1 dimension \(memoryview"):
+        peers.like_f64(ints)
+    assert peers.like_f64_coerce(ints) == ([4], [0.0, 1.0, 2.0, 3.0], True)
+
+
+# --- misaligned arrays ---
+
+SIZES = {1: np.uint8, 2: np.uint16, 4: np.float32, 8: np.float64, 16: np.complex128}
+
+
+def misaligned(dtype, count=7, offset=1):
+    """A NumPy array of `count` elements at an odd byte offset (misaligned unless 1 byte)."""
+    itemsize = np.dtype(dtype).itemsize
+    buffer = bytearray(offset + count * itemsize + 64)
+    # An aligned base, then the offset: the data address is base + 1, never aligned for itemsize > 1.
+    base = np.frombuffer(buffer, dtype=np.uint8)
+    skip = (-base.__array_interface__["data"][0]) % 64 + offset
+    array = np.frombuffer(buffer, dtype=dtype, count=count, offset=skip)
+    array[...] = (np.arange(count) * 3 + 1).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        array.imag = -np.arange(count)
+    return array
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("slice_access", [False, True], ids=["as_array", "as_slice"])
+def test_misaligned_arrays_are_read(size, slice_access):
+    x = misaligned(SIZES[size])
+    if size > 1:
+        assert x.__array_interface__["data"][0] % x.dtype.alignment != 0
+        assert not x.flags.aligned
+    copy = peers.copy_any(x, slice_access)
+    assert copy.dtype == x.dtype
+    np.testing.assert_array_equal(copy, x)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_misaligned_strided_and_reversed_views_are_read(size):
+    x = misaligned(SIZES[size], count=12).reshape(3, 4)[::-1, ::2]
+    np.testing.assert_array_equal(peers.copy_any(x), x)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_misaligned_arrays_are_written_back(size):
+    x = misaligned(SIZES[size], count=12).reshape(3, 4)
+    expected = x.ravel()[::-1].reshape(3, 4).copy()
+    peers.reverse_any(x)
+    np.testing.assert_array_equal(x, expected)
+    # A strided misaligned view: only its own elements change.
+    y = misaligned(SIZES[size], count=12)
+    untouched = y[1::2].copy()
+    view = y[::2]
+    expected = view[::-1].copy()
+    peers.reverse_any(view)
+    np.testing.assert_array_equal(y[::2], expected)
+    np.testing.assert_array_equal(y[1::2], untouched)
+
+
+def test_a_misaligned_array_is_viewed_through_a_c_order_copy():
+    x = misaligned(np.float64, count=12).reshape(3, 4).T
+    shape, strides, contiguous = peers.layout_f64(x)
+    assert (shape, strides, contiguous) == ([4, 3], [3, 1], True)
+    aligned = np.arange(12.0).reshape(3, 4).T
+    assert peers.layout_f64(aligned) == ([4, 3], [1, 4], False)
+
+
+def test_a_misaligned_read_only_array_is_refused_as_writable():
+    x = misaligned(np.float64)
+    x.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        peers.reverse_any(x)
+    np.testing.assert_array_equal(peers.copy_any(x), x)
+
+
+# --- owned arrays: nested Vecs, cast, resize ---
+
+
+def test_from_vec2_and_from_vec3():
+    rows = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    np.testing.assert_array_equal(peers.from_vec2(rows), np.array(rows))
+    planes = [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]
+    out = peers.from_vec3(planes)
+    assert out.dtype == np.int64
+    np.testing.assert_array_equal(out, np.array(planes))
+    with pytest.raises(ValueError, match=r"row 1 has 1"):
+        peers.from_vec2([[1.0, 2.0], [3.0]])
+    with pytest.raises(ValueError, match=r"row \[1\]\[0\] has 1"):
+        peers.from_vec3([[[1, 2]], [[3]]])
+
+
+def test_cast_matches_numpy_astype_in_range():
+    x = np.array([[1.9, -2.5], [0.0, 300.75]])
+    out = peers.cast_to_i32(x)
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, x.astype(np.int32))
+    with pytest.raises(OverflowError):
+        peers.cast_to_i32(np.array([[1e12]]))
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 2), (1, 6), (0, 4)])
+def test_resize_matches_numpy_resize(shape):
+    x = np.arange(1.0, 7.0).reshape(2, 3)
+    reference = x.copy()
+    reference.resize(shape, refcheck=False)
+    out = peers.resized(x, list(shape))
+    assert out.shape == shape
+    np.testing.assert_array_equal(out, reference)
+
+
+# --- results over memory a Rust value owns ---
+
+
+def test_a_result_over_a_rust_values_memory_keeps_it_alive():
+    gc.collect()
+    dropped = peers.dropped_particles()
+    positions = peers.owned_positions(4)
+    reference = np.array([[i, i + 0.5, -i] for i in range(4)], dtype=np.float64)
+    np.testing.assert_array_equal(positions, reference)
+    assert positions.flags.writeable
+    positions[0, 0] = 9.0
+    column = peers.owned_positions(4, column=1)
+    np.testing.assert_array_equal(column, reference[:, 1])
+    assert column.strides == (24,)
+    assert peers.dropped_particles() == dropped
+    del positions, column
+    gc.collect()
+    assert peers.dropped_particles() == dropped + 2
+
+
+def test_a_read_only_result_refuses_writes():
+    positions = peers.owned_positions(2, readonly=True)
+    assert not positions.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        positions[0, 0] = 1.0
+
+
+# --- linear algebra views ---
+
+MATRICES = {
+    "c-order": lambda: np.arange(12.0).reshape(3, 4),
+    "fortran": lambda: np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+    "strided": lambda: np.arange(48.0).reshape(6, 8)[::2, 1::2],
+    "misaligned": lambda: misaligned(np.float64, count=12).reshape(3, 4),
+}
+
+
+@pytest.mark.parametrize("layout", MATRICES)
+@pytest.mark.parametrize("library", ["nalgebra", "faer"])
+def test_matrix_views_multiply_as_numpy_does(layout, library):
+    a = MATRICES[layout]()
+    b = np.asfortranarray(np.arange(8.0).reshape(4, 2) - 3.0)
+    if library == "nalgebra" and layout != "fortran":
+        # nalgebra 0.35's products write out of bounds over views whose row stride is not 1
+        # (its issue #1616): amso hands out no such view.
+        with pytest.raises(ValueError, match=r"row stride of 1 \(Fortran order\).*nalgebra issue #1616"):
+            peers.nalgebra_matmul(a, b)
+        return
+    product = getattr(peers, f"{library}_matmul")(a, b)
+    np.testing.assert_allclose(product, a @ b)
+
+
+def test_a_reversed_view_is_refused_by_nalgebra_and_read_by_faer():
+    a, b = np.arange(12.0).reshape(3, 4)[::-1], np.eye(4)
+    with pytest.raises(ValueError, match="non-negative strides"):
+        peers.nalgebra_matmul(a, b)
+    np.testing.assert_allclose(peers.faer_matmul(a, b), a)
+
+
+@pytest.mark.parametrize("layout", MATRICES)
+def test_writable_matrix_views_write_in_place(layout):
+    x = MATRICES[layout]()
+    reference = x * 2.0
+    if layout == "fortran":
+        peers.nalgebra_double(x)
+    else:  # refused, and left as it was (see test_matrix_views_multiply_as_numpy_does)
+        reference = x.copy()
+        with pytest.raises(ValueError, match="row stride of 1"):
+            peers.nalgebra_double(x)
+    np.testing.assert_array_equal(x, reference)
+    y = MATRICES[layout]()
+    reference = y + 10.0 * np.arange(3)[:, None] + np.arange(y.shape[1])[None, :]
+    peers.faer_add_index(y)
+    np.testing.assert_array_equal(y, reference)

@@ -15,6 +15,8 @@ use numpy::{
 use pyo3::prelude::*;
 
 mod kinds;
+mod port_tests;
+mod ported;
 
 // --- PyO3 alone: the floor under both ---
 
@@ -126,5 +128,7 @@ fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(numpy_arange, module)?)?;
     module.add_function(wrap_pyfunction!(numpy_axpy_py, module)?)?;
     module.add_function(wrap_pyfunction!(numpy_mult_py, module)?)?;
-    kinds::add(module)
+    kinds::add(module)?;
+    ported::add(module)?;
+    port_tests::add(module)
 }

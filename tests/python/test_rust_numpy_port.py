@@ -80,9 +80,9 @@ to_py.rs
   slice_container_type_confusion ............. test_object_then_number_results
   matrix_to_numpy (nalgebra) ................. Conversions
 
-74 rust-numpy tests: 62 ported (of which as_raw_array, cast_exact, new_fortran_order,
+74 rust-numpy tests: 64 ported (of which as_raw_array, cast_exact, new_fortran_order,
 sliced_to_pyarray and the panicking borrow tests assert amso's documented difference),
-12 left to the Conversions work (from_vec2/3 x4, array_cast, borrow_from_array, resize,
+10 left to the Conversions work (from_vec2/3 x4, array_cast, borrow_from_array, resize,
 make_nonwriteable, nalgebra x2; plus tests/array_like.rs there).
 """
 

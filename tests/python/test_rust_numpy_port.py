@@ -537,3 +537,28 @@ def test_object_results_hold_the_same_objects(make):
 def test_object_then_number_results():
     for _ in range(100):
         peers.port_objects_then_ints()
+
+
+# --- amso's messages name the argument ---
+
+
+def test_every_refusal_starts_with_the_argument_s_name():
+    a = np.zeros(3)
+    frozen = np.zeros((1, 2, 3))
+    frozen.flags.writeable = False
+    for call, error, name in [
+        (lambda: peers.port_take_f64_2d(np.zeros(3, np.int64)), TypeError, "_x"),
+        (lambda: peers.port_take_f64_2d([[1.0]]), TypeError, "_x"),
+        (lambda: peers.port_take_mut_f64_3d(frozen), ValueError, "_x"),
+        (lambda: peers.port_dtype_name(3), TypeError, "x"),
+    ]:
+        with pytest.raises(error) as raised:
+            call()
+        assert str(raised.value).startswith(f"argument '{name}': "), raised.value
+        assert f"while processing '{name}'" in raised.value.__notes__
+        assert type(raised.value) is error
+    with pytest.raises(BufferError, match=r"^argument 'b': the array overlaps"):
+        peers.port_rw_rw(a, a)
+    # Extracted by hand inside a function: no argument, no name.
+    with pytest.raises(TypeError, match=r"^expected a float64 array with 1 dimension, got an int64"):
+        peers.amso_extract({"x": np.zeros(3, np.int64)})

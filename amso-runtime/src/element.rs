@@ -517,7 +517,10 @@ pub mod scalar {
             Scalar::UInt(u) => u as f64,
             Scalar::Float(f) => f,
             Scalar::Complex(..) => {
-                return Err(Error::WrongValueType(format!("cannot assign a complex value to a {} element", dtype.name)))
+                return Err(Error::WrongValueType(format!(
+                    "cannot assign a complex value to {} element",
+                    crate::error::with_article(dtype.name)
+                )))
             }
         };
         // A finite value beyond the type's range rounds to infinity, as NumPy's cast does.
@@ -549,8 +552,10 @@ pub mod scalar {
             Scalar::Bool(b) => Some(b as u64),
             Scalar::Float(_) | Scalar::Complex(..) => {
                 return Err(Error::WrongValueType(format!(
-                    "a {} element is {} packed {}-bit values: assign its raw bits as an integer",
-                    dtype.name, dtype.lanes, dtype.bits
+                    "{} element is {} packed {}-bit values: assign its raw bits as an integer",
+                    crate::error::with_article(dtype.name),
+                    dtype.lanes,
+                    dtype.bits
                 )))
             }
         };
@@ -570,8 +575,9 @@ pub mod scalar {
                 }
             }
             None => Err(Error::ValueOutOfRange(format!(
-                "raw bits {value:?} do not fit a {}-bit {} element",
-                bits, dtype.name
+                "raw bits {value:?} do not fit {}-bit {} element",
+                crate::error::with_article(bits),
+                dtype.name
             ))),
         }
     }

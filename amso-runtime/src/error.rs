@@ -15,7 +15,7 @@ pub enum Error {
         size: usize,
     },
     /// An index with the wrong number of components.
-    #[error("expected {expected} indices for a {expected}-D array, got {got}")]
+    #[error("expected {expected} indices for {}-D array, got {got}", with_article(.expected))]
     IndexArity {
         /// The array's ndim.
         expected: usize,
@@ -95,6 +95,25 @@ pub(crate) fn empty_note(empty: bool) -> &'static str {
     }
 }
 
+/// `word` after its indefinite article, for messages: "an int64", "a float32", "an 8-D", "an
+/// S4", "a uint8" (by sound: a letter read out, as in `S4`, or a number starting with a vowel
+/// sound takes "an").
+pub(crate) fn with_article(word: impl std::fmt::Display) -> String {
+    let word = word.to_string();
+    let mut chars = word.chars();
+    let (first, second) = (chars.next().unwrap_or(' '), chars.next().unwrap_or(' '));
+    let spelled_letter = first.is_ascii_uppercase() && !second.is_ascii_lowercase();
+    let vowel_sound = match first {
+        'a' | 'e' | 'i' | 'o' | 'A' | 'E' | 'I' | 'O' => true,
+        'F' | 'H' | 'L' | 'M' | 'N' | 'R' | 'S' | 'X' => spelled_letter,
+        '8' => true,
+        // eleven, eighteen, eleven hundred...; every other number starts with a consonant
+        '1' => word.starts_with("11") || word.starts_with("18"),
+        _ => false,
+    };
+    format!("{} {word}", if vowel_sound { "an" } else { "a" })
+}
+
 /// C error codes (generated/amso.h), one per Python exception kind; 0 is success.
 pub mod code {
     /// Success.
@@ -142,3 +161,28 @@ impl Error {
 
 /// `Result` with amso's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::with_article;
+
+    #[test]
+    fn articles_follow_the_sound() {
+        for (word, expected) in [
+            ("int64", "an int64"),
+            ("object", "an object"),
+            ("float32", "a float32"),
+            ("uint8", "a uint8"),
+            ("bool", "a bool"),
+            ("S4", "an S4"),
+            ("U3", "a U3"),
+            ("NoneType", "a NoneType"),
+            ("8", "an 8"),
+            ("11", "an 11"),
+            ("2", "a 2"),
+            ("1", "a 1"),
+        ] {
+            assert_eq!(with_article(word), expected);
+        }
+    }
+}

@@ -28,7 +28,8 @@ fn check_dims(dims: &[i64], shape: &mut [usize], itemsize: usize) -> Result<usiz
     let n = shape.len();
     if dims.len() != n {
         return Err(Error::InvalidShape(format!(
-            "expected {n} dimensions for a {n}-D array, got {} ({dims:?})",
+            "expected {n} dimensions for {}-D array, got {} ({dims:?})",
+            crate::error::with_article(n),
             dims.len()
         )));
     }

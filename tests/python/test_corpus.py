@@ -577,7 +577,7 @@ class _LyingSubclass(np.ndarray):
 NUMPY_ODDITIES = [
     ("big-endian", lambda: np.arange(4.0).astype(">f8"), ValueError, "is big-endian \\(dtype '>f8'\\); .*newbyteorder"),
     # A typed argument names both sides (issue 39: object arrays are an element kind of their own).
-    ("object-dtype", lambda: np.array([1.0, None]), TypeError, "expected a writable float64 array, got a object array"),
+    ("object-dtype", lambda: np.array([1.0, None]), TypeError, "expected a writable float64 array, got an object array"),
     ("long-double", lambda: np.zeros(3, np.longdouble), TypeError, "has no DLPack type"),
     ("readonly", lambda: np.frombuffer(bytes(32), np.float64), ValueError, "got a read-only one"),
 ]

@@ -89,15 +89,17 @@ pub fn plan_rebuild<C>(
             None => format!("more than any address space{}", empty_note(dims.contains(&0))),
         };
         return Err(Error::InvalidArgument(format!(
-            "the pickled data holds {} bytes, but a {dtype} array of shape {dims:?} needs {needs}: the pickle is \
+            "the pickled data holds {} bytes, but {} array of shape {dims:?} needs {needs}: the pickle is \
              truncated or altered",
-            data.len
+            data.len,
+            crate::error::with_article(dtype)
         )));
     }
     if !data.c_contiguous {
         return Err(Error::InvalidArgument(format!(
-            "the pickled data for a {dtype} array of shape {dims:?} is a strided buffer, not one contiguous run of \
-             bytes: the pickle is altered"
+            "the pickled data for {} array of shape {dims:?} is a strided buffer, not one contiguous run of \
+             bytes: the pickle is altered",
+            crate::error::with_article(dtype)
         )));
     }
     let mut notes = Vec::new();

@@ -92,7 +92,10 @@ unsafe fn slow_handle(object: *mut ffi::PyObject, type_object: usize, out: *mut 
         }
         None => {
             let kind = object.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
-            fail(code::NOT_AN_AMSO_ARRAY, format!("amso_get_handle: a {kind} object is not an amso array"))
+            fail(
+                code::NOT_AN_AMSO_ARRAY,
+                format!("amso_get_handle: {} object is not an amso array", crate::error::with_article(kind)),
+            )
         }
     }
 }

@@ -284,9 +284,9 @@ pub(super) fn scalar_from_py(value: &Bound<'_, PyAny>, dtype: &DType) -> PyResul
     match value.extract::<f64>() {
         Ok(f) => Ok(Scalar::Float(f)),
         Err(_) => Err(PyTypeError::new_err(format!(
-            "cannot assign {} to a {} element; expected a number",
+            "cannot assign {} to {} element; expected a number",
             value.get_type().name()?,
-            dtype.name
+            crate::error::with_article(dtype.name)
         ))),
     }
 }

@@ -74,7 +74,7 @@ fn python_call(body: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
 fn unlocked_header<'a>(object: &'a Bound<'_, PyAny>) -> PyResult<&'a crate::python::header::Header> {
     let header = super::recognize::header_of_object(object).ok_or_else(|| {
         let kind = object.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
-        PyTypeError::new_err(format!("a {kind} object is not an amso array"))
+        PyTypeError::new_err(format!("{} object is not an amso array", crate::error::with_article(kind)))
     })?;
     let lock_id = header.placement().lock_id;
     if lock_id != 0 {

@@ -77,8 +77,8 @@ pub(super) fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>
     crate::process::join(py)?;
     let protocol = source::protocol_of(obj)?.ok_or_else(|| {
         PyBufferError::new_err(format!(
-            "a {} object exposes no memory (DLPack, the CUDA array interface or the buffer protocol)",
-            obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+            "{} object exposes no memory (DLPack, the CUDA array interface or the buffer protocol)",
+            crate::error::with_article(obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into()))
         ))
     })?;
     let request = Request { c_contiguous: true, ..Request::default() };

@@ -28,9 +28,9 @@ pub(super) fn iterate(slf: &Bound<'_, MemArrayBase>) -> PyResult<ArrayIterator> 
     let rows = if dims.len() > 1 {
         if array.header().placement().on_device() {
             return Err(PyTypeError::new_err(format!(
-                "iterating over a {}-D array yields its rows as NumPy views of host memory, and this array is on \
+                "iterating over {}-D array yields its rows as NumPy views of host memory, and this array is on \
                  the device: iterate over a.to_numpy(), or move_memory(kDLCPU) first",
-                dims.len()
+                crate::error::with_article(dims.len())
             )));
         }
         Some(slf.call_method0(intern!(slf.py(), "__array__"))?.unbind())

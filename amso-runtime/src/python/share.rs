@@ -360,8 +360,10 @@ fn open(py: Python<'_>, h: &Handle, device_id: Option<i32>) -> PyResult<Py<PyAny
     let described = crate::shape::checked_shape(&h.dims, h.dims.len(), itemsize).ok().map(|(_, bytes)| bytes as u64);
     if described.is_none_or(|bytes| bytes > h.nbytes) {
         return Err(PyValueError::new_err(format!(
-            "the handle describes a {} array of shape {:?}, more than the {} bytes it shares: it is damaged or forged",
-            h.dtype, h.dims, h.nbytes
+            "the handle describes {} array of shape {:?}, more than the {} bytes it shares: it is damaged or forged",
+            crate::error::with_article(&h.dtype),
+            h.dims,
+            h.nbytes
         )));
     }
     let record = h.record();

@@ -17,6 +17,8 @@ use numpy::{
 use pyo3::prelude::*;
 
 mod kinds;
+mod port_tests;
+mod ported;
 
 // --- PyO3 alone: the floor under both ---
 
@@ -129,5 +131,7 @@ fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(numpy_axpy_py, module)?)?;
     module.add_function(wrap_pyfunction!(numpy_mult_py, module)?)?;
     kinds::add(module)?;
-    conversions::register(module)
+    conversions::register(module)?;
+    ported::add(module)?;
+    port_tests::add(module)
 }

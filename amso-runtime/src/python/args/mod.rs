@@ -19,7 +19,8 @@
 //! Mismatches are errors that say what was expected and what arrived: a `TypeError` for the
 //! element type or the number of dimensions, a `ValueError` for a read-only array given as
 //! writable, an unusable layout or device, a `BufferError` for memory another argument holds
-//! for writing; PyO3 adds the argument's name as a note (`while processing 'x'`).
+//! for writing. Each message starts with the argument's name (`argument 'x': expected ...`),
+//! and PyO3's note says it too (`while processing 'x'`).
 
 mod array_like;
 pub(crate) mod borrow;
@@ -41,6 +42,7 @@ use self::borrow::Borrow;
 use super::source::{self, Source};
 use crate::device::{Device, DeviceType};
 use crate::element::{dlpack_type_name, ArrayElement, Element};
+use crate::error::with_article;
 use crate::strided::{self, Dims};
 
 pub use array_like::{AllowTypeChange, ArrayLike, ArrayLikeDyn, Coerce, TypeMustMatch, TypedArrayLike};
@@ -200,34 +202,74 @@ impl<'a, 'py, T: ArrayElement, D: Dimensions, A: Access> FromPyObject<'a, 'py> f
         // A type of the extension's own becomes known to NumPy-name lookups (nothing for the
         // spec's types).
         crate::element::own::register::<T>();
-        match source::acquire_with_kinds(&object)? {
-            Some(source) => Self::check(object, source),
-            None => Err(PyTypeError::new_err(format!(
+        let extracted = match source::acquire_with_kinds(&object) {
+            Ok(Some(source)) => Self::check(object, source),
+            Ok(None) => Err(PyTypeError::new_err(format!(
                 "expected {} (an object with __dlpack__, __cuda_array_interface__, the buffer protocol or the DLPack C \
                  exchange API), got {}",
                 wanted::<T, D, A>(),
                 describe(&object, None)
             ))),
-        }
+            Err(error) => Err(error),
+        };
+        extracted.map_err(|error| name_the_argument(obj.py(), error))
     }
+}
+
+/// Let the argument's name into the message: `argument 'x': expected a float32 array, ...`.
+///
+/// PyO3 (0.30) tells an extractor nothing of the argument it extracts: once extraction fails,
+/// it calls the exception's `add_note("while processing 'x'")`. So the exception carries, in
+/// its own `__dict__`, an `add_note` that puts the name before the message first, removes
+/// itself and adds the note as `BaseException.add_note` does. The exception's type stays the
+/// builtin one; an error raised outside argument extraction keeps its message.
+pub(super) fn name_the_argument(py: Python<'_>, error: PyErr) -> PyErr {
+    let install = || -> PyResult<()> {
+        let value = error.value(py);
+        let hook = pyo3::types::PyCFunction::new_closure(py, None, None, |args, _kwargs| -> PyResult<()> {
+            let (exception, note) = args.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
+            let _ = exception.getattr("__dict__")?.del_item("add_note");
+            let name = note.extract::<String>().ok().and_then(|note| {
+                note.strip_prefix("while processing '").and_then(|rest| rest.strip_suffix('\'')).map(str::to_owned)
+            });
+            if let (Some(name), Ok((message,))) = (name, exception.getattr("args")?.extract::<(String,)>()) {
+                exception.setattr("args", (argument_message(&name, &message),))?;
+            }
+            exception
+                .py()
+                .get_type::<pyo3::exceptions::PyBaseException>()
+                .call_method1("add_note", (&exception, note))?;
+            Ok(())
+        })?;
+        let method = py.import("types")?.getattr("MethodType")?.call1((hook, value))?;
+        value.setattr("add_note", method)
+    };
+    // Best effort: should the hook not install, the message stays as it was, with PyO3's note.
+    let _ = install();
+    error
+}
+
+/// "argument 'x': ...", the one form of a message that names the argument it is about.
+fn argument_message(name: &str, message: &str) -> String {
+    format!("argument '{name}': {message}")
 }
 
 /// "a writable float32 array with 2 dimensions", what a typed argument asks for.
 fn wanted<T: ArrayElement, D: Dimensions, A: Access>() -> String {
-    let kind = match (A::WRITABLE, T::DTYPE.numpy_only()) {
-        (false, false) => "a ",
-        (true, false) => "a writable ",
-        (false, true) => "a NumPy ",
-        (true, true) => "a writable NumPy ",
-    };
     // A type of one's own that names a NumPy kind says which (`millis (timedelta64[ms])`).
     let name = match T::DTYPE.numpy_only() && T::DTYPE.name != T::DTYPE.numpy {
         true => format!("{} ({})", T::DTYPE.name, T::DTYPE.numpy),
         false => T::DTYPE.name.to_owned(),
     };
+    let kind = match (A::WRITABLE, T::DTYPE.numpy_only()) {
+        (false, false) => with_article(name),
+        (true, false) => format!("a writable {name}"),
+        (false, true) => format!("a NumPy {name}"),
+        (true, true) => format!("a writable NumPy {name}"),
+    };
     match D::NDIM {
-        Some(n) => format!("{kind}{name} array with {n} dimension{}", if n == 1 { "" } else { "s" }),
-        None => format!("{kind}{name} array"),
+        Some(n) => format!("{kind} array with {n} dimension{}", if n == 1 { "" } else { "s" }),
+        None => format!("{kind} array"),
     }
 }
 
@@ -261,9 +303,9 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                 None => dlpack_type_name(source.dtype),
             };
             return Err(PyTypeError::new_err(format!(
-                "expected {}, got a {} array with {ndim} dimension{} ({})",
+                "expected {}, got {} array with {ndim} dimension{} ({})",
                 wanted::<T, D, A>(),
-                arrived,
+                with_article(arrived),
                 if ndim == 1 { "" } else { "s" },
                 here(&source)
             )));

@@ -6,7 +6,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::Borrowed;
 
-use super::{describe, Access, Dimensions, Framework, TypedArray};
+use super::{describe, name_the_argument, Access, Dimensions, Framework, TypedArray};
 use crate::device::Device;
 use crate::element::{DType, Element};
 use crate::python::source::{self, Source};
@@ -35,12 +35,16 @@ impl<'a, 'py> FromPyObject<'a, 'py> for UntypedArray<'py> {
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let object = obj.to_owned();
-        let Some(source) = source::acquire(&object, None)? else {
-            return Err(PyTypeError::new_err(format!(
+        let acquired = source::acquire(&object, None).map_err(|error| name_the_argument(obj.py(), error))?;
+        let Some(source) = acquired else {
+            return Err(name_the_argument(
+                obj.py(),
+                PyTypeError::new_err(format!(
                 "expected an array (an object with __dlpack__, __cuda_array_interface__, the buffer protocol or the \
                  DLPack C exchange API), got {}",
                 describe(&object, None)
-            )));
+            )),
+            ));
         };
         let shape = source.extents(object.py()).dims.iter().map(|&d| d as usize).collect();
         Ok(UntypedArray { object, source, shape })

@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3::{intern, Borrowed};
 
-use super::{describe, wanted, Dimensions, DynRank, Rank, Read, TypedArray};
+use super::{describe, name_the_argument, wanted, Dimensions, DynRank, Rank, Read, TypedArray};
 use crate::device::DeviceType;
 use crate::element::{dlpack_type_name, Element};
 use crate::python::convert;
@@ -85,6 +85,13 @@ impl<'a, 'py, T: Element, D: Dimensions, C: Coerce> FromPyObject<'a, 'py> for Ty
     type Error = PyErr;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Self::convert(obj).map_err(|error| name_the_argument(obj.py(), error))
+    }
+}
+
+impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
+    /// `extract`'s body (whose errors `extract` names after the argument).
+    fn convert(obj: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
         let object = obj.to_owned();
         let py = object.py();
         crate::element::own::register::<T>();
@@ -95,8 +102,8 @@ impl<'a, 'py, T: Element, D: Dimensions, C: Coerce> FromPyObject<'a, 'py> for Ty
             }
             let ndim = source.extents(py).dims.len();
             let arrived = format!(
-                "a {} array with {ndim} dimension{} ({})",
-                dlpack_type_name(source.dtype),
+                "{} array with {ndim} dimension{} ({})",
+                crate::error::with_article(dlpack_type_name(source.dtype)),
                 if ndim == 1 { "" } else { "s" },
                 describe(&object, Some(source.device))
             );

@@ -3,7 +3,8 @@
 no-op with 1 and 3 arguments, a sum, an in-place scale, a new 1-D float64 result of 1024
 elements handed to NumPy (rust-numpy: `into_pyarray`), and the no-op with an amso array as its
 argument; rust-numpy's `head` example over an object array of 24 elements, and its
-`add_minutes_to_seconds` over 1024 timedelta64[s] and [m] elements. PyO3's own call (a
+`add_minutes_to_seconds` over 1024 timedelta64[s] and [m] elements; an `ArrayLike` argument
+converting a list of 8 ints (rust-numpy: `PyArrayLike1<i32, AllowTypeChange>`). PyO3's own call (a
 function taking `&Bound<PyAny>`) is the floor under both.
 
 A second table puts amso's own arrays beside NumPy's as the input of the same amso function
@@ -32,7 +33,8 @@ import amso
 from protocols import paired
 
 ROWS = ["no-op, 1 argument", "no-op, 3 arguments", "sum", "in-place scale", "new 1-D float64 result",
-        "no-op, 1 amso array argument", "object array: head", "timedelta: add minutes to seconds"]
+        "no-op, 1 amso array argument", "object array: head", "timedelta: add minutes to seconds",
+        "ArrayLike: a list of 8 ints to int32"]
 #: The same amso function, amso arrays against NumPy arrays as its input.
 INPUT_ROWS = ["amso input: no-op, 1 argument", "amso input: no-op, 3 arguments"]
 
@@ -44,6 +46,7 @@ def calls() -> dict[str, dict[str, object]]:
     x, y, z = (np.zeros((1024, 3), np.float32) for _ in range(3))
     objects = np.array([object(), 1, "two"] * 8, dtype=object)  # rust-numpy's `head` example
     seconds, minutes = np.zeros(1024, "timedelta64[s]"), np.ones(1024, "timedelta64[m]")
+    ints = list(range(8))  # converted by each crate's ArrayLike argument (AllowTypeChange)
     a, b, c = (amso.asarray(np.zeros((1024, 3), np.float32)) for _ in range(3))
     return {
         "no-op, 1 argument": {"amso": lambda: p.amso_noop1(x), "rust-numpy": lambda: p.numpy_noop1(x),
@@ -55,6 +58,8 @@ def calls() -> dict[str, dict[str, object]]:
         "new 1-D float64 result": {"amso": lambda: p.amso_arange(1024), "rust-numpy": lambda: p.numpy_arange(1024)},
         "no-op, 1 amso array argument": {"amso": lambda: p.amso_noop1(a), "rust-numpy": lambda: p.numpy_noop1(x)},
         "object array: head": {"amso": lambda: p.amso_head(objects), "rust-numpy": lambda: p.numpy_head(objects)},
+        "ArrayLike: a list of 8 ints to int32": {"amso": lambda: p.like_i32_coerce(ints),
+                                                 "rust-numpy": lambda: p.numpy_like_i32_coerce(ints)},
         "timedelta: add minutes to seconds": {"amso": lambda: p.amso_add_minutes_to_seconds(seconds, minutes),
                                               "rust-numpy": lambda: p.numpy_add_minutes_to_seconds(seconds, minutes)},
         "amso input: no-op, 1 argument": {"amso array": lambda: p.amso_noop1(a), "NumPy array": lambda: p.amso_noop1(x)},

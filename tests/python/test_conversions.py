@@ -281,3 +281,31 @@ def test_writable_matrix_views_write_in_place(layout):
     reference = y + 10.0 * np.arange(3)[:, None] + np.arange(y.shape[1])[None, :]
     peers.faer_add_index(y)
     np.testing.assert_array_equal(y, reference)
+
+
+UNTYPED = {
+    "c-order": lambda: np.arange(24.0).reshape(2, 3, 4),
+    "fortran": lambda: np.asfortranarray(np.arange(24, dtype=np.int16).reshape(2, 3, 4)),
+    "strided": lambda: np.arange(48.0, dtype=np.float32).reshape(6, 8)[::2, 1::3],
+    "reversed": lambda: np.arange(12).reshape(3, 4)[::-1],
+    "one-row": lambda: np.arange(5.0)[None, :],
+    "empty": lambda: np.zeros((0, 3)),
+}
+
+
+@pytest.mark.parametrize("layout", UNTYPED)
+def test_untyped_arguments_give_strides_and_contiguity_as_numpy_and_rust_numpy(layout):
+    x = UNTYPED[layout]()
+    theirs = peers.numpy_untyped_layout(x)
+    ours = peers.untyped_layout(x)
+    assert ours == theirs, (ours, theirs)
+    assert list(ours[0]) == list(x.strides) and ours[1] == x.flags.c_contiguous and ours[2] == x.flags.f_contiguous
+
+
+def test_untyped_strides_of_producers_without_numpy():
+    import amso
+
+    # An amso array (read through the DLPack exchange API) and a buffer (the buffer protocol):
+    # byte strides worked out by hand.
+    assert peers.untyped_layout(amso.MemArray((2, 3), "int16")) == ([6, 2], True, False, True)
+    assert peers.untyped_layout(memoryview(bytearray(64)).cast("d", (2, 4))) == ([32, 8], True, False, True)

@@ -243,8 +243,22 @@ fn faer_add_index(mut x: ArrayMut<'_, f64, 2>) -> PyResult<()> {
 }
 
 /// Adds this file's functions to the module.
+/// An untyped argument's byte strides and contiguity (rust-numpy's `PyUntypedArray` facts).
+#[pyfunction]
+fn untyped_layout(x: UntypedArray<'_>) -> (Vec<isize>, bool, bool, bool) {
+    (x.strides().to_vec(), x.is_c_contiguous(), x.is_fortran_contiguous(), x.is_contiguous())
+}
+
+/// The same facts from rust-numpy's untyped array.
+#[pyfunction]
+fn numpy_untyped_layout(x: &Bound<'_, numpy::PyUntypedArray>) -> (Vec<isize>, bool, bool, bool) {
+    (x.strides().to_vec(), x.is_c_contiguous(), x.is_fortran_contiguous(), x.is_contiguous())
+}
+
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     for function in [
+        wrap_pyfunction!(untyped_layout, module)?,
+        wrap_pyfunction!(numpy_untyped_layout, module)?,
         wrap_pyfunction!(like_f64, module)?,
         wrap_pyfunction!(like_i32, module)?,
         wrap_pyfunction!(like_i32_coerce, module)?,

@@ -28,6 +28,8 @@ pub struct UntypedArray<'py> {
     object: Bound<'py, PyAny>,
     source: Source,
     shape: Vec<usize>,
+    /// In bytes, as NumPy's `ndarray.strides` (and rust-numpy's untyped array) give them.
+    strides: Vec<isize>,
 }
 
 impl<'a, 'py> FromPyObject<'a, 'py> for UntypedArray<'py> {
@@ -46,8 +48,15 @@ impl<'a, 'py> FromPyObject<'a, 'py> for UntypedArray<'py> {
             )),
             ));
         };
-        let shape = source.extents(object.py()).dims.iter().map(|&d| d as usize).collect();
-        Ok(UntypedArray { object, source, shape })
+        let extents = source.extents(object.py());
+        let shape: Vec<usize> = extents.dims.iter().map(|&d| d as usize).collect();
+        let itemsize = (source.dtype.1 as usize * source.dtype.2 as usize).div_ceil(8) as isize;
+        let strides = match extents.strides {
+            source::Strides::Bytes(given) => given.iter().map(|&s| s as isize).collect(),
+            source::Strides::Elements(given) => given.iter().map(|&s| (s as isize).saturating_mul(itemsize)).collect(),
+            source::Strides::COrder => c_strides(&shape, itemsize),
+        };
+        Ok(UntypedArray { object, source, shape, strides })
     }
 }
 
@@ -82,6 +91,32 @@ impl<'py> UntypedArray<'py> {
         self.shape.len()
     }
 
+    /// The strides in bytes, as NumPy's `ndarray.strides` gives them (C-order strides where
+    /// the producer gave none).
+    pub fn strides(&self) -> &[isize] {
+        &self.strides
+    }
+
+    /// Whether the elements are in C order, without gaps (axes of length 1 step anyhow).
+    pub fn is_c_contiguous(&self) -> bool {
+        let itemsize = (self.source.dtype.1 as usize * self.source.dtype.2 as usize).div_ceil(8) as isize;
+        contiguous(&self.shape, &self.strides, &c_strides(&self.shape, itemsize))
+    }
+
+    /// Whether the elements are in Fortran order, without gaps.
+    pub fn is_fortran_contiguous(&self) -> bool {
+        let itemsize = (self.source.dtype.1 as usize * self.source.dtype.2 as usize).div_ceil(8) as isize;
+        let reversed: Vec<usize> = self.shape.iter().rev().copied().collect();
+        let mut expected = c_strides(&reversed, itemsize);
+        expected.reverse();
+        contiguous(&self.shape, &self.strides, &expected)
+    }
+
+    /// Whether the elements are in C or Fortran order, without gaps.
+    pub fn is_contiguous(&self) -> bool {
+        self.is_c_contiguous() || self.is_fortran_contiguous()
+    }
+
     /// Where the data lives.
     pub fn device(&self) -> Device {
         self.source.device
@@ -103,4 +138,21 @@ impl<'py> UntypedArray<'py> {
     pub fn into_typed<T: Element, D: Dimensions, A: Access>(self) -> PyResult<TypedArray<'py, T, D, A>> {
         TypedArray::check(self.object, self.source)
     }
+}
+
+/// C-order byte strides of `shape`.
+fn c_strides(shape: &[usize], itemsize: isize) -> Vec<isize> {
+    let mut strides = vec![0; shape.len()];
+    let mut step = itemsize;
+    for (slot, &extent) in strides.iter_mut().zip(shape).rev() {
+        *slot = step;
+        step = step.saturating_mul(extent.max(1) as isize);
+    }
+    strides
+}
+
+/// Whether `strides` step as `expected` on every axis that steps (of length above 1); an
+/// empty array is contiguous.
+fn contiguous(shape: &[usize], strides: &[isize], expected: &[isize]) -> bool {
+    shape.contains(&0) || shape.iter().zip(strides.iter().zip(expected)).all(|(&n, (&s, &e))| n <= 1 || s == e)
 }

@@ -150,8 +150,12 @@ fn numpy_kind(descr_object: &Bound<'_, PyAny>, type_num: c_int) -> PyResult<Opti
     Ok(match type_num {
         NPY_OBJECT => Some(("object".into(), (3, 64, 1))),
         NPY_DATETIME | NPY_TIMEDELTA => {
-            let name: String = descr_object.getattr(intern!(py, "name"))?.extract()?;
-            Some((name.into(), (INT, 64, 1)))
+            // `dtype.str` ('<m8[s]') is a C getter; `dtype.name` runs Python code (NumPy's
+            // `_dtype._name_get`), tens of thousands of instructions per argument.
+            let code: String = descr_object.getattr(intern!(py, "str"))?.extract()?;
+            let unit = code.find('[').map_or("", |open| &code[open..]);
+            let kind = if type_num == NPY_DATETIME { "datetime64" } else { "timedelta64" };
+            Some((format!("{kind}{unit}").into(), (INT, 64, 1)))
         }
         NPY_STRING => {
             let n = itemsize()?;

@@ -20,6 +20,11 @@
 //! element type or the number of dimensions, a `ValueError` for a read-only array given as
 //! writable, an unusable layout or device, a `BufferError` for memory another argument holds
 //! for writing; PyO3 adds the argument's name as a note (`while processing 'x'`).
+//!
+//! An amso array's unlocked host data is read in place, from the array's header, with no
+//! reference to its buffer (`source::from_amso`): the argument's borrow keeps the data where it
+//! is, since every change of an amso array that runs with the GIL released borrows the memory
+//! for writing first and is refused (`BufferError`) while an argument holds it.
 
 pub(crate) mod borrow;
 mod results;
@@ -188,7 +193,7 @@ impl<'a, 'py, T: Element, D: Dimensions, A: Access> FromPyObject<'a, 'py> for Ty
         // A type of the extension's own becomes known to NumPy-name lookups (nothing for the
         // spec's types).
         crate::element::own::register::<T>();
-        match source::acquire(&object, None)? {
+        match source::acquire_argument(&object)? {
             Some(source) => Self::check(object, source),
             None => Err(PyTypeError::new_err(format!(
                 "expected {} (an object with __dlpack__, __cuda_array_interface__, the buffer protocol or the DLPack C \

@@ -446,7 +446,7 @@ struct amso_array_header {
     int64_t shape[8];
     int64_t strides[8];
 };
-#define AMSO_HEADER_VERSION 1u
+#define AMSO_HEADER_VERSION 2u
 #ifdef __cplusplus
 static_assert(sizeof(struct amso_array_header) == 184, "amso_array_header layout");
 #else
@@ -472,6 +472,10 @@ enum amso_error {
 #define AMSO_FLAG_READONLY 1u
 #define AMSO_FLAG_ON_DEVICE 2u
 #define AMSO_FLAG_PINNED 4u
+/* Since version 2: a change of the array (a move, a copy in) is under way in some thread, with
+ * the GIL released; the placement describes the array from before it, and the data may be
+ * changing. Read the data once the flag is clear. */
+#define AMSO_FLAG_CHANGING 8u
 
 /* DLPack device types and type codes (DLPack 1.3). */
 #define AMSO_DEVICE_CPU 1

@@ -59,6 +59,9 @@ pub(crate) mod shape;
 pub(crate) mod share;
 #[cfg(any(feature = "cuda", test))]
 pub(crate) mod staging;
+#[cfg(any(feature = "python", test))]
+#[cfg_attr(not(feature = "python"), allow(dead_code))] // the Python class uses it; Miri runs its tests
+pub(crate) mod state_cell;
 #[cfg(feature = "python")]
 pub(crate) mod strided;
 

@@ -4,9 +4,20 @@
 //!
 //! The class is `frozen`: PyO3 keeps no borrow flag, so no Python user ever sees "Already
 //! borrowed". Its state has one discipline, written here:
-//! - the array sits behind an `RwLock`. A thread that finds it taken waits with the GIL
-//!   released (`py.detach`), so a holder that needs the GIL back (or runs detached, as a
-//!   move does) always finishes. No Python code runs while the lock is held.
+//! - the array sits in a `StateCell` (`state_cell.rs`): an `RwLock` plus a count of registered
+//!   writers that only threads holding the GIL change. Every change registers first, with the
+//!   GIL held, before it takes the write lock, and ends, with the GIL held, after it released
+//!   it and republished the header; the header says so meanwhile (`FLAG_CHANGING`). A reader
+//!   that holds the GIL, sees no writer registered and keeps the GIL until it is done reads
+//!   without the lock (`read_unlocked_if`); typed arguments of any runtime copy read host data
+//!   in place from the header under the same flag (`source::from_amso`).
+//! - a thread that finds the lock taken waits with the GIL released (`py.detach`), so a
+//!   holder that needs the GIL back (or runs detached, as a move does) always finishes. No
+//!   Python code runs while the lock is held.
+//! - a change that releases the GIL while it writes host memory (`modify_detached`) first
+//!   borrows that memory for writing in the process's borrow registry, with the GIL held: it
+//!   is refused (`BufferError`) while a typed argument holds the array, which is what lets a
+//!   typed argument read the host data in place without a reference to the buffer.
 //! - facts that never change (dtype, shape) and the placement the C header publishes are read
 //!   without the lock, so readers see the state from before a long operation, never a
 //!   half-updated one (`Header`).
@@ -14,7 +25,7 @@
 //!   (with the GIL held) once the change is complete.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -23,6 +34,7 @@ use crate::element::{DType, Element};
 use crate::memarray::core::ArrayCore;
 use crate::memarray::MemArray;
 use crate::python::header::Header;
+use crate::state_cell::{ReadGuard, StateCell, WriteGuard};
 
 /// Base class of every amso array class (Python name `amso._amso.MemArrayBase`).
 #[pyclass(subclass, frozen, module = "amso._amso", name = "MemArrayBase")]
@@ -30,7 +42,11 @@ pub struct MemArrayBase {
     /// What the C getters read; the placement fields are republished after every change.
     header: Header,
     dtype: &'static DType,
-    state: RwLock<ArrayCore>,
+    state: StateCell<ArrayCore>,
+    /// Threads in `read_when_idle` waiting for the registered writers to end; changed only with
+    /// the GIL held (relaxed loads and stores, as `StateCell`'s count). A new writer lets them
+    /// through first, so that a thread changing the array over and over does not starve them.
+    waiting_readers: AtomicUsize,
     /// Live buffer-protocol exports; while any lives, the data stays where it is.
     pub(super) buffer_exports: AtomicUsize,
     /// The last `__cuda_array_interface__` built, with the (address, stream) it describes;
@@ -41,8 +57,22 @@ pub struct MemArrayBase {
 /// An interface dict and the (data address, stream) it describes.
 pub(super) type CachedInterface = (usize, Option<i64>, Py<PyDict>);
 
-type ReadGuard<'a> = RwLockReadGuard<'a, ArrayCore>;
-type WriteGuard<'a> = RwLockWriteGuard<'a, ArrayCore>;
+/// A registered writer of one array (`MemArrayBase::begin_writing`), ended when it drops, with
+/// the GIL held (a change run detached re-attaches before unwinding past `detach`).
+struct Writing<'a, 'py> {
+    base: &'a MemArrayBase,
+    py: Python<'py>,
+}
+
+impl Drop for Writing<'_, '_> {
+    fn drop(&mut self) {
+        // SAFETY: the GIL is held (`py`); this writer registered in `begin_writing` and its
+        // write guards are gone (they borrow from a scope inside the registration's).
+        if unsafe { self.base.state.end_write() } {
+            self.base.header.set_changing(self.py, false);
+        }
+    }
+}
 
 impl MemArrayBase {
     /// Wrap an array.
@@ -52,7 +82,8 @@ impl MemArrayBase {
         MemArrayBase {
             header,
             dtype,
-            state: RwLock::new(array),
+            state: StateCell::new(array),
+            waiting_readers: AtomicUsize::new(0),
             buffer_exports: AtomicUsize::new(0),
             interface_cache: Mutex::new(None),
         }
@@ -68,24 +99,44 @@ impl MemArrayBase {
         self.dtype
     }
 
-    fn read_guard(&self, py: Python<'_>) -> ReadGuard<'_> {
+    fn read_guard(&self, py: Python<'_>) -> ReadGuard<'_, ArrayCore> {
         loop {
-            match self.state.try_read() {
-                Ok(guard) => return guard,
-                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
-                // Wait for the writer without the GIL, then try again.
-                Err(TryLockError::WouldBlock) => py.detach(|| drop(self.state.read())),
+            if let Some(guard) = self.state.try_read() {
+                return guard;
             }
+            // Wait for the writer without the GIL, then try again.
+            py.detach(|| self.state.wait_for_writer());
         }
     }
 
-    fn write_guard(&self, py: Python<'_>) -> WriteGuard<'_> {
+    /// Let readers waiting for the last change to end go first (they are quick: a hold), with
+    /// the GIL released meanwhile. Called before a change borrows the memory and registers:
+    /// those two happen in one hold of the GIL, so no reader sees the borrow without the flag.
+    fn let_waiting_readers_in(&self, py: Python<'_>) {
+        while self.waiting_readers.load(Ordering::Relaxed) != 0 {
+            py.detach(std::thread::yield_now);
+        }
+    }
+
+    /// Register a writer (see the module docs): the header says the array is changing until
+    /// the registration drops.
+    fn begin_writing<'py>(&self, py: Python<'py>) -> Writing<'_, 'py> {
+        // SAFETY: the GIL is held (`py`); `Writing` ends the registration once, with the GIL,
+        // after the caller's write guard (declared after it) dropped.
+        if unsafe { self.state.begin_write() } {
+            self.header.set_changing(py, true);
+        }
+        Writing { base: self, py }
+    }
+
+    fn write_guard(&self, py: Python<'_>, _writing: &Writing<'_, '_>) -> WriteGuard<'_, ArrayCore> {
         loop {
-            match self.state.try_write() {
-                Ok(guard) => return guard,
-                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) => py.detach(|| drop(self.state.write())),
+            // SAFETY: registered (`_writing`), and ended only after this guard drops.
+            if let Some(guard) = unsafe { self.state.try_write() } {
+                return guard;
             }
+            // SAFETY: as above; the guard is dropped at once.
+            py.detach(|| drop(unsafe { self.state.write_locked() }));
         }
     }
 
@@ -94,31 +145,108 @@ impl MemArrayBase {
         f(&self.read_guard(py))
     }
 
+    /// Read the array through `f`, without the lock if no writer is registered and `unlocked`
+    /// says so of the array, else under it.
+    ///
+    /// # Safety
+    /// When `unlocked` is true, `f` keeps the GIL until it returns: it runs no Python code,
+    /// releases nothing (`detach`, `gil::released`: no driver call) and does not reach this
+    /// object again.
+    pub(crate) unsafe fn read_unlocked_if<R>(
+        &self,
+        py: Python<'_>,
+        unlocked: impl FnOnce(&ArrayCore) -> bool,
+        f: impl FnOnce(&ArrayCore) -> R,
+    ) -> R {
+        let locked;
+        // SAFETY: the GIL is held (`py`) and kept while the reference is used, by `unlocked`
+        // and (when it says so) by `f` (the caller's contract).
+        let core = match unsafe { self.state.attached() }.filter(|core| unlocked(core)) {
+            Some(core) => core,
+            None => {
+                locked = self.read_guard(py);
+                &*locked
+            }
+        };
+        f(core)
+    }
+
+    /// Read the array through `f` once no writer is registered (a typed argument's hold: a
+    /// change that borrows the memory gives its borrow back before it ends).
+    pub(crate) fn read_when_idle<R>(&self, py: Python<'_>, f: impl FnOnce(&ArrayCore) -> R) -> R {
+        // SAFETY: the GIL is held (`py`).
+        if unsafe { self.state.writers_idle() } {
+            return self.read(py, f);
+        }
+        let waiting = |change: isize| {
+            let count = self.waiting_readers.load(Ordering::Relaxed);
+            self.waiting_readers.store(count.wrapping_add_signed(change), Ordering::Relaxed);
+        };
+        waiting(1);
+        // SAFETY: the GIL is held (`py`) whenever the condition is read.
+        while !unsafe { self.state.writers_idle() } {
+            py.detach(|| {
+                self.state.wait_for_writer();
+                std::thread::yield_now();
+            });
+        }
+        waiting(-1);
+        self.read(py, f)
+    }
+
     /// Whether no thread is changing the array now (a move, a copy in): what a reader that must
     /// not wait (the repr) looks at first.
-    pub(crate) fn idle(&self) -> bool {
-        !matches!(self.state.try_read(), Err(TryLockError::WouldBlock))
+    pub(crate) fn idle(&self, _attached: Python<'_>) -> bool {
+        // SAFETY: the GIL is held (`_attached`).
+        unsafe { self.state.writers_idle() }
     }
 
     /// Read the array through `f` with the GIL released (long reads: copies out).
     pub(crate) fn read_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&ArrayCore) -> R + Send) -> R {
-        py.detach(|| f(&self.state.read().unwrap_or_else(|e| e.into_inner())))
+        py.detach(|| f(&self.state.read_locked()))
     }
 
     /// Change the array through `f` (no Python code in `f`), then republish the header.
     pub(crate) fn modify<R>(&self, py: Python<'_>, f: impl FnOnce(&mut ArrayCore) -> R) -> R {
-        let mut guard = self.write_guard(py);
+        self.let_waiting_readers_in(py);
+        let writing = self.begin_writing(py);
+        let mut guard = self.write_guard(py, &writing);
         let result = f(&mut guard);
         self.header.publish(py, &guard.raw_view());
+        drop(guard);
         result
     }
 
     /// Change the array through `f` with the GIL released (moves, large copies in), then
-    /// republish the header. Other threads meanwhile read the old placement, or wait.
-    pub(crate) fn modify_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut ArrayCore) -> R + Send) -> R {
-        let result = py.detach(|| f(&mut self.state.write().unwrap_or_else(|e| e.into_inner())));
+    /// republish the header. Other threads meanwhile read the old placement, or wait. Refused
+    /// (`BufferError`, `f` not called) while a typed argument holds the host memory, which is
+    /// borrowed for writing until the change ends.
+    pub(crate) fn modify_detached<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut ArrayCore) -> R + Send,
+    ) -> PyResult<R> {
+        // Changes of one array take turns: another one's borrow would refuse this one's.
+        loop {
+            self.let_waiting_readers_in(py);
+            // SAFETY: the GIL is held (`py`).
+            if unsafe { self.state.writers_idle() } {
+                break;
+            }
+            py.detach(|| {
+                self.state.wait_for_writer();
+                std::thread::yield_now();
+            });
+        }
+        // The borrow and the registration in one hold of the GIL: with no writer registered,
+        // `read` takes the lock at once, without letting the GIL go.
+        let _borrow = self.read(py, |array| write_borrow(py, array, true))?;
+        let writing = self.begin_writing(py);
+        // SAFETY: registered (`writing`), which ends after the guard, dropped inside.
+        let result = py.detach(|| f(&mut *unsafe { self.state.write_locked() }));
         self.read(py, |array| self.header.publish(py, &array.raw_view()));
-        result
+        drop(writing);
+        Ok(result)
     }
 
     /// Move `array` (this object's, locked for writing, so no new buffer appears meanwhile) to

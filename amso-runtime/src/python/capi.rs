@@ -158,7 +158,7 @@ getter! {
     amso_dtype_lanes: u16 = |h| h.lanes;
     /// Bytes per element.
     amso_itemsize: i64 = |h| h.itemsize;
-    /// AMSO_FLAG_* bits: read-only, on device, pinned.
+    /// AMSO_FLAG_* bits: read-only, on device, pinned, changing.
     amso_flags: u32 = |h| h.placement().flags;
     /// Id of the context holding the array's lock, 0 when unlocked.
     amso_lock_id: u64 = |h| h.placement().lock_id;

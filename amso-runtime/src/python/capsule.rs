@@ -53,7 +53,16 @@ pub(crate) fn dlpack_call<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let request = DlpackRequest { stream, max_version, dl_device, copy };
     warn_ambiguous_stream(py, array, &request)?;
-    let tensor = array.read(py, |array| export_tensor(array, lock, &request))?;
+    // Host data exported where it is (no copy, no device named) is an `Arc` clone and an
+    // allocation: no Python code, no driver call, so the GIL stays held and the array's lock
+    // can be skipped while no writer is registered. Everything else takes the lock. (`export_tensor`
+    // runs in one closure of a function of its own, as under the lock, so that thin LTO
+    // inlines its steps.)
+    let in_place = request.dl_device.is_none() && request.copy != Some(true);
+    let unlocked = |core: &ArrayCore| in_place && core.residence() == crate::device::Residence::Host;
+    // SAFETY: `export_tensor` reads without the lock only host data that stays where it is,
+    // which releases nothing and runs no Python code.
+    let tensor = unsafe { array.read_unlocked_if(py, unlocked, |core| export_tensor(core, lock, &request)) }?;
     into_capsule(py, tensor)
 }
 

@@ -6,6 +6,12 @@
 //! moves and locks; those fields are atomics, written by `publish` only while the GIL is held.
 //! C readers hold the GIL too (the C API's contract), so a reader sees the header from before
 //! a change or after it, never a mix.
+//!
+//! `FLAG_CHANGING` (version 2) is set, with the GIL held, before any change of the array
+//! begins (a move or a copy in that then runs with the GIL released), and cleared, with the
+//! GIL held, after the change ended and the placement was republished (`python/array.rs`).
+//! A reader holding the GIL that finds it clear knows the placement is current and stays so
+//! while it keeps the GIL: typed arguments of every runtime copy read host data in place then.
 
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -15,7 +21,7 @@ use crate::MAX_NDIM;
 /// Marks a valid header ("AMSO" in ASCII).
 pub(crate) const HEADER_MAGIC: u32 = 0x414d_534f;
 /// Layout version of `Header`; bumped on any change.
-pub(crate) const HEADER_VERSION: u32 = 1;
+pub(crate) const HEADER_VERSION: u32 = 2;
 
 /// Flag bit: writes are refused.
 pub(crate) const FLAG_READONLY: u32 = 1;
@@ -23,6 +29,9 @@ pub(crate) const FLAG_READONLY: u32 = 1;
 pub(crate) const FLAG_ON_DEVICE: u32 = 2;
 /// Flag bit: the host buffer is pinned.
 pub(crate) const FLAG_PINNED: u32 = 4;
+/// Flag bit (since version 2): a change of the array is under way; the placement describes it
+/// from before, and the data may be changing. Readers that read in place fall back meanwhile.
+pub(crate) const FLAG_CHANGING: u32 = 8;
 
 /// The C view of one array.
 #[repr(C)]
@@ -135,8 +144,18 @@ impl Header {
         self.data.store(placement.data, Ordering::Relaxed);
         self.device_type.store(placement.device_type, Ordering::Relaxed);
         self.device_id.store(placement.device_id, Ordering::Relaxed);
-        self.flags.store(placement.flags, Ordering::Relaxed);
+        // The changing bit is the writers' to set and clear (`set_changing`), not the placement's.
+        let changing = self.flags.load(Ordering::Relaxed) & FLAG_CHANGING;
+        self.flags.store(placement.flags | changing, Ordering::Relaxed);
         self.lock_id.store(placement.lock_id, Ordering::Release);
+    }
+
+    /// Set or clear `FLAG_CHANGING`. The GIL must be held: every writer of `flags` holds it, so
+    /// a load and a store lose no update.
+    #[cfg(feature = "python")]
+    pub(crate) fn set_changing(&self, _attached: pyo3::Python<'_>, changing: bool) {
+        let flags = self.flags.load(Ordering::Relaxed) & !FLAG_CHANGING;
+        self.flags.store(if changing { flags | FLAG_CHANGING } else { flags }, Ordering::Relaxed);
     }
 
     /// Rewrite the placement fields from `array`. The GIL must be held (see the module docs);

@@ -306,7 +306,7 @@ impl MemArrayBase {
     #[pyo3(signature = (stream = StreamArg(None)), text_signature = "($self, stream=None)")]
     fn add_index_tuple(&self, py: Python<'_>, stream: StreamArg) -> PyResult<()> {
         let stream = crate::current_stream::resolve(stream.0);
-        Ok(self.modify_detached(py, |array| self.add_index_locked(array, stream))?)
+        Ok(self.modify_detached(py, |array| self.add_index_locked(array, stream))??)
     }
 
     // ---- the CUDA array interface ----
@@ -383,6 +383,15 @@ impl MemArrayBase {
     /// Move the data to `target` on `stream` (detached), unless buffers pin it on the host.
     fn move_to(&self, py: Python<'_>, target: Device, stream: StreamArg, async_copy: bool) -> PyResult<()> {
         let stream = crate::current_stream::resolve(stream.0);
-        Ok(self.modify_detached(py, |array| self.move_locked(array, target, stream, async_copy))?)
+        // Unlocked data already there stays, whoever holds it (a typed argument refuses real moves).
+        let placement = self.header().placement();
+        if target.device_type == crate::DeviceType::Cpu
+            && !placement.on_device()
+            && placement.lock_id == 0
+            && self.idle(py)
+        {
+            return Ok(());
+        }
+        Ok(self.modify_detached(py, |array| self.move_locked(array, target, stream, async_copy))??)
     }
 }

@@ -89,7 +89,7 @@ pub(super) fn read_numpy_array(array: &MemArrayBase, py: Python<'_>, source: &Bo
     let (address, len) = (buffer.buf_ptr() as usize, buffer.len_bytes());
     // SAFETY: the buffer is a live C-contiguous run of `len` bytes, held by `buffer` for the
     // call; it may be this array's own memory (a view of it), which the copy allows.
-    array.modify_detached(py, |object| unsafe { object.copy_from(address as *const u8, len, None) })?;
+    array.modify_detached(py, |object| unsafe { object.copy_from(address as *const u8, len, None) })??;
     Ok(())
 }
 

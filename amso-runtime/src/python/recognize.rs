@@ -10,7 +10,10 @@
 //!
 //! The same table lets a typed argument of one runtime hold an array of another without a
 //! managed tensor: `hold` takes a reference to the memory where it is (the array's own
-//! runtime keeps it alive), `release` gives it back.
+//! runtime keeps it alive), `release` gives it back. A runtime whose header is of version 2
+//! or later keeps `FLAG_CHANGING` (`header.rs`), so a typed argument reads its unlocked,
+//! unchanging host data in place from the header instead (`source::from_amso`); a table of
+//! version 1 (an older amso) has the same layout and is held through `hold`.
 
 use std::ffi::CStr;
 
@@ -23,6 +26,10 @@ use pyo3::exceptions::PyRuntimeError;
 use super::array::MemArrayBase;
 use crate::memarray::export::HeldMemory;
 use crate::python::header::{Header, HEADER_MAGIC, HEADER_VERSION};
+
+/// The oldest header version (and `ArrayTypeInfo` layout) this runtime reads: version 1 has the
+/// same layout without `FLAG_CHANGING`.
+const OLDEST_HEADER_VERSION: u32 = 1;
 
 const TYPE_CAPSULE: &CStr = c"amso.array_type.v2";
 
@@ -42,6 +49,14 @@ pub(crate) struct ArrayTypeInfo {
     pub(crate) hold: unsafe extern "C" fn(*mut ffi::PyObject, i64, *mut HeldArray) -> std::ffi::c_int,
     /// Give back what `hold` took (any thread, with or without the GIL).
     pub(crate) release: unsafe extern "C" fn(usize),
+}
+
+impl ArrayTypeInfo {
+    /// Whether this runtime's headers keep `FLAG_CHANGING`, so that host data may be read in
+    /// place from them.
+    pub(crate) fn reads_in_place(&self) -> bool {
+        self.header_version >= 2
+    }
 }
 
 /// What `hold` hands out.
@@ -81,7 +96,9 @@ unsafe extern "C" fn hold(object: *mut ffi::PyObject, stream: i64, out: *mut Hel
         let array = object.cast::<MemArrayBase>().map_err(|_| {
             pyo3::exceptions::PyTypeError::new_err("the object is not an amso array of the runtime asked to hold it")
         })?;
-        let held = array.get().read(py, |core| core.hold(stream))?;
+        // Once no writer is registered: a change borrows the memory until it ends, and waiting for
+        // its end (not only for its lock) keeps the caller's borrow from meeting that one.
+        let held = array.get().read_when_idle(py, |core| core.hold(stream))?;
         let token = match held.memory {
             HeldMemory::Host(buffer) => std::sync::Arc::into_raw(buffer) as usize,
             #[cfg(feature = "cuda")]
@@ -177,7 +194,8 @@ pub(crate) fn type_info(class: &Bound<'_, PyAny>) -> Option<&'static ArrayTypeIn
     // SAFETY: valid under this name, so this is a non-null pointer to a runtime's static
     // `ArrayTypeInfo`, which lives for the process (extension modules are never unloaded).
     let info = unsafe { &*ffi::PyCapsule_GetPointer(capsule.as_ptr(), TYPE_CAPSULE.as_ptr()).cast::<ArrayTypeInfo>() };
-    (info.header_version == HEADER_VERSION && info.header_size as usize == size_of::<Header>()).then_some(info)
+    let known = (OLDEST_HEADER_VERSION..=HEADER_VERSION).contains(&info.header_version);
+    (known && info.header_size as usize == size_of::<Header>()).then_some(info)
 }
 
 /// The runtime whose array classes `ty` is one of (this runtime's, or another copy's), if any.
@@ -200,7 +218,8 @@ pub(crate) fn header_of_object<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a H
     let header = unsafe { (info.header_of)(object.as_ptr()) };
     // SAFETY: NULL or a header inside `object`, alive while it is.
     let header = unsafe { header.as_ref() }?;
-    (header.magic == HEADER_MAGIC && header.version == HEADER_VERSION).then_some(header)
+    let known = (OLDEST_HEADER_VERSION..=HEADER_VERSION).contains(&header.version);
+    (header.magic == HEADER_MAGIC && known).then_some(header)
 }
 
 /// `isinstance(x, amso.MemArray)`: whether `obj` is an amso array of any crate.

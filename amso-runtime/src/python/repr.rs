@@ -34,7 +34,7 @@ pub(super) fn repr(slf: &Bound<'_, MemArrayBase>) -> PyResult<String> {
     }
     let shape = format!("shape={}", PyTuple::new(py, array.header().dims())?.repr()?);
     // Only unlocked host data that no thread is changing now is read.
-    let readable = !placement.on_device() && placement.lock_id == 0 && array.idle();
+    let readable = !placement.on_device() && placement.lock_id == 0 && array.idle(py);
     // A failure to print the values (NumPy's own) falls back to the values-free form; an
     // interrupt or another BaseException that is not an Exception goes on.
     match readable.then(|| with_values(slf, &name, &shape, &extras)) {

@@ -21,6 +21,11 @@
 //! writable, an unusable layout or device, a `BufferError` for memory another argument holds
 //! for writing. Each message starts with the argument's name (`argument 'x': expected ...`),
 //! and PyO3's note says it too (`while processing 'x'`).
+//!
+//! An amso array's unlocked host data is read in place, from the array's header, with no
+//! reference to its buffer (`source::from_amso`): the argument's borrow keeps the data where it
+//! is, since every change of an amso array that runs with the GIL released borrows the memory
+//! for writing first and is refused (`BufferError`) while an argument holds it.
 
 mod array_like;
 pub(crate) mod borrow;
@@ -202,7 +207,7 @@ impl<'a, 'py, T: ArrayElement, D: Dimensions, A: Access> FromPyObject<'a, 'py> f
         // A type of the extension's own becomes known to NumPy-name lookups (nothing for the
         // spec's types).
         crate::element::own::register::<T>();
-        let extracted = match source::acquire_with_kinds(&object) {
+        let extracted = match source::acquire_argument(&object) {
             Ok(Some(source)) => Self::check(object, source),
             Ok(None) => Err(PyTypeError::new_err(format!(
                 "expected {} (an object with __dlpack__, __cuda_array_interface__, the buffer protocol or the DLPack C \

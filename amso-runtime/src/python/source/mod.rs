@@ -43,7 +43,7 @@ use super::identity_cache::IdentityCache;
 use super::recognize::{ArrayTypeInfo, HeldArray};
 use crate::device::{Device, DeviceType};
 use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
-use crate::python::header::Header;
+use crate::python::header::{Header, FLAG_CHANGING, FLAG_ON_DEVICE, FLAG_READONLY};
 
 pub(crate) use handshake::take_capsule;
 #[cfg(feature = "cuda")]
@@ -80,6 +80,10 @@ pub(crate) enum Holder {
     /// An amso array of any runtime (borrowed: the acquirer keeps it alive; its C-order shape
     /// is in its header), its memory held through its runtime's table.
     Amso(AmsoHold),
+    /// An amso array's host data read in place (`Request::in_place`): its header, valid while
+    /// the array (which the acquirer keeps alive) is. Nothing holds the memory: the typed
+    /// argument's borrow keeps every change away.
+    AmsoInPlace(NonNull<Header>),
 }
 
 /// An amso array's memory held through its runtime's `__amso_type__` table, released when
@@ -208,9 +212,9 @@ impl Source {
                 strides: described.byte_strides.as_deref().map_or(Strides::COrder, Strides::Bytes),
             },
             Holder::Buffer(view) => view.extents(),
-            Holder::Amso(held) => {
-                // SAFETY: the header of an array the holder keeps alive; its shape never changes.
-                let header = unsafe { held.header.as_ref() };
+            Holder::Amso(AmsoHold { header, .. }) | Holder::AmsoInPlace(header) => {
+                // SAFETY: the header of an array the acquirer keeps alive; its shape never changes.
+                let header = unsafe { header.as_ref() };
                 Extents { dims: header.dims(), strides: Strides::COrder }
             }
         }
@@ -230,6 +234,11 @@ impl Source {
             Holder::Interface(described) => Box::new(described),
             Holder::Buffer(view) => Box::new(view),
             Holder::Amso(held) => Box::new(held), // the runtime's reference keeps the memory
+            Holder::AmsoInPlace(_) => {
+                return Err(PyValueError::new_err(
+                    "internal error in amso: an array read in place cannot outlive the call that read it",
+                ))
+            }
         })
     }
 
@@ -419,6 +428,10 @@ pub(crate) struct Request {
     /// Take NumPy arrays of the kinds DLPack lacks (`Source::numpy_kind`): only typed
     /// arguments, which match them by name, ask; everyone else refuses them.
     pub(crate) numpy_kinds: bool,
+    /// The caller is a typed argument, which borrows host memory in the borrow registry before
+    /// the GIL is next released and keeps the object: an amso array's host data may be read in
+    /// place, with no reference to its buffer (`from_amso`).
+    pub(crate) in_place: bool,
 }
 
 /// `obj`'s memory by the first protocol it speaks (`None`: it speaks none); device data of
@@ -431,19 +444,25 @@ pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<O
     acquire_as(obj, protocol, Request { stream, ..Request::default() }).map(Some)
 }
 
-/// As `acquire`, also taking NumPy arrays of the kinds DLPack lacks (for typed arguments).
+/// `obj`'s memory for a typed argument (`Request::in_place`, `Request::numpy_kinds`): the
+/// caller keeps `obj`, and borrows non-empty host memory in the registry before it next
+/// releases the GIL; NumPy arrays of the kinds DLPack lacks are taken too (typed arguments
+/// match them by name).
 #[inline]
-pub(crate) fn acquire_with_kinds(obj: &Bound<'_, PyAny>) -> PyResult<Option<Source>> {
+pub(crate) fn acquire_argument(obj: &Bound<'_, PyAny>) -> PyResult<Option<Source>> {
     crate::process::join(obj.py())?;
     let Some(protocol) = protocol_of(obj)? else { return Ok(None) };
-    acquire_as(obj, protocol, Request { numpy_kinds: true, ..Request::default() }).map(Some)
+    acquire_as(obj, protocol, Request { in_place: true, numpy_kinds: true, ..Request::default() }).map(Some)
 }
 
 /// `obj`'s memory through `protocol`.
 #[inline]
 pub(crate) fn acquire_as(obj: &Bound<'_, PyAny>, protocol: Protocol, request: Request) -> PyResult<Source> {
     match protocol {
-        Protocol::Amso(runtime) => from_amso(obj, runtime, request.stream),
+        Protocol::Amso(runtime) => match request.in_place.then(|| in_place(obj, runtime)).flatten() {
+            Some(source) => Ok(source),
+            None => from_amso(obj, runtime, request.stream),
+        },
         Protocol::NumPy => numpy::read(obj, request.numpy_kinds),
         Protocol::Exchange(table) => from_exchange(obj, table),
         Protocol::DLPack => {
@@ -455,6 +474,46 @@ pub(crate) fn acquire_as(obj: &Bound<'_, PyAny>, protocol: Protocol, request: Re
         Protocol::Interface => handshake::from_interface(obj, request),
         Protocol::Buffer => pep3118::read(obj),
     }
+}
+
+/// An amso array's host data read in place from its header, if its runtime keeps
+/// `FLAG_CHANGING` and the data is unlocked host data that no change is under way on.
+///
+/// Why this is sound without a reference to the buffer: the GIL is held. The flag is set, with
+/// the GIL held, before any change of the array begins, and cleared after it ended and the
+/// header was republished (`python/array.rs`), so with it clear the header's placement is
+/// current and nothing writes or frees the data. The caller (a typed argument) registers its
+/// borrow of the memory before it next releases the GIL; every change that could write or
+/// free host memory while the GIL is released first borrows it for writing in the same
+/// registry, with the GIL held, so it is refused while the argument lives. Anything else
+/// (device data, a locked array, a change under way, a version 1 runtime) is held by
+/// `from_amso` as before.
+#[inline]
+fn in_place(obj: &Bound<'_, PyAny>, runtime: &'static ArrayTypeInfo) -> Option<Source> {
+    if !runtime.reads_in_place() {
+        return None;
+    }
+    let header = match std::ptr::eq(runtime, &super::recognize::INFO) {
+        true => obj.cast::<super::array::MemArrayBase>().ok()?.get().header(),
+        // SAFETY: a live object, the GIL held; that runtime checks the type itself, and a
+        // header it returns lives as long as `obj`.
+        false => unsafe { (runtime.header_of)(obj.as_ptr()).as_ref() }?,
+    };
+    let placement = header.placement();
+    let moving = placement.flags & (FLAG_CHANGING | FLAG_ON_DEVICE) != 0;
+    if moving || placement.lock_id != 0 || placement.device_type != DeviceType::Cpu as i32 {
+        return None;
+    }
+    Some(Source {
+        holder: Holder::AmsoInPlace(NonNull::from(header)),
+        data: placement.data,
+        dtype: (header.code, header.bits, header.lanes),
+        device: Device::CPU,
+        readonly: placement.flags & FLAG_READONLY != 0,
+        stream: None,
+        managed: false,
+        numpy_kind: None,
+    })
 }
 
 /// An amso array of any runtime, held in place by that runtime; device data is handed to the

@@ -246,6 +246,14 @@ fn extract_one(_a: ArrayRef<'_, f32, 1>) {}
 #[pyfunction]
 fn extract_three(_a: ArrayRef<'_, f32, 1>, _b: ArrayRef<'_, f32, 1>, _c: ArrayRef<'_, f32, 1>) {}
 
+/// The smallest and largest element, read with the GIL released: what tests of readers racing a
+/// copy in another thread call (an array of one value must never read as two).
+#[pyfunction]
+fn min_max(py: Python<'_>, x: ArrayRef<'_, f64, 1>) -> PyResult<(f64, f64)> {
+    let values = x.as_slice()?;
+    Ok(py.detach(|| values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)))))
+}
+
 #[pymodule]
 fn amso_user_example(module: &Bound<'_, PyModule>) -> PyResult<()> {
     amso_runtime::python::register::<Positions>(module)?;
@@ -257,6 +265,7 @@ fn amso_user_example(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(count_true, module)?)?;
     module.add_function(wrap_pyfunction!(sum_any, module)?)?;
     module.add_function(wrap_pyfunction!(while_writing, module)?)?;
+    module.add_function(wrap_pyfunction!(min_max, module)?)?;
     module.add_function(wrap_pyfunction!(float8_sum, module)?)?;
     module.add_function(wrap_pyfunction!(float8_halve, module)?)?;
     module.add_function(wrap_pyfunction!(owned_vec, module)?)?;

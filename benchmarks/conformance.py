@@ -74,6 +74,22 @@ KNOWN_LIMITS = {
                                "rather than be read as packed", (PADDED,)),
     ("tvm-ffi", "float4_e2m1fn"): ("TVM-FFI asks for a legacy capsule, which cannot carry DLPack's padded flag: amso "
                                    "refuses rather than be read as packed", (PADDED,)),
+    # The float8 formats PyTorch and TVM-FFI do not have (they have e4m3fn, e4m3fnuz, e5m2,
+    # e5m2fnuz and e8m0fnu), and the float6 formats.
+    **{(who, dtype): (f"{label} has no {dtype} dtype", ("Unsupported code",))
+       for who, label in (("torch", "PyTorch"), ("tvm-ffi", "TVM-FFI"))
+       for dtype in ("float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz")},
+    ("torch", "float6*"): ("PyTorch has no float6 dtypes", ("Unsupported code",)),
+    ("torch/legacy capsule", "float6*"): ("a legacy capsule cannot carry DLPack's padded flag: amso refuses rather than "
+                                          "be read as packed", (PADDED,)),
+    ("torch/interface", "float6*"): ("the CUDA array interface has no float6 typestr (amso publishes '|V1')", (VOID,)),
+    ("cupy", "float6*"): ("CuPy has no float6 dtypes", (TYPE_CODE,)),
+    ("cuda.core", "float6*"): ("StridedMemoryView maps DLPack types to NumPy dtypes, which have no float6",
+                               ("bits must be a multiple of 8",)),
+    ("jax", "float6*"): ("JAX asks for a legacy capsule, which cannot carry DLPack's padded flag: amso refuses rather "
+                         "than be read as packed", (PADDED,)),
+    ("tvm-ffi", "float6*"): ("TVM-FFI asks for a legacy capsule, which cannot carry DLPack's padded flag: amso refuses "
+                             "rather than be read as packed", (PADDED,)),
 }
 
 # Substring of an error -> the environment fault it shows (recorded as "env", not as a result).
@@ -218,7 +234,8 @@ def check(a, consume, expected, pointer, consumer="", name="", path=""):
             return "FAIL", "raw bytes differ"
         return "pass", f"raw bytes ('|V{values.dtype.itemsize}'): the CUDA array interface has no typestr for {name}"
     try:
-        same = values.shape == expected.shape and np.array_equal(comparable(values), comparable(expected))
+        # equal_nan: float8_e8m0fnu (a power-of-two scale) has no zero, and holds 0 as NaN.
+        same = values.shape == expected.shape and np.array_equal(comparable(values), comparable(expected), equal_nan=True)
     except Exception as error:  # noqa: BLE001 - the harness's own conversion failing is a FAIL too
         return "FAIL", f"comparing values: {type(error).__name__}: {str(error)[:100]}"
     if not same:
@@ -312,7 +329,7 @@ def managed_rows():
                     status, why = "FAIL", "copied (pointer differs)"
                 elif not imported.managed or imported.__dlpack_device__()[0] != 13:
                     status, why = "FAIL", "the import does not say kDLCUDAManaged"
-                elif not np.array_equal(comparable(imported.to_numpy()), comparable(expected)):
+                elif not np.array_equal(comparable(imported.to_numpy()), comparable(expected), equal_nan=True):
                     status, why = "FAIL", "values differ"
             except Exception as error:  # noqa: BLE001 - a FAIL with its reason
                 status, why = "FAIL", f"{type(error).__name__}: {str(error)[:120]}"

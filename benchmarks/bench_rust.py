@@ -126,8 +126,8 @@ def markdown(report: dict, counts: dict | None = None) -> str:
         lines.append(line)
     if counts:
         lines += ["", "Instructions per call, the Python loop that makes the call included (callgrind, "
-                  "`bench_rust.py --instructions`, on the CI-kind x86-64 host: the GPU hosts have no valgrind; the last "
-                  "row's rust-numpy column is its NumPy argument)."]
+                  "`bench_rust.py --instructions`, on the CI-kind x86-64 host: the GPU hosts have no valgrind; in the "
+                  "\"no-op, 1 amso array argument\" row, rust-numpy's column is its NumPy argument)."]
     inputs = [(name, report["rows"][name]) for name in INPUT_ROWS if name in report["rows"]]
     if inputs:
         lines += ["", "The same amso `#[pyfunction]` given amso arrays (of the bundled module: another copy of the "

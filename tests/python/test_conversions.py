@@ -309,3 +309,21 @@ def test_untyped_strides_of_producers_without_numpy():
     # byte strides worked out by hand.
     assert peers.untyped_layout(amso.MemArray((2, 3), "int16")) == ([6, 2], True, False, True)
     assert peers.untyped_layout(memoryview(bytearray(64)).cast("d", (2, 4))) == ([32, 8], True, False, True)
+
+
+def test_only_immutable_types_are_remembered_as_speaking_no_protocol():
+    """Lists are classified once (they can never gain a protocol); a class of one's own that
+    gains __dlpack__ after a first call is read through it on the next."""
+    assert peers.like_f64([1, 2]) == ([2], [1.0, 2.0], True)
+    assert peers.like_f64([3]) == ([1], [3.0], True)
+
+    class Late:
+        pass
+
+    late = Late()
+    with pytest.raises(TypeError, match="numpy.asarray"):
+        peers.like_f64(late)
+    source = np.arange(3.0)
+    Late.__dlpack__ = lambda self, **kwargs: source.__dlpack__(**kwargs)
+    Late.__dlpack_device__ = lambda self: source.__dlpack_device__()
+    assert peers.like_f64(late) == ([3], [0.0, 1.0, 2.0], False)

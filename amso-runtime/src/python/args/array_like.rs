@@ -124,27 +124,30 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
             // The producer's hold ends here: NumPy reads it again to convert.
             drop(source);
         }
-        let arrived = describe(&object, None);
+        // What arrived, for messages only (a Python call): worked out when one is made.
+        let arrived = || describe(&object, None);
         let kwargs = PyDict::new(py);
         kwargs.set_item(intern!(py, "dtype"), convert::numpy_dtype(py, &T::DTYPE)?)?;
         let array =
             convert::numpy(py)?.call_method(intern!(py, "asarray"), (&object,), Some(&kwargs)).map_err(|cause| {
                 let error = PyTypeError::new_err(format!(
-                    "expected {} or a value numpy.asarray converts to one, got {arrived}, which it cannot convert: {}",
+                    "expected {} or a value numpy.asarray converts to one, got {}, which it cannot convert: {}",
                     wanted::<T, D, Read>(),
+                    arrived(),
                     cause.value(py)
                 ));
                 error.set_cause(py, Some(cause));
                 error
             })?;
         let Some(source) = source::acquire(&array, None)? else {
-            return Err(PyTypeError::new_err(format!("numpy.asarray gave no array for {arrived}")));
+            return Err(PyTypeError::new_err(format!("numpy.asarray gave no array for {}", arrived())));
         };
         let ndim = source.extents(py).dims.len();
         if D::NDIM.is_some_and(|n| n != ndim) {
             return Err(PyTypeError::new_err(format!(
-                "expected {}, got {arrived} that converts to {ndim} dimension{}",
+                "expected {}, got {} that converts to {ndim} dimension{}",
                 wanted::<T, D, Read>(),
+                arrived(),
                 if ndim == 1 { "" } else { "s" }
             )));
         }

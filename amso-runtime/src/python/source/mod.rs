@@ -344,21 +344,41 @@ impl Protocol {
 /// through attributes of its own (not its type's) is probed every time.
 #[inline]
 pub(crate) fn protocol_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<Protocol>> {
-    if let Some(value) = PROTOCOLS.get_raw(obj.get_type_ptr() as usize, 0) {
+    let type_address = obj.get_type_ptr() as usize;
+    if let Some(value) = PROTOCOLS.get_raw(type_address, 0) {
         return Ok(Some(Protocol::decode(value)));
     }
-    if let Some(protocol) = protocol_of_type(&obj.get_type())? {
+    if SPEAK_NONE.get_raw(type_address, 0).is_some() {
+        return Ok(None);
+    }
+    let ty = obj.get_type();
+    if let Some(protocol) = protocol_of_type(&ty)? {
         return Ok(Some(protocol));
     }
     let py = obj.py();
-    Ok(if obj.hasattr(intern!(py, "__dlpack__"))? {
-        Some(Protocol::DLPack)
-    } else if obj.hasattr(intern!(py, "__cuda_array_interface__"))? {
-        Some(Protocol::Interface)
-    } else {
-        None
-    })
+    if obj.hasattr(intern!(py, "__dlpack__"))? {
+        return Ok(Some(Protocol::DLPack));
+    }
+    if obj.hasattr(intern!(py, "__cuda_array_interface__"))? {
+        return Ok(Some(Protocol::Interface));
+    }
+    // An immutable type (list, tuple, int, ...: no attribute can be added to it later, nor to
+    // its instances unless they have a `__dict__`) that speaks no protocol never will: the
+    // lists and scalars an ArrayLike argument converts are classified once, not per call.
+    // SAFETY: a live type object.
+    let flags = unsafe { ffi::PyType_GetFlags(ty.as_ptr().cast()) };
+    if flags & ffi::Py_TPFLAGS_IMMUTABLETYPE != 0
+        && ty
+            .getattr_opt(intern!(py, "__dictoffset__"))?
+            .is_none_or(|offset| offset.extract::<isize>().is_ok_and(|o| o == 0))
+    {
+        SPEAK_NONE.insert(ty.as_any(), 0, 1);
+    }
+    Ok(None)
 }
+
+/// Immutable types whose instances speak no protocol (`protocol_of`'s negative cache).
+static SPEAK_NONE: IdentityCache<32> = IdentityCache::new();
 
 /// The protocol instances of `ty` speak, classified once per type.
 fn protocol_of_type(ty: &Bound<'_, PyType>) -> PyResult<Option<Protocol>> {

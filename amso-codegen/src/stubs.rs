@@ -131,36 +131,29 @@ pub(crate) fn memarray_stub(spec: &Spec, header_note: &str) -> String {
          on_device=False,\n    managed=False, shareable=False)``: a zero-filled array of the compiled \
          class for\n    ``(dtype, len(shape))``; every amso array is an instance.\"\"\"\n\n",
     );
-    let calls: Vec<(DType, u8)> = spec.instances().map(|(d, n)| (d.clone(), n)).collect();
-    for (dtype, ndim) in &calls {
-        let default = if dtype.name == "float64" { " | None = None" } else { "" };
-        let _ = writeln!(
-            out,
-            "    @overload\n    def __new__(cls, shape: {}, dtype: _{}{default}, device_id: int = 0, *, {MEMARRAY_KEYWORDS}) -> _amso.{}: ...",
-            shape_forms(*ndim),
-            dtype.name,
-            dtype.class_name(*ndim)
-        );
-    }
-    let _ = writeln!(
-        out,
-        "    @overload\n    def __new__(cls, shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, \
-         device_id: int = 0, *, {MEMARRAY_KEYWORDS}) -> MemArray: ...\n"
-    );
-    for (dtype, ndim) in &calls {
-        let default = if dtype.name == "float64" { " | None = None" } else { "" };
-        let _ = writeln!(
-            out,
-            "@overload\ndef empty(shape: {}, dtype: _{}{default}, device_id: int = 0, *, {EMPTY_KEYWORDS}) -> _amso.{}: ...",
-            shape_forms(*ndim),
-            dtype.name,
-            dtype.class_name(*ndim)
-        );
-    }
-    let _ = writeln!(
-        out,
-        "@overload\ndef empty(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, \
-         device_id: int = 0, *, {EMPTY_KEYWORDS}) -> MemArray: ..."
-    );
+    let calls: Vec<(&DType, u8)> = spec.instances().collect();
+    overloads(&mut out, &calls, "    ", "def __new__(cls, ", MEMARRAY_KEYWORDS);
+    out.push('\n');
+    overloads(&mut out, &calls, "", "def empty(", EMPTY_KEYWORDS);
     out
+}
+
+/// One `@overload` of `{indent}{head}shape, dtype, device_id, *, keywords)` per instantiation,
+/// returning its class, then the fallback returning `MemArray`.
+fn overloads(out: &mut String, calls: &[(&DType, u8)], indent: &str, head: &str, keywords: &str) {
+    for (dtype, ndim) in calls {
+        let default = if dtype.name == "float64" { " | None = None" } else { "" };
+        let _ = writeln!(
+            out,
+            "{indent}@overload\n{indent}{head}shape: {}, dtype: _{}{default}, device_id: int = 0, *, {keywords}) -> _amso.{}: ...",
+            shape_forms(*ndim),
+            dtype.name,
+            dtype.class_name(*ndim)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{indent}@overload\n{indent}{head}shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, \
+         device_id: int = 0, *, {keywords}) -> MemArray: ..."
+    );
 }

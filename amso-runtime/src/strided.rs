@@ -135,8 +135,8 @@ pub(crate) fn self_overlap(shape: &[usize], strides: &[isize]) -> Option<usize> 
     None
 }
 
-/// Calls `visit` with the offset in elements of every element of a strided array, in C order
-/// (nothing for an empty array).
+/// Calls `visit` with the offset of every element of a strided array (in the strides' unit,
+/// elements or bytes), in C order (nothing for an empty array).
 pub(crate) fn for_each_offset(shape: &[usize], strides: &[isize], mut visit: impl FnMut(isize)) {
     if shape.contains(&0) {
         return;

@@ -7,6 +7,7 @@ value owns; nalgebra and faer views against NumPy's matmul."""
 from __future__ import annotations
 
 import gc
+import warnings
 
 import numpy as np
 import pytest
@@ -52,6 +53,52 @@ def test_lists_and_scalars_are_converted_as_rust_numpy_converts_them(value):
     reference = np.asarray(value, dtype=np.float64)
     assert ours == (list(reference.shape), reference.ravel().tolist())
     assert peers.like_f64(value)[2] is True
+
+
+FLAT = [
+    ("like_i32", "int32", [1, 2, 3]), ("like_i32", "int32", (4, -5)), ("like_i32", "int32", []),
+    ("like_i32", "int32", [2**31 - 1, -(2**31)]), ("like_i32", "int32", [2**40]), ("like_i32", "int32", [2**70]),
+    ("like_i32", "int32", [1.5, 2]), ("like_i32", "int32", [True, 2]), ("like_i32", "int32", [np.int64(3), 4]),
+    ("like_i32", "int32", [1, "2"]), ("like_u8", "uint8", [0, 255]), ("like_u8", "uint8", [-1]),
+    ("like_u8", "uint8", [256]), ("like_bool", "bool", [True, False]), ("like_bool", "bool", [1, True]),
+    ("like_bool", "bool", [0, 1]), ("like_f32", "float32", [1.0, 0.1, -2.5]), ("like_f32", "float32", [1.0, 1e300]),
+    ("like_f32", "float32", [1e-300, 0.0]), ("like_f32", "float32", [1, 2.5]), ("like_f32", "float32", [float("nan")]),
+    ("like_f64", "float64", [0.1, float("inf")]), ("like_f64", "float64", [2**70, 1.0]),
+    ("like_f64", "float64", [[1.0], [2.0]]),
+]
+
+
+class _Int(int):
+    pass
+
+
+FLAT += [("like_i32", "int32", [_Int(7)]), ("like_i32", "int32", type("L", (list,), {})([1, 2]))]
+
+
+@pytest.mark.parametrize("name, dtype, value", FLAT, ids=[f"{n}-{v!r}"[:60] for n, _, v in FLAT])
+def test_flat_sequences_convert_as_numpy_asarray(name, dtype, value):
+    """Flat lists and tuples of exact ints, floats and bools are read element by element; every
+    other value goes to NumPy: either way, the answer, warnings and errors are NumPy's."""
+    with warnings.catch_warnings(record=True) as theirs_warned:
+        warnings.simplefilter("always")
+        try:
+            reference = np.asarray(value, dtype=dtype)
+            expected = (list(reference.shape), reference.ravel().tolist())
+        except Exception as error:  # noqa: BLE001 - compared by type below
+            expected = type(error)
+    with warnings.catch_warnings(record=True) as ours_warned:
+        warnings.simplefilter("always")
+        try:
+            shape, values, converted = getattr(peers, name)(value)
+            ours = (list(shape), list(values))
+            assert converted is True
+        except Exception as error:  # noqa: BLE001 - compared by type below
+            ours = type(error) if not isinstance(expected, type) else type(error.__cause__ or error)
+    if isinstance(expected, tuple):
+        np.testing.assert_equal(ours, expected)
+    else:
+        assert ours is expected
+    assert [w.category for w in ours_warned] == [w.category for w in theirs_warned]
 
 
 def test_a_1d_list_of_ints():

@@ -83,6 +83,34 @@ def test_object_array_with_null_entries_is_refused():
         peers.amso_head(x)
 
 
+def _null_at(x, index):
+    """Set entry `index` of object array `x` to NULL in place (no reference is dropped: the
+    entry held None, which is immortal)."""
+    x[index] = None
+    offset = sum(i * s for i, s in zip(index, x.strides))
+    ctypes.c_void_p.from_address(x.ctypes.data + offset).value = None
+
+
+@pytest.mark.parametrize("layout", ["c", "fortran", "strided", "reversed"])
+def test_object_array_null_entry_anywhere_is_refused(layout):
+    """Each entry is checked at its own address, in every layout, not only the first."""
+    base = np.array([[1, "a", 2.5, None]] * 4, dtype=object)
+    x = {"c": base, "fortran": np.asfortranarray(base), "strided": base[:, ::2], "reversed": base[::-1, ::-1]}[layout]
+    x = x.copy(order="K") if layout in ("c", "fortran") else x
+    peers.amso_reprs(x)  # filled: read
+    _null_at(x, (x.shape[0] - 1, x.shape[1] - 1))
+    with pytest.raises(ValueError, match=r"NULL entries"):
+        peers.amso_reprs(x)
+
+
+def test_object_array_null_outside_the_view_is_not_read():
+    base = np.array([1, None, 2, None], dtype=object)
+    view = base[::2]
+    _null_at(base, (1,))
+    _null_at(base, (3,))
+    assert peers.amso_reprs(view).tolist() == ["1", "2"]
+
+
 def test_add_minutes_to_seconds_matches_rust_numpy():
     seconds = np.array([0, 1, -5, 10**9], dtype="timedelta64[s]")
     minutes = np.array([1, 2, 3, -4], dtype="timedelta64[m]")
@@ -110,6 +138,25 @@ def test_wrong_unit_is_a_type_error(seconds, minutes, got):
     message = str(error.value)
     assert "expected a writable NumPy timedelta64[s] array with 1 dimension" in message
     assert f"got {'an' if got[0] in 'aeio' else 'a'} {got} array" in message
+
+
+UNITS = ["Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as", "", "5s", "25us"]
+
+
+@pytest.mark.parametrize("kind", ["datetime64", "timedelta64"])
+@pytest.mark.parametrize("unit", UNITS)
+def test_each_date_unit_is_named_as_numpy_names_it(kind, unit):
+    """The unit read from the descriptor's metadata names the kind exactly as `dtype.name` does
+    (every unit, the generic one, multipliers), and only timedelta64[s] is taken."""
+    dtype = np.dtype(f"{kind}[{unit}]" if unit else kind)
+    x = np.zeros(2, dtype)
+    if dtype == np.dtype("timedelta64[s]"):
+        peers.amso_add_minutes_to_seconds(x, np.ones(2, "timedelta64[m]"))
+        assert x.tolist() == [np.timedelta64(60, "s")] * 2
+        return
+    with pytest.raises(TypeError) as error:
+        peers.amso_add_minutes_to_seconds(x, np.ones(2, "timedelta64[m]"))
+    assert f" {dtype.name} array with 1 dimension" in str(error.value)
 
 
 def test_datetime_results_keep_their_unit():

@@ -248,6 +248,14 @@ def test_bool_bytes_other_than_0_and_1_are_refused():
     assert ue.count_true(np.array([True, False, True])) == 2
 
 
+def test_bool_bytes_are_checked_at_each_element_of_a_strided_view():
+    raw = np.frombuffer(bytearray(b"\x01\x00\x01\x00\x01\x02"), dtype=bool)
+    assert ue.count_true(raw[::2]) == 3  # the 2 lies outside this view
+    for view in (raw[1::2], raw[::-1], raw[3:]):
+        with pytest.raises(ValueError, match="bytes other than 0 and 1"):
+            ue.count_true(view)
+
+
 # --- producers' deleters ---
 
 @pytest.mark.parametrize("fields, error", [

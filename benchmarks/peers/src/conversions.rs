@@ -41,6 +41,24 @@ fn like_i32_coerce(x: ArrayLike<'_, i32, 1, AllowTypeChange>) -> PyResult<Flat<i
     flat(&x)
 }
 
+/// An `ArrayLike<u8, 1>`.
+#[pyfunction]
+fn like_u8(x: ArrayLike<'_, u8, 1>) -> PyResult<Flat<u8>> {
+    flat(&x)
+}
+
+/// An `ArrayLike<bool, 1>`.
+#[pyfunction]
+fn like_bool(x: ArrayLike<'_, bool, 1>) -> PyResult<Flat<bool>> {
+    flat(&x)
+}
+
+/// An `ArrayLike<f32, 1>`.
+#[pyfunction]
+fn like_f32(x: ArrayLike<'_, f32, 1>) -> PyResult<Flat<f32>> {
+    flat(&x)
+}
+
 /// An `ArrayLike<f32, 2>`.
 #[pyfunction]
 fn like_f32_2d(x: ArrayLike<'_, f32, 2>) -> PyResult<Flat<f32>> {
@@ -264,6 +282,9 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(like_i32_coerce, module)?,
         wrap_pyfunction!(like_f32_2d, module)?,
         wrap_pyfunction!(like_f64_coerce, module)?,
+        wrap_pyfunction!(like_u8, module)?,
+        wrap_pyfunction!(like_bool, module)?,
+        wrap_pyfunction!(like_f32, module)?,
         wrap_pyfunction!(numpy_like_f64, module)?,
         wrap_pyfunction!(numpy_like_i32, module)?,
         wrap_pyfunction!(numpy_like_i32_coerce, module)?,

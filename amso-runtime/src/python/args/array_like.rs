@@ -10,12 +10,14 @@ use std::ops::Deref;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyTuple};
 use pyo3::{intern, Borrowed};
 
-use super::{describe, name_the_argument, wanted, Dimensions, DynRank, Rank, Read, TypedArray};
+use super::{
+    describe, name_the_argument, wanted, Dimensions, DynRank, Framework, IntoFramework, Rank, Read, TypedArray,
+};
 use crate::device::DeviceType;
-use crate::element::{dlpack_type_name, Element};
+use crate::element::{dlpack_code, dlpack_type_name, Element, Scalar};
 use crate::python::convert;
 use crate::python::source;
 
@@ -96,6 +98,12 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
         let py = object.py();
         crate::element::own::register::<T>();
         let like = |array, converted| TypedArrayLike { array, converted, _coerce: PhantomData };
+        if D::NDIM.is_none_or(|n| n == 1) {
+            if let Some(array) = flat_sequence::<T>(&object)? {
+                let source = source::acquire(&array, None)?.expect("a NumPy array amso made");
+                return TypedArray::check(array, source).map(|array| like(array, true));
+            }
+        }
         if let Some(source) = source::acquire(&object, None)? {
             if source.dtype == T::DTYPE.dlpack() {
                 return TypedArray::check(object, source).map(|array| like(array, false));
@@ -153,4 +161,61 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
         }
         TypedArray::check(array, source).map(|array| like(array, true))
     }
+}
+
+/// A flat list or tuple of Python ints (for an integer `T`), floats (float32, float64) or bools
+/// (bool), each exactly of that type, as a new NumPy array of `T`: the elements read one by
+/// one, as rust-numpy reads a `Vec<T>`, without NumPy's type discovery. `None` for anything
+/// else (nested sequences, subclasses, other element types, values `T` cannot hold), which
+/// `numpy.asarray` converts with its own rules and errors.
+fn flat_sequence<'py, T: Element>(object: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let dtype = &T::DTYPE;
+    if dtype.numpy_only() || dtype.lanes != 1 {
+        return Ok(None);
+    }
+    // The Python type each element must be exactly, for NumPy's conversion and this one to agree.
+    let read: fn(&Bound<'_, PyAny>) -> Option<Scalar> = match (dtype.code, dtype.bits) {
+        (dlpack_code::INT | dlpack_code::UINT, _) => {
+            |item| item.is_exact_instance_of::<PyInt>().then(|| item.extract::<i64>().ok().map(Scalar::Int)).flatten()
+        }
+        (dlpack_code::FLOAT, 32 | 64) => |item| {
+            item.is_exact_instance_of::<PyFloat>().then(|| item.extract::<f64>().ok().map(Scalar::Float)).flatten()
+        },
+        (dlpack_code::BOOL, _) => |item| item.cast_exact::<PyBool>().ok().map(|b| Scalar::Bool(b.is_true())),
+        _ => return Ok(None),
+    };
+    let convert = |item: Bound<'_, PyAny>| {
+        let scalar = read(&item)?;
+        let element = T::from_scalar(scalar).ok()?;
+        // A float that overflows or underflows float32 is left to NumPy, which warns (or raises,
+        // under `np.errstate`) as it casts.
+        match (scalar, element.to_scalar()) {
+            (Scalar::Float(given), Scalar::Float(got))
+                if given.is_finite() && (got.is_infinite() || (got == 0.0) != (given == 0.0)) =>
+            {
+                None
+            }
+            _ => Some(element),
+        }
+    };
+    // No Python code runs while the elements are read, so the sequence cannot change under it.
+    fn read_all<'py, T>(
+        len: usize,
+        items: impl Iterator<Item = Bound<'py, PyAny>>,
+        convert: impl Fn(Bound<'py, PyAny>) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        let mut elements = Vec::with_capacity(len);
+        for item in items {
+            elements.push(convert(item)?);
+        }
+        Some(elements)
+    }
+    let elements = if let Ok(list) = object.cast_exact::<PyList>() {
+        read_all(list.len(), list.iter(), convert)
+    } else if let Ok(tuple) = object.cast_exact::<PyTuple>() {
+        read_all(tuple.len(), tuple.iter(), convert)
+    } else {
+        return Ok(None);
+    };
+    elements.map(|elements| elements.into_framework(object.py(), Framework::NumPy)).transpose()
 }

@@ -62,7 +62,7 @@ pub use untyped::UntypedArray;
 pub struct TypedArray<'py, T: ArrayElement, D: Dimensions, A: Access> {
     /// For a misaligned host array: the aligned copy the views read (first, so that its
     /// write-back runs while the borrow and the producer's memory below are still held).
-    staged: Option<staged::Staged<T>>,
+    staged: Option<Box<staged::Staged<T>>>,
     object: Bound<'py, PyAny>,
     source: Source,
     shape: D::Shape,
@@ -366,7 +366,8 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                 here(&source)
             )));
         }
-        if A::WRITABLE && extent.is_some() {
+        // A C-contiguous array reaches each element once: only other layouts are sorted by stride.
+        if A::WRITABLE && extent.is_some() && !strided::is_c_contiguous(shape_ref, strides_ref) {
             if let Some(axis) = strided::self_overlap(shape_ref, strides_ref) {
                 return Err(PyValueError::new_err(format!(
                     "expected {}, got one whose strides {:?} reach some elements twice (axis {axis}, shape {:?}; a \
@@ -382,7 +383,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
             Some(extent) if host => {
                 if T::DTYPE.code == crate::element::dlpack_code::BOOL && !T::DTYPE.numpy_only() {
                     // SAFETY: one readable byte per element (the extent was checked above).
-                    check_each(source.data, shape_ref, strides_ref, |byte| unsafe { *byte } <= 1).map_err(|()| {
+                    check_each(source.data, shape_ref, strides_ref, 1, |byte| unsafe { *byte } <= 1).map_err(|()| {
                         PyValueError::new_err(format!(
                             "the bool array holds bytes other than 0 and 1 ({}); convert it with x.astype(bool) first",
                             here(&source)
@@ -397,7 +398,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                         // read unaligned: a misaligned array is staged below, not refused.
                         !unsafe { entry.cast::<*const ffi::PyObject>().read_unaligned() }.is_null()
                     };
-                    check_each(source.data, shape_ref, strides_ref, non_null).map_err(|()| {
+                    check_each(source.data, shape_ref, strides_ref, itemsize, non_null).map_err(|()| {
                         PyValueError::new_err(format!(
                             "the object array holds NULL entries (made by C code without filling it) ({}); fill it, \
                              e.g. x[...] = None, or pass a copy",
@@ -414,7 +415,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                 // SAFETY: host memory whose extent was checked, held by `object` and `source`
                 // and borrowed (exclusively when writable) by `borrow`, which the struct drops
                 // after `staged`.
-                Some(unsafe { staged::Staged::new(source.data, shape_ref, strides_ref, A::WRITABLE) })
+                Some(Box::new(unsafe { staged::Staged::new(source.data, shape_ref, strides_ref, A::WRITABLE) }))
             }
             _ => None,
         };
@@ -636,29 +637,26 @@ impl<'py, T: Element, const N: usize, A: Access> TypedArray<'py, T, Rank<N>, A> 
     }
 }
 
-/// Whether `valid` holds for the address of every element of a strided array.
+/// Whether `valid` holds for the address of every element of a strided array (strides in
+/// elements of `itemsize` bytes): one linear pass when the array is C-contiguous, else the
+/// shared odometer.
 fn check_each(
     data: usize,
     shape: &[usize],
     strides: &[isize],
+    itemsize: usize,
     mut valid: impl FnMut(*const u8) -> bool,
 ) -> Result<(), ()> {
-    let mut index = Dims::collect(shape.len(), std::iter::repeat(0usize));
-    let count: usize = shape.iter().product();
-    for _ in 0..count {
-        let offset: isize = index.iter().zip(strides).map(|(&i, &s)| i as isize * s).sum();
-        // An element of the array (every index in the shape), host memory the caller checked
-        // the extent of.
-        if !valid((data as *const u8).wrapping_offset(offset)) {
-            return Err(());
-        }
-        for axis in (0..shape.len()).rev() {
-            index[axis] += 1;
-            if index[axis] < shape[axis] {
-                break;
-            }
-            index[axis] = 0;
-        }
-    }
-    Ok(())
+    let base = data as *const u8;
+    // Every element of the array (the caller checked the extent).
+    let all = if strided::is_c_contiguous(shape, strides) {
+        (0..shape.iter().product::<usize>()).all(|i| valid(base.wrapping_add(i * itemsize)))
+    } else {
+        let mut all = true;
+        strided::for_each_offset(shape, strides, |offset| {
+            all = all && valid(base.wrapping_offset(offset * itemsize as isize))
+        });
+        all
+    };
+    all.then_some(()).ok_or(())
 }

@@ -143,19 +143,26 @@ type Kind = (std::borrow::Cow<'static, str>, (u8, u8, u16));
 /// A kind DLPack lacks: its canonical name (`DType::numpy_only`) and the DLPack fields that
 /// size it (object: DLPack's opaque handle, 64 bits; dates: int64; `S<n>`: n uint8 lanes;
 /// `U<n>`: n uint32 lanes). `None` for every other dtype.
-fn numpy_kind(descr_object: &Bound<'_, PyAny>, type_num: c_int) -> PyResult<Option<Kind>> {
+fn numpy_kind(numpy: &NumPyApi, descr_object: &Bound<'_, PyAny>, type_num: c_int) -> PyResult<Option<Kind>> {
     use crate::element::dlpack_code::{INT, UINT};
     let py = descr_object.py();
     let itemsize = || -> PyResult<usize> { descr_object.getattr(intern!(py, "itemsize"))?.extract() };
     Ok(match type_num {
         NPY_OBJECT => Some(("object".into(), (3, 64, 1))),
         NPY_DATETIME | NPY_TIMEDELTA => {
-            // `dtype.str` ('<m8[s]') is a C getter; `dtype.name` runs Python code (NumPy's
-            // `_dtype._name_get`), tens of thousands of instructions per argument.
-            let code: String = descr_object.getattr(intern!(py, "str"))?.extract()?;
-            let unit = code.find('[').map_or("", |open| &code[open..]);
-            let kind = if type_num == NPY_DATETIME { "datetime64" } else { "timedelta64" };
-            Some((format!("{kind}{unit}").into(), (INT, 64, 1)))
+            // SAFETY: the descriptor of a live NumPy array, of NumPy's own date type.
+            let name = match unsafe { date_name(numpy, descr_object.as_ptr().cast(), type_num) } {
+                Some(name) => name.into(),
+                None => {
+                    // A unit with a multiplier ('<m8[5s]'): from `dtype.str`, a C getter
+                    // (`dtype.name` runs Python code, tens of thousands of instructions).
+                    let code: String = descr_object.getattr(intern!(py, "str"))?.extract()?;
+                    let unit = code.find('[').map_or("", |open| &code[open..]);
+                    let kind = if type_num == NPY_DATETIME { "datetime64" } else { "timedelta64" };
+                    format!("{kind}{unit}").into()
+                }
+            };
+            Some((name, (INT, 64, 1)))
         }
         NPY_STRING => {
             let n = itemsize()?;
@@ -167,6 +174,107 @@ fn numpy_kind(descr_object: &Bound<'_, PyAny>, type_num: c_int) -> PyResult<Opti
         }
         _ => None,
     })
+}
+
+/// `PyArray_Descr` as NumPy 2 lays out its own dtypes (`_PyArray_LegacyDescr`), up to
+/// `c_metadata`.
+#[repr(C)]
+struct LegacyDescr2 {
+    head: DescrStruct,
+    flags: u64,
+    elsize: isize,
+    alignment: isize,
+    metadata: *mut ffi::PyObject,
+    hash: isize,
+    reserved_null: [*mut c_void; 2],
+    subarray: *mut c_void,
+    fields: *mut ffi::PyObject,
+    names: *mut ffi::PyObject,
+    c_metadata: *const DateMetadata,
+}
+
+/// `PyArray_Descr` as NumPy 1 lays it out, up to `c_metadata`.
+#[repr(C)]
+struct Descr1 {
+    head: DescrStruct,
+    elsize: c_int,
+    alignment: c_int,
+    subarray: *mut c_void,
+    fields: *mut ffi::PyObject,
+    names: *mut ffi::PyObject,
+    f: *mut c_void,
+    metadata: *mut ffi::PyObject,
+    c_metadata: *const DateMetadata,
+}
+
+/// `PyArray_DatetimeDTypeMetaData`: NumPy's auxiliary-data header, then the unit and its
+/// multiplier.
+#[repr(C)]
+struct DateMetadata {
+    aux: [*mut c_void; 4],
+    base: c_int,
+    num: c_int,
+}
+
+/// The canonical names of the date kinds by NumPy's unit number (`NPY_DATETIMEUNIT`: 3 was
+/// NumPy 1.6's business day, 14 is the generic unit).
+const DATETIME_NAMES: [&str; 15] = [
+    "datetime64[Y]",
+    "datetime64[M]",
+    "datetime64[W]",
+    "",
+    "datetime64[D]",
+    "datetime64[h]",
+    "datetime64[m]",
+    "datetime64[s]",
+    "datetime64[ms]",
+    "datetime64[us]",
+    "datetime64[ns]",
+    "datetime64[ps]",
+    "datetime64[fs]",
+    "datetime64[as]",
+    "datetime64",
+];
+const TIMEDELTA_NAMES: [&str; 15] = [
+    "timedelta64[Y]",
+    "timedelta64[M]",
+    "timedelta64[W]",
+    "",
+    "timedelta64[D]",
+    "timedelta64[h]",
+    "timedelta64[m]",
+    "timedelta64[s]",
+    "timedelta64[ms]",
+    "timedelta64[us]",
+    "timedelta64[ns]",
+    "timedelta64[ps]",
+    "timedelta64[fs]",
+    "timedelta64[as]",
+    "timedelta64",
+];
+
+/// The canonical name of a date descriptor's kind (`timedelta64[s]`), read from its unit
+/// metadata in place as NumPy's `get_datetime_metadata_from_dtype` reads it: no Python call, no
+/// allocation. `None` for a unit with a multiplier (`[5s]`), which has no static name.
+///
+/// # Safety
+/// `descr` is a live descriptor of NumPy's own `datetime64` or `timedelta64` type (`type_num`),
+/// of the NumPy whose C API `numpy` is.
+unsafe fn date_name(numpy: &NumPyApi, descr: *const DescrStruct, type_num: c_int) -> Option<&'static str> {
+    // SAFETY: NumPy's date descriptors are legacy descriptors, laid out as this NumPy's ABI
+    // major version says; their `c_metadata` is NULL or the date metadata.
+    let metadata = unsafe {
+        let metadata = match numpy.abi_major {
+            2 => (*descr.cast::<LegacyDescr2>()).c_metadata,
+            _ => (*descr.cast::<Descr1>()).c_metadata,
+        };
+        metadata.as_ref()?
+    };
+    if metadata.num != 1 {
+        return None;
+    }
+    let names = if type_num == NPY_DATETIME { &DATETIME_NAMES } else { &TIMEDELTA_NAMES };
+    names.get(usize::try_from(metadata.base).ok()?).copied().filter(|name| !name.is_empty())
 }
 
 /// The array `obj` (whose type is `numpy.ndarray` or a subclass) as a source: its fields read
@@ -186,7 +294,8 @@ pub(crate) fn read(obj: &Bound<'_, PyAny>, kinds: bool) -> PyResult<Source> {
     if dtype.is_none() && kinds {
         // SAFETY: the array's live descriptor (the array holds a reference).
         let descr_object = unsafe { Bound::from_borrowed_ptr(py, array.descr as *mut ffi::PyObject) };
-        if let Some((name, sized)) = numpy_kind(&descr_object, descr.type_num)? {
+        let numpy = loaded(py).expect("the caller checked a NumPy array's type through NumPy's C API");
+        if let Some((name, sized)) = numpy_kind(numpy, &descr_object, descr.type_num)? {
             (kind, dtype) = (Some(name), Some(sized));
         }
     }
@@ -244,6 +353,8 @@ struct NumPyApi {
     ndarray: *mut ffi::PyTypeObject,
     /// `PyArrayDescr_Type`, `numpy.dtype`.
     descr: *mut ffi::PyTypeObject,
+    /// The C ABI's major version (1 or 2), which lays out descriptors past `type_num`.
+    abi_major: u32,
 }
 
 // SAFETY: pointers to NumPy's function table and static types, which NumPy never changes or
@@ -385,7 +496,7 @@ fn validate(name: &str, module: &Bound<'_, PyAny>) -> PyResult<NumPyApi> {
              (ABI 0x01... and 0x02...): use NumPy 1.x or 2.x, or an amso release that supports this NumPy"
         )));
     }
-    Ok(NumPyApi { table, ndarray: ndarray.as_type_ptr(), descr: descr.as_type_ptr() })
+    Ok(NumPyApi { table, ndarray: ndarray.as_type_ptr(), descr: descr.as_type_ptr(), abi_major: version >> 24 })
 }
 
 /// `entry` as a static (C-defined, not heap) type named `numpy.NAME` whose instances are at

@@ -135,7 +135,7 @@ fn add_index_sum(mut density: ArrayMut<'_, f64, 3>) -> PyResult<()> {
 /// How many elements of a bool array are true (a bool argument's bytes must all be 0 or 1).
 #[pyfunction]
 fn count_true(flags: ArrayRef<'_, bool, 1>) -> PyResult<usize> {
-    Ok(flags.as_slice()?.iter().filter(|&&flag| flag).count())
+    Ok(flags.as_array()?.iter().filter(|&&flag| flag).count())
 }
 
 /// The sum of any real array (bool, integer or floating point, any number of dimensions),

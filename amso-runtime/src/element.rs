@@ -34,7 +34,44 @@ pub struct DType {
     pub c_type: &'static str,
     /// Array-interface typestr, e.g. `<f4`.
     pub typestr: &'static str,
+    /// A record's fields in C layout order (empty for every other type): a record is plain data
+    /// DLPack cannot describe, matched against NumPy structured dtypes field by field.
+    pub fields: &'static [Field],
 }
+
+/// One field of a record element type: its name, element type, fixed shape (empty for a single
+/// element; `[3]` for `pos: [f32; 3]`) and byte offset in the record, as C lays it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Field {
+    /// The field's name, as NumPy's structured dtype names it.
+    pub name: &'static str,
+    /// The element type of each entry.
+    pub dtype: &'static DType,
+    /// The fixed shape of the field (empty for one entry).
+    pub shape: &'static [usize],
+    /// Bytes from the record's start.
+    pub offset: usize,
+}
+
+impl Field {
+    /// Entries in the field (the product of its shape).
+    pub const fn count(&self) -> usize {
+        let mut count = 1;
+        let mut axis = 0;
+        while axis < self.shape.len() {
+            count *= self.shape[axis];
+            axis += 1;
+        }
+        count
+    }
+}
+
+/// DLPack's kDLOpaqueHandle: the code of the kinds DLPack never carries (NumPy's `object`,
+/// records), which it only sizes.
+pub(crate) const OPAQUE_HANDLE: u8 = 3;
+
+/// The NumPy kind name typed arguments give every record (its fields are compared one by one).
+pub(crate) const RECORD: &str = "record";
 
 impl DType {
     /// Bytes per element: a sub-byte element takes one byte (padded).
@@ -52,7 +89,12 @@ impl DType {
     /// `U4`): DLPack has no such type (its DLPack fields only size it), so typed arguments take
     /// it from NumPy arrays of exactly that dtype, and results go to NumPy only.
     pub fn numpy_only(&self) -> bool {
-        numpy_only_name(self.numpy)
+        self.is_record() || numpy_only_name(self.numpy)
+    }
+
+    /// Whether this is a record (a C struct of fields): see [`Field`].
+    pub const fn is_record(&self) -> bool {
+        !self.fields.is_empty()
     }
 
     /// As DLPack's `DLDataType`.

@@ -142,6 +142,7 @@ pub mod datetime {
                     numpy_module: None,
                     c_type: "int64_t",
                     typestr: U::$typestr,
+                    fields: &[],
                 };
             }
 
@@ -257,6 +258,7 @@ unsafe impl<const N: usize> ArrayElement for FixedBytes<N> {
             numpy_module: None,
             c_type: "char",
             typestr: text(Self::TYPESTR),
+            fields: &[],
         }
     };
 }
@@ -275,14 +277,10 @@ unsafe impl<const N: usize> ArrayElement for FixedUnicode<N> {
             numpy_module: None,
             c_type: "uint32_t",
             typestr: text(Self::TYPESTR),
+            fields: &[],
         }
     };
 }
-
-/// DLPack's kDLOpaqueHandle: the code object arrays are described by (DLPack never carries
-/// them; `object` is `numpy_only`).
-#[cfg(feature = "python")]
-const OPAQUE_HANDLE: u8 = 3;
 
 // SAFETY: `Py<PyAny>` is one non-NULL `PyObject*` (transparent over `NonNull`), what a NumPy
 // object array stores per element; typed arguments refuse arrays with NULL entries, and the
@@ -292,13 +290,14 @@ const OPAQUE_HANDLE: u8 = 3;
 unsafe impl ArrayElement for pyo3::Py<pyo3::PyAny> {
     const DTYPE: DType = DType {
         name: "object",
-        code: OPAQUE_HANDLE,
+        code: crate::element::OPAQUE_HANDLE,
         bits: 64,
         lanes: 1,
         numpy: "object",
         numpy_module: None,
         c_type: "PyObject *",
         typestr: "|O",
+        fields: &[],
     };
 }
 

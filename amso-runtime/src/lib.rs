@@ -70,7 +70,7 @@ pub(crate) mod strided;
 pub mod python;
 
 pub use device::{Device, DeviceType, Residence, Stream};
-pub use element::{dtypes, ArrayElement, DType, Element, Float4E2M1FnX2, Scalar};
+pub use element::{dtypes, ArrayElement, DType, Element, Field, Float4E2M1FnX2, Scalar};
 pub use error::{Error, Result};
 pub use indexer::{DeviceIndexer, HostIndexer, HostIndexerMut};
 pub use kinds::{datetime, FixedBytes, FixedUnicode};

@@ -159,6 +159,7 @@ pub fn element_impl(
                 numpy_module: #numpy_module,
                 c_type: #c_type,
                 typestr: #typestr,
+                fields: &[],
             };
             #[doc(hidden)]
             const IN_SPEC: bool = #in_spec;

@@ -323,10 +323,34 @@ pub(super) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
 pub(super) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
     static CACHE: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
     let cache = CACHE.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
-    if let Some(found) = cache.get_item(dtype.name)? {
+    // Records are kept by address too: two crates may each have a record of one name.
+    let key = match dtype.is_record() {
+        true => format!("{}@{:p}", dtype.name, dtype),
+        false => dtype.name.to_owned(),
+    };
+    if let Some(found) = cache.get_item(&key)? {
         return Ok(found);
     }
     let spec = match dtype.numpy_module {
+        _ if dtype.is_record() => {
+            // NumPy's structured dtype with the record's names, types, shapes, offsets and size.
+            let (names, formats, offsets) = (PyList::empty(py), PyList::empty(py), PyList::empty(py));
+            for field in dtype.fields {
+                names.append(field.name)?;
+                let entry = numpy_dtype(py, field.dtype)?;
+                match field.shape.is_empty() {
+                    true => formats.append(entry)?,
+                    false => formats.append((entry, PyTuple::new(py, field.shape)?))?,
+                }
+                offsets.append(field.offset)?;
+            }
+            let spec = PyDict::new(py);
+            spec.set_item("names", names)?;
+            spec.set_item("formats", formats)?;
+            spec.set_item("offsets", offsets)?;
+            spec.set_item("itemsize", dtype.itemsize())?;
+            spec.into_any()
+        }
         Some(module) => py
             .import(module)
             .map_err(|_| {
@@ -339,7 +363,7 @@ pub(super) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound
         None => dtype.numpy.into_pyobject(py)?.into_any(),
     };
     let object = numpy(py)?.getattr(intern!(py, "dtype"))?.call1((spec,))?;
-    cache.set_item(dtype.name, &object)?;
+    cache.set_item(key, &object)?;
     Ok(object)
 }
 

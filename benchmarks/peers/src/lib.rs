@@ -19,6 +19,7 @@ use pyo3::prelude::*;
 mod kinds;
 mod port_tests;
 mod ported;
+mod records;
 
 // --- PyO3 alone: the floor under both ---
 
@@ -131,6 +132,7 @@ fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(numpy_axpy_py, module)?)?;
     module.add_function(wrap_pyfunction!(numpy_mult_py, module)?)?;
     kinds::add(module)?;
+    records::add(module)?;
     conversions::register(module)?;
     ported::add(module)?;
     port_tests::add(module)

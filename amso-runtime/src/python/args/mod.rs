@@ -33,6 +33,7 @@ pub(crate) mod borrow;
 mod linalg;
 #[cfg(feature = "ndarray")]
 mod owned_view;
+mod record;
 mod results;
 mod staged;
 mod untyped;
@@ -266,6 +267,17 @@ fn wanted<T: ArrayElement, D: Dimensions, A: Access>() -> String {
         true => format!("{} ({})", T::DTYPE.name, T::DTYPE.numpy),
         false => T::DTYPE.name.to_owned(),
     };
+    if T::DTYPE.is_record() {
+        let writable = if A::WRITABLE { "writable " } else { "" };
+        return match D::NDIM {
+            Some(n) => format!(
+                "a {writable}{} record array with {n} dimension{}",
+                T::DTYPE.name,
+                if n == 1 { "" } else { "s" }
+            ),
+            None => format!("a {writable}{} record array", T::DTYPE.name),
+        };
+    }
     let kind = match (A::WRITABLE, T::DTYPE.numpy_only()) {
         (false, false) => with_article(name),
         (true, false) => format!("a writable {name}"),
@@ -296,6 +308,10 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         let here = |source: &Source| describe(&object, Some(source.device));
         let extents = source.extents(object.py());
         let ndim = extents.dims.len();
+        if T::DTYPE.is_record() && source.numpy_kind.as_deref() == Some(crate::element::RECORD) {
+            // SAFETY: only NumPy arrays are given a NumPy kind.
+            unsafe { record::check_layout(&object, crate::element::DTypeOf::<T>::REF) }?;
+        }
         // A kind DLPack lacks matches by its NumPy name alone (datetime64[s] and int64 share
         // DLPack's fields); every other kind by DLPack's fields, from any producer.
         let same_kind = match &source.numpy_kind {
@@ -389,6 +405,19 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                             here(&source)
                         ))
                     })?;
+                }
+                if T::DTYPE.is_record() {
+                    let bools: Vec<usize> = record::bool_bytes(&T::DTYPE);
+                    if !bools.is_empty() {
+                        // SAFETY: each record's bytes are readable (the extent was checked above).
+                        let valid = |record: *const u8| bools.iter().all(|&at| unsafe { *record.add(at) } <= 1);
+                        check_each(source.data, shape_ref, strides_ref, itemsize, valid).map_err(|()| {
+                            PyValueError::new_err(format!(
+                                "a bool field of the records holds bytes other than 0 and 1 ({}); fix the data first",
+                                here(&source)
+                            ))
+                        })?;
+                    }
                 }
                 if source.numpy_kind.as_deref() == Some("object") {
                     // `Py<PyAny>` is never NULL; NumPy reads NULL entries (of arrays C code made

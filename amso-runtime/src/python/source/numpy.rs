@@ -134,6 +134,7 @@ fn user_dtype(py: Python<'_>, descr: *const DescrStruct) -> Option<(u8, u8, u16)
 const NPY_OBJECT: c_int = 17;
 const NPY_STRING: c_int = 18;
 const NPY_UNICODE: c_int = 19;
+const NPY_VOID: c_int = 20;
 const NPY_DATETIME: c_int = 21;
 const NPY_TIMEDELTA: c_int = 22;
 
@@ -163,6 +164,18 @@ fn numpy_kind(numpy: &NumPyApi, descr_object: &Bound<'_, PyAny>, type_num: c_int
                 }
             };
             Some((name, (INT, 64, 1)))
+        }
+        NPY_VOID => {
+            // SAFETY: the descriptor of a live NumPy array, of NumPy's own void type.
+            let (structured, size) = unsafe { void_layout(numpy, descr_object.as_ptr().cast()) };
+            // A structured dtype (named fields) whose size DLPack's lanes can carry: a record,
+            // compared field by field by typed arguments of a record type. Plain `V<n>` has no kind.
+            match (structured, u16::try_from(size)) {
+                (true, Ok(lanes)) if lanes > 0 => {
+                    Some((crate::element::RECORD.into(), (crate::element::OPAQUE_HANDLE, 8, lanes)))
+                }
+                _ => None,
+            }
         }
         NPY_STRING => {
             let n = itemsize()?;
@@ -252,6 +265,37 @@ const TIMEDELTA_NAMES: [&str; 15] = [
     "timedelta64[as]",
     "timedelta64",
 ];
+
+/// Whether a void descriptor is structured (has named fields), and its size in bytes, read in
+/// place as NumPy's `PyDataType_HASFIELDS` and `PyDataType_ELSIZE` read them.
+///
+/// # Safety
+/// `descr` is a live descriptor of NumPy's own void type, of the NumPy whose C API `numpy` is.
+unsafe fn void_layout(numpy: &NumPyApi, descr: *const DescrStruct) -> (bool, usize) {
+    // SAFETY: void descriptors are legacy descriptors, laid out as this NumPy's ABI major
+    // version says; `names` is NULL unless the dtype has fields.
+    unsafe {
+        match numpy.abi_major {
+            2 => {
+                let descr = &*descr.cast::<LegacyDescr2>();
+                (!descr.names.is_null(), descr.elsize.max(0) as usize)
+            }
+            _ => {
+                let descr = &*descr.cast::<Descr1>();
+                (!descr.names.is_null(), descr.elsize.max(0) as usize)
+            }
+        }
+    }
+}
+
+/// The descriptor of NumPy array `obj` (a borrowed pointer, valid while the array lives).
+///
+/// # Safety
+/// `obj` is a live NumPy array (its type checked through NumPy's C API).
+pub(crate) unsafe fn descr_of(obj: &Bound<'_, PyAny>) -> *mut ffi::PyObject {
+    // SAFETY: as the caller guarantees.
+    unsafe { (*obj.as_ptr().cast::<ArrayStruct>()).descr as *mut ffi::PyObject }
+}
 
 /// The canonical name of a date descriptor's kind (`timedelta64[s]`), read from its unit
 /// metadata in place as NumPy's `get_datetime_metadata_from_dtype` reads it: no Python call, no

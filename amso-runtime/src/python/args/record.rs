@@ -1,0 +1,233 @@
+//! Records (C structs of fields, `DType::fields`) as typed arguments: a NumPy structured array
+//! is taken without a copy when its fields have the record's names, element types, shapes and
+//! offsets, in the same order, and its itemsize is the record's size; the first difference is
+//! the error. Its fields read as strided `ndarray` views (`field`, `field_mut`).
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use super::{Access, Dimensions, TypedArray, Write};
+use crate::element::{ArrayElement, DType, Field};
+use crate::python::identity_cache::IdentityCache;
+use crate::python::source::numpy;
+
+/// Descriptors already found to match a record type (tag: the record's `DType` address).
+static MATCHED: IdentityCache<16> = IdentityCache::new();
+
+/// "particle (pos float32[3] at 0, vel float32[3] at 12, mass float64 at 24, id int64 at 32;
+/// 40 bytes)": a record's layout, for messages.
+pub(super) fn layout_text(dtype: &DType) -> String {
+    let fields: Vec<String> = dtype.fields.iter().map(|f| format!("{} at {}", field_text(f), f.offset)).collect();
+    format!("{} ({}; {} bytes)", dtype.name, fields.join(", "), dtype.itemsize())
+}
+
+/// "pos float32[3]".
+fn field_text(field: &Field) -> String {
+    let shape: Vec<String> = field.shape.iter().map(usize::to_string).collect();
+    match shape.is_empty() {
+        true => format!("{} {}", field.name, field.dtype.name),
+        false => format!("{} {}[{}]", field.name, field.dtype.name, shape.join(", ")),
+    }
+}
+
+/// Refuse NumPy structured array `object` unless its dtype lays out the record `dtype`
+/// exactly. A descriptor that matched once is remembered (by identity, held for the process),
+/// so a repeated argument costs one lookup.
+///
+/// # Safety
+/// `object` is a live NumPy array (its type checked through NumPy's C API).
+pub(super) unsafe fn check_layout(object: &Bound<'_, PyAny>, dtype: &'static DType) -> PyResult<()> {
+    let py = object.py();
+    // SAFETY: the caller's guarantee; the descriptor lives while the array does.
+    let descr = unsafe { Bound::from_borrowed_ptr(py, numpy::descr_of(object)) };
+    let tag = dtype as *const DType as usize;
+    if MATCHED.get(&descr, tag).is_some() {
+        return Ok(());
+    }
+    if let Some(difference) = first_difference(&descr, dtype)? {
+        return Err(PyTypeError::new_err(format!(
+            "expected an array of record {}, got a structured array of dtype {} whose {difference}; make the NumPy \
+             dtype from the record (same field names, types, shapes and offsets, in order, and the same itemsize)",
+            layout_text(dtype),
+            descr.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into()),
+        )));
+    }
+    MATCHED.insert(&descr, tag, 1);
+    Ok(())
+}
+
+/// The first way NumPy dtype `descr` (structured) differs from record `dtype`, if any.
+fn first_difference(descr: &Bound<'_, PyAny>, dtype: &DType) -> PyResult<Option<String>> {
+    let py = descr.py();
+    let names = descr.getattr(intern!(py, "names"))?;
+    let names: Vec<String> = if names.is_none() { Vec::new() } else { names.extract()? };
+    let fields = descr.getattr(intern!(py, "fields"))?;
+    for (index, expected) in dtype.fields.iter().enumerate() {
+        let Some(name) = names.get(index) else {
+            return Ok(Some(format!("fields end after {index}, where the record has `{}` next", field_text(expected))));
+        };
+        if name != expected.name {
+            return Ok(Some(format!("field {index} is named `{name}`, where the record has `{}`", expected.name)));
+        }
+        let entry = fields.get_item(name)?.cast_into::<PyTuple>()?;
+        let (field_dtype, offset): (Bound<'_, PyAny>, usize) = (entry.get_item(0)?, entry.get_item(1)?.extract()?);
+        let subdtype = field_dtype.getattr(intern!(py, "subdtype"))?;
+        let (base, shape): (Bound<'_, PyAny>, Vec<usize>) =
+            if subdtype.is_none() { (field_dtype, Vec::new()) } else { subdtype.extract()? };
+        // `str(dtype)`: `float32`, or `>f4` for another byte order.
+        let base_name = base.str()?.to_string();
+        if base_name != expected.dtype.numpy {
+            return Ok(Some(format!(
+                "field {index} `{name}` is {base_name}, where the record has {}",
+                expected.dtype.numpy
+            )));
+        }
+        if shape != expected.shape {
+            return Ok(Some(format!(
+                "field {index} `{name}` has shape {shape:?}, where the record has {:?}",
+                expected.shape
+            )));
+        }
+        if offset != expected.offset {
+            return Ok(Some(format!(
+                "field {index} `{name}` is at offset {offset}, where the record has it at {}",
+                expected.offset
+            )));
+        }
+    }
+    if let Some(extra) = names.get(dtype.fields.len()) {
+        return Ok(Some(format!("field {} `{extra}` is not in the record", dtype.fields.len())));
+    }
+    let itemsize: usize = descr.getattr(intern!(py, "itemsize"))?.extract()?;
+    if itemsize != dtype.itemsize() {
+        return Ok(Some(format!("itemsize is {itemsize} bytes, where the record has {}", dtype.itemsize())));
+    }
+    Ok(None)
+}
+
+/// The byte offsets in a record of every bool entry (its fields' and their shapes'), which
+/// must hold 0 or 1 for the records to be valid Rust values.
+pub(super) fn bool_bytes(dtype: &DType) -> Vec<usize> {
+    dtype
+        .fields
+        .iter()
+        .filter(|f| f.dtype.code == crate::element::dlpack_code::BOOL && !f.dtype.is_record())
+        .flat_map(|f| (0..f.count()).map(move |k| f.offset + k * f.dtype.itemsize()))
+        .collect()
+}
+
+/// Where field `name` of record `T` lies, for a view of element type `F`: the field, and the
+/// record's size in `F`s. Refuses another element type and layouts `ndarray` cannot stride.
+#[cfg(feature = "ndarray")]
+fn locate<T: ArrayElement, F: ArrayElement>(name: &str) -> PyResult<&'static Field> {
+    let record = crate::element::DTypeOf::<T>::REF;
+    let Some(field) = record.fields.iter().find(|f| f.name == name) else {
+        let names: Vec<&str> = record.fields.iter().map(|f| f.name).collect();
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{} has no field `{name}`{}",
+            if record.is_record() {
+                format!("record {}", record.name)
+            } else {
+                format!("{} (not a record)", record.name)
+            },
+            if names.is_empty() { String::new() } else { format!("; its fields are {}", names.join(", ")) }
+        )));
+    };
+    if *field.dtype != F::DTYPE {
+        return Err(PyTypeError::new_err(format!(
+            "field `{name}` of record {} holds {}, not {}: ask for field::<{}>(\"{name}\")",
+            record.name,
+            field.dtype.name,
+            F::DTYPE.name,
+            field.dtype.name
+        )));
+    }
+    if !size_of::<T>().is_multiple_of(size_of::<F>()) || !field.offset.is_multiple_of(align_of::<F>()) {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "field `{name}` of record {} ({} bytes, the field at offset {}) is not a whole number of {} apart: no \
+             strided view reaches it",
+            record.name,
+            size_of::<T>(),
+            field.offset,
+            F::DTYPE.name
+        )));
+    }
+    Ok(field)
+}
+
+impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
+    /// Field `name` of a record argument as an `ndarray` view of its `F` entries, without a
+    /// copy: the array's dimensions, then the field's own shape (`pos: [f32; 3]` of a 1-D array
+    /// of `n` records is an `n` x 3 view).
+    #[cfg(feature = "ndarray")]
+    pub fn field<F: ArrayElement>(&self, name: &str) -> PyResult<ndarray::ArrayViewD<'_, F>> {
+        let field = locate::<T, F>(name)?;
+        let (base, dims, strides, reversed) = self.field_layout::<F>(self.host_ptr()?.cast(), field);
+        // SAFETY: the records are initialised host memory this argument holds and borrows for
+        // the view's life; field `name` holds `F`s at `offset` in each (the record's layout,
+        // checked against the producer's at extraction), aligned for `F` (the record is, and
+        // the offset is a multiple of F's alignment), and the strides step whole records.
+        let mut view = unsafe {
+            use ndarray::ShapeBuilder;
+            ndarray::ArrayViewD::from_shape_ptr(ndarray::IxDyn(&dims).strides(ndarray::IxDyn(&strides)), base)
+        };
+        for axis in reversed {
+            view.invert_axis(ndarray::Axis(axis));
+        }
+        Ok(view)
+    }
+
+    /// The lowest-addressed `F` of the field, the view's dimensions and absolute strides (in
+    /// `F`s), and the axes to turn round (the argument's reversed ones).
+    #[cfg(feature = "ndarray")]
+    fn field_layout<F: ArrayElement>(
+        &self,
+        records: *mut u8,
+        field: &Field,
+    ) -> (*mut F, Vec<usize>, Vec<usize>, Vec<usize>) {
+        let per_record = (size_of::<T>() / size_of::<F>()) as isize;
+        let mut dims: Vec<usize> = self.shape().to_vec();
+        let mut strides: Vec<isize> = self.strides().iter().map(|&s| s * per_record).collect();
+        dims.extend_from_slice(field.shape);
+        let mut inner = 1isize;
+        let mut trailing: Vec<isize> = field
+            .shape
+            .iter()
+            .rev()
+            .map(|&d| {
+                let stride = inner;
+                inner *= d as isize;
+                stride
+            })
+            .collect();
+        trailing.reverse();
+        strides.extend(trailing);
+        let below: isize = dims.iter().zip(&strides).filter(|(_, &s)| s < 0).map(|(&d, &s)| (d as isize - 1) * s).sum();
+        let first = records.wrapping_add(field.offset).cast::<F>().wrapping_offset(below);
+        let reversed = strides.iter().enumerate().filter(|(_, &s)| s < 0).map(|(axis, _)| axis).collect();
+        (first, dims, strides.iter().map(|s| s.unsigned_abs()).collect(), reversed)
+    }
+}
+
+impl<'py, T: ArrayElement, D: Dimensions> TypedArray<'py, T, D, Write> {
+    /// Field `name` of a writable record argument as a writable `ndarray` view (see `field`).
+    #[cfg(feature = "ndarray")]
+    pub fn field_mut<F: ArrayElement>(&mut self, name: &str) -> PyResult<ndarray::ArrayViewMutD<'_, F>> {
+        let field = locate::<T, F>(name)?;
+        let records = self.host_ptr_mut()?.cast::<u8>();
+        let (base, dims, strides, reversed) = self.field_layout::<F>(records, field);
+        // SAFETY: as `field`; the argument's strides reach no record twice (checked at
+        // extraction for writable arguments), its borrow is exclusive, and `&mut self` keeps
+        // every other view of it away while this one lives.
+        let mut view = unsafe {
+            use ndarray::ShapeBuilder;
+            ndarray::ArrayViewMutD::from_shape_ptr(ndarray::IxDyn(&dims).strides(ndarray::IxDyn(&strides)), base)
+        };
+        for axis in reversed {
+            view.invert_axis(ndarray::Axis(axis));
+        }
+        Ok(view)
+    }
+}

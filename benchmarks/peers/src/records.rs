@@ -1,0 +1,171 @@
+//! Records (issue 40) as typed arguments: a `#[repr(C)]` particle (the spec's worked example)
+//! read from NumPy structured arrays without a copy, its fields as strided views, records
+//! written in place, and owned record results handed to NumPy.
+
+use amso_runtime::python::{ArrayMut, ArrayRef, ArrayRefDyn, Framework, IntoFramework};
+use amso_runtime::{ArrayElement, DType, Field};
+use pyo3::prelude::*;
+
+/// The spec's `particle`: `pos` float32[3], `vel` float32[3], `mass` float64, `id` int64.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Particle {
+    pos: [f32; 3],
+    vel: [f32; 3],
+    mass: f64,
+    id: i64,
+}
+
+/// A record written by hand, as the derive and the spec generate it.
+const fn record(name: &'static str, size: usize, fields: &'static [Field]) -> DType {
+    DType {
+        name,
+        code: 3,
+        bits: 8,
+        lanes: size as u16,
+        numpy: "record",
+        numpy_module: None,
+        c_type: "",
+        typestr: "|V",
+        fields,
+    }
+}
+
+// SAFETY: `repr(C)`; the fields and offsets are the struct's (checked below); every bit
+// pattern of its fields is a value.
+unsafe impl ArrayElement for Particle {
+    const DTYPE: DType = record(
+        "particle",
+        size_of::<Particle>(),
+        &[
+            Field {
+                name: "pos",
+                dtype: &<f32 as ArrayElement>::DTYPE,
+                shape: &[3],
+                offset: std::mem::offset_of!(Particle, pos),
+            },
+            Field {
+                name: "vel",
+                dtype: &<f32 as ArrayElement>::DTYPE,
+                shape: &[3],
+                offset: std::mem::offset_of!(Particle, vel),
+            },
+            Field {
+                name: "mass",
+                dtype: &<f64 as ArrayElement>::DTYPE,
+                shape: &[],
+                offset: std::mem::offset_of!(Particle, mass),
+            },
+            Field {
+                name: "id",
+                dtype: &<i64 as ArrayElement>::DTYPE,
+                shape: &[],
+                offset: std::mem::offset_of!(Particle, id),
+            },
+        ],
+    );
+}
+
+/// A record with a bool field and C padding (7 bytes after `alive`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Flagged {
+    alive: bool,
+    weight: f64,
+}
+
+// SAFETY: `repr(C)`; typed arguments check that `alive` holds 0 or 1 in every record.
+unsafe impl ArrayElement for Flagged {
+    const DTYPE: DType = record(
+        "flagged",
+        size_of::<Flagged>(),
+        &[
+            Field {
+                name: "alive",
+                dtype: &<bool as ArrayElement>::DTYPE,
+                shape: &[],
+                offset: std::mem::offset_of!(Flagged, alive),
+            },
+            Field {
+                name: "weight",
+                dtype: &<f64 as ArrayElement>::DTYPE,
+                shape: &[],
+                offset: std::mem::offset_of!(Flagged, weight),
+            },
+        ],
+    );
+}
+
+/// The total mass, through the `mass` field's view.
+#[pyfunction]
+fn record_total_mass(x: ArrayRef<'_, Particle, 1>) -> PyResult<f64> {
+    Ok(x.field::<f64>("mass")?.sum())
+}
+
+/// The positions, an n x 3 view of the `pos` field: (shape, elements in C order).
+#[pyfunction]
+fn record_positions(x: ArrayRefDyn<'_, Particle>) -> PyResult<(Vec<usize>, Vec<f32>)> {
+    let pos = x.field::<f32>("pos")?;
+    Ok((pos.shape().to_vec(), pos.iter().copied().collect()))
+}
+
+/// `pos += vel * dt`, each record read and written in place.
+#[pyfunction]
+fn record_kick(mut x: ArrayMut<'_, Particle, 1>, dt: f32) -> PyResult<()> {
+    for p in x.as_array_mut()?.iter_mut() {
+        for k in 0..3 {
+            p.pos[k] += p.vel[k] * dt;
+        }
+    }
+    Ok(())
+}
+
+/// `mass *= by`, through the writable view of one field.
+#[pyfunction]
+fn record_scale_mass(mut x: ArrayMut<'_, Particle, 1>, by: f64) -> PyResult<()> {
+    x.field_mut::<f64>("mass")?.map_inplace(|m| *m *= by);
+    Ok(())
+}
+
+/// The ids, from the records themselves.
+#[pyfunction]
+fn record_ids(x: ArrayRefDyn<'_, Particle>) -> PyResult<Vec<i64>> {
+    Ok(x.as_array()?.iter().map(|p| p.id).collect())
+}
+
+/// Field `name` read as float32 (an error for other fields' types, or no such field).
+#[pyfunction]
+fn record_field_f32(x: ArrayRef<'_, Particle, 1>, name: &str) -> PyResult<Vec<f32>> {
+    Ok(x.field::<f32>(name)?.iter().copied().collect())
+}
+
+/// `n` particles (`id` = i, `mass` = i / 2, `pos` = (i, 2i, 3i), `vel` = -pos) as a NumPy
+/// structured array that owns the Rust vector.
+#[pyfunction]
+fn record_new(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
+    let particles: Vec<Particle> = (0..n)
+        .map(|i| {
+            let f = i as f32;
+            Particle { pos: [f, 2.0 * f, 3.0 * f], vel: [-f, -2.0 * f, -3.0 * f], mass: i as f64 / 2.0, id: i as i64 }
+        })
+        .collect();
+    particles.into_framework(py, Framework::NumPy)
+}
+
+/// The weights of the live records.
+#[pyfunction]
+fn flagged_live_weight(x: ArrayRef<'_, Flagged, 1>) -> PyResult<f64> {
+    Ok(x.as_array()?.iter().filter(|f| f.alive).map(|f| f.weight).sum())
+}
+
+pub(crate) fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(record_total_mass, module)?)?;
+    module.add_function(wrap_pyfunction!(record_positions, module)?)?;
+    module.add_function(wrap_pyfunction!(record_kick, module)?)?;
+    module.add_function(wrap_pyfunction!(record_scale_mass, module)?)?;
+    module.add_function(wrap_pyfunction!(record_ids, module)?)?;
+    module.add_function(wrap_pyfunction!(record_field_f32, module)?)?;
+    module.add_function(wrap_pyfunction!(record_new, module)?)?;
+    module.add_function(wrap_pyfunction!(flagged_live_weight, module)?)?;
+    Ok(())
+}

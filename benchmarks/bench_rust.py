@@ -37,6 +37,8 @@ ROWS = ["no-op, 1 argument", "no-op, 3 arguments", "sum", "in-place scale", "new
         "ArrayLike: a list of 8 ints to int32"]
 #: The same amso function, amso arrays against NumPy arrays as its input.
 INPUT_ROWS = ["amso input: no-op, 1 argument", "amso input: no-op, 3 arguments"]
+#: A record argument (the spec's particle, 40 bytes) against a float64 one, NumPy arrays of 1024.
+RECORD_ROWS = ["record input: no-op, 1 argument"]
 
 
 def calls() -> dict[str, dict[str, object]]:
@@ -48,6 +50,8 @@ def calls() -> dict[str, dict[str, object]]:
     seconds, minutes = np.zeros(1024, "timedelta64[s]"), np.ones(1024, "timedelta64[m]")
     ints = list(range(8))  # converted by each crate's ArrayLike argument (AllowTypeChange)
     a, b, c = (amso.asarray(np.zeros((1024, 3), np.float32)) for _ in range(3))
+    particle = np.dtype([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])
+    records, floats = np.zeros(1024, particle), np.zeros(1024)
     return {
         "no-op, 1 argument": {"amso": lambda: p.amso_noop1(x), "rust-numpy": lambda: p.numpy_noop1(x),
                               "PyO3 alone": lambda: p.pyo3_noop1(x)},
@@ -65,6 +69,8 @@ def calls() -> dict[str, dict[str, object]]:
         "amso input: no-op, 1 argument": {"amso array": lambda: p.amso_noop1(a), "NumPy array": lambda: p.amso_noop1(x)},
         "amso input: no-op, 3 arguments": {"amso array": lambda: p.amso_noop3(a, b, c),
                                            "NumPy array": lambda: p.amso_noop3(x, y, z)},
+        "record input: no-op, 1 argument": {"structured": lambda: p.record_noop(records),
+                                            "float64": lambda: p.float64_noop(floats)},
     }
 
 
@@ -139,6 +145,21 @@ def markdown(report: dict, counts: dict | None = None) -> str:
                     f"{row['amso array'] / row['NumPy array']:.2f} |")
             if counts and name in counts:
                 line += f" {counts[name]['amso array']} | {counts[name]['NumPy array']} |"
+            elif counts:
+                line += " - | - |"
+            lines.append(line)
+    records = [(name, report["rows"][name]) for name in RECORD_ROWS if name in report["rows"]]
+    if records:
+        lines += ["", "A record argument (`ArrayRef<Particle, 1>`, the spec's 40-byte particle) given a NumPy structured "
+                  "array, against a float64 argument given a float64 array, 1024 elements each (ns per call; goal: "
+                  "structured / float64 <= 1.1):", "",
+                  "| call | structured | float64 | structured / float64 |" + (" structured instr. | float64 instr. |" if counts else ""),
+                  "|---|---|---|---|" + ("---|---|" if counts else "")]
+        for name, row in records:
+            line = (f"| {name.removeprefix('record input: ')} | {row['structured']:.0f} | {row['float64']:.0f} | "
+                    f"{row['structured'] / row['float64']:.2f} |")
+            if counts and name in counts:
+                line += f" {counts[name]['structured']} | {counts[name]['float64']} |"
             elif counts:
                 line += " - | - |"
             lines.append(line)

@@ -419,3 +419,53 @@ def test_typed_arguments_from_every_host_protocol_across_threads():
     np.testing.assert_allclose(rows, np.tile(expected, (16, 1)))
     assert amso._amso._live_borrows() == 0
     np.testing.assert_array_equal(values, np.arange(64.0))
+
+
+def test_new_element_kinds_and_conversions_across_threads():
+    """16 threads pass shared records, object arrays, timedeltas, lists for ArrayLike and
+    misaligned arrays (read through a staged copy) while each writes records and timedeltas of
+    its own: every result right, every borrow released, no descriptor cache confused."""
+    peers = pytest.importorskip("amso_peers")
+    particle = np.dtype([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])
+    records = np.zeros(32, particle)
+    records["mass"] = np.arange(32)
+    objects = np.array([object(), 1, "two"] * 8, dtype=object)
+    minutes = np.ones(64, "timedelta64[m]")
+    raw = bytearray(8 * 64 + 1)
+    misaligned = np.frombuffer(raw, dtype=np.float64, offset=1, count=64)
+    misaligned[:] = np.arange(64.0)
+    errors: list[BaseException] = []
+    start = threading.Barrier(16)
+
+    def worker(index: int) -> None:
+        own = np.zeros(8, particle)
+        own["vel"] = index
+        seconds = np.zeros(64, "timedelta64[s]")
+        wrong = np.zeros(4, [("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f4"), ("id", "<i8")])
+        try:
+            start.wait()
+            for i in range(100):
+                assert peers.record_total_mass(records) == 496.0
+                assert peers.amso_head(objects) is objects[0]
+                peers.amso_add_minutes_to_seconds(seconds, minutes)
+                assert peers.like_i32([index, i, 3])[1] == [index, i, 3]
+                assert peers.like_f64(misaligned)[1][63] == 63.0
+                peers.record_kick(own, 1.0)
+                if i % 25 == 0:
+                    with pytest.raises(TypeError, match="field 2 `mass` is float32"):
+                        peers.record_total_mass(wrong)
+            assert (seconds == np.timedelta64(6000, "s")).all()
+            np.testing.assert_array_equal(own["pos"], np.full((8, 3), 100.0 * index, np.float32))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(index,)) for index in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads), "deadlock: a thread did not finish"
+    assert not errors, errors
+    import amso._amso
+
+    assert amso._amso._live_borrows() == 0

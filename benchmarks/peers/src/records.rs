@@ -152,6 +152,14 @@ fn record_new(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
     particles.into_framework(py, Framework::NumPy)
 }
 
+/// Read one record argument and do nothing (the cost of taking a structured array).
+#[pyfunction]
+fn record_noop(_x: ArrayRef<'_, Particle, 1>) {}
+
+/// Read one float64 argument and do nothing (the same call over a plain array).
+#[pyfunction]
+fn float64_noop(_x: ArrayRef<'_, f64, 1>) {}
+
 /// The weights of the live records.
 #[pyfunction]
 fn flagged_live_weight(x: ArrayRef<'_, Flagged, 1>) -> PyResult<f64> {
@@ -167,5 +175,7 @@ pub(crate) fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(record_field_f32, module)?)?;
     module.add_function(wrap_pyfunction!(record_new, module)?)?;
     module.add_function(wrap_pyfunction!(flagged_live_weight, module)?)?;
+    module.add_function(wrap_pyfunction!(record_noop, module)?)?;
+    module.add_function(wrap_pyfunction!(float64_noop, module)?)?;
     Ok(())
 }

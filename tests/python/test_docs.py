@@ -125,7 +125,7 @@ def test_the_header_excerpts_are_the_generated_headers():
             assert code in (ROOT / "specs" / "types.yaml").read_text(), f"{where}: not the spec's records"
             excerpts += 1
             continue
-        named = re.fullmatch(r"(?:/\*|//) (generated/amso\.c?uh?) ?(?:\*/)?", first.strip())
+        named = re.fullmatch(r"(?:/\*|//) (generated/amso\.(?:h|cuh)) ?(?:\*/)?", first.strip())
         if named is None:
             continue
         assert rest in (ROOT / named.group(1)).read_text(), f"{where}: not in {named.group(1)}"

@@ -28,6 +28,9 @@ fn main() {
     let tokens = amso_codegen::expand::traits::element_impls(&spec);
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     std::fs::write(out.join("element_impls.rs"), tokens.to_string()).expect("OUT_DIR is writable");
+    // The spec's records as #[repr(C)] structs, for the `records` module.
+    let records = amso_codegen::expand::record::record_impls(&spec);
+    std::fs::write(out.join("record_impls.rs"), records.to_string()).expect("OUT_DIR is writable");
     // The CUDA header kernels include, the same text as generated/amso.cuh.
     std::fs::write(out.join("amso.cuh"), amso_codegen::cuda_header::cuda_header(&spec)).expect("OUT_DIR is writable");
 }

@@ -13,6 +13,7 @@ typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
 #else
+#include <stddef.h>
 #include <stdint.h>
 #endif
 
@@ -99,6 +100,21 @@ typedef AMSO_FP6_E3M2 float6_e3m2fn;
 typedef AMSO_FP4_E2M1 float4_e2m1fn;
 typedef AMSO_FP4X2_E2M1 float4_e2m1fn_x2;
 
+// Record particle: 40 bytes, aligned to 8, C's amso_particle_t (generated/amso.h).
+struct particle {
+    float32 pos[3];
+    float32 vel[3];
+    float64 mass;
+    int64 id;
+};
+static_assert(sizeof(particle) == 40 && alignof(particle) == 8, "amso::particle layout");
+#if !defined(__CUDACC_RTC__)
+static_assert(offsetof(particle, pos) == 0, "amso::particle.pos is at 0");
+static_assert(offsetof(particle, vel) == 12, "amso::particle.vel is at 12");
+static_assert(offsetof(particle, mass) == 24, "amso::particle.mass is at 24");
+static_assert(offsetof(particle, id) == 32, "amso::particle.id is at 32");
+#endif
+
 // A C-order array: its data pointer and shape, passed to a kernel by value. (Parameter names
 // are long so that a kernel's own -DN=... or -DT=... macros cannot rewrite them.)
 template <class Element, int Rank>
@@ -142,5 +158,9 @@ struct Indexer {
 static_assert(sizeof(Indexer<double, 3>) == 32, "amso::Indexer layout");
 static_assert(sizeof(Indexer<uint8_t, 1>) == 16, "amso::Indexer layout");
 static_assert(sizeof(Indexer<complex128_t, 8>) == 72, "amso::Indexer layout");
+
+// A kernel's argument over an array of particle records: `p(i).pos`.
+template <int Rank>
+using particle_indexer = Indexer<particle, Rank>;
 
 }  // namespace amso

@@ -31,9 +31,21 @@
 #ifndef AMSO_H
 #define AMSO_H
 
+#include <stddef.h>
 #include <stdint.h>
 #ifndef __cplusplus
 #include <stdbool.h>
+#endif
+
+/* Layout checks and alignment, in C11 and C++11 spellings. */
+#ifdef __cplusplus
+#define AMSO_STATIC_ASSERT(condition, message) static_assert(condition, message)
+#define AMSO_ALIGNOF(type) alignof(type)
+#define AMSO_ALIGNAS(bytes) alignas(bytes)
+#else
+#define AMSO_STATIC_ASSERT(condition, message) _Static_assert(condition, message)
+#define AMSO_ALIGNOF(type) _Alignof(type)
+#define AMSO_ALIGNAS(bytes) _Alignas(bytes)
 #endif
 
 #ifdef __cplusplus
@@ -62,6 +74,20 @@ typedef struct { uint8_t bits; } amso_float6_e2m3fn_t; /* float6_e2m3fn: a 6-bit
 typedef struct { uint8_t bits; } amso_float6_e3m2fn_t; /* float6_e3m2fn: a 6-bit value in the low bits */
 typedef struct { uint8_t bits; } amso_float4_e2m1fn_t; /* float4_e2m1fn: a 4-bit value in the low bits */
 typedef struct { uint8_t bits; } amso_float4_e2m1fn_x2_t; /* float4_e2m1fn_x2: 2 packed 4-bit values, the first in the low bits */
+
+/* Records: C structs of the spec's scalars, laid out as the generator computed (asserted). */
+/* record particle: 40 bytes, aligned to 8 (specs/types.yaml) */
+typedef struct amso_particle {
+    float pos[3];
+    float vel[3];
+    double mass;
+    int64_t id;
+} amso_particle_t;
+AMSO_STATIC_ASSERT(offsetof(amso_particle_t, pos) == 0, "amso_particle_t.pos is at 0");
+AMSO_STATIC_ASSERT(offsetof(amso_particle_t, vel) == 12, "amso_particle_t.vel is at 12");
+AMSO_STATIC_ASSERT(offsetof(amso_particle_t, mass) == 24, "amso_particle_t.mass is at 24");
+AMSO_STATIC_ASSERT(offsetof(amso_particle_t, id) == 32, "amso_particle_t.id is at 32");
+AMSO_STATIC_ASSERT(sizeof(amso_particle_t) == 40 && AMSO_ALIGNOF(amso_particle_t) == 8, "amso_particle_t layout");
 
 #ifndef Py_PYTHON_H
 typedef struct _object PyObject;
@@ -94,11 +120,7 @@ struct amso_array_header {
     int64_t strides[8];
 };
 #define AMSO_HEADER_VERSION 2u
-#ifdef __cplusplus
-static_assert(sizeof(struct amso_array_header) == 184, "amso_array_header layout");
-#else
-_Static_assert(sizeof(struct amso_array_header) == 184, "amso_array_header layout");
-#endif
+AMSO_STATIC_ASSERT(sizeof(struct amso_array_header) == 184, "amso_array_header layout");
 typedef const struct amso_array_header *amso_handle;
 
 enum amso_error {

@@ -28,6 +28,10 @@ fn cuda_type(dtype: &DType) -> String {
         (TypeCode::Float6E3M2Fn, 6, 1) => "AMSO_FP6_E3M2".into(),
         (TypeCode::Float4E2M1Fn, 4, 1) => "AMSO_FP4_E2M1".into(),
         (TypeCode::Float4E2M1Fn, 4, 2) => "AMSO_FP4X2_E2M1".into(),
+        // CUDA's own vectors (aligned to their size), which the spec's vector dtypes are.
+        (TypeCode::Float, 32, lanes @ (2 | 4)) => format!("float{lanes}"),
+        (TypeCode::Int, 32, lanes @ (2 | 4)) => format!("int{lanes}"),
+        (TypeCode::UInt, 32, lanes @ (2 | 4)) => format!("uint{lanes}"),
         _ => format!("struct {{ unsigned char bytes[{}]; }}", dtype.itemsize()),
     }
 }
@@ -38,7 +42,83 @@ pub fn cuda_header(spec: &Spec) -> String {
     for dtype in spec.dtypes.iter().filter(|d| cuda_type(d) != d.name) {
         let _ = writeln!(types, "typedef {} {};", cuda_type(dtype), dtype.name);
     }
-    format!("{PRELUDE}{types}{INDEXER}", PRELUDE = PRELUDE.replace("{note}", crate::write::HEADER_NOTE))
+    let mut records = String::new();
+    let mut aliases = String::new();
+    for record in &spec.records {
+        records.push_str(&cuda_record(spec, record));
+        let _ = write!(
+            aliases,
+            "\n// A kernel's argument over an array of {name} records: `p(i).{field}`.\n\
+             template <int Rank>\nusing {name}_indexer = Indexer<{name}, Rank>;\n",
+            name = record.name,
+            field = record.fields[0].name,
+        );
+    }
+    let indexer = if aliases.is_empty() {
+        INDEXER.to_string()
+    } else {
+        INDEXER.replace("\n}  // namespace amso\n", &format!("{aliases}\n}}  // namespace amso\n"))
+    };
+    let prelude = PRELUDE.replace("{note}", crate::write::HEADER_NOTE).replace("{vectors}", &host_vectors(spec));
+    format!("{prelude}{types}{records}{indexer}")
+}
+
+/// One record as a struct of the spec's CUDA types, `amso::NAME`, with the generator's size and
+/// alignment asserted (and each offset, where `<cstddef>` is there: not under NVRTC). Its name
+/// differs from amso.h's `amso_NAME_t`, so a file may include both headers.
+fn cuda_record(spec: &Spec, record: &crate::Record) -> String {
+    let name = &record.name;
+    let mut out = format!(
+        "\n// Record {name}: {} bytes, aligned to {}, C's {} (generated/amso.h).\nstruct {name} {{\n",
+        record.size,
+        record.align,
+        record.c_type()
+    );
+    for field in &record.fields {
+        let dims: String = field.shape.iter().map(|length| format!("[{length}]")).collect();
+        let dtype = spec.dtype(&field.dtype).expect("validated: a field's dtype is in the table");
+        let _ = writeln!(out, "    {} {}{dims};", dtype.name, field.name);
+    }
+    let _ = writeln!(
+        out,
+        "}};\nstatic_assert(sizeof({name}) == {} && alignof({name}) == {}, \"amso::{name} layout\");",
+        record.size, record.align
+    );
+    out.push_str("#if !defined(__CUDACC_RTC__)\n");
+    for field in &record.fields {
+        let _ = writeln!(
+            out,
+            "static_assert(offsetof({name}, {field}) == {offset}, \"amso::{name}.{field} is at {offset}\");",
+            field = field.name,
+            offset = field.offset
+        );
+    }
+    out.push_str("#endif\n");
+    out
+}
+
+/// Host definitions of CUDA's vector types the spec uses, for a host compiler reading the header
+/// (nvcc and NVRTC define them).
+fn host_vectors(spec: &Spec) -> String {
+    let mut out = String::new();
+    for dtype in spec.dtypes.iter().filter(|d| d.is_vector()) {
+        let lane = match dtype.code {
+            TypeCode::Float => "float",
+            TypeCode::Int => "int",
+            _ => "unsigned int",
+        };
+        let members = ["x", "y", "z", "w"][..usize::from(dtype.lanes).min(4)].join(", ");
+        let _ = writeln!(
+            out,
+            "struct alignas({}) {} {{ {lane} {members}; }};",
+            crate::record::alignment(dtype),
+            cuda_type(dtype)
+        );
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!("#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)\n{out}#endif\n")
 }
 
 const PRELUDE: &str = r#"// {note}
@@ -56,9 +136,10 @@ typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
 #else
+#include <stddef.h>
 #include <stdint.h>
 #endif
-
+{vectors}
 // Half types come from CUDA's headers where the compiler finds them (amso adds the toolkit's
 // include folder for NVRTC when it exists); otherwise a 16-bit storage type of the same layout.
 #if defined(__has_include)
@@ -201,5 +282,134 @@ mod tests {
         assert!(status.success(), "the generated header does not compile as C++");
         assert!(std::process::Command::new(dir.join("use")).status().unwrap().success(), "Indexer arithmetic");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    /// A spec with a padded record and CUDA vectors, beside the bundled one.
+    pub(crate) const RECORDS_SPEC: &str = "dtypes:
+  - {name: int8, rust: i8, code: kDLInt, bits: 8, lanes: 1, numpy: int8, c: int8_t}
+  - {name: float32, rust: f32, code: kDLFloat, bits: 32, lanes: 1, numpy: float32, c: float}
+  - {name: float64, rust: f64, code: kDLFloat, bits: 64, lanes: 1, numpy: float64, c: double}
+  - {name: complex64, rust: \"num_complex::Complex<f32>\", code: kDLComplex, bits: 64, lanes: 1, numpy: complex64, c: amso_complex64_t}
+  - {name: float32x4, rust: \"[f32; 4]\", code: kDLFloat, bits: 32, lanes: 4, numpy: float32, c: amso_float32x4_t}
+  - {name: int32x2, rust: \"[i32; 2]\", code: kDLInt, bits: 32, lanes: 2, numpy: int32, c: amso_int32x2_t}
+  - {name: uint32x4, rust: \"[u32; 4]\", code: kDLUInt, bits: 32, lanes: 4, numpy: uint32, c: amso_uint32x4_t}
+instantiations: []
+records:
+  - {name: padded, fields: [{name: a, dtype: int8}, {name: b, dtype: float64}]}
+  - {name: grid, fields: [{name: a, dtype: int8}, {name: m, dtype: float32, shape: [2, 3]}, {name: z, dtype: complex64}, {name: c, dtype: int8, shape: [3]}]}
+";
+
+    /// Compile `source` (and run it) with the first of `compilers` found, in a folder holding
+    /// both headers of `spec`; `None` when there is no compiler.
+    pub(crate) fn compile_and_run(
+        spec: &Spec,
+        compilers: &[&str],
+        args: &[&str],
+        file: &str,
+        source: &str,
+    ) -> Option<()> {
+        let compiler = compilers.iter().find(|c| std::process::Command::new(c).arg("--version").output().is_ok())?;
+        let dir = std::env::temp_dir().join(format!("amso-records-{}-{file}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("amso.h"), crate::write::c_header(spec)).unwrap();
+        std::fs::write(dir.join("amso.cuh"), cuda_header(spec)).unwrap();
+        std::fs::write(dir.join(file), source).unwrap();
+        let status = std::process::Command::new(compiler)
+            .args(args)
+            .args(["-Wall", "-Werror", "-o"])
+            .arg(dir.join("run"))
+            .arg(dir.join(file))
+            .status()
+            .unwrap();
+        assert!(status.success(), "{file} does not compile against the headers");
+        let run = std::process::Command::new(dir.join("run")).output().unwrap();
+        assert!(run.status.success(), "{file}: {}", String::from_utf8_lossy(&run.stdout));
+        let _ = std::fs::remove_dir_all(&dir);
+        Some(())
+    }
+
+    /// `check(offsetof(T, f) == N)` lines for every field, size and alignment of every record.
+    pub(crate) fn layout_checks(spec: &Spec, prefix: &str, suffix: &str, alignof: &str) -> String {
+        let mut out = String::new();
+        for record in &spec.records {
+            let ty = format!("{prefix}{}{suffix}", record.name);
+            for field in &record.fields {
+                let _ = writeln!(
+                    out,
+                    "    check(offsetof({ty}, {}) == {}, \"{ty}.{}\");",
+                    field.name, field.offset, field.name
+                );
+            }
+            let _ = writeln!(
+                out,
+                "    check(sizeof({ty}) == {} && {alignof}({ty}) == {}, \"{ty}\");",
+                record.size, record.align
+            );
+        }
+        out
+    }
+
+    #[test]
+    fn a_cpp_file_includes_both_headers_and_indexes_records_in_a_kernel_style() {
+        let bundled = crate::bundled_spec().unwrap();
+        let tests = Spec::parse(RECORDS_SPEC, "t.yaml").unwrap();
+        assert!(
+            cuda_header(&tests).contains("typedef float4 float32x4;")
+                && cuda_header(&tests).contains("typedef int2 int32x2;")
+        );
+        for spec in [&bundled, &tests] {
+            let mut source = String::from(
+                "#include \"amso.h\"\n#include \"amso.cuh\"\n#include <cstdio>\n#include <cstddef>\n\
+                 static int failed = 0;\nstatic void check(bool ok, const char *what) { if (!ok) { std::printf(\"%s\\n\", what); failed = 1; } }\n\
+                 int main() {\n",
+            );
+            source += &layout_checks(spec, "amso::", "", "alignof");
+            source += &layout_checks(spec, "amso_", "_t", "alignof");
+            if spec.record("particle").is_some() {
+                source += "    amso::particle particles[2] = {};\n    amso::particle_indexer<1> p{particles, {2}};\n\
+                           p(1).pos[0] = 2.5f; p(1).id = 7;\n    check(particles[1].pos[0] == 2.5f && particles[1].id == 7, \"p(i).pos[0]\");\n";
+            }
+            source += "    return failed;\n}\n";
+            let args = ["-std=c++17", "-D__host__=", "-D__device__="];
+            if compile_and_run(spec, &["c++", "g++", "clang++"], &args, "both.cpp", &source).is_none() {
+                eprintln!("skipped: no C++ compiler");
+                return;
+            }
+        }
+    }
+
+    #[test]
+    fn a_c_program_reads_each_record_offset_the_generator_computed() {
+        let bundled = crate::bundled_spec().unwrap();
+        let tests = Spec::parse(RECORDS_SPEC, "t.yaml").unwrap();
+        for spec in [&bundled, &tests] {
+            let mut source = String::from(
+                "#include \"amso.h\"\n#include <stdio.h>\n#include <stddef.h>\n\
+                 static int failed = 0;\nstatic void check(bool ok, const char *what) { if (!ok) { printf(\"%s\\n\", what); failed = 1; } }\n\
+                 int main(void) {\n",
+            );
+            source += &layout_checks(spec, "amso_", "_t", "_Alignof");
+            for vector in spec.dtypes.iter().filter(|d| d.is_vector()) {
+                let _ = writeln!(
+                    source,
+                    "    check(sizeof({c}) == {} && _Alignof({c}) == {}, \"{c}\");",
+                    vector.itemsize(),
+                    crate::record::alignment(vector),
+                    c = vector.c
+                );
+            }
+            source += "    return failed;\n}\n";
+            if compile_and_run(spec, &["cc", "gcc", "clang"], &["-std=c11", "-pedantic"], "records.c", &source)
+                .is_none()
+            {
+                eprintln!("skipped: no C compiler");
+                return;
+            }
+        }
     }
 }

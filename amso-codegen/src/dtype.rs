@@ -137,11 +137,11 @@ impl TypeCode {
     }
 
     /// Whether an element of this code may have `lanes` lanes of `bits` bits (bits already
-    /// checked): one lane, or sub-byte lanes packed into exactly one byte (PyTorch's
-    /// `float4_e2m1fn_x2`). amso has no other vector types: NumPy and the array interface
-    /// have none (a float32x4 would read as one 16-byte float), a packed element converts to
-    /// Python as its raw bits, and generated/amso.h stores a low-precision element in one
-    /// byte. `Err` says what is allowed.
+    /// checked): one lane; sub-byte lanes packed into exactly one byte (PyTorch's
+    /// `float4_e2m1fn_x2`); or a vector of 2 or 4 lanes of a 32-bit float or integer, CUDA's
+    /// `float2`/`float4`, `int2`/`int4`, `uint2`/`uint4` (aligned to their size). NumPy and the
+    /// array interface have no vectors (a float32x4 would read as one 16-byte value), so the
+    /// bundled module compiles none; they reach Rust, C and CUDA. `Err` says what is allowed.
     pub(crate) fn check_lanes(self, bits: u8, lanes: i64) -> Result<(), String> {
         const PACKED: &str = "2 lanes of 4 bits, PyTorch's float4_e2m1fn_x2";
         check_lane_count(lanes)?;
@@ -149,10 +149,16 @@ impl TypeCode {
             return Ok(());
         }
         let name = self.dlpack_name();
+        let vector_kind = matches!(self, TypeCode::Float | TypeCode::Int | TypeCode::UInt) && bits == 32;
+        if vector_kind && matches!(lanes, 2 | 4) {
+            return Ok(());
+        }
         if bits >= 8 {
+            let fix = if vector_kind { "write lanes: 1, 2 or 4" } else { "write lanes: 1" };
             return Err(format!(
-                "{lanes} lanes of {bits}-bit {name}: amso has no vector element types (DLPack's lanes > 1, as \
-                 float32x4), only sub-byte values packed into one byte ({PACKED}); write lanes: 1"
+                "{lanes} lanes of {bits}-bit {name}: amso's vector element types are CUDA's, 2 or 4 lanes of a 32-bit \
+                 float or integer (float2, float4, int2, int4, uint2, uint4), besides sub-byte values packed into \
+                 one byte ({PACKED}); {fix}"
             ));
         }
         let total = i64::from(bits).saturating_mul(lanes);
@@ -255,6 +261,11 @@ impl DType {
     /// Bytes per element: a sub-byte element takes one byte (padded).
     pub fn itemsize(&self) -> usize {
         (self.bits as usize * self.lanes as usize).div_ceil(8)
+    }
+
+    /// Whether this is a vector of whole-byte lanes (CUDA's `float4`, `int2`, ...).
+    pub fn is_vector(&self) -> bool {
+        self.lanes > 1 && self.bits >= 8
     }
 
     /// Whether an element leaves bits of its byte unused (a single sub-byte lane): DLPack's

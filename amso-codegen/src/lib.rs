@@ -7,11 +7,13 @@
 pub mod cuda_header;
 pub mod dtype;
 pub mod expand;
+pub mod record;
 pub mod spec;
 pub(crate) mod stubs;
 pub mod write;
 
 pub use dtype::{DType, TypeCode};
+pub use record::{Record, RecordField};
 pub use spec::{Instantiation, Spec, SpecError};
 
 /// The largest `ndim` amso compiles; matches `amso_runtime::MAX_NDIM`.

@@ -9,6 +9,7 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use crate::dtype::{class_stem, DType};
+use crate::record::Record;
 use reading::{check, raise, Facts};
 
 mod reading;
@@ -32,6 +33,8 @@ pub struct Spec {
     pub dtypes: Vec<DType>,
     /// The instantiations, in file order.
     pub instantiations: Vec<Instantiation>,
+    /// The records (C structs of the table's scalars), in file order, laid out.
+    pub records: Vec<Record>,
 }
 
 /// Every mistake found in a spec, each with `file:line:column`.
@@ -97,6 +100,11 @@ impl Spec {
         self.instantiations.iter().map(|inst| (self.dtype(&inst.dtype).expect("validated"), inst.ndim))
     }
 
+    /// The record called `name`.
+    pub fn record(&self, name: &str) -> Option<&Record> {
+        self.records.iter().find(|r| r.name == name)
+    }
+
     /// The dtype names, comma-separated, for error messages.
     pub fn dtype_names(&self) -> String {
         self.dtypes.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")
@@ -117,10 +125,12 @@ fn locate(path: &str, err: &serde_yaml::Error) -> String {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a mapping of `dtypes:` and `instantiations:`")]
+#[serde(deny_unknown_fields, expecting = "a mapping of `dtypes:`, `instantiations:` and, optionally, `records:`")]
 struct RawSpec {
     dtypes: Vec<RawDType>,
     instantiations: Vec<RawEntry>,
+    #[serde(default)]
+    records: Vec<RawRecord>,
 }
 
 /// One row of the dtype table, each field checked as it is read.
@@ -317,7 +327,8 @@ struct DTypeRef(String);
 
 impl<'de> Deserialize<'de> for DTypeRef {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        reading::string(d, |name| check(|ctx| rules::dtype_ref(ctx.facts.known.as_deref(), name))).map(DTypeRef)
+        reading::string(d, |name| check(|ctx| rules::dtype_ref(ctx.facts.known.as_deref(), &ctx.facts.records, name)))
+            .map(DTypeRef)
     }
 }
 
@@ -388,7 +399,7 @@ impl<'de> Deserialize<'de> for Ndim {
 
 impl RawSpec {
     fn into_spec(self) -> Spec {
-        let dtypes = self.dtypes.into_iter().map(|raw| raw.0).collect();
+        let dtypes: Vec<DType> = self.dtypes.into_iter().map(|raw| raw.0).collect();
         let instantiations = self
             .instantiations
             .into_iter()
@@ -397,7 +408,193 @@ impl RawSpec {
                 entry.ndims.into_iter().map(move |ndim| Instantiation { dtype: dtype.clone(), ndim })
             })
             .collect();
-        Spec { dtypes, instantiations }
+        let records = self
+            .records
+            .into_iter()
+            .map(|raw| {
+                let fields = raw.fields.into_iter().map(|f| (f.name, f.dtype, f.shape)).collect();
+                Record::lay_out(raw.name, fields, |name| dtypes.iter().find(|d: &&DType| d.name == name))
+            })
+            .collect();
+        Spec { dtypes, instantiations, records }
+    }
+}
+
+/// One entry of `records`: a name and its fields.
+struct RawRecord {
+    name: String,
+    fields: Vec<RawField>,
+}
+
+impl<'de> Deserialize<'de> for RawRecord {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields, expecting = "a record: {name, fields: [{name, dtype, shape?}, ...]}")]
+        struct Fields {
+            name: RecordName,
+            fields: FieldList,
+        }
+        reading::begin_record();
+        let f = Fields::deserialize(d)?;
+        Ok(RawRecord { name: f.name.0, fields: f.fields.0 })
+    }
+}
+
+struct RecordName(String);
+
+impl<'de> Deserialize<'de> for RecordName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        reading::string(d, |name| {
+            check(|ctx| rules::record_name(ctx.facts.known.as_deref(), name))?;
+            check(|ctx| {
+                let stem = class_stem(name);
+                let index = ctx.record_index();
+                match ctx.record_names.get(&stem) {
+                    None => {
+                        ctx.record_names.insert(stem, (name.to_string(), index));
+                        Ok(())
+                    }
+                    Some((first, at)) if first == name => Err(format!(
+                        "duplicate record `{name}` (records[{at}] is `{name}` already): list each record once"
+                    )),
+                    Some((first, at)) => Err(format!(
+                        "record `{name}` has the Rust name of record `{first}` (records[{at}]), {stem}: rename one"
+                    )),
+                }
+            })
+        })
+        .map(RecordName)
+    }
+}
+
+/// A record's `fields:`, a non-empty list.
+struct FieldList(Vec<RawField>);
+
+impl<'de> Deserialize<'de> for FieldList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = Vec<RawField>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of fields, e.g. [{name: mass, dtype: float64}]")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<RawField>, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(field) = seq.next_element()? {
+                    fields.push(field);
+                }
+                if fields.is_empty() {
+                    check(|ctx| {
+                        Err(format!(
+                            "{}a record has at least one field: list them, e.g. fields: [{{name: mass, dtype: \
+                             float64}}], or remove the record",
+                            ctx.about_record()
+                        ))
+                    })
+                    .map_err(raise)?;
+                }
+                Ok(fields)
+            }
+        }
+        d.deserialize_seq(Visit).map(FieldList)
+    }
+}
+
+/// One field of a record: a name, a scalar dtype of the table and an optional fixed shape.
+struct RawField {
+    name: String,
+    dtype: String,
+    shape: Vec<usize>,
+}
+
+impl<'de> Deserialize<'de> for RawField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields, expecting = "a record field: {name, dtype, shape?}")]
+        struct Fields {
+            name: FieldName,
+            dtype: FieldDType,
+            #[serde(default)]
+            shape: Option<Shape>,
+        }
+        let f = Fields::deserialize(d)?;
+        Ok(RawField { name: f.name.0, dtype: f.dtype.0, shape: f.shape.map(|s| s.0).unwrap_or_default() })
+    }
+}
+
+struct FieldName(String);
+
+impl<'de> Deserialize<'de> for FieldName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        reading::string(d, |name| {
+            check(|ctx| rules::field_name(name).map_err(|e| format!("{}{e}", ctx.about_record())))?;
+            check(|ctx| {
+                if ctx.field_names.insert(name.to_string()) {
+                    Ok(())
+                } else {
+                    Err(format!("{}duplicate field `{name}`: name each field once", ctx.about_record()))
+                }
+            })
+        })
+        .map(FieldName)
+    }
+}
+
+struct FieldDType(String);
+
+impl<'de> Deserialize<'de> for FieldDType {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        reading::string(d, |name| {
+            check(|ctx| {
+                rules::field_dtype(ctx.facts.known.as_deref(), &ctx.facts.records, &ctx.facts.rows, name)
+                    .map_err(|e| format!("{}{e}", ctx.about_record()))
+            })
+        })
+        .map(FieldDType)
+    }
+}
+
+/// A field's `shape:`, a non-empty list of positive lengths.
+struct Shape(Vec<usize>);
+
+impl<'de> Deserialize<'de> for Shape {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = Vec<usize>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a shape, a list of lengths such as [3]")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<usize>, A::Error> {
+                let mut shape = Vec::new();
+                while let Some(Length(length)) = seq.next_element()? {
+                    shape.push(length);
+                }
+                if shape.is_empty() {
+                    check(|ctx| {
+                        Err(format!(
+                            "{}shape is empty: write the field's lengths, e.g. shape: [3], or drop shape for one \
+                             element",
+                            ctx.about_record()
+                        ))
+                    })
+                    .map_err(raise)?;
+                }
+                Ok(shape)
+            }
+        }
+        d.deserialize_seq(Visit).map(Shape)
+    }
+}
+
+struct Length(usize);
+
+impl<'de> Deserialize<'de> for Length {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let length = reading::integer(d, "a shape's length", |length| {
+            check(|ctx| rules::shape_length(length).map_err(|e| format!("{}{e}", ctx.about_record())))
+        })?;
+        Ok(Length(usize::try_from(length).unwrap_or(1).max(1)))
     }
 }
 

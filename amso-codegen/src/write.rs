@@ -352,6 +352,23 @@ pub fn c_header(spec: &Spec) -> String {
         };
         let _ = writeln!(storage, "typedef struct {{ uint8_t bits; }} {}; /* {}: {layout} */", dtype.c, dtype.name);
     }
+    // CUDA's vectors (float4, int2, ...): lanes x, y(, z, w), aligned to their size as CUDA's.
+    for dtype in spec.dtypes.iter().filter(|d| d.is_vector()) {
+        let lane = dtype.code.c_type(dtype.bits).unwrap_or("uint32_t");
+        let members = ["x", "y", "z", "w"][..usize::from(dtype.lanes).min(4)].join(", ");
+        let (first, rest) = members.split_once(", ").unwrap_or((&members, ""));
+        let _ = writeln!(
+            storage,
+            "typedef struct {{ AMSO_ALIGNAS({align}) {lane} {first}; {lane} {rest}; }} {c}; /* {name}: {lanes} lanes */\n\
+             AMSO_STATIC_ASSERT(sizeof({c}) == {size} && AMSO_ALIGNOF({c}) == {align}, \"{c} layout\");",
+            align = crate::record::alignment(dtype),
+            c = dtype.c,
+            name = dtype.name,
+            lanes = dtype.lanes,
+            size = dtype.itemsize(),
+        );
+    }
+    let records = spec.records.iter().map(|record| c_record(spec, record)).collect::<Vec<_>>().join("\n");
     // DLPack's type codes, from the generator's one table (kDLOpaqueHandle, no element type,
     // is the template's).
     let codes: String =
@@ -360,7 +377,39 @@ pub fn c_header(spec: &Spec) -> String {
         .replace("@NOTE@", HEADER_NOTE)
         .replace("@TYPED@", &typed)
         .replace("@STORAGE@", &storage)
+        .replace("@RECORDS@", &records)
         .replace("@CODES@", &codes)
+}
+
+/// One record of the spec as a C struct, with the generator's layout asserted: each `offsetof`,
+/// the `sizeof` and the alignment.
+fn c_record(spec: &Spec, record: &crate::Record) -> String {
+    let c = record.c_type();
+    let mut out = format!(
+        "/* record {}: {} bytes, aligned to {} (specs/types.yaml) */\ntypedef struct amso_{} {{\n",
+        record.name, record.size, record.align, record.name
+    );
+    for field in &record.fields {
+        let dtype = spec.dtype(&field.dtype).expect("validated: a field's dtype is in the table");
+        let dims: String = field.shape.iter().map(|length| format!("[{length}]")).collect();
+        let _ = writeln!(out, "    {} {}{dims};", dtype.c, field.name);
+    }
+    let _ = writeln!(out, "}} {c};");
+    for field in &record.fields {
+        let _ = writeln!(
+            out,
+            "AMSO_STATIC_ASSERT(offsetof({c}, {name}) == {offset}, \"{c}.{name} is at {offset}\");",
+            name = field.name,
+            offset = field.offset
+        );
+    }
+    let _ = writeln!(
+        out,
+        "AMSO_STATIC_ASSERT(sizeof({c}) == {size} && AMSO_ALIGNOF({c}) == {align}, \"{c} layout\");",
+        size = record.size,
+        align = record.align
+    );
+    out
 }
 
 const C_HEADER_TEMPLATE: &str = r#"/* @NOTE@ */
@@ -396,9 +445,21 @@ const C_HEADER_TEMPLATE: &str = r#"/* @NOTE@ */
 #ifndef AMSO_H
 #define AMSO_H
 
+#include <stddef.h>
 #include <stdint.h>
 #ifndef __cplusplus
 #include <stdbool.h>
+#endif
+
+/* Layout checks and alignment, in C11 and C++11 spellings. */
+#ifdef __cplusplus
+#define AMSO_STATIC_ASSERT(condition, message) static_assert(condition, message)
+#define AMSO_ALIGNOF(type) alignof(type)
+#define AMSO_ALIGNAS(bytes) alignas(bytes)
+#else
+#define AMSO_STATIC_ASSERT(condition, message) _Static_assert(condition, message)
+#define AMSO_ALIGNOF(type) _Alignof(type)
+#define AMSO_ALIGNAS(bytes) _Alignas(bytes)
 #endif
 
 #ifdef __cplusplus
@@ -416,6 +477,8 @@ typedef double _Complex amso_complex128_t;
 
 /* Low-precision floats: one byte of storage per element (sub-byte values padded). */
 @STORAGE@
+/* Records: C structs of the spec's scalars, laid out as the generator computed (asserted). */
+@RECORDS@
 #ifndef Py_PYTHON_H
 typedef struct _object PyObject;
 #endif
@@ -447,11 +510,7 @@ struct amso_array_header {
     int64_t strides[8];
 };
 #define AMSO_HEADER_VERSION 2u
-#ifdef __cplusplus
-static_assert(sizeof(struct amso_array_header) == 184, "amso_array_header layout");
-#else
-_Static_assert(sizeof(struct amso_array_header) == 184, "amso_array_header layout");
-#endif
+AMSO_STATIC_ASSERT(sizeof(struct amso_array_header) == 184, "amso_array_header layout");
 typedef const struct amso_array_header *amso_handle;
 
 enum amso_error {

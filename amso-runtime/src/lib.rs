@@ -68,6 +68,9 @@ pub(crate) mod strided;
 #[cfg(feature = "python")]
 #[cfg_attr(docsrs, doc(cfg(feature = "python")))]
 pub mod python;
+/// The records of `specs/types.yaml` (C structs of the table's scalars) as `#[repr(C)]` Rust
+/// structs, e.g. [`records::Particle`]; a crate's own come from `#[derive(Element)]`.
+pub mod records;
 
 pub use device::{Device, DeviceType, Residence, Stream};
 pub use element::{dtypes, ArrayElement, DType, Element, Field, Float4E2M1FnX2, Scalar};
@@ -106,6 +109,7 @@ pub mod __private {
     pub use crate::object::{ArrayObject, ArrayType};
     #[cfg(feature = "python")]
     pub use crate::python::__private::*;
+    pub use crate::records::{record_typestr, record_typestr_bytes};
     pub use crate::shape::unravel;
     #[cfg(feature = "cuda")]
     pub use crate::share::handle::round_trip as shared_handle_round_trip;

@@ -1,7 +1,8 @@
 //! The spec parser and generator under arbitrary text: every input is either refused with a
 //! located error or generates Rust that parses as a file (Element impls, the classes and
-//! dispatch of the bundled module, `#[amso_array]` for each pair) and the generated
-//! stubs, tables and C header. A panic anywhere is a finding.
+//! dispatch of the bundled module, `#[amso_array]` for each pair, the records' structs) and the
+//! generated stubs, tables and C and CUDA headers (which declare each record). A panic anywhere
+//! is a finding.
 #![no_main]
 
 use std::str::FromStr;
@@ -25,6 +26,7 @@ fuzz_target!(|data: &[u8]| {
         }
     };
     parses(expand::traits::element_impls(&spec), "element impls");
+    parses(expand::record::record_impls(&spec), "record structs");
     parses(expand::dispatch::spec_classes(&spec, "amso._amso"), "spec classes");
     for (dtype, ndim) in spec.instances().take(4) {
         let args = proc_macro2::TokenStream::from_str(&format!("{}, {ndim}", dtype.name)).unwrap();
@@ -36,5 +38,13 @@ fuzz_target!(|data: &[u8]| {
     }
     for (path, contents) in write::generated_files(&spec) {
         assert!(!contents.is_empty(), "{} is empty", path.display());
+        for record in &spec.records {
+            let declaration = match path.extension().and_then(|extension| extension.to_str()) {
+                Some("h") => format!("struct amso_{} {{", record.name),
+                Some("cuh") => format!("struct {} {{", record.name),
+                _ => continue,
+            };
+            assert!(contents.contains(&declaration), "{} lacks {declaration}", path.display());
+        }
     }
 });

@@ -113,3 +113,21 @@ def test_the_guide_states_the_number_of_compiled_classes():
     text = (ROOT / "docs" / "python.md").read_text()
     stated = re.search(r"every ndim from 1 to 8, (\d+) classes", text)
     assert stated and int(stated.group(1)) == len(amso.supported()), stated
+
+
+def test_the_header_excerpts_are_the_generated_headers():
+    """A ```text block of the guide that starts with a `generated/amso.h` or `amso.cuh` comment is
+    an excerpt of that file, verbatim."""
+    excerpts = 0
+    for where, code in blocks("text"):
+        first, _, rest = code.partition("\n")
+        if first == "records:":
+            assert code in (ROOT / "specs" / "types.yaml").read_text(), f"{where}: not the spec's records"
+            excerpts += 1
+            continue
+        named = re.fullmatch(r"(?:/\*|//) (generated/amso\.(?:h|cuh)) ?(?:\*/)?", first.strip())
+        if named is None:
+            continue
+        assert rest in (ROOT / named.group(1)).read_text(), f"{where}: not in {named.group(1)}"
+        excerpts += 1
+    assert excerpts >= 4

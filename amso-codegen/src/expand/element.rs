@@ -27,6 +27,10 @@ const KEYS: &str = "name, code, bits, lanes, numpy, numpy_module, c, scalar";
 /// Expand `#[derive(Element)]` on `input`.
 pub fn derive_element(input: TokenStream) -> syn::Result<TokenStream> {
     let input: DeriveInput = syn::parse2(input)?;
+    // A `#[repr(C)]` struct of named fields is a record (`record.rs`).
+    if super::record::is_record(&input) {
+        return super::record::derive_record(&input);
+    }
     let mut errors = Errors::default();
     let field = match &input.data {
         Data::Struct(data) => match &data.fields {
@@ -206,10 +210,10 @@ where
 
 /// Every mistake found, combined into one error.
 #[derive(Default)]
-struct Errors(Option<syn::Error>);
+pub(crate) struct Errors(Option<syn::Error>);
 
 impl Errors {
-    fn push(&mut self, span: Span, message: impl std::fmt::Display) {
+    pub(crate) fn push(&mut self, span: Span, message: impl std::fmt::Display) {
         let error = syn::Error::new(span, message);
         match &mut self.0 {
             Some(all) => all.combine(error),
@@ -221,7 +225,7 @@ impl Errors {
         self.0.is_none()
     }
 
-    fn finish(self) -> syn::Result<()> {
+    pub(crate) fn finish(self) -> syn::Result<()> {
         self.0.map_or(Ok(()), Err)
     }
 }

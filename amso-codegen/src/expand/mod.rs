@@ -4,6 +4,7 @@ pub mod array;
 pub mod dispatch;
 pub mod element;
 pub mod pyclass;
+pub mod record;
 pub mod traits;
 
 #[cfg(test)]

@@ -164,11 +164,17 @@ fn a_spec_edit_adds_a_class_without_rust_edits() {
 fn derive_element_has_the_specs_lanes_rule() {
     let vector = quote! {
         #[repr(transparent)]
-        #[amso(name = "float32x2", code = kDLFloat, bits = 32, lanes = 2, scalar = f32)]
-        pub struct Pair([f32; 2]);
+        #[amso(name = "float32x3", code = kDLFloat, bits = 32, lanes = 3, scalar = f32)]
+        pub struct Triple([f32; 3]);
     };
     let error = super::element::derive_element(vector).unwrap_err().to_string();
-    assert!(error.contains("2 lanes of 32-bit kDLFloat: amso has no vector element types"), "{error}");
+    assert!(error.contains("3 lanes of 32-bit kDLFloat: amso's vector element types are CUDA's"), "{error}");
+    let cuda_vector = quote! {
+        #[repr(transparent)]
+        #[amso(name = "float32x2", code = kDLFloat, bits = 32, lanes = 2, scalar = u64)]
+        pub struct Pair([f32; 2]);
+    };
+    assert!(super::element::derive_element(cuda_vector).is_ok());
     let packed = quote! {
         #[repr(transparent)]
         #[amso(name = "fp4x2", code = kDLFloat4_e2m1fn, bits = 4, lanes = 2, scalar = u8)]

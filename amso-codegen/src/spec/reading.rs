@@ -29,6 +29,8 @@ pub(crate) struct Facts {
     pub(crate) rows: Vec<Row>,
     /// Each instantiation entry's `dtype:`, in file order.
     pub(crate) entries: Vec<Option<String>>,
+    /// Each record's `name:`, in file order.
+    pub(crate) records: Vec<Option<String>>,
 }
 
 impl Facts {
@@ -49,6 +51,10 @@ impl Facts {
             entries: list("instantiations")
                 .iter()
                 .map(|entry| entry.get("dtype").and_then(serde_yaml::Value::as_str).map(String::from))
+                .collect(),
+            records: list("records")
+                .iter()
+                .map(|record| record.get("name").and_then(serde_yaml::Value::as_str).map(String::from))
                 .collect(),
         }
     }
@@ -73,6 +79,13 @@ pub(crate) struct Context {
     /// Per C type that generated/amso.h defines: the dtype that has it.
     pub(crate) c_types: HashMap<String, String>,
     pub(crate) pairs: HashSet<(String, u8)>,
+    /// The record being read (its index in the file), and how many have begun.
+    record: usize,
+    records_begun: usize,
+    /// Per record name's Rust stem (`Particle`): the name and index that has it.
+    pub(crate) record_names: HashMap<String, (String, usize)>,
+    /// The field names of the record being read.
+    pub(crate) field_names: HashSet<String>,
 }
 
 impl Context {
@@ -100,6 +113,19 @@ impl Context {
         match self.row().named() {
             Some(name) => format!("dtype `{name}`"),
             None => format!("dtypes[{}]", self.row),
+        }
+    }
+
+    /// The index of the record being read.
+    pub(crate) fn record_index(&self) -> usize {
+        self.record
+    }
+
+    /// "record `particle`: " (or "records[2]: " unnamed), to begin a message about a record.
+    pub(crate) fn about_record(&self) -> String {
+        match self.facts.records.get(self.record).cloned().flatten() {
+            Some(name) if !name.is_empty() => format!("record `{name}`: "),
+            _ => format!("records[{}]: ", self.record),
         }
     }
 
@@ -134,6 +160,10 @@ pub(crate) fn read_once<T: DeserializeOwned>(
         rust_types: HashMap::new(),
         c_types: HashMap::new(),
         pairs: HashSet::new(),
+        record: 0,
+        records_begun: 0,
+        record_names: HashMap::new(),
+        field_names: HashSet::new(),
     };
     CONTEXT.with(|c| *c.borrow_mut() = Some(context));
     let result = serde_yaml::from_str::<T>(text);
@@ -156,6 +186,16 @@ pub(crate) fn begin_entry() {
         ctx.entry = ctx.entries_begun;
         ctx.entries_begun += 1;
         ctx.in_rows = false;
+    });
+}
+
+/// The next record begins.
+pub(crate) fn begin_record() {
+    with_context(|ctx| {
+        ctx.record = ctx.records_begun;
+        ctx.records_begun += 1;
+        ctx.in_rows = false;
+        ctx.field_names.clear();
     });
 }
 

@@ -13,7 +13,7 @@ use crate::MAX_NDIM;
 /// spec's `Element` impls are generated into the runtime, whose dependencies define no other
 /// element types, so `rust:` names one of these; the runtime's build asserts each one's size
 /// (`expand::traits::element_impls`), so the table cannot drift from the types.
-pub(crate) const RUNTIME_TYPES: [(&str, TypeCode, u8, u16); 27] = [
+pub(crate) const RUNTIME_TYPES: [(&str, TypeCode, u8, u16); 33] = [
     ("bool", TypeCode::Bool, 8, 1),
     ("i8", TypeCode::Int, 8, 1),
     ("i16", TypeCode::Int, 16, 1),
@@ -41,6 +41,14 @@ pub(crate) const RUNTIME_TYPES: [(&str, TypeCode, u8, u16); 27] = [
     ("microfloat::f6e3m2fn", TypeCode::Float6E3M2Fn, 6, 1),
     ("microfloat::f4e2m1fn", TypeCode::Float4E2M1Fn, 4, 1),
     ("crate::element::Float4E2M1FnX2", TypeCode::Float4E2M1Fn, 4, 2),
+    // CUDA's vectors of 32-bit lanes, as Rust arrays (a spec that lists one has no Python
+    // classes for it: see `TypeCode::check_lanes`).
+    ("[f32;2]", TypeCode::Float, 32, 2),
+    ("[f32;4]", TypeCode::Float, 32, 4),
+    ("[i32;2]", TypeCode::Int, 32, 2),
+    ("[i32;4]", TypeCode::Int, 32, 4),
+    ("[u32;2]", TypeCode::UInt, 32, 2),
+    ("[u32;4]", TypeCode::UInt, 32, 4),
 ];
 
 /// NumPy's own dtypes (those that need no `numpy_module`), with their DLPack code and bits.
@@ -248,7 +256,9 @@ pub(crate) fn numpy(row: &Row, numpy: &str) -> Result<(), String> {
     let Some(layout) = row.layout() else {
         return Ok(());
     };
-    let (wanted, why) = if layout.lanes > 1 {
+    let (wanted, why) = if layout.lanes > 1 && layout.bits >= 8 {
+        ((layout.code, layout.bits), "NumPy shows a vector as its lanes, an axis of its lane type")
+    } else if layout.lanes > 1 {
         (
             (TypeCode::UInt, u8::try_from(layout.bytes() * 8).unwrap_or(0)),
             "packed lanes show in NumPy as their raw bits",
@@ -326,13 +336,19 @@ pub(crate) fn defines_c_type(row: &Row) -> bool {
 }
 
 /// An `instantiations` entry's `dtype:` a name of the dtype table (`None`: the table is
-/// unreadable, and that is the mistake reported).
-pub(crate) fn dtype_ref(known: Option<&[String]>, name: &str) -> Result<(), String> {
+/// unreadable, and that is the mistake reported), not a record's.
+pub(crate) fn dtype_ref(known: Option<&[String]>, records: &[Option<String>], name: &str) -> Result<(), String> {
     let Some(known) = known else {
         return Ok(());
     };
     if known.iter().any(|k| k == name) {
         return Ok(());
+    }
+    if records.iter().flatten().any(|record| record == name) {
+        return Err(format!(
+            "`{name}` is a record, and record arrays are not compiled into the bundled module yet (records reach \
+             Rust, C and CUDA only: amso_runtime::records, generated/amso.h, generated/amso.cuh); remove this entry"
+        ));
     }
     let names: Vec<&str> = known.iter().map(String::as_str).collect();
     let near = closest(name, &names).map_or_else(String::new, |near| format!(" (did you mean `{near}`?)"));
@@ -341,6 +357,137 @@ pub(crate) fn dtype_ref(known: Option<&[String]>, name: &str) -> Result<(), Stri
         names.join(", ")
     ))
 }
+
+/// A record's `name:` a dtype-like name (lowercase; it becomes `amso_NAME_t` in C and a CamelCase
+/// struct in Rust) that no dtype of the table has.
+pub(crate) fn record_name(known: Option<&[String]>, name: &str) -> Result<(), String> {
+    check_dtype_name(name).map_err(|e| e.replacen("dtype name", "record name", 1))?;
+    if C_KEYWORDS.contains(&name) {
+        return Err(format!(
+            "record name `{name}` is a C or C++ keyword, and amso.cuh declares amso::{name}: pick another name"
+        ));
+    }
+    if known.unwrap_or_default().iter().any(|k| k == name) {
+        return Err(format!(
+            "record `{name}` is named like a dtype of the table, and a name is one element type's: rename the record"
+        ));
+    }
+    Ok(())
+}
+
+/// A record field's `name:` an identifier of C, C++ and Rust.
+pub(crate) fn field_name(name: &str) -> Result<(), String> {
+    let identifier = name.chars().next().is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+    if !identifier {
+        return Err(format!(
+            "field name `{name}` is not an identifier (letters, digits and `_`, not starting with a digit): it names \
+             a member of a C struct and a Rust field"
+        ));
+    }
+    if C_KEYWORDS.contains(&name) || syn::parse_str::<syn::Ident>(name).is_err() {
+        return Err(format!("field name `{name}` is a C, C++ or Rust keyword: pick another name"));
+    }
+    Ok(())
+}
+
+/// A record field's `dtype:` a scalar dtype of the table (lanes 1): not a record (records of
+/// records are not supported yet), not a vector.
+pub(crate) fn field_dtype(
+    known: Option<&[String]>,
+    records: &[Option<String>],
+    rows: &[Row],
+    name: &str,
+) -> Result<(), String> {
+    let Some(known) = known else {
+        return Ok(());
+    };
+    if records.iter().flatten().any(|record| record == name) {
+        return Err(format!(
+            "field dtype `{name}` is a record: records of records are not supported yet; write its fields out"
+        ));
+    }
+    if !known.iter().any(|k| k == name) {
+        let names: Vec<&str> = known.iter().map(String::as_str).collect();
+        let near = closest(name, &names).map_or_else(String::new, |near| format!(" (did you mean `{near}`?)"));
+        return Err(format!(
+            "unknown field dtype `{name}`; a field is a scalar dtype of the table: {}{near}",
+            names.join(", ")
+        ));
+    }
+    match rows.iter().find(|row| row.named() == Some(name)).and_then(|row| row.lanes) {
+        Some(lanes) if lanes != 1 => Err(format!(
+            "field dtype `{name}` has {lanes} lanes: a field is a scalar (lanes: 1); give it a shape instead, e.g. \
+             shape: [{lanes}] of its lane type"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// One length of a record field's `shape:`.
+pub(crate) fn shape_length(length: i64) -> Result<(), String> {
+    if (1..=1 << 24).contains(&length) {
+        Ok(())
+    } else {
+        Err(format!("a shape's length is a positive number (at most 2^24), not {length}: write e.g. shape: [3]"))
+    }
+}
+
+/// Words that C, C++ or CUDA's headers reserve, which a record or field name may not be.
+const C_KEYWORDS: [&str; 52] = [
+    "alignas",
+    "alignof",
+    "auto",
+    "bool",
+    "break",
+    "case",
+    "char",
+    "class",
+    "const",
+    "constexpr",
+    "continue",
+    "default",
+    "delete",
+    "do",
+    "double",
+    "else",
+    "enum",
+    "explicit",
+    "extern",
+    "false",
+    "float",
+    "for",
+    "friend",
+    "goto",
+    "if",
+    "inline",
+    "int",
+    "long",
+    "namespace",
+    "new",
+    "operator",
+    "private",
+    "protected",
+    "public",
+    "register",
+    "restrict",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "struct",
+    "switch",
+    "template",
+    "this",
+    "true",
+    "typedef",
+    "union",
+    "unsigned",
+    "void",
+    "volatile",
+    "while",
+];
 
 /// One value of an entry's `ndim:` list.
 pub(crate) fn ndim(ndim: i64) -> Result<(), String> {

@@ -138,12 +138,24 @@ fn bits_the_code_lacks() {
 }
 
 #[test]
-fn lanes_other_than_one_are_only_packed_sub_byte_lanes() {
+fn lanes_other_than_one_are_packed_sub_byte_lanes_or_cuda_vectors() {
     assert_row_error(
         "name: vec3, rust: f64, code: kDLFloat, bits: 32, lanes: 3, numpy: float32, c: float",
         "3, numpy",
         "dtypes[2].lanes",
-        &["3 lanes of 32-bit kDLFloat", "no vector element types", "write lanes: 1"],
+        &["3 lanes of 32-bit kDLFloat", "amso's vector element types are CUDA's", "write lanes: 1, 2 or 4"],
+    );
+    assert_row_error(
+        "name: double2, rust: f64, code: kDLFloat, bits: 64, lanes: 2, numpy: float64, c: amso_double2_t",
+        "2, numpy",
+        "dtypes[2].lanes",
+        &["2 lanes of 64-bit kDLFloat", "2 or 4 lanes of a 32-bit float or integer", "); write lanes: 1"],
+    );
+    assert_row_error(
+        "name: short4, rust: i16, code: kDLInt, bits: 16, lanes: 4, numpy: int16, c: amso_short4_t",
+        "4, numpy",
+        "dtypes[2].lanes",
+        &["4 lanes of 16-bit kDLInt", "); write lanes: 1"],
     );
     assert_row_error(
         "name: fp4x3, rust: u8, code: kDLFloat4_e2m1fn, bits: 4, lanes: 3, numpy: uint8, c: amso_fp4x3_t",
@@ -478,4 +490,175 @@ fn a_numpy_type_is_not_looked_up_in_another_module() {
         "name: f32b, rust: f32, code: kDLFloat, bits: 32, lanes: 1, numpy: float32, numpy_module: ml_dtypes, c: float",
     );
     assert!(messages.iter().any(|m| m.contains("NumPy defines this type itself as `float32`")), "{messages:#?}");
+}
+
+/// The spec `DTYPES` (float32, int64) plus int8, float64, complex128 and `records` (text after
+/// `records:`), with no instantiations.
+fn records_spec(records: &str) -> String {
+    format!(
+        "{DTYPES}  - {{name: int8, rust: i8, code: kDLInt, bits: 8, lanes: 1, numpy: int8, c: int8_t}}
+  - {{name: float64, rust: f64, code: kDLFloat, bits: 64, lanes: 1, numpy: float64, c: double}}
+  - {{name: complex128, rust: \"num_complex::Complex<f64>\", code: kDLComplex, bits: 128, lanes: 1, numpy: complex128, c: amso_complex128_t}}
+  - {{name: float32x4, rust: \"[f32; 4]\", code: kDLFloat, bits: 32, lanes: 4, numpy: float32, c: amso_float32x4_t}}
+instantiations: []
+records:
+{records}"
+    )
+}
+
+/// The one message for a mistake in `records`, checked to start at `needle`'s position on the
+/// spec's line `line` and to contain each of `words`.
+fn assert_record_error(records: &str, line: usize, needle: &str, words: &[&str]) {
+    let text = records_spec(records);
+    let messages = Spec::parse(&text, "t.yaml").expect_err("the record has a mistake").messages;
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert!(messages[0].starts_with(&at(&text, line, needle)), "{:?} is not at {needle:?} of line {line}", messages[0]);
+    for word in words {
+        assert!(messages[0].contains(word), "{:?} lacks {word:?}", messages[0]);
+    }
+}
+
+/// Line 10 of `records_spec` is the first line after `records:`.
+const FIRST: usize = 10;
+
+#[test]
+fn the_bundled_particle_is_laid_out_as_c_does() {
+    let spec = crate::bundled_spec().unwrap();
+    let particle = spec.record("particle").expect("the bundled spec's worked example");
+    let layout: Vec<_> =
+        particle.fields.iter().map(|f| (f.name.as_str(), f.dtype.as_str(), f.shape.clone(), f.offset)).collect();
+    assert_eq!(
+        layout,
+        [
+            ("pos", "float32", vec![3], 0),
+            ("vel", "float32", vec![3], 12),
+            ("mass", "float64", vec![], 24),
+            ("id", "int64", vec![], 32)
+        ]
+    );
+    assert_eq!((particle.size, particle.align), (40, 8));
+    assert_eq!(
+        (particle.camel(), particle.c_type(), particle.typestr()),
+        ("Particle".into(), "amso_particle_t".into(), "|V40".into())
+    );
+}
+
+#[test]
+fn records_are_padded_as_c_pads() {
+    let spec = Spec::parse(
+        &records_spec(
+            "  - {name: padded, fields: [{name: a, dtype: int8}, {name: b, dtype: float64}]}
+  - {name: tail, fields: [{name: b, dtype: float64}, {name: a, dtype: int8}]}
+  - {name: grid, fields: [{name: a, dtype: int8}, {name: m, dtype: float32, shape: [2, 3]}, {name: c, dtype: int8, shape: [3]}]}
+  - {name: wave, fields: [{name: a, dtype: int8}, {name: z, dtype: complex128}]}
+  - {name: bytes, fields: [{name: a, dtype: int8, shape: [5]}]}
+",
+        ),
+        "t.yaml",
+    )
+    .unwrap();
+    let layout = |name: &str| {
+        let record = spec.record(name).unwrap();
+        (record.fields.iter().map(|f| f.offset).collect::<Vec<_>>(), record.size, record.align)
+    };
+    assert_eq!(layout("padded"), (vec![0, 8], 16, 8));
+    assert_eq!(layout("tail"), (vec![0, 8], 16, 8));
+    // 2x3 float32 at 4 (24 bytes), 3 int8 at 28, size 31 rounded up to 32.
+    assert_eq!(layout("grid"), (vec![0, 4, 28], 32, 4));
+    // complex128 aligns as its float64 parts.
+    assert_eq!(layout("wave"), (vec![0, 8], 24, 8));
+    assert_eq!(layout("bytes"), (vec![0], 5, 1));
+}
+
+#[test]
+fn a_field_of_an_unknown_dtype_is_located_and_named() {
+    assert_record_error(
+        "  - {name: p, fields: [{name: a, dtype: float33}]}\n",
+        FIRST,
+        "float33",
+        &["records[0].fields[0].dtype: record `p`: unknown field dtype `float33`", "did you mean `float32`?"],
+    );
+}
+
+#[test]
+fn duplicate_fields_and_records_are_refused() {
+    assert_record_error(
+        "  - {name: p, fields: [{name: a, dtype: int8}, {name: a, dtype: float64}]}\n",
+        FIRST,
+        "a, dtype: float64",
+        &["records[0].fields[1].name: record `p`: duplicate field `a`"],
+    );
+    let twice = "  - {name: p, fields: [{name: a, dtype: int8}]}\n  - {name: p, fields: [{name: a, dtype: int8}]}\n";
+    assert_record_error(twice, FIRST + 1, "p, fields", &["records[1].name: duplicate record `p` (records[0]"]);
+    assert_record_error(
+        "  - {name: float64, fields: [{name: a, dtype: int8}]}\n",
+        FIRST,
+        "float64, fields",
+        &["records[0].name: record `float64` is named like a dtype of the table"],
+    );
+}
+
+#[test]
+fn a_record_has_fields_and_shapes_have_positive_lengths() {
+    assert_record_error(
+        "  - {name: p, fields: []}\n",
+        FIRST,
+        "[]",
+        &["records[0].fields: record `p`: a record has at least one field"],
+    );
+    assert_record_error(
+        "  - {name: p, fields: [{name: a, dtype: int8, shape: []}]}\n",
+        FIRST,
+        "[]",
+        &["records[0].fields[0].shape: record `p`: shape is empty"],
+    );
+    assert_record_error(
+        "  - {name: p, fields: [{name: a, dtype: int8, shape: [3, 0]}]}\n",
+        FIRST,
+        "0]",
+        &["records[0].fields[0].shape[1]: record `p`: a shape's length is a positive number", "not 0"],
+    );
+}
+
+#[test]
+fn records_of_records_and_vector_fields_are_refused() {
+    let nested = "  - {name: p, fields: [{name: a, dtype: int8}]}\n  - {name: q, fields: [{name: inner, dtype: p}]}\n";
+    assert_record_error(
+        nested,
+        FIRST + 1,
+        "p}]}",
+        &["records[1].fields[0].dtype: record `q`: field dtype `p` is a record: records of records are not supported yet"],
+    );
+    assert_record_error(
+        "  - {name: p, fields: [{name: v, dtype: float32x4}]}\n",
+        FIRST,
+        "float32x4",
+        &["field dtype `float32x4` has 4 lanes: a field is a scalar (lanes: 1)"],
+    );
+    assert_record_error(
+        "  - {name: p, fields: [{name: struct, dtype: int8}]}\n",
+        FIRST,
+        "struct, dtype",
+        &["field name `struct` is a C, C++ or Rust keyword"],
+    );
+}
+
+#[test]
+fn a_record_is_never_instantiated() {
+    let text = records_spec("  - {name: p, fields: [{name: a, dtype: int8}]}\n")
+        .replace("instantiations: []", "instantiations:\n  - {dtype: p, ndim: [1]}");
+    let messages = Spec::parse(&text, "t.yaml").unwrap_err().messages;
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert!(messages[0].starts_with(&at(&text, 9, "p, ndim")), "{messages:?}");
+    assert!(
+        messages[0].contains("`p` is a record, and record arrays are not compiled into the bundled module yet"),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn cuda_vectors_are_dtypes_of_their_own() {
+    let spec = Spec::parse(&records_spec("  - {name: p, fields: [{name: a, dtype: int8}]}\n"), "t.yaml").unwrap();
+    let vector = spec.dtype("float32x4").unwrap();
+    assert!(vector.is_vector() && vector.itemsize() == 16 && crate::record::alignment(vector) == 16);
 }

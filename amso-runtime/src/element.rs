@@ -283,8 +283,10 @@ pub unsafe trait Element: ArrayElement + Copy + Default + std::fmt::Debug {
 }
 
 /// `&T::DTYPE` as a `'static` reference (a constant of a generic type is not promoted).
+#[cfg(feature = "python")]
 pub(crate) struct DTypeOf<T>(std::marker::PhantomData<T>);
 
+#[cfg(feature = "python")]
 impl<T: ArrayElement> DTypeOf<T> {
     pub(crate) const REF: &'static DType = &T::DTYPE;
 }

@@ -1,99 +1,17 @@
-//! Records (issue 40) as typed arguments: a `#[repr(C)]` particle (the spec's worked example)
-//! read from NumPy structured arrays without a copy, its fields as strided views, records
-//! written in place, and owned record results handed to NumPy.
+//! Records (issue 40) as typed arguments: the spec's `particle` (`amso_runtime::records`) and a
+//! record of this crate's own (`#[derive(Element)]`), read from NumPy structured arrays without
+//! a copy; fields as strided views, records written in place, owned record results to NumPy.
 
 use amso_runtime::python::{ArrayMut, ArrayRef, ArrayRefDyn, Framework, IntoFramework};
-use amso_runtime::{ArrayElement, DType, Field};
+use amso_runtime::records::Particle;
 use pyo3::prelude::*;
 
-/// The spec's `particle`: `pos` float32[3], `vel` float32[3], `mass` float64, `id` int64.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Particle {
-    pos: [f32; 3],
-    vel: [f32; 3],
-    mass: f64,
-    id: i64,
-}
-
-/// A record written by hand, as the derive and the spec generate it.
-const fn record(name: &'static str, size: usize, fields: &'static [Field]) -> DType {
-    DType {
-        name,
-        code: 3,
-        bits: 8,
-        lanes: size as u16,
-        numpy: "record",
-        numpy_module: None,
-        c_type: "",
-        typestr: "|V",
-        fields,
-    }
-}
-
-// SAFETY: `repr(C)`; the fields and offsets are the struct's (checked below); every bit
-// pattern of its fields is a value.
-unsafe impl ArrayElement for Particle {
-    const DTYPE: DType = record(
-        "particle",
-        size_of::<Particle>(),
-        &[
-            Field {
-                name: "pos",
-                dtype: &<f32 as ArrayElement>::DTYPE,
-                shape: &[3],
-                offset: std::mem::offset_of!(Particle, pos),
-            },
-            Field {
-                name: "vel",
-                dtype: &<f32 as ArrayElement>::DTYPE,
-                shape: &[3],
-                offset: std::mem::offset_of!(Particle, vel),
-            },
-            Field {
-                name: "mass",
-                dtype: &<f64 as ArrayElement>::DTYPE,
-                shape: &[],
-                offset: std::mem::offset_of!(Particle, mass),
-            },
-            Field {
-                name: "id",
-                dtype: &<i64 as ArrayElement>::DTYPE,
-                shape: &[],
-                offset: std::mem::offset_of!(Particle, id),
-            },
-        ],
-    );
-}
-
 /// A record with a bool field and C padding (7 bytes after `alive`).
+#[derive(Clone, Copy, Debug, Default, amso_macros::Element)]
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Flagged {
+struct Flagged {
     alive: bool,
     weight: f64,
-}
-
-// SAFETY: `repr(C)`; typed arguments check that `alive` holds 0 or 1 in every record.
-unsafe impl ArrayElement for Flagged {
-    const DTYPE: DType = record(
-        "flagged",
-        size_of::<Flagged>(),
-        &[
-            Field {
-                name: "alive",
-                dtype: &<bool as ArrayElement>::DTYPE,
-                shape: &[],
-                offset: std::mem::offset_of!(Flagged, alive),
-            },
-            Field {
-                name: "weight",
-                dtype: &<f64 as ArrayElement>::DTYPE,
-                shape: &[],
-                offset: std::mem::offset_of!(Flagged, weight),
-            },
-        ],
-    );
 }
 
 /// The total mass, through the `mass` field's view.

@@ -406,18 +406,16 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                         ))
                     })?;
                 }
-                if T::DTYPE.is_record() {
+                if const { record::has_bool_field(&T::DTYPE) } {
                     let bools: Vec<usize> = record::bool_bytes(&T::DTYPE);
-                    if !bools.is_empty() {
-                        // SAFETY: each record's bytes are readable (the extent was checked above).
-                        let valid = |record: *const u8| bools.iter().all(|&at| unsafe { *record.add(at) } <= 1);
-                        check_each(source.data, shape_ref, strides_ref, itemsize, valid).map_err(|()| {
-                            PyValueError::new_err(format!(
-                                "a bool field of the records holds bytes other than 0 and 1 ({}); fix the data first",
-                                here(&source)
-                            ))
-                        })?;
-                    }
+                    // SAFETY: each record's bytes are readable (the extent was checked above).
+                    let valid = |record: *const u8| bools.iter().all(|&at| unsafe { *record.add(at) } <= 1);
+                    check_each(source.data, shape_ref, strides_ref, itemsize, valid).map_err(|()| {
+                        PyValueError::new_err(format!(
+                            "a bool field of the records holds bytes other than 0 and 1 ({}); fix the data first",
+                            here(&source)
+                        ))
+                    })?;
                 }
                 if source.numpy_kind.as_deref() == Some("object") {
                     // `Py<PyAny>` is never NULL; NumPy reads NULL entries (of arrays C code made

@@ -39,13 +39,14 @@ fn field_text(field: &Field) -> String {
 /// # Safety
 /// `object` is a live NumPy array (its type checked through NumPy's C API).
 pub(super) unsafe fn check_layout(object: &Bound<'_, PyAny>, dtype: &'static DType) -> PyResult<()> {
-    let py = object.py();
     // SAFETY: the caller's guarantee; the descriptor lives while the array does.
-    let descr = unsafe { Bound::from_borrowed_ptr(py, numpy::descr_of(object)) };
+    let descr = unsafe { numpy::descr_of(object) };
     let tag = dtype as *const DType as usize;
-    if MATCHED.get(&descr, tag).is_some() {
+    if MATCHED.get_raw(descr as usize, tag).is_some() {
         return Ok(());
     }
+    // SAFETY: as above, a live descriptor.
+    let descr = unsafe { Bound::from_borrowed_ptr(object.py(), descr) };
     if let Some(difference) = first_difference(&descr, dtype)? {
         return Err(PyTypeError::new_err(format!(
             "expected an array of record {}, got a structured array of dtype {} whose {difference}; make the NumPy \
@@ -105,6 +106,18 @@ fn first_difference(descr: &Bound<'_, PyAny>, dtype: &DType) -> PyResult<Option<
         return Ok(Some(format!("itemsize is {itemsize} bytes, where the record has {}", dtype.itemsize())));
     }
     Ok(None)
+}
+
+/// Whether a record has a bool field (whose bytes typed arguments check), at compile time.
+pub(super) const fn has_bool_field(dtype: &DType) -> bool {
+    let mut index = 0;
+    while index < dtype.fields.len() {
+        if dtype.fields[index].dtype.code == crate::element::dlpack_code::BOOL {
+            return true;
+        }
+        index += 1;
+    }
+    false
 }
 
 /// The byte offsets in a record of every bool entry (its fields' and their shapes'), which

@@ -276,8 +276,9 @@ pub unsafe trait ArrayElement: Sized + Send + Sync + 'static {
     note = "element types are the dtypes of specs/types.yaml, and types of your own with #[derive(amso_macros::Element)]"
 )]
 pub unsafe trait Element: ArrayElement + Copy + Default + std::fmt::Debug {
-    /// The value as a plain scalar (for Python and other dynamic callers).
-    fn to_scalar(self) -> Scalar;
+    /// The value as a plain scalar (for Python and other dynamic callers); an error for a type
+    /// that is not one value (a record, whose fields are read instead).
+    fn to_scalar(self) -> Result<Scalar>;
     /// A value from a plain scalar, converted as NumPy's item assignment does.
     fn from_scalar(value: Scalar) -> Result<Self>;
 }
@@ -362,29 +363,56 @@ pub(crate) fn default_is_zero_bits<T: Element>() -> bool {
     bytes.iter().all(|&b| b == 0)
 }
 
-/// Whether `T`'s bit patterns include invalid values: only `bool` (kDLBool), whose one byte
-/// must be 0 or 1 in Rust while producers may store any byte. Every other element kind
-/// (integers, IEEE and bfloat floats, complex) is valid for every bit pattern.
+/// Whether `T`'s bit patterns include invalid values: `bool` (kDLBool), whose one byte must be
+/// 0 or 1 in Rust while producers may store any byte, and records with bool fields. Every other
+/// element kind (integers, IEEE and bfloat floats, complex) is valid for every bit pattern.
 const fn has_invalid_bit_patterns<T: Element>() -> bool {
-    T::DTYPE.code == dlpack_code::BOOL
+    T::DTYPE.code == dlpack_code::BOOL || record_has_bool(&T::DTYPE)
+}
+
+/// Whether a record has a bool field (false for every other type).
+pub(crate) const fn record_has_bool(dtype: &DType) -> bool {
+    let mut index = 0;
+    while index < dtype.fields.len() {
+        if dtype.fields[index].dtype.code == dlpack_code::BOOL {
+            return true;
+        }
+        index += 1;
+    }
+    false
 }
 
 /// Read one element from memory amso may not have written (a foreign producer's buffer, a
 /// copy back from a device). This is the one place a `T` is made from such bytes: a bool
-/// byte other than 0 reads as `true`, as NumPy reads it.
+/// byte other than 0 reads as `true`, as NumPy reads it (in a record's bool fields too).
 ///
 /// # Safety
-/// `source` is valid for reads of one `T`-sized, `T`-aligned element.
+/// `source` is valid for reads of one `T` (aligned).
 pub(crate) unsafe fn read_element<T: Element>(source: *const T) -> T {
-    if has_invalid_bit_patterns::<T>() {
-        const { assert!(size_of::<T>() == 1 || !has_invalid_bit_patterns::<T>()) };
-        // SAFETY: the caller vouches for one readable byte; 0 and 1 are valid bools, the
-        // only type with invalid bit patterns (checked above).
-        unsafe { std::mem::transmute_copy::<u8, T>(&u8::from(source.cast::<u8>().read() != 0)) }
-    } else {
+    if !has_invalid_bit_patterns::<T>() {
         // SAFETY: the caller vouches for the read; every bit pattern is a valid `T`.
-        unsafe { source.read() }
+        return unsafe { source.read() };
     }
+    if T::DTYPE.code == dlpack_code::BOOL {
+        const { assert!(size_of::<T>() == 1 || T::DTYPE.code != dlpack_code::BOOL) };
+        // SAFETY: the caller vouches for one readable byte; 0 and 1 are valid bools.
+        return unsafe { std::mem::transmute_copy::<u8, T>(&u8::from(source.cast::<u8>().read() != 0)) };
+    }
+    // A record with bool fields: its bytes, each bool entry made 0 or 1.
+    let mut bytes = std::mem::MaybeUninit::<T>::uninit();
+    // SAFETY: the caller vouches for one readable `T`; `bytes` holds one.
+    unsafe { std::ptr::copy_nonoverlapping(source.cast::<u8>(), bytes.as_mut_ptr().cast::<u8>(), size_of::<T>()) };
+    for field in T::DTYPE.fields.iter().filter(|f| f.dtype.code == dlpack_code::BOOL) {
+        for entry in 0..field.count() {
+            // SAFETY: a bool entry inside the record (the DType states the layout exactly).
+            unsafe {
+                let byte = bytes.as_mut_ptr().cast::<u8>().add(field.offset + entry);
+                byte.write(u8::from(byte.read() != 0));
+            }
+        }
+    }
+    // SAFETY: every field holds a valid value now (bool entries 0 or 1, the rest any bits).
+    unsafe { bytes.assume_init() }
 }
 
 /// Read `len` elements starting at `source` (see `read_element`).
@@ -411,7 +439,7 @@ pub struct ElementOps {
     /// `align_of` the Rust type.
     pub(crate) align: usize,
     type_id: fn() -> TypeId,
-    read: unsafe fn(*const u8) -> Scalar,
+    read: unsafe fn(*const u8) -> Result<Scalar>,
     write: unsafe fn(Scalar, *mut u8) -> Result<()>,
 }
 
@@ -432,7 +460,7 @@ impl<T: Element> OpsOf<T> {
 
 /// # Safety
 /// `source` is valid for reads of one `T` (any alignment).
-unsafe fn read_scalar<T: Element>(source: *const u8) -> Scalar {
+unsafe fn read_scalar<T: Element>(source: *const u8) -> Result<Scalar> {
     let mut value = std::mem::MaybeUninit::<T>::uninit();
     // SAFETY: the caller vouches for one element's bytes; `value` holds one.
     unsafe { std::ptr::copy_nonoverlapping(source, value.as_mut_ptr().cast::<u8>(), size_of::<T>()) };
@@ -469,7 +497,7 @@ impl ElementOps {
     ///
     /// # Safety
     /// `source` is valid for reads of one element of this type.
-    pub(crate) unsafe fn read(&self, source: *const u8) -> Scalar {
+    pub(crate) unsafe fn read(&self, source: *const u8) -> Result<Scalar> {
         // SAFETY: forwarded.
         unsafe { (self.read)(source) }
     }
@@ -493,6 +521,19 @@ pub mod scalar {
 
     use super::{DType, Scalar};
     use crate::error::{Error, Result};
+
+    /// Why a record element has no scalar value (it is several: its fields).
+    pub fn record_is_not_one_value(dtype: &DType) -> Error {
+        let names: Vec<&str> = dtype.fields.iter().map(|f| f.name).collect();
+        Error::WrongValueType(format!(
+            "an element of record {} is not one value but {} ({}); read and write its fields instead: \
+             a[\"{}\"] (a NumPy view) in Python, field views or the struct's fields in Rust",
+            dtype.name,
+            names.len(),
+            names.join(", "),
+            names.first().copied().unwrap_or("field")
+        ))
+    }
 
     /// A bool element as a scalar.
     pub fn from_bool(value: bool) -> Scalar {
@@ -697,11 +738,11 @@ mod tests {
         assert_eq!(i32::from_scalar(Scalar::Float(-2.7)), Ok(-2), "floats truncate toward zero");
         assert!(matches!(i32::from_scalar(Scalar::Float(f64::NAN)), Err(Error::ValueOutOfRange(_))));
         assert!(matches!(f32::from_scalar(Scalar::Complex(1.0, 1.0)), Err(Error::WrongValueType(_))));
-        assert_eq!(half::f16::from_scalar(Scalar::Float(0.5)).unwrap().to_scalar(), Scalar::Float(0.5));
-        assert_eq!(half::bf16::from_scalar(Scalar::Int(3)).unwrap().to_scalar(), Scalar::Float(3.0));
+        assert_eq!(half::f16::from_scalar(Scalar::Float(0.5)).unwrap().to_scalar(), Ok(Scalar::Float(0.5)));
+        assert_eq!(half::bf16::from_scalar(Scalar::Int(3)).unwrap().to_scalar(), Ok(Scalar::Float(3.0)));
         assert_eq!(bool::from_scalar(Scalar::Float(0.1)), Ok(true));
         let c = num_complex::Complex::<f64>::from_scalar(Scalar::Complex(1.5, -2.0)).unwrap();
-        assert_eq!(c.to_scalar(), Scalar::Complex(1.5, -2.0));
+        assert_eq!(c.to_scalar(), Ok(Scalar::Complex(1.5, -2.0)));
         assert_eq!(f32::from_scalar(Scalar::Float(1e300)), Ok(f32::INFINITY), "overflow rounds to inf as NumPy");
     }
 }

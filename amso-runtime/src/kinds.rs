@@ -20,8 +20,8 @@ unsafe impl ArrayElement for isize {
 
 // SAFETY: as above.
 unsafe impl Element for isize {
-    fn to_scalar(self) -> Scalar {
-        scalar::from_int(self)
+    fn to_scalar(self) -> Result<Scalar> {
+        Ok(scalar::from_int(self))
     }
 
     fn from_scalar(value: Scalar) -> Result<Self> {
@@ -38,8 +38,8 @@ unsafe impl ArrayElement for usize {
 
 // SAFETY: as above.
 unsafe impl Element for usize {
-    fn to_scalar(self) -> Scalar {
-        scalar::from_uint(self)
+    fn to_scalar(self) -> Result<Scalar> {
+        Ok(scalar::from_uint(self))
     }
 
     fn from_scalar(value: Scalar) -> Result<Self> {
@@ -148,8 +148,8 @@ pub mod datetime {
 
             // SAFETY: as above.
             unsafe impl<U: Unit> Element for $name<U> {
-                fn to_scalar(self) -> Scalar {
-                    Scalar::Int(self.0)
+                fn to_scalar(self) -> Result<Scalar> {
+                    Ok(Scalar::Int(self.0))
                 }
 
                 fn from_scalar(value: Scalar) -> Result<Self> {

@@ -101,6 +101,17 @@ fn record_struct(spec: &Spec, record: &Record) -> TokenStream {
             };
         }
 
+        // SAFETY: as above; amso's arrays of it are plain bytes, read from foreign memory through
+        // `read_element`, which makes any bool field's bytes 0 or 1.
+        unsafe impl crate::Element for #ident {
+            fn to_scalar(self) -> crate::Result<crate::Scalar> {
+                ::core::result::Result::Err(crate::__private::scalar::record_is_not_one_value(&<Self as crate::ArrayElement>::DTYPE))
+            }
+            fn from_scalar(_: crate::Scalar) -> crate::Result<Self> {
+                ::core::result::Result::Err(crate::__private::scalar::record_is_not_one_value(&<Self as crate::ArrayElement>::DTYPE))
+            }
+        }
+
         const _: () = {
             ::core::assert!(::core::mem::size_of::<#ident>() == #size, #size_message);
             ::core::assert!(::core::mem::align_of::<#ident>() == #align, #align_message);
@@ -192,11 +203,16 @@ pub(crate) fn derive_record(input: &DeriveInput) -> syn::Result<TokenStream> {
         let member = field.ident.as_ref().expect("named fields");
         let (element, shape) = peel_arrays(&field.ty);
         // Spanned at the field's type, so that a type that is not an element is reported there.
+        let nested = format!(
+            "field `{member}` of record `{name}` is itself a record: records of records are not supported yet; \
+             list its fields in `{name}` instead"
+        );
         checks.push(quote_spanned! {element.span()=>
             const _: fn() = || {
                 fn element<T: ::amso_runtime::Element>() {}
                 element::<#element>();
             };
+            const _: () = ::core::assert!(!<#element as ::amso_runtime::ArrayElement>::DTYPE.is_record(), #nested);
         });
         let field_name = member.to_string();
         descriptions.push(quote! {
@@ -235,6 +251,20 @@ pub(crate) fn derive_record(input: &DeriveInput) -> syn::Result<TokenStream> {
                 },
                 fields: &[#(#descriptions),*],
             };
+        }
+        // SAFETY: as above; amso's arrays of it are plain bytes, read from foreign memory through
+        // `read_element`, which makes any bool field's bytes 0 or 1.
+        unsafe impl ::amso_runtime::Element for #ident {
+            fn to_scalar(self) -> ::amso_runtime::Result<::amso_runtime::Scalar> {
+                ::core::result::Result::Err(::amso_runtime::__private::scalar::record_is_not_one_value(
+                    &<Self as ::amso_runtime::ArrayElement>::DTYPE,
+                ))
+            }
+            fn from_scalar(_: ::amso_runtime::Scalar) -> ::amso_runtime::Result<Self> {
+                ::core::result::Result::Err(::amso_runtime::__private::scalar::record_is_not_one_value(
+                    &<Self as ::amso_runtime::ArrayElement>::DTYPE,
+                ))
+            }
         }
     })
 }

@@ -129,7 +129,7 @@ pub fn element_impl(
             };
             let (to, from) = (format_ident!("from_{}", family), format_ident!("to_{}", family));
             (
-                quote!(#krate::__private::scalar::#to(self)),
+                quote!(::core::result::Result::Ok(#krate::__private::scalar::#to(self))),
                 quote!(#krate::__private::scalar::#from(value, &<Self as #krate::ArrayElement>::DTYPE)),
             )
         }
@@ -166,7 +166,7 @@ pub fn element_impl(
         }
         unsafe impl #krate::Element for #ty {
             #[inline]
-            fn to_scalar(self) -> #krate::Scalar {
+            fn to_scalar(self) -> #krate::Result<#krate::Scalar> {
                 #to_scalar
             }
             #[inline]

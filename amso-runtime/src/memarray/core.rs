@@ -215,7 +215,7 @@ impl ArrayCore {
         // SAFETY: an element of the array (`offset` checks the index); `slot` holds one.
         unsafe { view.read_at(view.offset(index)?, lock, slot.as_mut_ptr()) }?;
         // SAFETY: `slot` holds the element's bytes.
-        Ok(unsafe { self.ops.read(slot.as_mut_ptr()) })
+        unsafe { self.ops.read(slot.as_mut_ptr()) }
     }
 
     /// Write `value` (converted as NumPy's item assignment does) at a Python-style `index`.

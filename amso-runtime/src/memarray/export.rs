@@ -19,6 +19,9 @@ impl ArrayCore {
     pub(crate) fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>> {
         let raw = self.raw_view();
         check_access(raw.holder, lock)?;
+        if raw.dtype.is_record() {
+            return Err(Error::ExportRefused(record_refusal(raw.dtype)));
+        }
         let (data, owner, copied): (*mut u8, Arc<dyn Any + Send + Sync>, bool) =
             match (raw.residence, plan.target.device_type) {
                 (Residence::Host, DeviceType::Cpu | DeviceType::CudaHost) => {
@@ -66,6 +69,18 @@ impl ArrayCore {
             copied,
         })
     }
+}
+
+/// Why a record array has no DLPack export, and what to export instead.
+pub(crate) fn record_refusal(dtype: &crate::DType) -> String {
+    let views: Vec<String> = dtype.fields.iter().map(|f| format!("a[{:?}]", f.name)).collect();
+    format!(
+        "{} is a record (C struct) element type, and DLPack has no record type: export a field instead ({}: NumPy \
+         views of this memory, without a copy, which DLPack consumers take), or read the records through \
+         np.asarray(a), a structured NumPy view",
+        dtype.name,
+        views.join(", ")
+    )
 }
 
 /// What a typed argument holds of an array: a reference to its memory where it is now.

@@ -54,7 +54,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     pub fn cast<U: Element>(&self) -> Result<MemArray<U, N>> {
         let values = self.to_vec()?;
         let converted =
-            values.into_iter().map(|value| U::from_scalar(value.to_scalar())).collect::<Result<Vec<U>>>()?;
+            values.into_iter().map(|value| value.to_scalar().and_then(U::from_scalar)).collect::<Result<Vec<U>>>()?;
         MemArray::from_slice(*self.shape(), &converted)
     }
 

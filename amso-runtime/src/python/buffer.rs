@@ -41,6 +41,43 @@ fn format_of(dtype: &DType) -> Option<&'static CStr> {
     })
 }
 
+/// A record's PEP 3118 struct format (`T{(3)f:pos:(3)f:vel:d:mass:q:id:}`, C's padding as
+/// `Nx`), made once per record type and kept for the process; `None` when a field's type has
+/// no format character.
+fn record_format(dtype: &'static DType) -> Option<&'static CStr> {
+    static MADE: std::sync::Mutex<Vec<(usize, &'static CStr)>> = std::sync::Mutex::new(Vec::new());
+    if !dtype.is_record() {
+        return None;
+    }
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    let key = dtype as *const DType as usize;
+    if let Some(&(_, format)) = made.iter().find(|(k, _)| *k == key) {
+        return Some(format);
+    }
+    let mut fields: Vec<&crate::Field> = dtype.fields.iter().collect();
+    fields.sort_by_key(|f| f.offset);
+    let (mut text, mut end) = (String::from("T{"), 0usize);
+    for field in fields {
+        if field.offset > end {
+            text += &format!("{}x", field.offset - end);
+        }
+        if !field.shape.is_empty() {
+            let shape: Vec<String> = field.shape.iter().map(usize::to_string).collect();
+            text += &format!("({})", shape.join(","));
+        }
+        text += format_of(field.dtype)?.to_str().ok()?;
+        text += &format!(":{}:", field.name);
+        end = field.offset + field.count() * field.dtype.itemsize();
+    }
+    if dtype.itemsize() > end {
+        text += &format!("{}x", dtype.itemsize() - end);
+    }
+    text.push('}');
+    let format: &'static CStr = Box::leak(std::ffi::CString::new(text).ok()?.into_boxed_c_str());
+    made.push((key, format));
+    Some(format)
+}
+
 /// The shape and byte strides a buffer points at, and the host memory itself, kept alive in
 /// `Py_buffer.internal` until the consumer releases the buffer: besides the pin, the memory a
 /// buffer describes is owned by the buffer, as a DLPack export owns its memory.
@@ -68,7 +105,7 @@ pub(super) unsafe fn get_buffer(
     let writable = flags & ffi::PyBUF_WRITABLE != 0;
     let with_shape = flags & ffi::PyBUF_ND == ffi::PyBUF_ND;
     let with_format = flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT;
-    let format = match (with_format, format_of(dtype)) {
+    let format = match (with_format, format_of(dtype).or_else(|| record_format(dtype))) {
         (false, _) => None,
         (true, Some(format)) => Some(format),
         (true, None) => {

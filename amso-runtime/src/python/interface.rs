@@ -36,6 +36,9 @@ pub(super) fn cuda_array_interface<'py>(array: &MemArrayBase, py: Python<'py>) -
     let interface = PyDict::new(py);
     interface.set_item(intern!(py, "shape"), PyTuple::new(py, array.header().dims())?)?;
     interface.set_item(intern!(py, "typestr"), array.element_type().typestr)?;
+    if array.element_type().is_record() {
+        interface.set_item(intern!(py, "descr"), record_descr(py, array.element_type())?)?;
+    }
     interface.set_item(intern!(py, "data"), (address, readonly))?;
     interface.set_item(intern!(py, "version"), 3)?;
     interface.set_item(intern!(py, "strides"), py.None())?;
@@ -47,6 +50,29 @@ pub(super) fn cuda_array_interface<'py>(array: &MemArrayBase, py: Python<'py>) -
     ));
     drop(replaced); // outside the cache's lock
     interface.copy()
+}
+
+/// A record's `descr` (the array interface's field list: `(name, typestr[, shape])`, C's
+/// padding as `('', '|V<n>')` entries), which CuPy and Numba read into a structured dtype.
+fn record_descr<'py>(py: Python<'py>, dtype: &crate::DType) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+    let descr = pyo3::types::PyList::empty(py);
+    let mut fields: Vec<&crate::Field> = dtype.fields.iter().collect();
+    fields.sort_by_key(|f| f.offset);
+    let mut end = 0;
+    for field in fields {
+        if field.offset > end {
+            descr.append(("", format!("|V{}", field.offset - end)))?;
+        }
+        match field.shape.is_empty() {
+            true => descr.append((field.name, field.dtype.typestr))?,
+            false => descr.append((field.name, field.dtype.typestr, PyTuple::new(py, field.shape)?))?,
+        }
+        end = field.offset + field.count() * field.dtype.itemsize();
+    }
+    if dtype.itemsize() > end {
+        descr.append(("", format!("|V{}", dtype.itemsize() - end)))?;
+    }
+    Ok(descr)
 }
 
 /// The stream to publish. While a capture amso has seen is in progress on the device, the

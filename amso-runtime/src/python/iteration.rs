@@ -25,7 +25,8 @@ pub struct ArrayIterator {
 pub(super) fn iterate(slf: &Bound<'_, MemArrayBase>) -> PyResult<ArrayIterator> {
     let array = slf.get();
     let dims = array.header().dims();
-    let rows = if dims.len() > 1 {
+    // Rows of a higher rank, and a record array's records (`np.void`), come from a NumPy view.
+    let rows = if dims.len() > 1 || array.element_type().is_record() {
         if array.header().placement().on_device() {
             return Err(PyTypeError::new_err(format!(
                 "iterating over {}-D array yields its rows as NumPy views of host memory, and this array is on \

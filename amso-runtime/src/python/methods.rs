@@ -189,6 +189,11 @@ impl MemArrayBase {
     /// indexing of host data (a NumPy view; see `views`).
     fn __getitem__<'py>(slf: &Bound<'py, Self>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let (py, this) = (slf.py(), slf.get());
+        if this.element_type().is_record() {
+            // A record is several values: NumPy's view gives records (`np.void`) and fields
+            // (`a["mass"]`, a strided view of the same memory).
+            return super::views::get_item(slf, key);
+        }
         match parse_key(key)? {
             // Too many integers: the element path's IndexError, on any device.
             Key::Integers(index) if index.len() >= this.dims().len() => {
@@ -203,6 +208,9 @@ impl MemArrayBase {
     /// indexing of host data (broadcasting as NumPy does).
     fn __setitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let (py, this) = (slf.py(), slf.get());
+        if this.element_type().is_record() {
+            return super::views::set_item(slf, key, value);
+        }
         match parse_key(key)? {
             Key::Integers(index) if index.len() >= this.dims().len() => {
                 let scalar = scalar_from_py(value, this.element_type())?;

@@ -6,10 +6,18 @@ use amso_runtime::python::{ArrayMut, ArrayRef, ArrayRefDyn, Framework, IntoFrame
 use amso_runtime::records::Particle;
 use pyo3::prelude::*;
 
+/// amso's own arrays of the spec's particle, 1-D (a class of this crate).
+#[amso_macros::amso_array(Particle, 1)]
+pub struct Particles;
+
+/// amso's own arrays of a record with a bool field.
+#[amso_macros::amso_array(Flagged, 1)]
+pub struct FlaggedArray;
+
 /// A record with a bool field and C padding (7 bytes after `alive`).
 #[derive(Clone, Copy, Debug, Default, amso_macros::Element)]
 #[repr(C)]
-struct Flagged {
+pub struct Flagged {
     alive: bool,
     weight: f64,
 }
@@ -85,6 +93,8 @@ fn flagged_live_weight(x: ArrayRef<'_, Flagged, 1>) -> PyResult<f64> {
 }
 
 pub(crate) fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    amso_runtime::python::register::<Particles>(module)?;
+    amso_runtime::python::register::<FlaggedArray>(module)?;
     module.add_function(wrap_pyfunction!(record_total_mass, module)?)?;
     module.add_function(wrap_pyfunction!(record_positions, module)?)?;
     module.add_function(wrap_pyfunction!(record_kick, module)?)?;

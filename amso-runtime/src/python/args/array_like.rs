@@ -189,7 +189,7 @@ fn flat_sequence<'py, T: Element>(object: &Bound<'py, PyAny>) -> PyResult<Option
         let element = T::from_scalar(scalar).ok()?;
         // A float that overflows or underflows float32 is left to NumPy, which warns (or raises,
         // under `np.errstate`) as it casts.
-        match (scalar, element.to_scalar()) {
+        match (scalar, element.to_scalar().ok()?) {
             (Scalar::Float(given), Scalar::Float(got))
                 if given.is_finite() && (got.is_infinite() || (got == 0.0) != (given == 0.0)) =>
             {

@@ -309,8 +309,9 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         let extents = source.extents(object.py());
         let ndim = extents.dims.len();
         if T::DTYPE.is_record() && source.numpy_kind.as_deref() == Some(crate::element::RECORD) {
-            // SAFETY: only NumPy arrays are given a NumPy kind.
-            unsafe { record::check_layout(&object, crate::element::DTypeOf::<T>::REF) }?;
+            let numpy = matches!(source.holder, source::Holder::NumPy(_));
+            // SAFETY: `numpy` says whether `object` is a NumPy array (else an amso record array).
+            unsafe { record::check_layout(&object, numpy, crate::element::DTypeOf::<T>::REF) }?;
         }
         // A kind DLPack lacks matches by its NumPy name alone (datetime64[s] and int64 share
         // DLPack's fields); every other kind by DLPack's fields, from any producer.

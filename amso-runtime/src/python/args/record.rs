@@ -32,21 +32,30 @@ fn field_text(field: &Field) -> String {
     }
 }
 
-/// Refuse NumPy structured array `object` unless its dtype lays out the record `dtype`
-/// exactly. A descriptor that matched once is remembered (by identity, held for the process),
-/// so a repeated argument costs one lookup.
+/// Refuse record array `object` (a NumPy structured array, or an amso record array of any
+/// runtime copy) unless its dtype lays out the record `dtype` exactly. A NumPy descriptor or an
+/// amso class that matched once is remembered (by identity, held for the process), so a
+/// repeated argument costs one lookup.
 ///
 /// # Safety
-/// `object` is a live NumPy array (its type checked through NumPy's C API).
-pub(super) unsafe fn check_layout(object: &Bound<'_, PyAny>, dtype: &'static DType) -> PyResult<()> {
-    // SAFETY: the caller's guarantee; the descriptor lives while the array does.
-    let descr = unsafe { numpy::descr_of(object) };
+/// `numpy`: `object` is a live NumPy array (its type checked through NumPy's C API).
+pub(super) unsafe fn check_layout(object: &Bound<'_, PyAny>, numpy: bool, dtype: &'static DType) -> PyResult<()> {
+    let py = object.py();
+    // What decides the layout: the NumPy array's descriptor, or the amso array's class.
+    let key = match numpy {
+        // SAFETY: the caller's guarantee; the descriptor lives while the array does.
+        true => unsafe { numpy::descr_of(object) },
+        false => object.get_type().as_ptr(),
+    };
     let tag = dtype as *const DType as usize;
-    if MATCHED.get_raw(descr as usize, tag).is_some() {
+    if MATCHED.get_raw(key as usize, tag).is_some() {
         return Ok(());
     }
-    // SAFETY: as above, a live descriptor.
-    let descr = unsafe { Bound::from_borrowed_ptr(object.py(), descr) };
+    let descr = match numpy {
+        // SAFETY: as above, a live descriptor.
+        true => unsafe { Bound::from_borrowed_ptr(py, key) },
+        false => object.getattr(intern!(py, "dtype"))?,
+    };
     if let Some(difference) = first_difference(&descr, dtype)? {
         return Err(PyTypeError::new_err(format!(
             "expected an array of record {}, got a structured array of dtype {} whose {difference}; make the NumPy \
@@ -55,7 +64,8 @@ pub(super) unsafe fn check_layout(object: &Bound<'_, PyAny>, dtype: &'static DTy
             descr.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into()),
         )));
     }
-    MATCHED.insert(&descr, tag, 1);
+    // SAFETY: `key` is a live object (the descriptor or the class), held by the cache from now.
+    MATCHED.insert(&unsafe { Bound::from_borrowed_ptr(py, key) }, tag, 1);
     Ok(())
 }
 

@@ -532,8 +532,14 @@ fn in_place(obj: &Bound<'_, PyAny>, runtime: &'static ArrayTypeInfo) -> Option<S
         readonly: placement.flags & FLAG_READONLY != 0,
         stream: None,
         managed: false,
-        numpy_kind: None,
+        numpy_kind: amso_kind(header),
     })
+}
+
+/// An amso array's kind DLPack lacks: `record` for a record array (the one kind amso's own
+/// arrays hold that DLPack cannot describe; its fields are compared by typed arguments).
+fn amso_kind(header: &Header) -> Option<std::borrow::Cow<'static, str>> {
+    (header.code == crate::element::OPAQUE_HANDLE).then_some(std::borrow::Cow::Borrowed(crate::element::RECORD))
 }
 
 /// An amso array of any runtime, held in place by that runtime; device data is handed to the
@@ -559,7 +565,7 @@ fn from_amso(obj: &Bound<'_, PyAny>, runtime: &'static ArrayTypeInfo, stream: Op
         readonly: held.readonly != 0,
         stream: (device.device_type == DeviceType::Cuda).then_some(work),
         managed: false,
-        numpy_kind: None,
+        numpy_kind: amso_kind(header),
     })
 }
 

@@ -5658,3 +5658,25 @@ class MemArray8DFloat4E2m1fnX2(MemArray):
     @overload
     def __setitem__(self, index: _View, value: _Values[_IntValue], /) -> None: ...
     def to_numpy(self) -> npt.NDArray[np.uint8]: ...
+
+class MemArray1DParticle(MemArray):
+    """1-D array of record particle (records::Particle; fields pos, vel, mass, id)."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> MemArray1DParticle: ...
+    @overload
+    def __getitem__(self, index: str, /) -> npt.NDArray[Any]: ...
+    @overload
+    def __getitem__(self, index: _View, /) -> Any: ...
+    def __setitem__(self, index: str | _View, value: Any, /) -> None: ...
+    def to_numpy(self) -> npt.NDArray[np.void]: ...

@@ -41,6 +41,7 @@ _float6_e2m3fn: TypeAlias = Literal["float6_e2m3fn"]
 _float6_e3m2fn: TypeAlias = Literal["float6_e3m2fn"]
 _float4_e2m1fn: TypeAlias = Literal["float4_e2m1fn"]
 _float4_e2m1fn_x2: TypeAlias = Literal["float4_e2m1fn_x2"]
+_particle: TypeAlias = Literal["particle"]
 
 class MemArray(MemArrayBase):
     """``MemArray(shape, dtype=None, device_id=0, *, readonly=False, pinned=False, on_device=False,
@@ -480,6 +481,8 @@ class MemArray(MemArrayBase):
     @overload
     def __new__(cls, shape: tuple[SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex], dtype: _float4_e2m1fn_x2, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False, managed: bool = False, shareable: bool = False) -> _amso.MemArray8DFloat4E2m1fnX2: ...
     @overload
+    def __new__(cls, shape: SupportsIndex | tuple[SupportsIndex], dtype: _particle, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False, managed: bool = False, shareable: bool = False) -> _amso.MemArray1DParticle: ...
+    @overload
     def __new__(cls, shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False, managed: bool = False, shareable: bool = False) -> MemArray: ...
 
 @overload
@@ -914,5 +917,7 @@ def empty(shape: tuple[SupportsIndex, SupportsIndex, SupportsIndex, SupportsInde
 def empty(shape: tuple[SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex], dtype: _float4_e2m1fn_x2, device_id: int = 0, *, on_device: bool = False, managed: bool = False, shareable: bool = False) -> _amso.MemArray7DFloat4E2m1fnX2: ...
 @overload
 def empty(shape: tuple[SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex, SupportsIndex], dtype: _float4_e2m1fn_x2, device_id: int = 0, *, on_device: bool = False, managed: bool = False, shareable: bool = False) -> _amso.MemArray8DFloat4E2m1fnX2: ...
+@overload
+def empty(shape: SupportsIndex | tuple[SupportsIndex], dtype: _particle, device_id: int = 0, *, on_device: bool = False, managed: bool = False, shareable: bool = False) -> _amso.MemArray1DParticle: ...
 @overload
 def empty(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, device_id: int = 0, *, on_device: bool = False, managed: bool = False, shareable: bool = False) -> MemArray: ...

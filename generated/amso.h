@@ -1302,6 +1302,11 @@ AMSO_EXPORT int amso_float4_e2m1fn_x2_8d_handle(PyObject *object, amso_handle *o
 AMSO_EXPORT int amso_float4_e2m1fn_x2_8d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_8d_shape(PyObject *object, const int64_t **out);
 
+/* particle, 1-D (MemArray1DParticle): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_particle_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_particle_1d_data(PyObject *object, amso_particle_t **out);
+AMSO_EXPORT int amso_particle_1d_shape(PyObject *object, const int64_t **out);
+
 /*
  * The DLPack C exchange API (DLPack >= 1.2). Every amso array type carries
  * __dlpack_c_exchange_api__, a "dlpack_exchange_api" capsule pointing at a static

@@ -68,7 +68,12 @@ impl Record {
         class_stem(&self.name)
     }
 
-    /// The C type generated/amso.h declares: `amso_particle_t`.
+    /// Name of the bundled Python class for `ndim`: `MemArray1DParticle`.
+    pub fn class_name(&self, ndim: u8) -> String {
+        format!("MemArray{ndim}D{}", self.camel())
+    }
+
+    /// The C type in generated/amso.h: `amso_particle_t`.
     pub fn c_type(&self) -> String {
         format!("amso_{}_t", self.name)
     }

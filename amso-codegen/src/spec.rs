@@ -97,7 +97,12 @@ impl Spec {
 
     /// Each instantiation with its element type, in file order.
     pub fn instances(&self) -> impl Iterator<Item = (&DType, u8)> + '_ {
-        self.instantiations.iter().map(|inst| (self.dtype(&inst.dtype).expect("validated"), inst.ndim))
+        self.instantiations.iter().filter_map(|inst| Some((self.dtype(&inst.dtype)?, inst.ndim)))
+    }
+
+    /// Each instantiation of a record (its classes hold amso's own record arrays), in file order.
+    pub fn record_instances(&self) -> impl Iterator<Item = (&Record, u8)> + '_ {
+        self.instantiations.iter().filter_map(|inst| Some((self.record(&inst.dtype)?, inst.ndim)))
     }
 
     /// The record called `name`.

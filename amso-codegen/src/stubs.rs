@@ -83,6 +83,26 @@ pub(crate) fn class_stub(dtype: &DType, ndim: u8) -> String {
     )
 }
 
+/// One record instantiation's class in `_amso.pyi`: records and fields read and write through
+/// NumPy's structured view (`a[i]` is an `np.void`, `a["mass"]` a field's array).
+pub(crate) fn record_class_stub(record: &crate::record::Record, ndim: u8) -> String {
+    let class = record.class_name(ndim);
+    let fields: Vec<&str> = record.fields.iter().map(|f| f.name.as_str()).collect();
+    format!(
+        "\nclass {class}(MemArray):\n    \"\"\"{ndim}-D array of record {name} (records::{camel}; fields {fields}).\"\"\"\n\n    \
+         def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        \
+         readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        \
+         uninitialized: bool = False,\n        managed: bool = False,\n        shareable: bool = False,\n    ) -> {class}: ...\n    \
+         @overload\n    def __getitem__(self, index: str, /) -> npt.NDArray[Any]: ...\n    \
+         @overload\n    def __getitem__(self, index: _View, /) -> Any: ...\n    \
+         def __setitem__(self, index: str | _View, value: Any, /) -> None: ...\n    \
+         def to_numpy(self) -> npt.NDArray[np.void]: ...\n",
+        name = record.name,
+        camel = record.camel(),
+        fields = fields.join(", "),
+    )
+}
+
 /// The dtype arguments that name `dtype`: its name, and NumPy's scalar type and dtype object
 /// where NumPy defines it (Python's own `bool`, `int`, `float` and `complex` as NumPy maps them).
 fn dtype_forms(dtype: &DType) -> String {
@@ -125,13 +145,20 @@ pub(crate) fn memarray_stub(spec: &Spec, header_note: &str) -> String {
     for dtype in &spec.dtypes {
         let _ = writeln!(out, "_{}: TypeAlias = {}", dtype.name, dtype_forms(dtype));
     }
+    for record in &spec.records {
+        let _ = writeln!(out, "_{}: TypeAlias = Literal[\"{}\"]", record.name, record.name);
+    }
     out.push_str("\nclass MemArray(MemArrayBase):\n");
     out.push_str(
         "    \"\"\"``MemArray(shape, dtype=None, device_id=0, *, readonly=False, pinned=False, \
          on_device=False,\n    managed=False, shareable=False)``: a zero-filled array of the compiled \
          class for\n    ``(dtype, len(shape))``; every amso array is an instance.\"\"\"\n\n",
     );
-    let calls: Vec<(&DType, u8)> = spec.instances().collect();
+    let calls: Vec<(String, String, u8)> = spec
+        .instances()
+        .map(|(d, ndim)| (d.name.clone(), d.class_name(ndim), ndim))
+        .chain(spec.record_instances().map(|(r, ndim)| (r.name.clone(), r.class_name(ndim), ndim)))
+        .collect();
     overloads(&mut out, &calls, "    ", "def __new__(cls, ", MEMARRAY_KEYWORDS);
     out.push('\n');
     overloads(&mut out, &calls, "", "def empty(", EMPTY_KEYWORDS);
@@ -140,15 +167,13 @@ pub(crate) fn memarray_stub(spec: &Spec, header_note: &str) -> String {
 
 /// One `@overload` of `{indent}{head}shape, dtype, device_id, *, keywords)` per instantiation,
 /// returning its class, then the fallback returning `MemArray`.
-fn overloads(out: &mut String, calls: &[(&DType, u8)], indent: &str, head: &str, keywords: &str) {
-    for (dtype, ndim) in calls {
-        let default = if dtype.name == "float64" { " | None = None" } else { "" };
+fn overloads(out: &mut String, calls: &[(String, String, u8)], indent: &str, head: &str, keywords: &str) {
+    for (name, class, ndim) in calls {
+        let default = if name == "float64" { " | None = None" } else { "" };
         let _ = writeln!(
             out,
-            "{indent}@overload\n{indent}{head}shape: {}, dtype: _{}{default}, device_id: int = 0, *, {keywords}) -> _amso.{}: ...",
+            "{indent}@overload\n{indent}{head}shape: {}, dtype: _{name}{default}, device_id: int = 0, *, {keywords}) -> _amso.{class}: ...",
             shape_forms(*ndim),
-            dtype.name,
-            dtype.class_name(*ndim)
         );
     }
     let _ = writeln!(

@@ -17,6 +17,9 @@ pub fn python_stubs(spec: &Spec) -> String {
     for (dtype, ndim) in spec.instances() {
         out.push_str(&crate::stubs::class_stub(dtype, ndim));
     }
+    for (record, ndim) in spec.record_instances() {
+        out.push_str(&crate::stubs::record_class_stub(record, ndim));
+    }
     out
 }
 
@@ -320,23 +323,31 @@ pub fn instantiation_table(spec: &Spec) -> String {
             d.rust
         );
     }
+    for (r, ndim) in spec.record_instances() {
+        let _ = writeln!(
+            out,
+            "| ({}, {ndim}) | `amso._amso.{}` | `MemArray<records::{}, {ndim}>` |",
+            r.name,
+            r.class_name(ndim),
+            r.camel()
+        );
+    }
     out
 }
 
 /// The C header: the handle, error codes, the getter table and the typed exports.
 pub fn c_header(spec: &Spec) -> String {
     let mut typed = String::new();
-    for (dtype, ndim) in spec.instances() {
-        let stem = format!("amso_{}_{ndim}d", dtype.name);
+    let records = spec.record_instances().map(|(r, ndim)| (r.name.clone(), r.class_name(ndim), r.c_type(), ndim));
+    let pairs = spec.instances().map(|(d, ndim)| (d.name.clone(), d.class_name(ndim), d.c.clone(), ndim));
+    for (name, class, c, ndim) in pairs.chain(records) {
+        let stem = format!("amso_{name}_{ndim}d");
         let _ = write!(
             typed,
             "\n/* {name}, {ndim}-D ({class}): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */\n\
              AMSO_EXPORT int {stem}_handle(PyObject *object, amso_handle *out);\n\
              AMSO_EXPORT int {stem}_data(PyObject *object, {c} **out);\n\
              AMSO_EXPORT int {stem}_shape(PyObject *object, const int64_t **out);\n",
-            name = dtype.name,
-            class = dtype.class_name(ndim),
-            c = dtype.c,
         );
     }
     // The low-precision floats (float8, float6, float4) as one-byte storage types: C has no

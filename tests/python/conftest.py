@@ -13,7 +13,13 @@ import pytest
 
 import amso
 
-COMPILED = amso.supported()
+# The spec's dtypes: name -> (code, bits, lanes, NumPy name, module that defines it or None).
+DTYPES = {name: rest for name, *rest in amso._amso._dtypes()}
+
+# Every compiled pair of a scalar dtype (the generic suites' subject); records, whose elements
+# are several values, have tests of their own (test_record_arrays.py).
+COMPILED = [(name, ndim) for name, ndim in amso.supported() if name in DTYPES]
+RECORD_PAIRS = [(name, ndim) for name, ndim in amso.supported() if name not in DTYPES]
 
 # Shapes per ndim, with size-1 and zero-size dimensions.
 SHAPES = {
@@ -34,9 +40,6 @@ def cases() -> list[tuple[str, tuple[int, ...]]]:
 def case_id(case: tuple[str, tuple[int, ...]]) -> str:
     return f"{case[0]}-{'x'.join(map(str, case[1])) or 'scalar'}"
 
-
-# The spec's dtypes: name -> (code, bits, lanes, NumPy name, module that defines it or None).
-DTYPES = {name: rest for name, *rest in amso._amso._dtypes()}
 
 # Dtypes NumPy does not import through DLPack before 2.5 (ml_dtypes' and packed vectors): tests
 # reach their NumPy views through __array__ instead.

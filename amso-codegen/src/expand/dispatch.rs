@@ -18,7 +18,15 @@ pub fn spec_classes(spec: &Spec, module: &str) -> TokenStream {
         let ident = format_ident!("{}", name);
         let names = ClassNames { ident: &ident, vis: &vis, attrs: &[], python_name: &name, module: Some(module) };
         classes.push(instantiation_class(&ElementType::of(dtype), ndim, &names));
-        classes.push(typed_exports(dtype, ndim, &ident));
+        classes.push(typed_exports(&dtype.name, ndim, &ident));
+        idents.push(ident);
+    }
+    for (record, ndim) in spec.record_instances() {
+        let name = record.class_name(ndim);
+        let ident = format_ident!("{}", name);
+        let names = ClassNames { ident: &ident, vis: &vis, attrs: &[], python_name: &name, module: Some(module) };
+        classes.push(instantiation_class(&ElementType::of_record(record), ndim, &names));
+        classes.push(typed_exports(&record.name, ndim, &ident));
         idents.push(ident);
     }
     quote! {

@@ -35,6 +35,12 @@ impl ElementType {
     pub fn of(dtype: &DType) -> ElementType {
         ElementType { ty: dtype.runtime_path(), shown: dtype.rust.clone() }
     }
+
+    /// A record of the spec (`amso_runtime::records::Particle`).
+    pub fn of_record(record: &crate::record::Record) -> ElementType {
+        let ident = quote::format_ident!("{}", record.camel());
+        ElementType { ty: syn::parse_quote!(::amso_runtime::records::#ident), shown: format!("records::{ident}") }
+    }
 }
 
 /// The class, its constructor and its `Instantiation` impl.
@@ -72,12 +78,12 @@ pub fn instantiation_class(element: &ElementType, ndim: u8, names: &ClassNames<'
 
 /// The typed C exports of one bundled instantiation, named from the spec
 /// (`amso_float32_3d_handle`, `_data`, `_shape`), each a delegation to the runtime.
-pub fn typed_exports(dtype: &DType, ndim: u8, class: &Ident) -> TokenStream {
-    let stem = format!("amso_{}_{ndim}d", dtype.name);
+pub fn typed_exports(dtype: &str, ndim: u8, class: &Ident) -> TokenStream {
+    let stem = format!("amso_{dtype}_{ndim}d");
     let handle = quote::format_ident!("{stem}_handle");
     let data = quote::format_ident!("{stem}_data");
     let shape = quote::format_ident!("{stem}_shape");
-    let doc = format!("C getter exports of the {} {ndim}-D class (see generated/amso.h).", dtype.name);
+    let doc = format!("C getter exports of the {dtype} {ndim}-D class (see generated/amso.h).");
     quote! {
         #[doc = #doc]
         ///

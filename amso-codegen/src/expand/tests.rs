@@ -45,7 +45,7 @@ fn instantiation_class_is_a_thin_delegation() {
     assert!(code.contains("typeArray=::amso_runtime::MemArray<::amso_runtime::dtypes::float32,3usize>;"));
     assert_eq!(code.matches("fn").count(), 1, "one constructor, every other method lives in the base class");
     assert!(code.len() < 1200, "per-instantiation code stays small: {} bytes", code.len());
-    let exports = compact(pyclass::typed_exports(dtype, 3, &ident));
+    let exports = compact(pyclass::typed_exports(&dtype.name, 3, &ident));
     for name in ["amso_float32_3d_handle", "amso_float32_3d_data", "amso_float32_3d_shape"] {
         assert!(exports.contains(&format!("fn{name}(")), "{name}");
     }

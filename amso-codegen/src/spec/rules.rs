@@ -335,20 +335,14 @@ pub(crate) fn defines_c_type(row: &Row) -> bool {
     row.layout().is_some_and(Layout::defines_c_type)
 }
 
-/// An `instantiations` entry's `dtype:` a name of the dtype table (`None`: the table is
-/// unreadable, and that is the mistake reported), not a record's.
+/// An `instantiations` entry's `dtype:` a name of the dtype table or a record (`None`: the
+/// table is unreadable, and that is the mistake reported).
 pub(crate) fn dtype_ref(known: Option<&[String]>, records: &[Option<String>], name: &str) -> Result<(), String> {
     let Some(known) = known else {
         return Ok(());
     };
-    if known.iter().any(|k| k == name) {
+    if known.iter().any(|k| k == name) || records.iter().flatten().any(|record| record == name) {
         return Ok(());
-    }
-    if records.iter().flatten().any(|record| record == name) {
-        return Err(format!(
-            "`{name}` is a record, and record arrays are not compiled into the bundled module yet (records reach \
-             Rust, C and CUDA only: amso_runtime::records, generated/amso.h, generated/amso.cuh); remove this entry"
-        ));
     }
     let names: Vec<&str> = known.iter().map(String::as_str).collect();
     let near = closest(name, &names).map_or_else(String::new, |near| format!(" (did you mean `{near}`?)"));

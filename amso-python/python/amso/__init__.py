@@ -85,9 +85,39 @@ def _dtype_name(dtype: Any) -> str:
     if isinstance(dtype, str) and dtype in _DTYPE_NAMES:
         return dtype  # e.g. "bfloat16", which NumPy itself does not name
     try:
-        return np.dtype(dtype).name
+        resolved = np.dtype(dtype)
     except TypeError as error:
         raise TypeError(f"unknown dtype {dtype!r}: {error}") from None
+    if resolved.names is not None:
+        # A structured dtype names the compiled record whose layout it is (field names, types,
+        # shapes, offsets and itemsize), as the record class's own `dtype` gives it.
+        for name, layout in _record_dtypes().items():
+            if resolved == layout and resolved.itemsize == layout.itemsize:
+                return name
+    return resolved.name
+
+
+_RECORD_DTYPES: dict[str, np.dtype] | None = None
+
+
+def _record_dtypes() -> dict[str, np.dtype]:
+    """The compiled records' NumPy dtypes, by record name (made once, from a 1-element array)."""
+    global _RECORD_DTYPES
+    if _RECORD_DTYPES is None:
+        records = {}
+        for (name, ndim), cls in _DISPATCH.items():
+            if name in records:
+                continue
+            try:
+                np.dtype(name)
+                continue  # a dtype NumPy names: not a record
+            except TypeError:
+                pass
+            dtype = cls((1,) * ndim).dtype
+            if dtype.names is not None:
+                records[name] = dtype
+        _RECORD_DTYPES = records
+    return _RECORD_DTYPES
 
 
 def _ndim(shape: Sequence[SupportsIndex] | SupportsIndex) -> int:
@@ -154,7 +184,8 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArra
             "amso.asarray copies or casts only host data; make the device array C-contiguous and of the "
             "wanted dtype with its own library first (e.g. tensor.contiguous().to(dtype))"
         )
-    source = np.from_dlpack(obj) if hasattr(obj, "__dlpack__") else obj
+    # NumPy's own arrays are copied by NumPy (its DLPack export lacks structured dtypes).
+    source = np.from_dlpack(obj) if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray) else obj
     host = np.asarray(source, dtype=None if dtype is None else _numpy_dtype(dtype), copy=copy)
     if not host.flags.c_contiguous:
         if copy is False:

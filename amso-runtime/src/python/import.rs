@@ -24,8 +24,17 @@ pub(super) fn wrap_source(py: Python<'_>, source: Source, producer: Option<&Boun
     check_dims(extents.dims)?;
     extents.strides.check_c_contiguous(extents.dims, source.itemsize())?;
     let dims = extents.dims.to_vec();
-    let registration = registry::find(source.dtype.0, source.dtype.1, source.dtype.2, dims.len())
-        .ok_or_else(|| PyTypeError::new_err(registry::uncompiled(&dlpack_type_name(source.dtype), dims.len())))?;
+    let registration = match source.numpy_kind.as_deref() {
+        Some(crate::element::RECORD) => record_class(&source, producer, dims.len())?,
+        Some(kind) => {
+            return Err(PyTypeError::new_err(format!(
+                "a NumPy array of dtype {kind} has no DLPack type; amso arrays hold bool, integer, float, complex, the \
+                 spec's other dtypes and its records"
+            )))
+        }
+        None => registry::find(source.dtype.0, source.dtype.1, source.dtype.2, dims.len())
+            .ok_or_else(|| PyTypeError::new_err(registry::uncompiled(&dlpack_type_name(source.dtype), dims.len())))?,
+    };
     let (readonly, stream) = (source.readonly, source.stream);
     let (address, mut device) = (source.data, source.device);
     if source.managed {
@@ -40,6 +49,40 @@ pub(super) fn wrap_source(py: Python<'_>, source: Source, producer: Option<&Boun
         unsafe { array.record_work(stream) }?;
     }
     (registration.instance)(py, MemArrayBase::new(array))
+}
+
+/// The compiled record class whose layout is that of `source` (a NumPy structured array, or an
+/// amso record array of another runtime copy) with `ndim` dimensions: the first difference
+/// from the compiled records of its size is the error.
+fn record_class(
+    source: &Source,
+    producer: Option<&Bound<'_, PyAny>>,
+    ndim: usize,
+) -> PyResult<&'static registry::Registration> {
+    let Some(producer) = producer else {
+        return Err(PyTypeError::new_err("a record array arrived without its producer, whose dtype names its fields"));
+    };
+    let numpy = matches!(source.holder, source::Holder::NumPy(_));
+    let candidates = registry::records(source.dtype, ndim);
+    let mut first_error = None;
+    for registration in &candidates {
+        // SAFETY: `numpy` says whether the producer is a NumPy array.
+        match unsafe { super::args::check_record_layout(producer, numpy, registration.dtype()) } {
+            Ok(()) => return Ok(registration),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    Err(first_error.unwrap_or_else(|| {
+        PyTypeError::new_err(format!(
+            "amso has no compiled record class of {} bytes with {ndim} dimension{} for this structured array: add the \
+             record to specs/types.yaml (records: and instantiations:), or declare it in an extension crate with \
+             #[derive(amso_macros::Element)] and #[amso_array(YourRecord, NDIM)]",
+            source.dtype.2,
+            if ndim == 1 { "" } else { "s" }
+        ))
+    }))
 }
 
 /// An amso array over the tensor `owner` owns (its deleter runs exactly once, also when the
@@ -66,7 +109,8 @@ pub(super) fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<b
         Some(protocol) if copy != Some(true) => protocol,
         _ => Protocol::DLPack,
     };
-    let request = Request { copy, c_contiguous: true, ..Request::default() };
+    // NumPy's kinds DLPack lacks arrive named, so that structured arrays reach their record class.
+    let request = Request { copy, c_contiguous: true, numpy_kinds: true, ..Request::default() };
     wrap_source(py, source::acquire_as(obj, protocol, request)?, Some(obj))
 }
 
@@ -81,7 +125,8 @@ pub(super) fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>
             crate::error::with_article(obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into()))
         ))
     })?;
-    let request = Request { c_contiguous: true, ..Request::default() };
+    // NumPy's kinds DLPack lacks arrive named, so that structured arrays reach their record class.
+    let request = Request { c_contiguous: true, numpy_kinds: true, ..Request::default() };
     wrap_source(py, source::acquire_as(obj, protocol, request)?, Some(obj))
 }
 

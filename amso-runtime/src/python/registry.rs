@@ -123,6 +123,15 @@ pub(super) fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<&'stat
     find_by(|r| r.ndim == ndim && r.dtype().code == code && r.dtype().bits == bits && r.dtype().lanes == lanes)
 }
 
+/// The registered record classes with `ndim` dimensions, those of DLPack sizing `dtype` (records
+/// of one size) first.
+pub(super) fn records(dtype: (u8, u8, u16), ndim: usize) -> Vec<&'static Registration> {
+    let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
+    let mut found: Vec<_> = registry.iter().filter(|r| r.ndim == ndim && r.dtype().is_record()).copied().collect();
+    found.sort_by_key(|r| r.dtype().dlpack() != dtype);
+    found
+}
+
 /// The registration of exactly the class `type_object`.
 pub(super) fn of_type(type_object: usize) -> Option<&'static Registration> {
     find_by(|r| r.type_object == type_object)

@@ -34,6 +34,7 @@ mod linalg;
 #[cfg(feature = "ndarray")]
 mod owned_view;
 mod record;
+pub(crate) use record::check_layout as check_record_layout;
 mod results;
 mod staged;
 mod untyped;

@@ -39,7 +39,7 @@ fn field_text(field: &Field) -> String {
 ///
 /// # Safety
 /// `numpy`: `object` is a live NumPy array (its type checked through NumPy's C API).
-pub(super) unsafe fn check_layout(object: &Bound<'_, PyAny>, numpy: bool, dtype: &'static DType) -> PyResult<()> {
+pub(crate) unsafe fn check_layout(object: &Bound<'_, PyAny>, numpy: bool, dtype: &'static DType) -> PyResult<()> {
     let py = object.py();
     // What decides the layout: the NumPy array's descriptor, or the amso array's class.
     let key = match numpy {

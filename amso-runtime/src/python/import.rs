@@ -51,6 +51,10 @@ pub(super) fn wrap_source(py: Python<'_>, source: Source, producer: Option<&Boun
     (registration.instance)(py, MemArrayBase::new(array))
 }
 
+/// The record class each layout (a NumPy descriptor or an amso class, with the ndim) found.
+static RECORD_CLASSES: crate::python::identity_cache::IdentityCache<16> =
+    crate::python::identity_cache::IdentityCache::new();
+
 /// The compiled record class whose layout is that of `source` (a NumPy structured array, or an
 /// amso record array of another runtime copy) with `ndim` dimensions: the first difference
 /// from the compiled records of its size is the error.
@@ -63,12 +67,26 @@ fn record_class(
         return Err(PyTypeError::new_err("a record array arrived without its producer, whose dtype names its fields"));
     };
     let numpy = matches!(source.holder, source::Holder::NumPy(_));
+    // What decides the layout (a NumPy descriptor, an amso class): a repeated one finds its
+    // class in one lookup, without scanning the registry.
+    let key = match numpy {
+        // SAFETY: a NumPy array's descriptor, alive while the array is.
+        true => unsafe { Bound::from_borrowed_ptr(producer.py(), super::source::numpy::descr_of(producer)) },
+        false => producer.get_type().into_any(),
+    };
+    if let Some(found) = RECORD_CLASSES.get(&key, ndim) {
+        // SAFETY: only `&'static Registration`s are stored (below).
+        return Ok(unsafe { &*(found as *const registry::Registration) });
+    }
     let candidates = registry::records(source.dtype, ndim);
     let mut first_error = None;
     for registration in &candidates {
         // SAFETY: `numpy` says whether the producer is a NumPy array.
         match unsafe { super::args::check_record_layout(producer, numpy, registration.dtype()) } {
-            Ok(()) => return Ok(registration),
+            Ok(()) => {
+                RECORD_CLASSES.insert(&key, ndim, *registration as *const registry::Registration as usize);
+                return Ok(registration);
+            }
             Err(error) => {
                 first_error.get_or_insert(error);
             }

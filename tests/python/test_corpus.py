@@ -580,6 +580,10 @@ NUMPY_ODDITIES = [
     ("object-dtype", lambda: np.array([1.0, None]), TypeError, "expected a writable float64 array, got an object array"),
     ("long-double", lambda: np.zeros(3, np.longdouble), TypeError, "has no DLPack type"),
     ("readonly", lambda: np.frombuffer(bytes(32), np.float64), ValueError, "got a read-only one"),
+    # Issue 40: a structured array is a record array, never reinterpreted as another dtype.
+    ("structured", lambda: np.zeros(3, [("a", "<f8"), ("b", "<f8")]), TypeError,
+     "expected a writable float64 array, got a record array"),
+    ("plain-void", lambda: np.zeros(3, "V8"), TypeError, "has no DLPack type"),
 ]
 
 

@@ -7,6 +7,9 @@ the sums). The GPU tests skip without a CUDA device."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from test_typed_args import BOX, SHAPE, particles, reference
@@ -16,6 +19,7 @@ import amso
 ue = pytest.importorskip("amso_user_example")
 gpu = pytest.mark.skipif(not amso.cuda.is_available(), reason="needs a CUDA device")
 
+ROOT = Path(__file__).resolve().parents[2]
 PARTICLE = np.dtype([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])
 
 
@@ -121,6 +125,22 @@ def test_other_arrays_and_arguments_are_refused():
     with pytest.raises(ValueError, match="read-only"):
         ue.deposit_records(records(p), amso.MemArray(SHAPE, np.float64, readonly=True), BOX)
     assert not density.any()
+
+
+def test_the_guides_records_kernel_is_the_examples():
+    """docs/kernels.md's ```cuda block is an excerpt of the example's src/cic.cu, and its ```text
+    block that starts `// examples/...` one of that file, verbatim (the block's Python runs in
+    test_docs.py on the GPU machine)."""
+    page = (ROOT / "docs" / "kernels.md").read_text()
+    kernel = (ROOT / "examples" / "rust" / "user-crate" / "src" / "cic.cu").read_text()
+    excerpts = re.findall(r"^```cuda\n(.*?)^```$", page, flags=re.S | re.M)
+    assert excerpts and all(code in kernel for code in excerpts), excerpts
+    assert "cic_deposit_records(amso::particle_indexer<1> particles" in excerpts[0]
+    named = [code.partition("\n") for code in re.findall(r"^```text\n(.*?)^```$", page, flags=re.S | re.M)]
+    named = [(first[3:], rest) for first, _, rest in named if first.startswith("// examples/")]
+    assert named, "the launch's excerpt"
+    for path, code in named:
+        assert code in (ROOT / path).read_text(), path
 
 
 # --- the GPU ---

@@ -9,7 +9,8 @@ ue = pytest.importorskip("amso_user_example")
 
 
 def test_classes_and_dispatch_entries():
-    assert ue.__amso_dispatch__ == {("float32", 2): ue.Positions, ("float64", 3): ue.Density, ("float16", 1): ue.Weights}
+    assert ue.__amso_dispatch__ == {("float32", 2): ue.Positions, ("float64", 3): ue.Density, ("float16", 1): ue.Weights,
+                                    ("particle", 1): ue.Particles}
     p = ue.Positions((5, 3))
     assert (p.shape, p.dtype) == ((5, 3), np.dtype(np.float32))
     w = ue.Weights(4)

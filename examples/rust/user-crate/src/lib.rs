@@ -9,12 +9,17 @@ use amso_runtime::cuda::{order_streams, with_stream, Kernel, LaunchConfig, PushK
 use amso_runtime::dtypes::float8_e4m3fn;
 use amso_runtime::ndarray::{Array2, ShapeBuilder};
 use amso_runtime::python::{ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Framework, IntoFramework, UntypedArray};
-use amso_runtime::{DeviceIndexer, DeviceType, Stream};
+use amso_runtime::records::Particle;
+use amso_runtime::{DeviceIndexer, DeviceType, Element, Stream};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 /// The GPU deposit, written against amso.cuh (compiled by NVRTC per device on first use).
 static CIC_KERNEL: Kernel = Kernel::new(include_str!("cic.cu"), "cic_deposit");
+
+/// The same deposit reading each position from a particle record's `pos` (amso.cuh's
+/// `amso::particle_indexer<1>`).
+static CIC_RECORDS_KERNEL: Kernel = Kernel::new(include_str!("cic.cu"), "cic_deposit_records");
 
 /// Particle positions: one row of x, y, z per particle.
 #[amso_array(f32, 2)]
@@ -27,6 +32,11 @@ pub struct Density;
 /// Per-particle weights in half precision (the dtype named by its Rust type).
 #[amso_array(half::f16, 1)]
 pub struct Weights;
+
+/// Particles as records (an array of structs): the spec's `particle`, `pos`, `vel`, `mass`
+/// and `id` per element, 40 bytes each.
+#[amso_array(Particle, 1)]
+pub struct Particles;
 
 /// Deposit unit-mass particles into `density` with cloud-in-cell weights and periodic
 /// boundaries, accumulating: `positions` is float32 `(n, 3)` (read-only is fine), `density` a
@@ -55,10 +65,57 @@ fn deposit(
     Ok(())
 }
 
-/// Launch the deposit kernel on `stream` (the density's: the caller's current stream for
-/// PyTorch, amso's stream rule otherwise), after the positions' stream if it differs.
-fn deposit_on_device(
-    positions: &ArrayRef<'_, f32, 2>,
+/// `deposit` with the particles as records (an array of structs): a 1-D array of the spec's
+/// `particle` (this module's `Particles`, another amso record array of that layout, or a NumPy
+/// structured array of it), each depositing unit mass at its `pos`, as `deposit` does for a
+/// row of `positions` (the same sums in the same order on the host).
+#[pyfunction]
+fn deposit_records(
+    py: Python<'_>,
+    particles: ArrayRef<'_, Particle, 1>,
+    mut density: ArrayMut<'_, f64, 3>,
+    box_size: f64,
+) -> PyResult<()> {
+    check_box_size("deposit_records", box_size)?;
+    if particles.device() != density.device() {
+        return Err(PyValueError::new_err(format!(
+            "deposit_records(): arguments 'particles' and 'density' must be on the same device, got {:?} and {:?}",
+            particles.device(),
+            density.device()
+        )));
+    }
+    if density.device().device_type == DeviceType::Cuda {
+        let stream = density.stream().unwrap_or_default();
+        return deposit_on_device(&particles, density.device_indexer()?, box_size, stream);
+    }
+    let (particles, density) = (particles.as_array()?, density.as_array_mut()?);
+    py.detach(|| cic::deposit_records(particles, density, box_size));
+    Ok(())
+}
+
+/// The deposit kernel that reads positions of element type `Self` and rank `N`: `cic_deposit`
+/// for float32 `(n, 3)` rows, `cic_deposit_records` for 1-D particle records.
+trait DepositKernel<const N: usize>: Element {
+    fn kernel() -> &'static Kernel;
+}
+
+impl DepositKernel<2> for f32 {
+    fn kernel() -> &'static Kernel {
+        &CIC_KERNEL
+    }
+}
+
+impl DepositKernel<1> for Particle {
+    fn kernel() -> &'static Kernel {
+        &CIC_RECORDS_KERNEL
+    }
+}
+
+/// Launch the deposit kernel for `positions` on `stream` (the density's: the caller's current
+/// stream for PyTorch, amso's stream rule otherwise), after the positions' stream if it
+/// differs: one thread per particle (a row of float32 positions, or a particle record).
+fn deposit_on_device<T: DepositKernel<N>, const N: usize>(
+    positions: &ArrayRef<'_, T, N>,
     density: DeviceIndexer<'_, f64, 3>,
     box_size: f64,
     stream: Stream,
@@ -72,12 +129,13 @@ fn deposit_on_device(
     if particles.size() == 0 || density.size() == 0 {
         return Ok(());
     }
-    let function = CIC_KERNEL.function(device_id)?;
+    let function = T::kernel().function(device_id)?;
     let blocks = (particles.shape()[0] as u64).div_ceil(256).min(65_535 * 32) as u32;
     let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     let queue = |s: &amso_runtime::cuda::CudaStream| {
-        // SAFETY: the kernel takes (Indexer<float, 2>, Indexer<double, 3>, double), which these
-        // are; both arrays are live device memory their arguments hold.
+        // SAFETY: `T::kernel()` takes (Indexer<float, 2>, Indexer<double, 3>, double) for f32
+        // positions, (particle_indexer<1>, Indexer<double, 3>, double) for particles, which
+        // these are; both arrays are live device memory their arguments hold.
         unsafe { s.launch_builder(&function).arg(&particles).arg(&density).arg(&box_size).launch(config) }.map(drop)
     };
     // SAFETY: `stream` is the density's: its producer's current stream, or amso's.
@@ -115,6 +173,10 @@ fn check_positions(function: &str, positions: &ArrayRef<'_, f32, 2>, box_size: f
             positions.shape()
         )));
     }
+    check_box_size(function, box_size)
+}
+
+fn check_box_size(function: &str, box_size: f64) -> PyResult<()> {
     if !(box_size.is_finite() && box_size > 0.0) {
         return Err(PyValueError::new_err(format!(
             "{function}(): argument 'box_size' must be a positive number, got {box_size}"
@@ -259,7 +321,9 @@ fn amso_user_example(module: &Bound<'_, PyModule>) -> PyResult<()> {
     amso_runtime::python::register::<Positions>(module)?;
     amso_runtime::python::register::<Density>(module)?;
     amso_runtime::python::register::<Weights>(module)?;
+    amso_runtime::python::register::<Particles>(module)?;
     module.add_function(wrap_pyfunction!(deposit, module)?)?;
+    module.add_function(wrap_pyfunction!(deposit_records, module)?)?;
     module.add_function(wrap_pyfunction!(cic_density, module)?)?;
     module.add_function(wrap_pyfunction!(add_index_sum, module)?)?;
     module.add_function(wrap_pyfunction!(count_true, module)?)?;

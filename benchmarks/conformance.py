@@ -255,7 +255,9 @@ def run() -> dict:
     except ImportError:
         pass
     peers = consumers()
-    for name, ndim in amso.supported():
+    scalars = {row[0] for row in amso._amso._dtypes()}
+    # Records (the spec's particle) have no DLPack type: their exchange is test_record_arrays.py's.
+    for name, ndim in (pair for pair in amso.supported() if pair[0] in scalars):
         shape = (3,) + (2,) * (ndim - 1)
         expected = expected_values(name, shape)
         source = amso.MemArray(shape, name)

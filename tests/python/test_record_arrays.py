@@ -45,7 +45,7 @@ def test_made_by_name_or_by_its_numpy_dtype(dtype):
 
 def test_a_layout_that_is_not_the_records_is_no_record_dtype():
     other = np.dtype([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f4"), ("id", "<i8")])
-    with pytest.raises(TypeError, match="no compiled array for dtype void"):
+    with pytest.raises(TypeError, match="is the layout of no compiled record"):
         amso.MemArray(2, other)
     with pytest.raises(TypeError, match="no compiled array for dtype particle with ndim 2"):
         amso.MemArray((2, 2), "particle")
@@ -181,3 +181,11 @@ def test_rust_typed_arguments_read_device_record_arrays():
     a.move_memory(amso.dlpack.kDLCUDA)
     with pytest.raises(ValueError, match="in CUDA device memory"):
         peers.record_total_mass(a)  # host views of device data are refused, as for every dtype
+
+
+def test_a_titled_spelling_names_the_record_and_another_layout_says_which_records_exist():
+    titled = np.dtype({"names": ["pos", "vel", "mass", "id"], "formats": [("<f4", (3,)), ("<f4", (3,)), "<f8", "<i8"],
+                       "offsets": [0, 12, 24, 32], "titles": ["position", None, None, None], "itemsize": 40})
+    assert type(amso.MemArray(2, titled)).__name__ == "MemArray1DParticle"
+    with pytest.raises(TypeError, match=r"is the layout of no compiled record \(the records: particle "):
+        amso.MemArray(2, [("pos", ">f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])

@@ -155,3 +155,44 @@ def test_a_matched_dtype_is_remembered_and_a_new_one_is_still_checked():
     wrong = np.zeros(2, [("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<i8"), ("id", "<i8")])
     with pytest.raises(TypeError, match="field 2 `mass` is int64"):
         peers.record_total_mass(wrong)
+
+
+def test_the_same_record_with_padding_in_any_spelling():
+    packed = np.dtype({"names": ["alive", "weight"], "formats": ["?", "<f8"], "offsets": [0, 8], "itemsize": 16})
+    aligned = np.dtype([("alive", "?"), ("weight", "<f8")], align=True)
+    assert aligned.itemsize == 16 and aligned.fields["weight"][1] == 8
+    for dtype in (packed, aligned):
+        x = np.zeros(3, dtype)
+        x["alive"], x["weight"] = [True, False, True], [1, 2, 4]
+        assert peers.flagged_live_weight(x) == 5
+    with pytest.raises(TypeError, match="field 1 `weight` is at offset 1, where the record has it at 8"):
+        peers.flagged_live_weight(np.zeros(3, [("alive", "?"), ("weight", "<f8")]))
+
+
+def test_titles_are_not_part_of_the_layout():
+    titled = np.dtype({"names": ["pos", "vel", "mass", "id"], "formats": [("<f4", (3,)), ("<f4", (3,)), "<f8", "<i8"],
+                       "offsets": [0, 12, 24, 32], "titles": ["position", None, "m", None], "itemsize": 40})
+    x = particles(dtype=titled)
+    assert peers.record_total_mass(x) == x["mass"].sum()
+
+
+def test_fields_renamed_after_a_match_are_refused():
+    dtype = np.dtype([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])
+    x = np.zeros(3, dtype)
+    assert peers.record_total_mass(x) == 0.0  # matched, and remembered
+    dtype.names = ("a", "b", "c", "d")  # NumPy renames in place: the same descriptor object
+    with pytest.raises(TypeError, match="field 0 is named `a`, where the record has `pos`"):
+        peers.record_total_mass(np.zeros(3, dtype))
+    dtype.names = ("pos", "vel", "mass", "id")
+    assert peers.record_total_mass(np.zeros(3, dtype)) == 0.0
+
+
+def test_a_bad_bool_byte_in_amsos_own_record_array_is_refused():
+    a = peers.FlaggedArray(3)
+    view = np.asarray(a)
+    view["alive"] = [True, True, False]
+    view["weight"] = [1, 2, 4]
+    assert peers.flagged_live_weight(a) == 3
+    view.view(np.uint8).reshape(3, 16)[0, 0] = 7
+    with pytest.raises(ValueError, match="a bool field of the records holds bytes other than 0 and 1"):
+        peers.flagged_live_weight(a)

@@ -89,12 +89,24 @@ def _dtype_name(dtype: Any) -> str:
     except TypeError as error:
         raise TypeError(f"unknown dtype {dtype!r}: {error}") from None
     if resolved.names is not None:
-        # A structured dtype names the compiled record whose layout it is (field names, types,
-        # shapes, offsets and itemsize), as the record class's own `dtype` gives it.
+        # A structured dtype names the compiled record whose layout it is: the same field names,
+        # types, shapes and offsets, in order, and itemsize (titles aside, as typed arguments
+        # compare them).
         for name, layout in _record_dtypes().items():
-            if resolved == layout and resolved.itemsize == layout.itemsize:
+            if _layout(resolved) == _layout(layout):
                 return name
+        records = ", ".join(f"{name} {layout}" for name, layout in _record_dtypes().items()) or "none"
+        raise TypeError(
+            f"the structured dtype {resolved} is the layout of no compiled record (the records: {records}); "
+            "make the dtype from a record's layout (same field names, types, shapes and offsets, and itemsize)"
+        )
     return resolved.name
+
+
+def _layout(dtype: np.dtype) -> tuple:
+    """A structured dtype's fields (name, type, offset, in order) and itemsize, titles aside."""
+    assert dtype.names is not None
+    return tuple((name, *dtype.fields[name][:2]) for name in dtype.names), dtype.itemsize
 
 
 _RECORD_DTYPES: dict[str, np.dtype] | None = None
@@ -104,18 +116,11 @@ def _record_dtypes() -> dict[str, np.dtype]:
     """The compiled records' NumPy dtypes, by record name (made once, from a 1-element array)."""
     global _RECORD_DTYPES
     if _RECORD_DTYPES is None:
+        scalars = {row[0] for row in _dtypes()}
         records = {}
         for (name, ndim), cls in _DISPATCH.items():
-            if name in records:
-                continue
-            try:
-                np.dtype(name)
-                continue  # a dtype NumPy names: not a record
-            except TypeError:
-                pass
-            dtype = cls((1,) * ndim).dtype
-            if dtype.names is not None:
-                records[name] = dtype
+            if name not in scalars and name not in records:
+                records[name] = cls((1,) * ndim).dtype
         _RECORD_DTYPES = records
     return _RECORD_DTYPES
 

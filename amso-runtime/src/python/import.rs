@@ -76,7 +76,12 @@ fn record_class(
     };
     if let Some(found) = RECORD_CLASSES.get(&key, ndim) {
         // SAFETY: only `&'static Registration`s are stored (below).
-        return Ok(unsafe { &*(found as *const registry::Registration) });
+        let registration = unsafe { &*(found as *const registry::Registration) };
+        // One more lookup (the layout check's own cache) sees fields renamed since.
+        // SAFETY: `numpy` says whether the producer is a NumPy array.
+        if unsafe { super::args::check_record_layout(producer, numpy, registration.dtype()) }.is_ok() {
+            return Ok(registration);
+        }
     }
     let candidates = registry::records(source.dtype, ndim);
     let mut first_error = None;

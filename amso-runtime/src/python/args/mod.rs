@@ -408,7 +408,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                         ))
                     })?;
                 }
-                if const { record::has_bool_field(&T::DTYPE) } {
+                if const { crate::element::record_has_bool(&T::DTYPE) } {
                     let bools: Vec<usize> = record::bool_bytes(&T::DTYPE);
                     // SAFETY: each record's bytes are readable (the extent was checked above).
                     let valid = |record: *const u8| bools.iter().all(|&at| unsafe { *record.add(at) } <= 1);

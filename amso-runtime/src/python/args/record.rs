@@ -48,7 +48,12 @@ pub(crate) unsafe fn check_layout(object: &Bound<'_, PyAny>, numpy: bool, dtype:
         false => object.get_type().as_ptr(),
     };
     let tag = dtype as *const DType as usize;
-    if MATCHED.get_raw(key as usize, tag).is_some() {
+    // The fields' names are the one part of a NumPy descriptor a program can change in place
+    // (`dtype.names = ...` replaces the tuple): a hit holds only while the tuple is the one that
+    // matched. (An amso class's layout never changes.)
+    // SAFETY: `key` is a NumPy array's descriptor when `numpy`.
+    let names = if numpy { (unsafe { numpy::field_names(key) }) as usize } else { 0 };
+    if MATCHED.get_raw(key as usize, tag) == Some(names) {
         return Ok(());
     }
     let descr = match numpy {
@@ -65,7 +70,9 @@ pub(crate) unsafe fn check_layout(object: &Bound<'_, PyAny>, numpy: bool, dtype:
         )));
     }
     // SAFETY: `key` is a live object (the descriptor or the class), held by the cache from now.
-    MATCHED.insert(&unsafe { Bound::from_borrowed_ptr(py, key) }, tag, 1);
+    // The names tuple stays alive while the descriptor (held by the cache) keeps it; a renamed
+    // descriptor misses from then on and is compared each call.
+    MATCHED.insert(&unsafe { Bound::from_borrowed_ptr(py, key) }, tag, names);
     Ok(())
 }
 
@@ -118,18 +125,6 @@ fn first_difference(descr: &Bound<'_, PyAny>, dtype: &DType) -> PyResult<Option<
     Ok(None)
 }
 
-/// Whether a record has a bool field (whose bytes typed arguments check), at compile time.
-pub(super) const fn has_bool_field(dtype: &DType) -> bool {
-    let mut index = 0;
-    while index < dtype.fields.len() {
-        if dtype.fields[index].dtype.code == crate::element::dlpack_code::BOOL {
-            return true;
-        }
-        index += 1;
-    }
-    false
-}
-
 /// The byte offsets in a record of every bool entry (its fields' and their shapes'), which
 /// must hold 0 or 1 for the records to be valid Rust values.
 pub(super) fn bool_bytes(dtype: &DType) -> Vec<usize> {
@@ -141,8 +136,8 @@ pub(super) fn bool_bytes(dtype: &DType) -> Vec<usize> {
         .collect()
 }
 
-/// Where field `name` of record `T` lies, for a view of element type `F`: the field, and the
-/// record's size in `F`s. Refuses another element type and layouts `ndarray` cannot stride.
+/// Field `name` of record `T`, for a view of element type `F`: refuses another element type,
+/// and layouts `ndarray` cannot stride (a record size that is not a whole number of `F`s).
 #[cfg(feature = "ndarray")]
 fn locate<T: ArrayElement, F: ArrayElement>(name: &str) -> PyResult<&'static Field> {
     let record = crate::element::DTypeOf::<T>::REF;

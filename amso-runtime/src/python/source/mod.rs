@@ -263,8 +263,8 @@ impl Strides<'_> {
                 }
             }
             Strides::Bytes(given) => {
-                // Every itemsize amso knows is a power of two: a mask and a shift, not a division
-                // (tens of cycles, for every argument).
+                // A power-of-two itemsize (every scalar's) takes a mask and a shift, not a
+                // division (tens of cycles, for every argument); a record's may take the division.
                 let size = itemsize as i64;
                 let exact = |stride: i64| match itemsize.is_power_of_two() {
                     true => (stride & (size - 1) == 0).then(|| stride >> itemsize.trailing_zeros()),

@@ -288,6 +288,22 @@ unsafe fn void_layout(numpy: &NumPyApi, descr: *const DescrStruct) -> (bool, usi
     }
 }
 
+/// The field-names tuple of a structured descriptor (NULL for another dtype), read in place:
+/// NumPy replaces it when a program renames the fields (`dtype.names = ...`).
+///
+/// # Safety
+/// `descr` is a live NumPy descriptor of NumPy's own void type, of the loaded NumPy.
+pub(crate) unsafe fn field_names(descr: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    let Some(numpy) = NUMPY.get() else { return std::ptr::null_mut() };
+    // SAFETY: as the caller guarantees; a void descriptor is a legacy descriptor.
+    unsafe {
+        match numpy.abi_major {
+            2 => (*descr.cast::<LegacyDescr2>()).names,
+            _ => (*descr.cast::<Descr1>()).names,
+        }
+    }
+}
+
 /// The descriptor of NumPy array `obj` (a borrowed pointer, valid while the array lives).
 ///
 /// # Safety
@@ -345,8 +361,8 @@ pub(crate) fn read(obj: &Bound<'_, PyAny>, kinds: bool) -> PyResult<Source> {
     }
     let Some(dtype) = dtype else {
         return Err(PyTypeError::new_err(format!(
-            "a NumPy array of dtype {} has no DLPack type; amso reads bool, integer, float, complex and the spec's \
-             other dtypes",
+            "a NumPy array of dtype {} has no DLPack type; amso reads bool, integer, float, complex, the spec's \
+             other dtypes and records (structured dtypes with named fields)",
             dtype_text(obj)
         )));
     };

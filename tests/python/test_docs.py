@@ -131,3 +131,15 @@ def test_the_header_excerpts_are_the_generated_headers():
         assert rest in (ROOT / named.group(1)).read_text(), f"{where}: not in {named.group(1)}"
         excerpts += 1
     assert excerpts >= 4
+
+
+def test_the_rust_guide_states_the_reports_range_against_rust_numpy():
+    """docs/rust.md's cost range is the committed H200 report's: the lowest and highest
+    amso / rust-numpy ratio of its table."""
+    stated = re.search(r"costs\s+(\d\.\d\d)x to (\d\.\d\d)x rust-numpy's", (ROOT / "docs" / "rust.md").read_text())
+    assert stated, "docs/rust.md no longer states the range"
+    report = (ROOT / "benchmarks" / "results" / "h200" / "report.md").read_text()
+    table = report.split("### Rust functions over NumPy arrays")[1].split("\n\n")[2]
+    ratios = [float(row.split("|")[4]) for row in table.splitlines()[2:] if row.startswith("|")]
+    assert len(ratios) >= 9
+    assert (float(stated.group(1)), float(stated.group(2))) == (min(ratios), max(ratios))

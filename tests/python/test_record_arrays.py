@@ -156,6 +156,19 @@ def test_rust_typed_arguments_read_the_bundled_record_arrays_in_place():
         peers.record_total_mass(amso.MemArray(3, "float32"))
 
 
+def test_a_locked_record_array_refuses_other_writers_and_its_context_refuses_dlpack():
+    a = particles()
+    with a.get_dlpack() as ctx:
+        assert a.locked
+        with pytest.raises(BufferError, match="locked by context"):
+            a["mass"] = 1.0
+        with pytest.raises(BufferError, match="DLPack has no record type"):
+            ctx.__dlpack__()
+    assert not a.locked
+    a["mass"] = 1.0
+    assert (a["mass"] == 1.0).all()
+
+
 needs_gpu = pytest.mark.skipif(not amso.cuda.is_available(), reason="needs a CUDA GPU")
 
 

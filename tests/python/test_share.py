@@ -409,6 +409,15 @@ def child_main(connection, command):
                     connection.send(("opened", None, None))
                 except ValueError as error:
                     connection.send(("refused", str(error), None))
+            elif kind == "records":
+                b = handle.open()
+                records = b.to_numpy()
+                answer = (type(b).__name__, b.dtype.descr, records["id"].tolist(), records["mass"].tolist())
+                records["mass"] *= 2
+                b.read_numpy_array(records)  # written back into the shared device memory
+                del b
+                gc.collect()
+                connection.send(("ok", answer, None))
             elif kind == "export":
                 mine = amso.MemArray(4, np.float32, on_device=True, shareable=True)
                 connection.send(("ok", bytes(mine.share()), None))
@@ -628,3 +637,18 @@ def test_multiprocessing_sends_shareable_arrays_as_handles():
     name, total, _ = queue_out.get(timeout=120)
     process.join(60)
     assert name == "MemArray1DFloat64" and total == 4950.0
+
+
+@gpu
+def test_record_arrays_are_shared_with_their_layout(child):
+    """A device record array (issue 40) opens in another process as the same record class,
+    whose writes the exporter sees."""
+    particle = np.dtype([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])
+    values = np.zeros(4, particle)
+    values["id"], values["mass"] = [3, 1, 4, 1], [0.5, 1.5, 2.5, 3.5]
+    a = amso.MemArray(4, "particle", on_device=True, shareable=True)
+    a.read_numpy_array(values)
+    status, (class_name, descr, ids, masses), _ = child.ask("records", a.share())
+    assert (class_name, ids, masses) == ("MemArray1DParticle", [3, 1, 4, 1], [0.5, 1.5, 2.5, 3.5])
+    assert np.dtype(descr) == particle
+    np.testing.assert_array_equal(a.to_numpy()["mass"], [1.0, 3.0, 5.0, 7.0])

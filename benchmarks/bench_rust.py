@@ -136,38 +136,37 @@ def markdown(report: dict, counts: dict | None = None) -> str:
         lines += ["", "Instructions per call, the Python loop that makes the call included (callgrind, "
                   "`bench_rust.py --instructions`, on the CI-kind x86-64 host: the GPU hosts have no valgrind; in the "
                   "\"no-op, 1 amso array argument\" row, rust-numpy's column is its NumPy argument)."]
-    inputs = [(name, report["rows"][name]) for name in INPUT_ROWS if name in report["rows"]]
-    if inputs:
-        lines += ["", "The same amso `#[pyfunction]` given amso arrays (of the bundled module: another copy of the "
-                  "runtime) and NumPy arrays, float32 (1024, 3) (ns per call; goal: amso array / NumPy array <= 1.0):", "",
-                  "| call | amso array | NumPy array | amso array / NumPy array |" + (" amso array instr. | NumPy array instr. |" if counts else ""),
-                  "|---|---|---|---|" + ("---|---|" if counts else "")]
-        for name, row in inputs:
-            line = (f"| {name.removeprefix('amso input: ')} | {row['amso array']:.0f} | {row['NumPy array']:.0f} | "
-                    f"{row['amso array'] / row['NumPy array']:.2f} |")
-            if counts and name in counts:
-                line += f" {counts[name]['amso array']} | {counts[name]['NumPy array']} |"
-            elif counts:
-                line += " - | - |"
-            lines.append(line)
-    records = [(name, report["rows"][name]) for name in RECORD_ROWS if name in report["rows"]]
-    if records:
-        lines += ["", "Records against plain arrays: a typed argument (`ArrayRef<Particle, 1>`, the spec's 40-byte "
-                  "particle) given a NumPy structured array against a float64 argument given a float64 array, and "
-                  "`amso.asarray(x, copy=False)` adopting each into the bundled module's class, 1024 elements each "
-                  "(ns per call; goal: structured / float64 <= 1.1):", "",
-                  "| call | structured | float64 | structured / float64 |" + (" structured instr. | float64 instr. |" if counts else ""),
-                  "|---|---|---|---|" + ("---|---|" if counts else "")]
-        for name, row in records:
-            line = (f"| {name.removeprefix('record input: ')} | {row['structured']:.0f} | {row['float64']:.0f} | "
-                    f"{row['structured'] / row['float64']:.2f} |")
-            if counts and name in counts:
-                line += f" {counts[name]['structured']} | {counts[name]['float64']} |"
-            elif counts:
-                line += " - | - |"
-            lines.append(line)
+    lines += pair_table(report, counts, INPUT_ROWS, "amso input: ", ("amso array", "NumPy array"),
+                        "The same amso `#[pyfunction]` given amso arrays (of the bundled module: another copy of the "
+                        "runtime) and NumPy arrays, float32 (1024, 3) (ns per call; goal: amso array / NumPy array <= 1.0):")
+    lines += pair_table(report, counts, RECORD_ROWS, "record input: ", ("structured", "float64"),
+                        "Records against plain arrays: a typed argument (`ArrayRef<Particle, 1>`, the spec's 40-byte "
+                        "particle) given a NumPy structured array against a float64 argument given a float64 array, and "
+                        "`amso.asarray(x, copy=False)` adopting each into the bundled module's class, 1024 elements each "
+                        "(ns per call; goal: structured / float64 <= 1.1):")
     lines += [f"Not measured: {m}" for m in report.get("missing", [])]
     return "\n".join(lines) + "\n"
+
+
+def pair_table(report: dict, counts: dict | None, names: list[str], prefix: str, pair: tuple[str, str],
+               caption: str) -> list[str]:
+    """The lines of a table of two contenders per row (`pair`), their ratio and, with `counts`,
+    their instructions; none when the report has none of `names`."""
+    rows = [(name, report["rows"][name]) for name in names if name in report["rows"]]
+    if not rows:
+        return []
+    first, second = pair
+    lines = ["", caption, "",
+             f"| call | {first} | {second} | {first} / {second} |" + (f" {first} instr. | {second} instr. |" if counts else ""),
+             "|---|---|---|---|" + ("---|---|" if counts else "")]
+    for name, row in rows:
+        line = f"| {name.removeprefix(prefix)} | {row[first]:.0f} | {row[second]:.0f} | {row[first] / row[second]:.2f} |"
+        if counts and name in counts:
+            line += f" {counts[name][first]} | {counts[name][second]} |"
+        elif counts:
+            line += " - | - |"
+        lines.append(line)
+    return lines
 
 
 def main() -> None:

@@ -74,11 +74,7 @@ fn cuda_record(spec: &Spec, record: &crate::Record) -> String {
         record.align,
         record.c_type()
     );
-    for field in &record.fields {
-        let dims: String = field.shape.iter().map(|length| format!("[{length}]")).collect();
-        let dtype = spec.dtype(&field.dtype).expect("validated: a field's dtype is in the table");
-        let _ = writeln!(out, "    {} {}{dims};", dtype.name, field.name);
-    }
+    out += &record.members(spec, |dtype| &dtype.name);
     let _ = writeln!(
         out,
         "}};\nstatic_assert(sizeof({name}) == {} && alignof({name}) == {}, \"amso::{name} layout\");",

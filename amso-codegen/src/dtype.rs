@@ -224,6 +224,12 @@ pub(crate) fn check_lane_count(lanes: i64) -> Result<(), String> {
     }
 }
 
+/// Name of the bundled Python class of element type `name` (a dtype's or a record's) for
+/// `ndim`: `MemArray3DFloat32`.
+pub(crate) fn class_name(name: &str, ndim: u8) -> String {
+    format!("MemArray{ndim}D{}", class_stem(name))
+}
+
 /// Whether `name` may name a dtype: lowercase letters, digits and `_`, starting with a letter
 /// (it becomes part of class and C symbol names).
 pub(crate) fn check_dtype_name(name: &str) -> Result<(), String> {
@@ -321,6 +327,6 @@ impl DType {
 
     /// Name of the bundled Python class for `ndim`: `MemArray3DFloat32`.
     pub fn class_name(&self, ndim: u8) -> String {
-        format!("MemArray{ndim}D{}", self.camel())
+        class_name(&self.name, ndim)
     }
 }

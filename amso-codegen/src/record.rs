@@ -70,7 +70,19 @@ impl Record {
 
     /// Name of the bundled Python class for `ndim`: `MemArray1DParticle`.
     pub fn class_name(&self, ndim: u8) -> String {
-        format!("MemArray{ndim}D{}", self.camel())
+        crate::dtype::class_name(&self.name, ndim)
+    }
+
+    /// The struct's member lines, `    float pos[3];`, each field's type named by `type_of` (C's
+    /// or CUDA's name of its dtype).
+    pub(crate) fn members<'a>(&self, spec: &'a crate::Spec, type_of: impl Fn(&'a DType) -> &'a str) -> String {
+        let mut out = String::new();
+        for field in &self.fields {
+            let dtype = spec.dtype(&field.dtype).expect("validated: a field's dtype is in the table");
+            let dims: String = field.shape.iter().map(|length| format!("[{length}]")).collect();
+            out += &format!("    {} {}{dims};\n", type_of(dtype), field.name);
+        }
+        out
     }
 
     /// The C type in generated/amso.h: `amso_particle_t`.

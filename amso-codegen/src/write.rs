@@ -400,11 +400,7 @@ fn c_record(spec: &Spec, record: &crate::Record) -> String {
         "/* record {}: {} bytes, aligned to {} (specs/types.yaml) */\ntypedef struct amso_{} {{\n",
         record.name, record.size, record.align, record.name
     );
-    for field in &record.fields {
-        let dtype = spec.dtype(&field.dtype).expect("validated: a field's dtype is in the table");
-        let dims: String = field.shape.iter().map(|length| format!("[{length}]")).collect();
-        let _ = writeln!(out, "    {} {}{dims};", dtype.c, field.name);
-    }
+    out += &record.members(spec, |dtype| &dtype.c);
     let _ = writeln!(out, "}} {c};");
     for field in &record.fields {
         let _ = writeln!(

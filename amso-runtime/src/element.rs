@@ -68,10 +68,10 @@ impl Field {
 
 /// DLPack's kDLOpaqueHandle: the code of the kinds DLPack never carries (NumPy's `object`,
 /// records), which it only sizes.
-pub(crate) const OPAQUE_HANDLE: u8 = 3;
+pub const OPAQUE_HANDLE: u8 = 3;
 
 /// The NumPy kind name typed arguments give every record (its fields are compared one by one).
-pub(crate) const RECORD: &str = "record";
+pub const RECORD: &str = "record";
 
 impl DType {
     /// Bytes per element: a sub-byte element takes one byte (padded).
@@ -382,6 +382,40 @@ pub(crate) const fn record_has_bool(dtype: &DType) -> bool {
     false
 }
 
+/// The byte offsets in a record of its bool entries (each field's, through its shape), which
+/// must hold 0 or 1; none for every other type.
+pub(crate) fn record_bool_bytes(dtype: &DType) -> impl Iterator<Item = usize> + '_ {
+    let bools = dtype.fields.iter().filter(|f| f.dtype.code == dlpack_code::BOOL);
+    bools.flat_map(|f| (0..f.count()).map(move |entry| f.offset + entry * f.dtype.itemsize()))
+}
+
+/// One stretch of a record's bytes in address order: a field, or C's padding (`Gap` bytes).
+#[cfg(feature = "python")]
+pub(crate) enum Stretch<'a> {
+    Field(&'a Field),
+    Gap(usize),
+}
+
+/// A record's bytes in address order: its fields, with the padding before, between and after
+/// them, as the array interface's `descr` and PEP 3118's struct format spell a record.
+#[cfg(feature = "python")]
+pub(crate) fn record_stretches(dtype: &DType) -> Vec<Stretch<'_>> {
+    let mut fields: Vec<&Field> = dtype.fields.iter().collect();
+    fields.sort_by_key(|f| f.offset);
+    let (mut stretches, mut end) = (Vec::new(), 0);
+    for field in fields {
+        if field.offset > end {
+            stretches.push(Stretch::Gap(field.offset - end));
+        }
+        stretches.push(Stretch::Field(field));
+        end = field.offset + field.count() * field.dtype.itemsize();
+    }
+    if dtype.itemsize() > end {
+        stretches.push(Stretch::Gap(dtype.itemsize() - end));
+    }
+    stretches
+}
+
 /// Read one element from memory amso may not have written (a foreign producer's buffer, a
 /// copy back from a device). This is the one place a `T` is made from such bytes: a bool
 /// byte other than 0 reads as `true`, as NumPy reads it (in a record's bool fields too).
@@ -402,13 +436,11 @@ pub(crate) unsafe fn read_element<T: Element>(source: *const T) -> T {
     let mut bytes = std::mem::MaybeUninit::<T>::uninit();
     // SAFETY: the caller vouches for one readable `T`; `bytes` holds one.
     unsafe { std::ptr::copy_nonoverlapping(source.cast::<u8>(), bytes.as_mut_ptr().cast::<u8>(), size_of::<T>()) };
-    for field in T::DTYPE.fields.iter().filter(|f| f.dtype.code == dlpack_code::BOOL) {
-        for entry in 0..field.count() {
-            // SAFETY: a bool entry inside the record (the DType states the layout exactly).
-            unsafe {
-                let byte = bytes.as_mut_ptr().cast::<u8>().add(field.offset + entry);
-                byte.write(u8::from(byte.read() != 0));
-            }
+    for at in record_bool_bytes(&T::DTYPE) {
+        // SAFETY: a bool entry inside the record (the DType states the layout exactly).
+        unsafe {
+            let byte = bytes.as_mut_ptr().cast::<u8>().add(at);
+            byte.write(u8::from(byte.read() != 0));
         }
     }
     // SAFETY: every field holds a valid value now (bool entries 0 or 1, the rest any bits).

@@ -99,7 +99,7 @@ pub const MAX_NDIM: usize = 8;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::dlpack::{plan_export, DlpackRequest, ManagedTensor};
-    pub use crate::element::{scalar, ElementOps, PlainBits};
+    pub use crate::element::{scalar, ElementOps, PlainBits, OPAQUE_HANDLE, RECORD};
     pub use crate::error::code;
     pub use crate::lock::LockId;
     pub use crate::memarray::access::RawView;

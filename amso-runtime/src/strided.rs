@@ -113,6 +113,13 @@ pub(crate) fn is_c_contiguous(shape: &[usize], strides: &[isize]) -> bool {
     true
 }
 
+/// The offset (in the strides' unit) from the first element to the lowest-addressed one:
+/// the sum over reversed axes of their extent. What ndarray's constructors start from.
+#[cfg(feature = "ndarray")]
+pub(crate) fn lowest_offset(shape: &[usize], strides: &[isize]) -> isize {
+    shape.iter().zip(strides).filter(|(_, &s)| s < 0).map(|(&d, &s)| (d as isize - 1) * s).sum()
+}
+
 /// The first axis through which two different indices of a non-empty array reach the same
 /// element, if any (a broadcast's zero stride, or strides that overlap): what a writable view
 /// must not have. Axes of length 1 never step, so their strides do not count.

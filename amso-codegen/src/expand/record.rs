@@ -21,9 +21,6 @@ use super::element::Errors;
 use crate::record::Record;
 use crate::Spec;
 
-/// The kDLOpaqueHandle code every record's `DType` has.
-const OPAQUE_HANDLE: u8 = 3;
-
 /// One `#[repr(C)]` struct per record of the spec, each with its `ArrayElement` impl and
 /// compile-time assertions that Rust lays it out as the generator did.
 pub fn record_impls(spec: &Spec) -> TokenStream {
@@ -68,6 +65,7 @@ fn record_struct(spec: &Spec, record: &Record) -> TokenStream {
     let (name, c_type, typestr, size, align) =
         (&record.name, record.c_type(), record.typestr(), record.size, record.align);
     let lanes = u16::try_from(size).unwrap_or(u16::MAX);
+    let impls = element_impls(&ident, &quote!(crate), name, &quote!(#lanes), &c_type, &quote!(#typestr), &descriptions);
     let size_message = format!("Rust's size of {name} is not the generator's {size}");
     let align_message = format!("Rust's alignment of {name} is not the generator's {align}");
     quote! {
@@ -85,38 +83,59 @@ fn record_struct(spec: &Spec, record: &Record) -> TokenStream {
             }
         }
 
-        // SAFETY: `#[repr(C)]` over element types (each valid for the bytes a NumPy array of its
-        // dtype holds), with the size, alignment and offsets the DType states (asserted below).
-        unsafe impl crate::ArrayElement for #ident {
-            const DTYPE: crate::DType = crate::DType {
-                name: #name,
-                code: crate::element::OPAQUE_HANDLE,
-                bits: 8,
-                lanes: #lanes,
-                numpy: crate::element::RECORD,
-                numpy_module: None,
-                c_type: #c_type,
-                typestr: #typestr,
-                fields: &[#(#descriptions),*],
-            };
-        }
-
-        // SAFETY: as above; amso's arrays of it are plain bytes, read from foreign memory through
-        // `read_element`, which makes any bool field's bytes 0 or 1.
-        unsafe impl crate::Element for #ident {
-            fn to_scalar(self) -> crate::Result<crate::Scalar> {
-                ::core::result::Result::Err(crate::__private::scalar::record_is_not_one_value(&<Self as crate::ArrayElement>::DTYPE))
-            }
-            fn from_scalar(_: crate::Scalar) -> crate::Result<Self> {
-                ::core::result::Result::Err(crate::__private::scalar::record_is_not_one_value(&<Self as crate::ArrayElement>::DTYPE))
-            }
-        }
+        #impls
 
         const _: () = {
             ::core::assert!(::core::mem::size_of::<#ident>() == #size, #size_message);
             ::core::assert!(::core::mem::align_of::<#ident>() == #align, #align_message);
             #(#offsets)*
         };
+    }
+}
+
+/// A record's `ArrayElement` and `Element` impls, the one text both the spec's records and
+/// `#[derive(Element)]` emit (`krate`: `crate` inside amso-runtime, `::amso_runtime` outside).
+/// `lanes` and `typestr` are expressions: the generator's numbers, or the compiler's size.
+fn element_impls(
+    ident: &syn::Ident,
+    krate: &TokenStream,
+    name: &str,
+    lanes: &TokenStream,
+    c_type: &str,
+    typestr: &TokenStream,
+    descriptions: &[TokenStream],
+) -> TokenStream {
+    quote! {
+        // SAFETY: `#[repr(C)]` over element types (each valid for the bytes a NumPy array of its
+        // dtype holds), with the size and offsets the DType states (the generator's, asserted
+        // beside it, or the compiler's).
+        unsafe impl #krate::ArrayElement for #ident {
+            const DTYPE: #krate::DType = #krate::DType {
+                name: #name,
+                code: #krate::__private::OPAQUE_HANDLE,
+                bits: 8,
+                lanes: #lanes,
+                numpy: #krate::__private::RECORD,
+                numpy_module: None,
+                c_type: #c_type,
+                typestr: #typestr,
+                fields: &[#(#descriptions),*],
+            };
+        }
+        // SAFETY: as above; amso's arrays of it are plain bytes, read from foreign memory through
+        // `read_element`, which makes any bool field's bytes 0 or 1.
+        unsafe impl #krate::Element for #ident {
+            fn to_scalar(self) -> #krate::Result<#krate::Scalar> {
+                ::core::result::Result::Err(#krate::__private::scalar::record_is_not_one_value(
+                    &<Self as #krate::ArrayElement>::DTYPE,
+                ))
+            }
+            fn from_scalar(_: #krate::Scalar) -> #krate::Result<Self> {
+                ::core::result::Result::Err(#krate::__private::scalar::record_is_not_one_value(
+                    &<Self as #krate::ArrayElement>::DTYPE,
+                ))
+            }
+        }
     }
 }
 
@@ -226,46 +245,19 @@ pub(crate) fn derive_record(input: &DeriveInput) -> syn::Result<TokenStream> {
     }
     let c_type = format!("amso_{name}_t");
     let too_big = format!("record `{name}` is over 65535 bytes, the most a DType's lanes state");
+    let lanes = quote! {{
+        let size = ::core::mem::size_of::<#ident>();
+        ::core::assert!(size <= u16::MAX as usize, #too_big);
+        size as u16
+    }};
+    let typestr = quote! {{
+        static TYPESTR: [u8; 24] = ::amso_runtime::__private::record_typestr_bytes(::core::mem::size_of::<#ident>());
+        ::amso_runtime::__private::record_typestr(&TYPESTR)
+    }};
+    let impls = element_impls(ident, &quote!(::amso_runtime), &name, &lanes, &c_type, &typestr, &descriptions);
     Ok(quote! {
         #(#checks)*
-        // SAFETY: `#[repr(C)]` (checked by the derive) over element types (checked above), whose
-        // every value is valid for the bytes a NumPy array of its dtype holds; size and offsets
-        // come from the compiler.
-        unsafe impl ::amso_runtime::ArrayElement for #ident {
-            const DTYPE: ::amso_runtime::DType = ::amso_runtime::DType {
-                name: #name,
-                code: #OPAQUE_HANDLE,
-                bits: 8,
-                lanes: {
-                    let size = ::core::mem::size_of::<#ident>();
-                    ::core::assert!(size <= u16::MAX as usize, #too_big);
-                    size as u16
-                },
-                numpy: "record",
-                numpy_module: None,
-                c_type: #c_type,
-                typestr: {
-                    static TYPESTR: [u8; 24] =
-                        ::amso_runtime::__private::record_typestr_bytes(::core::mem::size_of::<#ident>());
-                    ::amso_runtime::__private::record_typestr(&TYPESTR)
-                },
-                fields: &[#(#descriptions),*],
-            };
-        }
-        // SAFETY: as above; amso's arrays of it are plain bytes, read from foreign memory through
-        // `read_element`, which makes any bool field's bytes 0 or 1.
-        unsafe impl ::amso_runtime::Element for #ident {
-            fn to_scalar(self) -> ::amso_runtime::Result<::amso_runtime::Scalar> {
-                ::core::result::Result::Err(::amso_runtime::__private::scalar::record_is_not_one_value(
-                    &<Self as ::amso_runtime::ArrayElement>::DTYPE,
-                ))
-            }
-            fn from_scalar(_: ::amso_runtime::Scalar) -> ::amso_runtime::Result<Self> {
-                ::core::result::Result::Err(::amso_runtime::__private::scalar::record_is_not_one_value(
-                    &<Self as ::amso_runtime::ArrayElement>::DTYPE,
-                ))
-            }
-        }
+        #impls
     })
 }
 

@@ -54,23 +54,19 @@ fn record_format(dtype: &'static DType) -> Option<&'static CStr> {
     if let Some(&(_, format)) = made.iter().find(|(k, _)| *k == key) {
         return Some(format);
     }
-    let mut fields: Vec<&crate::Field> = dtype.fields.iter().collect();
-    fields.sort_by_key(|f| f.offset);
-    let (mut text, mut end) = (String::from("T{"), 0usize);
-    for field in fields {
-        if field.offset > end {
-            text += &format!("{}x", field.offset - end);
+    let mut text = String::from("T{");
+    for stretch in crate::element::record_stretches(dtype) {
+        match stretch {
+            crate::element::Stretch::Gap(bytes) => text += &format!("{bytes}x"),
+            crate::element::Stretch::Field(field) => {
+                if !field.shape.is_empty() {
+                    let shape: Vec<String> = field.shape.iter().map(usize::to_string).collect();
+                    text += &format!("({})", shape.join(","));
+                }
+                text += format_of(field.dtype)?.to_str().ok()?;
+                text += &format!(":{}:", field.name);
+            }
         }
-        if !field.shape.is_empty() {
-            let shape: Vec<String> = field.shape.iter().map(usize::to_string).collect();
-            text += &format!("({})", shape.join(","));
-        }
-        text += format_of(field.dtype)?.to_str().ok()?;
-        text += &format!(":{}:", field.name);
-        end = field.offset + field.count() * field.dtype.itemsize();
-    }
-    if dtype.itemsize() > end {
-        text += &format!("{}x", dtype.itemsize() - end);
     }
     text.push('}');
     let format: &'static CStr = Box::leak(std::ffi::CString::new(text).ok()?.into_boxed_c_str());

@@ -56,21 +56,16 @@ pub(super) fn cuda_array_interface<'py>(array: &MemArrayBase, py: Python<'py>) -
 /// padding as `('', '|V<n>')` entries), which CuPy and Numba read into a structured dtype.
 fn record_descr<'py>(py: Python<'py>, dtype: &crate::DType) -> PyResult<Bound<'py, pyo3::types::PyList>> {
     let descr = pyo3::types::PyList::empty(py);
-    let mut fields: Vec<&crate::Field> = dtype.fields.iter().collect();
-    fields.sort_by_key(|f| f.offset);
-    let mut end = 0;
-    for field in fields {
-        if field.offset > end {
-            descr.append(("", format!("|V{}", field.offset - end)))?;
+    for stretch in crate::element::record_stretches(dtype) {
+        match stretch {
+            crate::element::Stretch::Gap(bytes) => descr.append(("", format!("|V{bytes}")))?,
+            crate::element::Stretch::Field(field) if field.shape.is_empty() => {
+                descr.append((field.name, field.dtype.typestr))?
+            }
+            crate::element::Stretch::Field(field) => {
+                descr.append((field.name, field.dtype.typestr, PyTuple::new(py, field.shape)?))?
+            }
         }
-        match field.shape.is_empty() {
-            true => descr.append((field.name, field.dtype.typestr))?,
-            false => descr.append((field.name, field.dtype.typestr, PyTuple::new(py, field.shape)?))?,
-        }
-        end = field.offset + field.count() * field.dtype.itemsize();
-    }
-    if dtype.itemsize() > end {
-        descr.append(("", format!("|V{}", dtype.itemsize() - end)))?;
     }
     Ok(descr)
 }

@@ -409,7 +409,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                     })?;
                 }
                 if const { crate::element::record_has_bool(&T::DTYPE) } {
-                    let bools: Vec<usize> = record::bool_bytes(&T::DTYPE);
+                    let bools: Vec<usize> = crate::element::record_bool_bytes(&T::DTYPE).collect();
                     // SAFETY: each record's bytes are readable (the extent was checked above).
                     let valid = |record: *const u8| bools.iter().all(|&at| unsafe { *record.add(at) } <= 1);
                     check_each(source.data, shape_ref, strides_ref, itemsize, valid).map_err(|()| {
@@ -589,8 +589,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// take, before `invert_reversed` turns the reversed axes round.
     #[cfg(feature = "ndarray")]
     fn lowest(&self, data: *mut T) -> (*mut T, Dims<usize>) {
-        let below: isize =
-            self.shape().iter().zip(self.strides()).filter(|(_, &s)| s < 0).map(|(&d, &s)| (d as isize - 1) * s).sum();
+        let below = strided::lowest_offset(self.shape(), self.strides());
         let strides = Dims::collect(self.ndim(), self.strides().iter().map(|s| s.unsigned_abs()));
         (data.wrapping_offset(below), strides)
     }

@@ -125,17 +125,6 @@ fn first_difference(descr: &Bound<'_, PyAny>, dtype: &DType) -> PyResult<Option<
     Ok(None)
 }
 
-/// The byte offsets in a record of every bool entry (its fields' and their shapes'), which
-/// must hold 0 or 1 for the records to be valid Rust values.
-pub(super) fn bool_bytes(dtype: &DType) -> Vec<usize> {
-    dtype
-        .fields
-        .iter()
-        .filter(|f| f.dtype.code == crate::element::dlpack_code::BOOL && !f.dtype.is_record())
-        .flat_map(|f| (0..f.count()).map(move |k| f.offset + k * f.dtype.itemsize()))
-        .collect()
-}
-
 /// Field `name` of record `T`, for a view of element type `F`: refuses another element type,
 /// and layouts `ndarray` cannot stride (a record size that is not a whole number of `F`s).
 #[cfg(feature = "ndarray")]
@@ -222,7 +211,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
             .collect();
         trailing.reverse();
         strides.extend(trailing);
-        let below: isize = dims.iter().zip(&strides).filter(|(_, &s)| s < 0).map(|(&d, &s)| (d as isize - 1) * s).sum();
+        let below = crate::strided::lowest_offset(&dims, &strides);
         let first = records.wrapping_add(field.offset).cast::<F>().wrapping_offset(below);
         let reversed = strides.iter().enumerate().filter(|(_, &s)| s < 0).map(|(axis, _)| axis).collect();
         (first, dims, strides.iter().map(|s| s.unsigned_abs()).collect(), reversed)

@@ -167,10 +167,10 @@ fn numpy_kind(numpy: &NumPyApi, descr_object: &Bound<'_, PyAny>, type_num: c_int
         }
         NPY_VOID => {
             // SAFETY: the descriptor of a live NumPy array, of NumPy's own void type.
-            let (structured, size) = unsafe { void_layout(numpy, descr_object.as_ptr().cast()) };
+            let fields = unsafe { legacy_fields(numpy, descr_object.as_ptr().cast()) };
             // A structured dtype (named fields) whose size DLPack's lanes can carry: a record,
             // compared field by field by typed arguments of a record type. Plain `V<n>` has no kind.
-            match (structured, u16::try_from(size)) {
+            match (!fields.names.is_null(), u16::try_from(fields.elsize)) {
                 (true, Ok(lanes)) if lanes > 0 => {
                     Some((crate::element::RECORD.into(), (crate::element::OPAQUE_HANDLE, 8, lanes)))
                 }
@@ -266,23 +266,33 @@ const TIMEDELTA_NAMES: [&str; 15] = [
     "timedelta64",
 ];
 
-/// Whether a void descriptor is structured (has named fields), and its size in bytes, read in
-/// place as NumPy's `PyDataType_HASFIELDS` and `PyDataType_ELSIZE` read them.
+/// The fields of a NumPy-defined (legacy) descriptor past `type_num` that amso reads, whichever
+/// of NumPy 1's and 2's layouts the loaded NumPy has.
+struct LegacyFields {
+    elsize: usize,
+    /// The field-names tuple (NULL unless the dtype has fields).
+    names: *mut ffi::PyObject,
+    /// A date's unit metadata (NULL or the metadata for `datetime64`/`timedelta64`).
+    c_metadata: *const DateMetadata,
+}
+
+/// `descr`'s legacy fields, read in place as NumPy's `PyDataType_ELSIZE`, `PyDataType_NAMES` and
+/// `PyDataType_C_METADATA` read them.
 ///
 /// # Safety
-/// `descr` is a live descriptor of NumPy's own void type, of the NumPy whose C API `numpy` is.
-unsafe fn void_layout(numpy: &NumPyApi, descr: *const DescrStruct) -> (bool, usize) {
-    // SAFETY: void descriptors are legacy descriptors, laid out as this NumPy's ABI major
-    // version says; `names` is NULL unless the dtype has fields.
+/// `descr` is a live descriptor of one of NumPy's own types (a legacy descriptor), of the NumPy
+/// whose C API `numpy` is.
+unsafe fn legacy_fields(numpy: &NumPyApi, descr: *const DescrStruct) -> LegacyFields {
+    // SAFETY: as the caller guarantees: laid out as this NumPy's ABI major version says.
     unsafe {
         match numpy.abi_major {
             2 => {
-                let descr = &*descr.cast::<LegacyDescr2>();
-                (!descr.names.is_null(), descr.elsize.max(0) as usize)
+                let d = &*descr.cast::<LegacyDescr2>();
+                LegacyFields { elsize: d.elsize.max(0) as usize, names: d.names, c_metadata: d.c_metadata }
             }
             _ => {
-                let descr = &*descr.cast::<Descr1>();
-                (!descr.names.is_null(), descr.elsize.max(0) as usize)
+                let d = &*descr.cast::<Descr1>();
+                LegacyFields { elsize: d.elsize.max(0) as usize, names: d.names, c_metadata: d.c_metadata }
             }
         }
     }
@@ -296,12 +306,7 @@ unsafe fn void_layout(numpy: &NumPyApi, descr: *const DescrStruct) -> (bool, usi
 pub(crate) unsafe fn field_names(descr: *mut ffi::PyObject) -> *mut ffi::PyObject {
     let Some(numpy) = NUMPY.get() else { return std::ptr::null_mut() };
     // SAFETY: as the caller guarantees; a void descriptor is a legacy descriptor.
-    unsafe {
-        match numpy.abi_major {
-            2 => (*descr.cast::<LegacyDescr2>()).names,
-            _ => (*descr.cast::<Descr1>()).names,
-        }
-    }
+    unsafe { legacy_fields(numpy, descr.cast()) }.names
 }
 
 /// The descriptor of NumPy array `obj` (a borrowed pointer, valid while the array lives).
@@ -321,15 +326,9 @@ pub(crate) unsafe fn descr_of(obj: &Bound<'_, PyAny>) -> *mut ffi::PyObject {
 /// `descr` is a live descriptor of NumPy's own `datetime64` or `timedelta64` type (`type_num`),
 /// of the NumPy whose C API `numpy` is.
 unsafe fn date_name(numpy: &NumPyApi, descr: *const DescrStruct, type_num: c_int) -> Option<&'static str> {
-    // SAFETY: NumPy's date descriptors are legacy descriptors, laid out as this NumPy's ABI
-    // major version says; their `c_metadata` is NULL or the date metadata.
-    let metadata = unsafe {
-        let metadata = match numpy.abi_major {
-            2 => (*descr.cast::<LegacyDescr2>()).c_metadata,
-            _ => (*descr.cast::<Descr1>()).c_metadata,
-        };
-        metadata.as_ref()?
-    };
+    // SAFETY: NumPy's date descriptors are legacy descriptors; their `c_metadata` is NULL or
+    // the date metadata.
+    let metadata = unsafe { legacy_fields(numpy, descr).c_metadata.as_ref() }?;
     if metadata.num != 1 {
         return None;
     }

@@ -272,3 +272,23 @@ def test_allocator_on_the_device(lib):
     assert b.on_device and b.__dlpack_device__() == (2, 0)
     b.add_index_tuple()
     np.testing.assert_array_equal(b.to_numpy(), np.indices((3, 3)).sum(axis=0))
+
+
+def test_record_typed_exports_and_the_exchange_api_refusal(lib):
+    """The record class's C getters (amso_particle_1d_*) give its records; the DLPack exchange
+    API, which has no record type, refuses them as `__dlpack__` does."""
+    so = ctypes.PyDLL(amso._amso.__file__)
+    data_of = so.amso_particle_1d_data
+    data_of.argtypes, data_of.restype = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p)], ctypes.c_int
+    a = amso.MemArray(3, "particle")
+    a["mass"] = [0.5, 1.5, 2.5]
+    data = ctypes.c_void_p()
+    assert data_of(a, ctypes.byref(data)) == OK
+    assert [ctypes.c_double.from_address(data.value + 40 * i + 24).value for i in range(3)] == [0.5, 1.5, 2.5]
+    assert data_of(amso.MemArray(3, np.float64), ctypes.byref(data)) == NOT_AN_AMSO_ARRAY
+    assert data_of(np.zeros(3, a.dtype), ctypes.byref(data)) == NOT_AN_AMSO_ARRAY
+    t = DLTensor()
+    with pytest.raises(BufferError, match=r'particle is a record .*DLPack has no record type.*a\["mass"\]'):
+        lib.exchange_dltensor(a, ctypes.byref(t))
+    with pytest.raises(BufferError, match="DLPack has no record type"):
+        lib.exchange_managed_matches(a)

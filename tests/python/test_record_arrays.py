@@ -102,6 +102,18 @@ def test_dlpack_has_no_records_and_the_refusal_names_the_field_views():
     np.testing.assert_array_equal(np.from_dlpack(a["mass"]), reference()["mass"])  # the field views export
 
 
+@pytest.mark.parametrize("consumer", ["torch", "tvm_ffi", "jax"])
+def test_other_frameworks_meet_the_same_refusal(consumer):
+    """Consumers that read amso arrays through the C exchange API (PyTorch, TVM-FFI) or
+    `__dlpack__` (JAX) get the record refusal, never a tensor of opaque bytes."""
+    module = pytest.importorskip(consumer)
+    take = {"torch": lambda a: module.from_dlpack(a), "tvm_ffi": lambda a: module.from_dlpack(a),
+            "jax": lambda a: module.numpy.from_dlpack(a)}[consumer]
+    # Each framework raises its own exception type around amso's BufferError; the message is amso's.
+    with pytest.raises(Exception, match="DLPack has no record type"):
+        take(particles())
+
+
 def test_pickles_copies_and_bytes_keep_the_records():
     a = particles()
     for other in (pickle.loads(pickle.dumps(a, protocol=5)), pickle.loads(pickle.dumps(a, protocol=2)), a.copy(),

@@ -424,7 +424,8 @@ def test_typed_arguments_from_every_host_protocol_across_threads():
 def test_new_element_kinds_and_conversions_across_threads():
     """16 threads pass shared records, object arrays, timedeltas, lists for ArrayLike and
     misaligned arrays (read through a staged copy) while each writes records and timedeltas of
-    its own: every result right, every borrow released, no descriptor cache confused."""
+    its own, and makes, adopts and reads amso record arrays: every result right, every borrow
+    released, no descriptor cache confused."""
     peers = pytest.importorskip("amso_peers")
     particle = np.dtype([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])
     records = np.zeros(32, particle)
@@ -451,6 +452,13 @@ def test_new_element_kinds_and_conversions_across_threads():
                 assert peers.like_i32([index, i, 3])[1] == [index, i, 3]
                 assert peers.like_f64(misaligned)[1][63] == 63.0
                 peers.record_kick(own, 1.0)
+                # amso's own record arrays: made, adopted from the shared NumPy array (the
+                # layout caches under contention), read by a Rust function, exported as bytes.
+                mine = amso.MemArray(4, "particle")
+                mine["mass"] = index
+                assert peers.record_total_mass(mine) == 4.0 * index
+                adopted = amso.asarray(records, copy=False)
+                assert adopted["mass"][31] == 31.0 and len(bytes(adopted)) == 32 * 40
                 if i % 25 == 0:
                     with pytest.raises(TypeError, match="field 2 `mass` is float32"):
                         peers.record_total_mass(wrong)
@@ -466,6 +474,4 @@ def test_new_element_kinds_and_conversions_across_threads():
         thread.join(timeout=120)
     assert not any(thread.is_alive() for thread in threads), "deadlock: a thread did not finish"
     assert not errors, errors
-    import amso._amso
-
     assert amso._amso._live_borrows() == 0

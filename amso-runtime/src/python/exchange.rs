@@ -70,12 +70,23 @@ fn python_call(body: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
 }
 
 /// The header of the amso array `object`, borrowed for as long as `object` is; a locked array
-/// is refused (exports happen inside the `with` block that holds it).
-fn unlocked_header<'a>(object: &'a Bound<'_, PyAny>) -> PyResult<&'a crate::python::header::Header> {
+/// is refused (exports happen inside the `with` block that holds it), and so is a record array,
+/// which DLPack cannot describe (as every export refuses it: `record_refusal`).
+fn exportable_header<'a>(object: &'a Bound<'_, PyAny>) -> PyResult<&'a crate::python::header::Header> {
     let header = super::recognize::header_of_object(object).ok_or_else(|| {
         let kind = object.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
         PyTypeError::new_err(format!("{} object is not an amso array", crate::error::with_article(kind)))
     })?;
+    if header.code == crate::element::OPAQUE_HANDLE {
+        let message = match object.cast::<MemArrayBase>() {
+            Ok(array) => crate::memarray::export::record_refusal(array.get().element_type()),
+            // Another runtime copy's record array: its fields are its own DType's.
+            Err(_) => "the array holds records (C structs), and DLPack has no record type: export a field's view \
+                       (a[\"name\"]) instead"
+                .to_owned(),
+        };
+        return Err(PyBufferError::new_err(message));
+    }
     let lock_id = header.placement().lock_id;
     if lock_id != 0 {
         return Err(PyBufferError::new_err(format!(
@@ -93,7 +104,7 @@ unsafe extern "C" fn dltensor_from_py_object_no_sync(object: *mut c_void, out: *
         }
         // SAFETY: a live object (the table's contract), borrowed for this call.
         let object = unsafe { Bound::from_borrowed_ptr(py, object.cast()) };
-        let h = unlocked_header(&object)?;
+        let h = exportable_header(&object)?;
         let placement = h.placement();
         if placement.flags & crate::python::header::FLAG_READONLY != 0 {
             return Err(PyBufferError::new_err(

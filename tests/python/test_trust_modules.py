@@ -358,3 +358,45 @@ def test_a_patched_numpy_empty_returning_a_subclass_is_not_written_through():
         print("refused")
     """)
     assert_printed(done, "refused")
+
+
+def test_a_patched_numpy_dtype_never_describes_memory_it_does_not_fit():
+    """The descriptor `numpy.dtype` gives for a type NumPy builds from a spec (a record, an
+    ml_dtypes type) describes arrays over amso's and Rust's memory: one of another size or
+    layout (a patched numpy.dtype, a stand-in ml_dtypes) is refused before any array is made
+    over it, and is not kept; the real one, restored, works."""
+    pytest.importorskip("amso_peers")
+    done = run_python("""
+        import sys, types
+        import numpy as np
+        import amso, amso_peers
+        real = np.dtype
+        np.dtype = lambda *args, **kwargs: real("V4096")
+        try:
+            amso_peers.record_new(3)
+            raise SystemExit("an array of 4096-byte elements over 40-byte records")
+        except TypeError as error:  # the first descriptor built (a field's, or the record's) is refused
+            assert "itemsize is 4096 bytes, where" in str(error) and "is not the real one" in str(error), error
+            print("refused")
+        # The fields' descriptors real, the record's (built from a dict) 40 bytes of other fields.
+        np.dtype = lambda spec, *a, **k: real([("a", "<f8", (5,))]) if isinstance(spec, dict) else real(spec, *a, **k)
+        try:
+            amso_peers.record_new(3)
+            raise SystemExit("a 40-byte dtype of other fields")
+        except TypeError as error:
+            assert "field 0 is named `a`, where the record has `pos`" in str(error), error
+            print("refused")
+        np.dtype = real
+        print(amso_peers.record_new(3)["id"].tolist())
+        real_ml = sys.modules["ml_dtypes"]
+        sys.modules["ml_dtypes"] = types.SimpleNamespace(bfloat16=real("V4096"))
+        try:
+            amso.MemArray(3, "bfloat16").to_numpy()
+            raise SystemExit("a 4096-byte bfloat16")
+        except TypeError as error:
+            assert "itemsize is 4096 bytes, where bfloat16 has 2" in str(error), error
+            print("refused")
+        sys.modules["ml_dtypes"] = real_ml
+        print(amso.MemArray(3, "bfloat16").to_numpy().dtype)
+    """)
+    assert_printed(done, "refused", "refused", "[0, 1, 2]", "refused", "bfloat16")

@@ -363,6 +363,24 @@ pub(super) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound
         None => dtype.numpy.into_pyobject(py)?.into_any(),
     };
     let object = numpy(py)?.getattr(intern!(py, "dtype"))?.call1((spec,))?;
+    // What `numpy.dtype` (or a patched one, or a stand-in `ml_dtypes`) gave becomes the
+    // descriptor of arrays over amso's and Rust's memory: its size, and a record's fields, must
+    // be the element type's, or NumPy would read past that memory. Checked once, then cached.
+    let itemsize: usize = object.getattr(intern!(py, "itemsize"))?.extract()?;
+    let difference = match dtype.is_record() {
+        true => crate::python::args::record_difference(&object, dtype)?,
+        false => None,
+    };
+    if let Some(difference) = difference.or((itemsize != dtype.itemsize()).then(|| {
+        format!("itemsize is {itemsize} bytes, where {} has {}", dtype.name, dtype.itemsize())
+    })) {
+        return Err(PyTypeError::new_err(format!(
+            "numpy.dtype gave {} for amso's {}, whose {difference}: numpy.dtype (or the module that defines the \
+             type) is not the real one; restore it",
+            object.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into()),
+            dtype.name
+        )));
+    }
     cache.set_item(key, &object)?;
     Ok(object)
 }

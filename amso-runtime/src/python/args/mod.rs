@@ -34,7 +34,7 @@ mod linalg;
 #[cfg(feature = "ndarray")]
 mod owned_view;
 mod record;
-pub(crate) use record::check_layout as check_record_layout;
+pub(crate) use record::{check_layout as check_record_layout, first_difference as record_difference};
 mod results;
 mod staged;
 mod untyped;

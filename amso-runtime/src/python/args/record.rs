@@ -77,7 +77,7 @@ pub(crate) unsafe fn check_layout(object: &Bound<'_, PyAny>, numpy: bool, dtype:
 }
 
 /// The first way NumPy dtype `descr` (structured) differs from record `dtype`, if any.
-fn first_difference(descr: &Bound<'_, PyAny>, dtype: &DType) -> PyResult<Option<String>> {
+pub(crate) fn first_difference(descr: &Bound<'_, PyAny>, dtype: &DType) -> PyResult<Option<String>> {
     let py = descr.py();
     let names = descr.getattr(intern!(py, "names"))?;
     let names: Vec<String> = if names.is_none() { Vec::new() } else { names.extract()? };

@@ -371,9 +371,9 @@ pub(super) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound
         true => crate::python::args::record_difference(&object, dtype)?,
         false => None,
     };
-    if let Some(difference) = difference.or((itemsize != dtype.itemsize()).then(|| {
-        format!("itemsize is {itemsize} bytes, where {} has {}", dtype.name, dtype.itemsize())
-    })) {
+    if let Some(difference) = difference.or((itemsize != dtype.itemsize())
+        .then(|| format!("itemsize is {itemsize} bytes, where {} has {}", dtype.name, dtype.itemsize())))
+    {
         return Err(PyTypeError::new_err(format!(
             "numpy.dtype gave {} for amso's {}, whose {difference}: numpy.dtype (or the module that defines the \
              type) is not the real one; restore it",

@@ -16,6 +16,9 @@ typedef unsigned long long uint64_t;
 #include <stddef.h>
 #include <stdint.h>
 #endif
+#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+struct alignas(16) float4 { float x, y, z, w; };
+#endif
 
 // Half types come from CUDA's headers where the compiler finds them (amso adds the toolkit's
 // include folder for NVRTC when it exists); otherwise a 16-bit storage type of the same layout.
@@ -99,6 +102,7 @@ typedef AMSO_FP6_E2M3 float6_e2m3fn;
 typedef AMSO_FP6_E3M2 float6_e3m2fn;
 typedef AMSO_FP4_E2M1 float4_e2m1fn;
 typedef AMSO_FP4X2_E2M1 float4_e2m1fn_x2;
+typedef float4 float32x4;
 
 // Record particle: 40 bytes, aligned to 8, C's amso_particle_t (generated/amso.h).
 struct particle {

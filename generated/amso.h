@@ -74,6 +74,8 @@ typedef struct { uint8_t bits; } amso_float6_e2m3fn_t; /* float6_e2m3fn: a 6-bit
 typedef struct { uint8_t bits; } amso_float6_e3m2fn_t; /* float6_e3m2fn: a 6-bit value in the low bits */
 typedef struct { uint8_t bits; } amso_float4_e2m1fn_t; /* float4_e2m1fn: a 4-bit value in the low bits */
 typedef struct { uint8_t bits; } amso_float4_e2m1fn_x2_t; /* float4_e2m1fn_x2: 2 packed 4-bit values, the first in the low bits */
+typedef struct { AMSO_ALIGNAS(16) float x; float y, z, w; } amso_float32x4_t; /* float32x4: 4 lanes */
+AMSO_STATIC_ASSERT(sizeof(amso_float32x4_t) == 16 && AMSO_ALIGNOF(amso_float32x4_t) == 16, "amso_float32x4_t layout");
 
 /* Records: C structs of the spec's scalars, laid out as the generator computed (asserted). */
 /* record particle: 40 bytes, aligned to 8 (specs/types.yaml) */
@@ -1301,6 +1303,11 @@ AMSO_EXPORT int amso_float4_e2m1fn_x2_7d_shape(PyObject *object, const int64_t *
 AMSO_EXPORT int amso_float4_e2m1fn_x2_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_8d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_8d_shape(PyObject *object, const int64_t **out);
+
+/* float32x4, 1-D (MemArray1DFloat32x4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+AMSO_EXPORT int amso_float32x4_1d_handle(PyObject *object, amso_handle *out);
+AMSO_EXPORT int amso_float32x4_1d_data(PyObject *object, amso_float32x4_t **out);
+AMSO_EXPORT int amso_float32x4_1d_shape(PyObject *object, const int64_t **out);
 
 /* particle, 1-D (MemArray1DParticle): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
 AMSO_EXPORT int amso_particle_1d_handle(PyObject *object, amso_handle *out);

@@ -54,6 +54,9 @@ pub enum Family {
     Complex,
     /// Values are their raw bits (an unsigned integer): packed vectors (lanes > 1).
     Raw,
+    /// Several values, one per lane (CUDA's `float4`): no Python scalar; the lanes are read as
+    /// a trailing axis of their own dtype.
+    Vector,
 }
 
 /// Every type code: (code, number, enumerator name, family, bits one lane may have).
@@ -140,8 +143,8 @@ impl TypeCode {
     /// checked): one lane; sub-byte lanes packed into exactly one byte (PyTorch's
     /// `float4_e2m1fn_x2`); or a vector of 2 or 4 lanes of a 32-bit float or integer, CUDA's
     /// `float2`/`float4`, `int2`/`int4`, `uint2`/`uint4` (aligned to their size). NumPy and the
-    /// array interface have no vectors (a float32x4 would read as one 16-byte value), so the
-    /// bundled module compiles none; they reach Rust, C and CUDA. `Err` says what is allowed.
+    /// array interfaces have no vectors: they see the lanes as a last axis of the lane's type.
+    /// `Err` says what is allowed.
     pub(crate) fn check_lanes(self, bits: u8, lanes: i64) -> Result<(), String> {
         const PACKED: &str = "2 lanes of 4 bits, PyTorch's float4_e2m1fn_x2";
         check_lane_count(lanes)?;
@@ -283,7 +286,9 @@ impl DType {
     /// How values convert to and from Python scalars: by the code's family, as raw bits for a
     /// packed vector.
     pub fn family(&self) -> Family {
-        if self.lanes > 1 {
+        if self.is_vector() {
+            Family::Vector
+        } else if self.lanes > 1 {
             Family::Raw
         } else {
             self.code.family()
@@ -302,10 +307,12 @@ impl DType {
         }
     }
 
-    /// The `__array_interface__` / `__cuda_array_interface__` typestr, e.g. `<f4`.
+    /// The `__array_interface__` / `__cuda_array_interface__` typestr, e.g. `<f4`; a vector's
+    /// is its lane's (the interfaces show the lanes as a trailing axis).
     pub fn typestr(&self) -> String {
-        let order = if self.itemsize() == 1 { '|' } else { '<' };
-        format!("{order}{}{}", self.code.typestr_kind(), self.itemsize())
+        let size = if self.is_vector() { self.itemsize() / usize::from(self.lanes) } else { self.itemsize() };
+        let order = if size == 1 { '|' } else { '<' };
+        format!("{order}{}{size}", self.code.typestr_kind())
     }
 
     /// CamelCase stem used in class names: `float32` -> `Float32`.

@@ -92,6 +92,19 @@ impl DType {
         self.is_record() || numpy_only_name(self.numpy)
     }
 
+    /// Whether this is a vector of whole lanes (CUDA's `float4`: 4 lanes of float32), which
+    /// NumPy, the array interfaces and the buffer protocol show as a trailing axis of
+    /// `lanes` values of the lane's dtype (`numpy`).
+    pub fn is_vector(&self) -> bool {
+        self.lanes > 1 && self.bits >= 8 && !self.numpy_only()
+    }
+
+    /// Whether an element is several values (a record's fields, a vector's lanes), which
+    /// Python reads through NumPy views rather than as one scalar.
+    pub fn is_compound(&self) -> bool {
+        self.is_record() || self.is_vector()
+    }
+
     /// Whether this is a record (a C struct of fields): see [`Field`].
     pub const fn is_record(&self) -> bool {
         !self.fields.is_empty()
@@ -126,7 +139,8 @@ impl DType {
         if !matches!(order, "<" | "=" | "|") {
             return None;
         }
-        let mut found = known().filter(|d| d.typestr.get(1..) == Some(rest));
+        // A vector's typestr is its lane's: a typestr names the lane type.
+        let mut found = known().filter(|d| d.typestr.get(1..) == Some(rest) && !d.is_vector());
         let first = found.next()?;
         found.all(|other| other.dlpack() == first.dlpack()).then_some(first)
     }
@@ -567,6 +581,15 @@ pub mod scalar {
         ))
     }
 
+    /// Why a vector element (CUDA's `float4`) has no scalar value: it is one per lane.
+    pub fn lanes_are_not_one_value(dtype: &DType) -> Error {
+        Error::WrongValueType(format!(
+            "an element of {} is not one value but {} lanes of {}: read and write them as a trailing axis, \
+             np.asarray(a) or a.scalar_view() in Python, the array's [{}; {}] elements in Rust",
+            dtype.name, dtype.lanes, dtype.numpy, dtype.numpy, dtype.lanes
+        ))
+    }
+
     /// A bool element as a scalar.
     pub fn from_bool(value: bool) -> Scalar {
         Scalar::Bool(value)
@@ -746,6 +769,21 @@ mod tests {
             count += 1;
         });
         assert!(count >= 15, "expected the full dtype table, saw {count}");
+    }
+
+    #[test]
+    fn a_vector_is_not_one_scalar() {
+        let error = <[f32; 4] as Element>::to_scalar([1.0, 2.0, 3.0, 4.0]).unwrap_err().to_string();
+        assert!(error.contains("not one value but 4 lanes of float32") && error.contains("a.scalar_view()"), "{error}");
+        assert!(<[f32; 4] as Element>::from_scalar(Scalar::Float(1.0)).is_err());
+        let dtype = &<[f32; 4] as ArrayElement>::DTYPE;
+        assert!(dtype.is_vector() && dtype.is_compound() && !dtype.is_record() && dtype.typestr == "<f4");
+        assert!(
+            !<f32 as ArrayElement>::DTYPE.is_vector()
+                && !<crate::element::Float4E2M1FnX2 as ArrayElement>::DTYPE.is_vector()
+        );
+        // The typestr names the lane type: it finds float32, not the vector.
+        assert_eq!(DType::from_typestr("<f4").map(|d| d.name), Some("float32"));
     }
 
     #[test]

@@ -16,10 +16,15 @@ import amso
 # The spec's dtypes: name -> (code, bits, lanes, NumPy name, module that defines it or None).
 DTYPES = {name: rest for name, *rest in amso._amso._dtypes()}
 
-# Every compiled pair of a scalar dtype (the generic suites' subject); records, whose elements
-# are several values, have tests of their own (test_record_arrays.py).
-COMPILED = [(name, ndim) for name, ndim in amso.supported() if name in DTYPES]
+# The spec's vector dtypes (CUDA's float4: several lanes of 8 bits or more per element).
+VECTORS = {name for name, (code, bits, lanes, *_) in DTYPES.items() if lanes > 1 and bits >= 8}
+
+# Every compiled pair of a scalar dtype (the generic suites' subject); records and vectors,
+# whose elements are several values, have tests of their own (test_record_arrays.py,
+# test_vectors.py).
+COMPILED = [(name, ndim) for name, ndim in amso.supported() if name in DTYPES and name not in VECTORS]
 RECORD_PAIRS = [(name, ndim) for name, ndim in amso.supported() if name not in DTYPES]
+VECTOR_PAIRS = [(name, ndim) for name, ndim in amso.supported() if name in VECTORS]
 
 # Shapes per ndim, with size-1 and zero-size dimensions.
 SHAPES = {

@@ -61,7 +61,7 @@ CAPSULES = [
      "packs 4-bit elements"),
     ("subbyte-padded-flag-on-float32", dict(dtype=(2, 32, 1), flags=4), None, TypeError,
      "sets the sub-byte padded flag on 1 x 32-bit elements"),
-    ("dtype-lanes", dict(dtype=(2, 32, 4)), None, TypeError, "lanes 4"),
+    ("dtype-lanes", dict(dtype=(2, 32, 2)), None, TypeError, "lanes 2"),
     ("dtype-uncompiled-ndim", dict(dtype=(2, 16, 1), shape=(1,) * 9), None, TypeError, "float16 with ndim 9"),
     ("version-future-major", dict(version=(2, 0)), None, BufferError, "major version 2 is not supported"),
     ("version-zero-major", dict(version=(0, 9)), None, BufferError, "major version 0 is not supported"),

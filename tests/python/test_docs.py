@@ -117,12 +117,13 @@ def test_the_guide_states_the_number_of_compiled_classes():
 
 def test_the_header_excerpts_are_the_generated_headers():
     """A ```text block of the guide that starts with a `generated/amso.h` or `amso.cuh` comment is
-    an excerpt of that file, verbatim."""
+    an excerpt of that file, verbatim; one that starts with the spec's `records:` or a dtype's
+    line, of specs/types.yaml."""
     excerpts = 0
     for where, code in blocks("text"):
         first, _, rest = code.partition("\n")
-        if first == "records:":
-            assert code in (ROOT / "specs" / "types.yaml").read_text(), f"{where}: not the spec's records"
+        if first == "records:" or first.startswith("  - {name: "):
+            assert code in (ROOT / "specs" / "types.yaml").read_text(), f"{where}: not the spec's {first.strip()}"
             excerpts += 1
             continue
         named = re.fullmatch(r"(?:/\*|//) (generated/amso\.(?:h|cuh)) ?(?:\*/)?", first.strip())

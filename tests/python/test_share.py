@@ -170,7 +170,8 @@ def test_host_arrays_and_pool_memory_are_not_shared():
         amso.MemArray(4, np.float32).share()
 
 
-@pytest.mark.parametrize("dims, dtype", [((5,), b"float32"), ((2, 3), b"float64"), ((1 << 62, 4), b"float32")])
+@pytest.mark.parametrize("dims, dtype", [((5,), b"float32"), ((2, 3), b"float64"), ((1 << 62, 4), b"float32"),
+                                         ((1,), b"particle"), ((2,), b"float32x4"), ((1 << 60,), b"particle")])
 def test_a_handle_describing_more_than_it_shares_is_refused(dims, dtype):
     handle = amso.cuda.SharedHandle.from_bytes(handle_bytes(dtype=dtype, dims=dims))
     with pytest.raises(ValueError, match="more than the 16 bytes it shares: it is damaged or forged"):
@@ -265,12 +266,13 @@ def plant_as(user: int, path: Path, record: bytes) -> subprocess.Popen:
 
 @as_root
 @pytest.mark.parametrize("victim", ["root", "daemon"])
-def test_another_users_planted_export_is_refused(victim):
+@pytest.mark.parametrize("dtype, itemsize", [(b"float32", 4), (b"particle", 40), (b"float32x4", 16)])
+def test_another_users_planted_export_is_refused(victim, dtype, itemsize):
     """User nobody plants the folder a handle of the victim names, with a matching record and
     its lock held: the victim (root, or the unprivileged user daemon) refuses it before any
-    driver call, where the old code went on to map a handle of 1 TiB."""
+    driver call, where the old code went on to map a handle of 1 TiB; records and vectors too."""
     victim_uid = 0 if victim == "root" else 1
-    handle = handle_bytes(uid=victim_uid, nbytes=1 << 40, dims=(1 << 38,))
+    handle = handle_bytes(uid=victim_uid, nbytes=1 << 40, dims=((1 << 40) // itemsize,), dtype=dtype)
     planter = plant_as(NOBODY, folder_of(handle), record_of(handle))
     try:
         done = open_in_child(handle, user=None if victim == "root" else victim_uid)
@@ -415,6 +417,14 @@ def child_main(connection, command):
                 answer = (type(b).__name__, b.dtype.descr, records["id"].tolist(), records["mass"].tolist())
                 records["mass"] *= 2
                 b.read_numpy_array(records)  # written back into the shared device memory
+                del b
+                gc.collect()
+                connection.send(("ok", answer, None))
+            elif kind == "lanes":
+                b = handle.open()
+                lanes = b.to_numpy()
+                answer = (type(b).__name__, str(b.dtype), lanes.tolist())
+                b.read_numpy_array(lanes * 2)  # written back into the shared device memory
                 del b
                 gc.collect()
                 connection.send(("ok", answer, None))
@@ -652,3 +662,15 @@ def test_record_arrays_are_shared_with_their_layout(child):
     assert (class_name, ids, masses) == ("MemArray1DParticle", [3, 1, 4, 1], [0.5, 1.5, 2.5, 3.5])
     assert np.dtype(descr) == particle
     np.testing.assert_array_equal(a.to_numpy()["mass"], [1.0, 3.0, 5.0, 7.0])
+
+
+@gpu
+def test_vector_arrays_are_shared_as_vectors(child):
+    """A device float32x4 array opens in another process as the same vector class; both sides
+    see the lanes as a last axis."""
+    a = amso.MemArray(3, "float32x4", on_device=True, shareable=True)
+    a.read_numpy_array(np.arange(12, dtype=np.float32).reshape(3, 4))
+    status, (class_name, dtype, values), _ = child.ask("lanes", a.share())
+    assert (status, class_name, dtype) == ("ok", "MemArray1DFloat32x4", "('<f4', (4,))")
+    assert values == np.arange(12).reshape(3, 4).tolist()
+    np.testing.assert_array_equal(a.to_numpy(), np.arange(12).reshape(3, 4) * 2)

@@ -118,6 +118,12 @@ pub fn element_impl(
     let c_type = &dtype.c;
     let typestr = dtype.typestr();
     let (to_scalar, from_scalar) = match conversion {
+        Conversion::Family(Family::Vector) => {
+            let refusal = quote!(::core::result::Result::Err(#krate::__private::scalar::lanes_are_not_one_value(
+                &<Self as #krate::ArrayElement>::DTYPE
+            )));
+            (refusal.clone(), quote!({ let _ = value; #refusal }))
+        }
         Conversion::Family(family) => {
             let family = match family {
                 Family::Bool => "bool",
@@ -126,6 +132,7 @@ pub fn element_impl(
                 Family::Float => "float",
                 Family::Complex => "complex",
                 Family::Raw => "raw",
+                Family::Vector => unreachable!("matched above"),
             };
             let (to, from) = (format_ident!("from_{}", family), format_ident!("to_{}", family));
             (

@@ -41,8 +41,7 @@ pub(crate) const RUNTIME_TYPES: [(&str, TypeCode, u8, u16); 33] = [
     ("microfloat::f6e3m2fn", TypeCode::Float6E3M2Fn, 6, 1),
     ("microfloat::f4e2m1fn", TypeCode::Float4E2M1Fn, 4, 1),
     ("crate::element::Float4E2M1FnX2", TypeCode::Float4E2M1Fn, 4, 2),
-    // CUDA's vectors of 32-bit lanes, as Rust arrays (a spec that lists one has no Python
-    // classes for it: see `TypeCode::check_lanes`).
+    // CUDA's vectors of 32-bit lanes, as Rust arrays (NumPy sees a last axis of lanes).
     ("[f32;2]", TypeCode::Float, 32, 2),
     ("[f32;4]", TypeCode::Float, 32, 4),
     ("[i32;2]", TypeCode::Int, 32, 2),

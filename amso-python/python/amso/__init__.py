@@ -100,7 +100,22 @@ def _dtype_name(dtype: Any) -> str:
             f"the structured dtype {resolved} is the layout of no compiled record (the records: {records}); "
             "make the dtype from a record's layout (same field names, types, shapes and offsets, and itemsize)"
         )
+    if resolved.subdtype is not None:
+        # NumPy's subarray dtype of one axis names the vector of those lanes: (float32, 4) is float32x4.
+        base, shape = resolved.subdtype
+        name = f"{base.name}x{shape[0]}" if len(shape) == 1 else ""
+        if name in _VECTORS:
+            return name
+        vectors = ", ".join(f"{name} {np.dtype((lane, lanes))}" for name, (lane, lanes) in _VECTORS.items())
+        raise TypeError(
+            f"the subarray dtype {resolved} is no compiled vector dtype (the vectors: {vectors or 'none'}); "
+            "for an array with a trailing axis, add the axis to the shape instead"
+        )
     return resolved.name
+
+
+# The compiled vector dtypes (CUDA's float4, ...): name -> (lane dtype name, lanes).
+_VECTORS = {row[0]: (row[4], row[3]) for row in _dtypes() if row[3] > 1 and row[2] >= 8 and row[0] in _DTYPE_NAMES}
 
 
 def _layout(dtype: np.dtype) -> tuple:
@@ -177,6 +192,8 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArra
     """
     if isinstance(obj, MemArrayBase) and dtype is None and copy is not True:
         return obj
+    if dtype is not None and _dtype_name(dtype) in _VECTORS:
+        return _asarray_lanes(obj, _dtype_name(dtype), copy)
     on_device = _device_type(obj) == dlpack.kDLCUDA
     if dtype is None and (copy is not True or hasattr(obj, "__dlpack__")):
         try:  # copy=True asks the producer for its own copy (NumPy cannot import every dtype)
@@ -207,8 +224,29 @@ def _device_type(obj: Any) -> int:
         return dlpack.kDLCUDA if hasattr(obj, "__cuda_array_interface__") else dlpack.kDLCPU
 
 
+def _asarray_lanes(obj: Any, name: str, copy: bool | None) -> MemArray:
+    """``asarray(obj, dtype=name)`` for a vector dtype: ``obj``'s last axis holds the lanes."""
+    lane, lanes = _VECTORS[name]
+    if isinstance(obj, MemArrayBase) and obj.dtype == np.dtype((lane, lanes)):
+        return obj.copy() if copy is True else obj
+    if copy is not True:
+        try:  # the memory as it is: lanes of the lane dtype, C-contiguous, aligned to the vector
+            return _wrap(obj, lanes)
+        except (BufferError, TypeError, ValueError):
+            if copy is False:
+                raise
+    host = np.asarray(obj, dtype=lane)
+    if host.ndim < 2 or host.shape[-1] != lanes:
+        raise ValueError(f"an array of {name} needs a last axis of {lanes} {lane} lanes; the input has shape {host.shape}")
+    out = MemArray(host.shape[:-1], name)
+    out.read_numpy_array(host)
+    return out
+
+
 def _numpy_dtype(dtype: Any) -> np.dtype:
     name = _dtype_name(dtype)
+    if name in _VECTORS:
+        return np.dtype(_VECTORS[name])
     if name == "bfloat16":
         import ml_dtypes
 

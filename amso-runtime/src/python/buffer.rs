@@ -78,8 +78,8 @@ fn record_format(dtype: &'static DType) -> Option<&'static CStr> {
 /// `Py_buffer.internal` until the consumer releases the buffer: besides the pin, the memory a
 /// buffer describes is owned by the buffer, as a DLPack export owns its memory.
 struct Layout {
-    shape: [ffi::Py_ssize_t; MAX_NDIM],
-    strides: [ffi::Py_ssize_t; MAX_NDIM],
+    shape: [ffi::Py_ssize_t; MAX_NDIM + 1],
+    strides: [ffi::Py_ssize_t; MAX_NDIM + 1],
     _host: Arc<HostBuffer>,
 }
 
@@ -98,6 +98,11 @@ pub(super) unsafe fn get_buffer(
     let py = owner.py();
     let header = array.header();
     let dtype = if raw { &<u8 as crate::ArrayElement>::DTYPE } else { array.element_type() };
+    // A vector's buffer is of its lanes, with a last axis of `lanes` (PEP 3118 has no vectors).
+    let (dtype, lanes) = match dtype.is_vector().then(|| DType::from_dlpack_type((dtype.code, dtype.bits, 1))) {
+        Some(Some(lane)) => (lane, Some(ffi::Py_ssize_t::from(dtype.lanes as i16))),
+        _ => (dtype, None),
+    };
     let writable = flags & ffi::PyBUF_WRITABLE != 0;
     let with_shape = flags & ffi::PyBUF_ND == ffi::PyBUF_ND;
     let with_format = flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT;
@@ -141,10 +146,16 @@ pub(super) unsafe fn get_buffer(
     let (dims, element_strides) =
         if raw { (&raw_dims[..], &[1i64][..]) } else { (header.dims(), &header.strides[..header.dims().len()]) };
     let itemsize = dtype.itemsize() as ffi::Py_ssize_t;
-    let mut layout = Box::new(Layout { shape: [0; MAX_NDIM], strides: [0; MAX_NDIM], _host: host });
+    let element_size = itemsize * lanes.unwrap_or(1);
+    let mut layout = Box::new(Layout { shape: [0; MAX_NDIM + 1], strides: [0; MAX_NDIM + 1], _host: host });
     for (axis, (&dim, &stride)) in dims.iter().zip(element_strides).enumerate() {
         layout.shape[axis] = dim as ffi::Py_ssize_t;
-        layout.strides[axis] = (stride as ffi::Py_ssize_t).saturating_mul(itemsize);
+        layout.strides[axis] = (stride as ffi::Py_ssize_t).saturating_mul(element_size);
+    }
+    let ndim = dims.len() + usize::from(lanes.is_some());
+    if let Some(lanes) = lanes {
+        layout.shape[dims.len()] = lanes;
+        layout.strides[dims.len()] = itemsize;
     }
     let layout = Box::into_raw(layout);
     // SAFETY: `view` is the consumer's buffer struct; `layout` lives until `release_buffer`,
@@ -156,7 +167,7 @@ pub(super) unsafe fn get_buffer(
         (*view).readonly = c_int::from(readonly);
         (*view).itemsize = if with_shape || with_format { itemsize } else { 1 };
         (*view).format = format.map_or(std::ptr::null_mut(), |f| f.as_ptr().cast_mut());
-        (*view).ndim = if with_shape { dims.len() as c_int } else { 1 };
+        (*view).ndim = if with_shape { ndim as c_int } else { 1 };
         (*view).shape = if with_shape { (*layout).shape.as_mut_ptr() } else { std::ptr::null_mut() };
         (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
             (*layout).strides.as_mut_ptr()

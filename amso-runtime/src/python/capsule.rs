@@ -39,6 +39,24 @@ pub(crate) fn export_tensor(
     Ok(ManagedTensor::new(source, plan.format))
 }
 
+/// A versioned export of a vector array's memory as its lanes (`a.scalar_view()`): the lane
+/// dtype, and a last axis of `lanes` (float32x4 `(n,)` is float32 `(n, 4)`), handed to `stream`
+/// as `export_for_stream` hands it.
+pub(crate) fn export_lanes(array: &ArrayCore, stream: i64) -> crate::Result<ManagedTensor> {
+    let view = array.raw_view();
+    let device = view.device();
+    let request = DlpackRequest {
+        stream: (device.device_type == crate::DeviceType::Cuda).then_some(stream),
+        max_version: Some(crate::dlpack::DLPACK_VERSION),
+        ..Default::default()
+    };
+    let plan = plan_export(device, view.pinned(), &request)?;
+    let source = array.export_source(&plan, None)?;
+    let shape: Vec<usize> = source.shape.iter().copied().chain([usize::from(source.dtype.lanes)]).collect();
+    let dtype = dlpark::ffi::DLDataType { lanes: 1, ..source.dtype };
+    Ok(ManagedTensor::new(crate::dlpack::ExportSource { shape: &shape, dtype, ..source }, plan.format))
+}
+
 /// A `__dlpack__` call on `array` (the array API's arguments, `max_version` read by
 /// `convert::dlpack_version`), presenting `lock`: the one body of `MemArray.__dlpack__` (its
 /// PyO3 entry and the fast entry of `hot_methods`) and `DLPackContext.__dlpack__`.
@@ -144,6 +162,47 @@ unsafe fn destroy(
     if let Some(pointer) = std::ptr::NonNull::new(pointer) {
         // SAFETY: an unconsumed capsule still owns its tensor; this runs once, at the
         // capsule's destruction. Dropping it runs the deleter, catching any unwinding.
-        drop(unsafe { ManagedTensor::from_raw(raw(pointer)) });
+        let tensor = unsafe { ManagedTensor::from_raw(raw(pointer)) };
+        let dtype = tensor.describe().0.dtype;
+        if dtype.lanes > 1 && dtype.bits >= 8 {
+            // SAFETY: Python destroys capsules with the GIL held.
+            unsafe { note_lanes_refusal(dtype) };
+        }
+        drop(tensor);
+    }
+}
+
+/// An unconsumed capsule of a vector array (lanes > 1) dropped while an exception is on its
+/// way is, in practice, a consumer that refused the lanes (NumPy, PyTorch, CuPy and JAX read
+/// only lanes == 1) and dropped the capsule as it raised: the exception gets a note naming
+/// `a.scalar_view()`. The exception itself is kept as it was.
+///
+/// # Safety
+/// The GIL is held.
+unsafe fn note_lanes_refusal(dtype: dlpark::ffi::DLDataType) {
+    // SAFETY: the GIL is held (the caller's contract); the exception fetched is restored
+    // (with its note) before returning, so the error indicator is as the caller left it.
+    unsafe {
+        if ffi::PyErr_Occurred().is_null() {
+            return;
+        }
+        let (mut kind, mut value, mut traceback) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback);
+        ffi::PyErr_NormalizeException(&mut kind, &mut value, &mut traceback);
+        if !value.is_null() {
+            let name = crate::element::dlpack_type_name((dtype.code.0, dtype.bits, dtype.lanes));
+            let note = format!(
+                "amso: the DLPack tensor offered was {name}, {} lanes per element, which most consumers refuse \
+                 (they read lanes == 1); a.scalar_view() is the same memory as {}-bit lanes with a last axis of {}, \
+                 without a copy",
+                dtype.lanes, dtype.bits, dtype.lanes
+            );
+            let py = Python::assume_attached();
+            let value = Bound::from_borrowed_ptr(py, value);
+            // A failure to add the note must not replace the consumer's exception.
+            let _ = value.call_method1(pyo3::intern!(py, "add_note"), (note,));
+            ffi::PyErr_Clear();
+        }
+        ffi::PyErr_Restore(kind, value, traceback);
     }
 }

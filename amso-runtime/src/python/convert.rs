@@ -351,6 +351,9 @@ pub(super) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound
             spec.set_item("itemsize", dtype.itemsize())?;
             spec.into_any()
         }
+        // NumPy's subarray dtype, `dtype(('<f4', (4,)))`: arrays of it are arrays of the lane
+        // type with a trailing axis of `lanes`.
+        _ if dtype.is_vector() => (dtype.numpy, (dtype.lanes,)).into_pyobject(py)?.into_any(),
         Some(module) => py
             .import(module)
             .map_err(|_| {

@@ -2,7 +2,7 @@
 //! DLPack tensor, a NumPy array, a buffer, CUDA array interface data). The producer's tensor or
 //! object is kept alive until the amso array and every view exported from it are gone.
 
-use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use super::array::MemArrayBase;
@@ -17,13 +17,48 @@ use crate::memarray::foreign::{check_dims, ForeignMemory};
 /// Device data records the stream it was handed over on, so amso's later work waits for it.
 /// `producer` is the object `source` came from (`None` for a bare tensor).
 pub(super) fn wrap_source(py: Python<'_>, source: Source, producer: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+    wrap_lanes(py, source, producer, None)
+}
+
+/// `wrap_source`, with `lanes`: the source's last axis holds the lanes of a vector dtype
+/// (float32 `(n, 4)` becomes float32x4 `(n,)`), whose elements start aligned to their size.
+fn wrap_lanes(
+    py: Python<'_>,
+    mut source: Source,
+    producer: Option<&Bound<'_, PyAny>>,
+    lanes: Option<u16>,
+) -> PyResult<Py<PyAny>> {
     let extents = source.extents(py);
-    if !(1..=crate::MAX_NDIM).contains(&extents.dims.len()) {
-        return Err(PyTypeError::new_err(registry::uncompiled(&dlpack_type_name(source.dtype), extents.dims.len())));
+    let ndim = extents.dims.len().saturating_sub(usize::from(lanes.is_some()));
+    if !(1..=crate::MAX_NDIM).contains(&ndim) {
+        let dtype = (source.dtype.0, source.dtype.1, lanes.unwrap_or(source.dtype.2));
+        return Err(PyTypeError::new_err(registry::uncompiled(&dlpack_type_name(dtype), ndim)));
     }
-    check_dims(extents.dims)?;
+    check_dims(&extents.dims[..ndim])?;
     extents.strides.check_c_contiguous(extents.dims, source.itemsize())?;
-    let dims = extents.dims.to_vec();
+    let mut dims = extents.dims.to_vec();
+    if let Some(lanes) = lanes {
+        let vector = (source.dtype.0, source.dtype.1, lanes);
+        let lane_type = dlpack_type_name(source.dtype);
+        if source.numpy_kind.is_some() || source.dtype.2 != 1 || dims.last() != Some(&i64::from(lanes)) {
+            return Err(PyValueError::new_err(format!(
+                "an array of {} needs a last axis of {lanes} {lane_type} lanes; the input is {}, shape {dims:?}",
+                dlpack_type_name(vector),
+                source.numpy_kind.as_deref().map_or(lane_type.clone(), str::to_owned)
+            )));
+        }
+        let bytes = source.itemsize() * usize::from(lanes);
+        if !source.data.is_multiple_of(bytes) {
+            return Err(PyBufferError::new_err(format!(
+                "the input's data at {:#x} is not aligned to {bytes} bytes, as {} elements are (CUDA's vector \
+                 loads need it); copy it: amso.asarray(x, dtype=..., copy=True)",
+                source.data,
+                dlpack_type_name(vector)
+            )));
+        }
+        dims.pop();
+        source.dtype = vector;
+    }
     let registration = match source.numpy_kind.as_deref() {
         Some(crate::element::RECORD) => record_class(&source, producer, dims.len())?,
         Some(kind) => {
@@ -114,6 +149,27 @@ pub(super) fn wrap_tensor(py: Python<'_>, owner: ManagedTensor) -> PyResult<Py<P
     wrap_source(py, source::from_tensor(owner)?, None)
 }
 
+/// `a.scalar_view()`: an amso array over a vector array's memory, without a copy, with the
+/// lanes as a last axis of their own dtype (float32x4 `(n,)` is float32 `(n, 4)`), for DLPack
+/// consumers that refuse lanes (PyTorch, NumPy, CuPy, JAX). Like a DLPack export, it holds the
+/// memory where it is now; device data is handed to the current stream, which its work waits on.
+pub(super) fn scalar_view(slf: &Bound<'_, MemArrayBase>) -> PyResult<Py<PyAny>> {
+    let (py, array) = (slf.py(), slf.get());
+    let dtype = array.element_type();
+    if !dtype.is_vector() {
+        return Err(PyTypeError::new_err(format!(
+            "scalar_view() shows the lanes of a vector dtype (float32x4) as a last axis; {} elements are single \
+             values already, so use the array itself",
+            dtype.name
+        )));
+    }
+    crate::process::join(py)?;
+    let stream = crate::current_stream::resolve(None);
+    let tensor = array.read(py, |core| super::capsule::export_lanes(core, stream))?;
+    let source = Source { stream: Some(stream), ..source::from_tensor(tensor)? };
+    wrap_source(py, source, None)
+}
+
 /// `amso.from_dlpack(obj, *, copy=None)`: an amso array over `obj`'s memory (or a copy of it
 /// with copy=True), for any object with `__dlpack__`. The memory is read through the fastest
 /// protocol `obj` speaks (NumPy's struct, the exchange API, `__dlpack__`); a copy is asked of
@@ -137,10 +193,12 @@ pub(super) fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<b
     wrap_source(py, source::acquire_as(obj, protocol, request)?, Some(obj))
 }
 
-/// `amso._amso._wrap(obj)`: an amso array over `obj`'s memory by the first protocol it speaks
-/// (what `amso.asarray` tries before copying); a BufferError when it speaks none.
+/// `amso._amso._wrap(obj, lanes=None)`: an amso array over `obj`'s memory by the first
+/// protocol it speaks (what `amso.asarray` tries before copying); a BufferError when it speaks
+/// none. With `lanes`, `obj`'s last axis holds the lanes of a vector dtype.
 #[pyfunction(name = "_wrap")]
-pub(super) fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+#[pyo3(signature = (obj, lanes = None))]
+pub(super) fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>, lanes: Option<u16>) -> PyResult<Py<PyAny>> {
     crate::process::join(py)?;
     let protocol = source::protocol_of(obj)?.ok_or_else(|| {
         PyBufferError::new_err(format!(
@@ -150,7 +208,7 @@ pub(super) fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>
     })?;
     // NumPy's kinds DLPack lacks arrive named, so that structured arrays reach their record class.
     let request = Request { c_contiguous: true, numpy_kinds: true, ..Request::default() };
-    wrap_source(py, source::acquire_as(obj, protocol, request)?, Some(obj))
+    wrap_lanes(py, source::acquire_as(obj, protocol, request)?, Some(obj), lanes)
 }
 
 /// `amso._amso.from_cuda_array_interface(obj)`: an amso array over the device memory `obj`

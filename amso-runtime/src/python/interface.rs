@@ -34,7 +34,8 @@ pub(super) fn cuda_array_interface<'py>(array: &MemArrayBase, py: Python<'py>) -
         return interface.bind(py).copy();
     }
     let interface = PyDict::new(py);
-    interface.set_item(intern!(py, "shape"), PyTuple::new(py, array.header().dims())?)?;
+    // A vector's lanes are a last axis of its lane type (the typestr's).
+    interface.set_item(intern!(py, "shape"), super::numpy_io::numpy_shape(py, array)?)?;
     interface.set_item(intern!(py, "typestr"), array.element_type().typestr)?;
     if array.element_type().is_record() {
         interface.set_item(intern!(py, "descr"), record_descr(py, array.element_type())?)?;

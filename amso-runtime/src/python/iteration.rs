@@ -25,8 +25,9 @@ pub struct ArrayIterator {
 pub(super) fn iterate(slf: &Bound<'_, MemArrayBase>) -> PyResult<ArrayIterator> {
     let array = slf.get();
     let dims = array.header().dims();
-    // Rows of a higher rank, and a record array's records (`np.void`), come from a NumPy view.
-    let rows = if dims.len() > 1 || array.element_type().is_record() {
+    // Rows of a higher rank, a record array's records (`np.void`) and a vector array's lanes
+    // come from a NumPy view.
+    let rows = if dims.len() > 1 || array.element_type().is_compound() {
         if array.header().placement().on_device() {
             return Err(PyTypeError::new_err(format!(
                 "iterating over {}-D array yields its rows as NumPy views of host memory, and this array is on \

@@ -189,9 +189,9 @@ impl MemArrayBase {
     /// indexing of host data (a NumPy view; see `views`).
     fn __getitem__<'py>(slf: &Bound<'py, Self>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let (py, this) = (slf.py(), slf.get());
-        if this.element_type().is_record() {
-            // A record is several values: NumPy's view gives records (`np.void`) and fields
-            // (`a["mass"]`, a strided view of the same memory).
+        if this.element_type().is_compound() {
+            // A record or a vector is several values: NumPy's view gives records (`np.void`)
+            // and fields (`a["mass"]`, a strided view of the same memory), or lanes (a row).
             return super::views::get_item(slf, key);
         }
         match parse_key(key)? {
@@ -208,7 +208,7 @@ impl MemArrayBase {
     /// indexing of host data (broadcasting as NumPy does).
     fn __setitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let (py, this) = (slf.py(), slf.get());
-        if this.element_type().is_record() {
+        if this.element_type().is_compound() {
             return super::views::set_item(slf, key, value);
         }
         match parse_key(key)? {
@@ -261,6 +261,13 @@ impl MemArrayBase {
     ) -> PyResult<Bound<'py, PyAny>> {
         let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
         dlpack_call(py, self, None, stream, max_version, dl_device, copy)
+    }
+
+    /// A vector array (float32x4) as an array of its lanes, without a copy: float32 with a last
+    /// axis of 4, for DLPack consumers that refuse lanes (PyTorch, NumPy, CuPy, JAX). It holds
+    /// the memory where it is now, as a DLPack export does; a TypeError for scalar dtypes.
+    fn scalar_view(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        super::import::scalar_view(slf)
     }
 
     /// `(device type, device id)` of the current data, as DLPack codes.

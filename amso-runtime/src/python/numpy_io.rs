@@ -29,12 +29,13 @@ pub(super) fn array_view<'py>(
         ));
     }
     let np = numpy(py)?;
-    let own = numpy_dtype(py, array.element_type())?;
+    let own = numpy_element(py, array.element_type())?;
     let target = match dtype {
         Some(dtype) if !dtype.is_none() => np.getattr(intern!(py, "dtype"))?.call1((dtype,))?,
         _ => own.clone(),
     };
-    let converts = !target.eq(&own)?;
+    // A vector's own dtype (NumPy's subarray dtype) asks for the view as it is.
+    let converts = !target.eq(&own)? && !target.eq(numpy_dtype(py, array.element_type())?)?;
     if converts && copy == Some(false) {
         return Err(PyValueError::new_err(format!(
             "converting {} to {} needs a copy, but copy=False was given",
@@ -52,7 +53,7 @@ pub(super) fn array_view<'py>(
         let raw = Bound::new(py, super::buffer::RawBytes::from(slf))?;
         let bytes = np.call_method1(intern!(py, "frombuffer"), (raw, np.getattr(intern!(py, "uint8"))?))?;
         let typed = bytes.call_method1(intern!(py, "view"), (&own,))?;
-        typed.call_method1(intern!(py, "reshape"), (PyTuple::new(py, array.header().dims())?,))?
+        typed.call_method1(intern!(py, "reshape"), (numpy_shape(py, array)?,))?
     };
     match (converts, copy) {
         (false, Some(true)) => view.call_method0(intern!(py, "copy")),
@@ -65,7 +66,7 @@ pub(super) fn array_view<'py>(
 pub(super) fn read_numpy_array(array: &MemArrayBase, py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<()> {
     let np = numpy(py)?;
     let source = np.call_method1(intern!(py, "asarray"), (source,))?;
-    let shape = PyTuple::new(py, array.header().dims())?;
+    let shape = numpy_shape(py, array)?;
     let source_shape = source.getattr(intern!(py, "shape"))?;
     if !source_shape.eq(&shape)? {
         return Err(PyValueError::new_err(format!(
@@ -74,7 +75,7 @@ pub(super) fn read_numpy_array(array: &MemArrayBase, py: Python<'_>, source: &Bo
             shape.repr()?
         )));
     }
-    let target = numpy_dtype(py, array.element_type())?;
+    let target = numpy_element(py, array.element_type())?;
     let source_dtype = source.getattr(intern!(py, "dtype"))?;
     let castable: bool = np.call_method1(intern!(py, "can_cast"), (&source_dtype, &target, "same_kind"))?.extract()?;
     if !castable {
@@ -105,6 +106,25 @@ pub(super) fn to_numpy<'py>(array: &MemArrayBase, py: Python<'py>) -> PyResult<B
     // else references yet.
     array.read_detached(py, |object| unsafe { object.raw_view().copy_to(address as *mut u8, len, None) })?;
     Ok(out)
+}
+
+/// The dtype of NumPy arrays of `dtype`'s elements: `numpy_dtype`, except for a vector, whose
+/// NumPy arrays are of its lane type (a trailing axis holds the lanes).
+fn numpy_element<'py>(py: Python<'py>, dtype: &crate::DType) -> PyResult<Bound<'py, PyAny>> {
+    let own = numpy_dtype(py, dtype)?;
+    match dtype.is_vector() {
+        true => own.getattr(intern!(py, "base")),
+        false => Ok(own),
+    }
+}
+
+/// The shape of NumPy arrays (and array interfaces) of `array`'s data: its own, and a vector's
+/// lanes as a last axis.
+pub(super) fn numpy_shape<'py>(py: Python<'py>, array: &MemArrayBase) -> PyResult<Bound<'py, PyTuple>> {
+    let dtype = array.element_type();
+    let mut dims = array.header().dims().to_vec();
+    dims.extend(dtype.is_vector().then_some(i64::from(dtype.lanes)));
+    PyTuple::new(py, dims)
 }
 
 /// The bytes of `out`, a fresh array NumPy made for amso to fill: refused unless it is exactly a

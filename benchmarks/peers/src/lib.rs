@@ -20,6 +20,7 @@ mod kinds;
 mod port_tests;
 mod ported;
 mod records;
+mod vectors;
 
 // --- PyO3 alone: the floor under both ---
 
@@ -133,6 +134,7 @@ fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(numpy_mult_py, module)?)?;
     kinds::add(module)?;
     records::add(module)?;
+    vectors::add(module)?;
     conversions::register(module)?;
     ported::add(module)?;
     port_tests::add(module)

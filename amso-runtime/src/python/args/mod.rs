@@ -285,10 +285,54 @@ fn wanted<T: ArrayElement, D: Dimensions, A: Access>() -> String {
         (false, true) => format!("a NumPy {name}"),
         (true, true) => format!("a writable NumPy {name}"),
     };
-    match D::NDIM {
-        Some(n) => format!("{kind} array with {n} dimension{}", if n == 1 { "" } else { "s" }),
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    let array = match D::NDIM {
+        Some(n) => format!("{kind} array with {n} dimension{}", plural(n)),
         None => format!("{kind} array"),
+    };
+    if !T::DTYPE.is_vector() {
+        return array;
     }
+    // A vector array also arrives as its lanes (NumPy's view): say how.
+    let lanes = format!("a last axis of its {} lanes side by side", T::DTYPE.lanes);
+    match D::NDIM {
+        Some(n) => format!("{array} (or a {} array with {}, {lanes})", T::DTYPE.numpy, n + 1),
+        None => format!("{array} (or a {} array with {lanes})", T::DTYPE.numpy),
+    }
+}
+
+/// The extents and DLPack type `source` has for a typed argument of `T`: its own, except that
+/// a vector element type (`[f32; 4]`, CUDA's float4) also takes an array of its lane type whose
+/// last axis holds the lanes side by side (NumPy's view of vectors: float32 `(n, 4)`), which
+/// reads as vectors `(n,)`. DLPack's strides (in lanes) are kept in `storage` as bytes.
+#[inline]
+fn fold_lanes<'a, T: ArrayElement>(
+    source: &Source,
+    extents: source::Extents<'a>,
+    storage: &'a mut Vec<i64>,
+) -> (source::Extents<'a>, (u8, u8, u16)) {
+    let dtype = &T::DTYPE;
+    let lanes = i64::from(dtype.lanes);
+    let candidate = const { T::DTYPE.lanes > 1 && T::DTYPE.bits >= 8 }
+        && source.dtype == (dtype.code, dtype.bits, 1)
+        && source.numpy_kind.is_none()
+        && extents.dims.len() >= 2
+        && extents.dims.last() == Some(&lanes)
+        && dtype.is_vector();
+    if !candidate {
+        return (extents, source.dtype);
+    }
+    let (ndim, lane_bytes) = (extents.dims.len() - 1, i64::from(dtype.bits / 8));
+    let strides = match extents.strides {
+        source::Strides::COrder => source::Strides::COrder,
+        source::Strides::Bytes(given) if given[ndim] == lane_bytes => source::Strides::Bytes(&given[..ndim]),
+        source::Strides::Elements(given) if given[ndim] == 1 => {
+            storage.extend(given[..ndim].iter().map(|&stride| stride.saturating_mul(lane_bytes)));
+            source::Strides::Bytes(storage)
+        }
+        _ => return (extents, source.dtype), // lanes apart: not vectors
+    };
+    (source::Extents { dims: &extents.dims[..ndim], strides }, dtype.dlpack())
 }
 
 /// "torch.Tensor on cuda:0": the argument's type and where its data lives.
@@ -307,7 +351,8 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         // What arrived, for messages only (it costs Python calls, so it comes after the
         // extents are copied: NumPy's can change under Python code).
         let here = |source: &Source| describe(&object, Some(source.device));
-        let extents = source.extents(object.py());
+        let mut lane_strides = Vec::new();
+        let (extents, dtype) = fold_lanes::<T>(&source, source.extents(object.py()), &mut lane_strides);
         let ndim = extents.dims.len();
         if T::DTYPE.is_record() && source.numpy_kind.as_deref() == Some(crate::element::RECORD) {
             let numpy = matches!(source.holder, source::Holder::NumPy(_));
@@ -320,10 +365,10 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
             Some(name) => T::DTYPE.numpy_only() && *name == T::DTYPE.numpy,
             None => !T::DTYPE.numpy_only(),
         };
-        if !same_kind || source.dtype != T::DTYPE.dlpack() || D::NDIM.is_some_and(|n| n != ndim) {
+        if !same_kind || dtype != T::DTYPE.dlpack() || D::NDIM.is_some_and(|n| n != ndim) {
             let arrived = match &source.numpy_kind {
                 Some(name) => name.to_string(),
-                None => dlpack_type_name(source.dtype),
+                None => dlpack_type_name(dtype),
             };
             return Err(PyTypeError::new_err(format!(
                 "expected {}, got {} array with {ndim} dimension{} ({})",

@@ -90,6 +90,13 @@ KNOWN_LIMITS = {
                          "than be read as packed", (PADDED,)),
     ("tvm-ffi", "float6*"): ("TVM-FFI asks for a legacy capsule, which cannot carry DLPack's padded flag: amso refuses "
                              "rather than be read as packed", (PADDED,)),
+    # Vectors (lanes = 4): consumers that read lanes == 1 only take a.scalar_view() instead
+    # (tests/python/test_vectors.py); TVM-FFI takes the vector itself.
+    **{(who, "float32x4"): (f"{label} reads DLPack lanes == 1 only (a.scalar_view() is the float32 view)", (needle,))
+       for who, label, needle in (("torch", "PyTorch", "does not support lanes != 1"),
+                                  ("cupy", "CuPy", "vector dtypes (lanes=4) is not supported"),
+                                  ("cuda.core", "StridedMemoryView", "vector dtypes (lanes=4) is not supported"),
+                                  ("jax", "JAX", "lanes != 1 not implemented"))},
 }
 
 # Substring of an error -> the environment fault it shows (recorded as "env", not as a result).
@@ -115,8 +122,8 @@ def limit(consumer: str, path: str, name: str, message: str) -> str | None:
     return None
 
 
-def host_of(result) -> tuple[np.ndarray, int]:
-    """(values on the host, data pointer) of a consumer's array."""
+def host_of(result, lanes: int = 1) -> tuple[np.ndarray, int]:
+    """(values on the host, data pointer) of a consumer's array (of `lanes` lanes per element)."""
     module = type(result).__module__.split(".")[0]
     if module == "torch":
         import torch
@@ -129,6 +136,12 @@ def host_of(result) -> tuple[np.ndarray, int]:
             host = result
         return host.cpu().numpy(), result.data_ptr()
     if module == "tvm_ffi":
+        if lanes > 1 and result.device.type == "cuda":  # PyTorch refuses lanes: read the float lanes by address
+            import cupy
+
+            shape, lane = (*result.shape, lanes), np.dtype(f"float{result.dtype.bits}")
+            memory = cupy.cuda.UnownedMemory(result.data_ptr(), int(np.prod(shape)) * lane.itemsize, result)
+            return cupy.ndarray(shape, lane, cupy.cuda.MemoryPointer(memory, 0)).get(), result.data_ptr()
         import torch
 
         return host_of(torch.from_dlpack(result))
@@ -214,7 +227,7 @@ def comparable(values: np.ndarray) -> np.ndarray:
 def check(a, consume, expected, pointer, consumer="", name="", path=""):
     try:
         result = consume(a)
-        values, data = host_of(result)
+        values, data = host_of(result, lanes=a.dtype.shape[0] if a.dtype.shape else 1)
     except Exception as error:  # noqa: BLE001 - classified below, never silently
         message = f"{type(error).__name__}: {str(error)[:120]}"
         for needle, why in ENVIRONMENT.items():

@@ -47,7 +47,7 @@ if [[ $what == sanitizer || $what == all ]]; then
   compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
     tests/python/test_cuda.py tests/python/test_corpus.py tests/python/test_kernels.py \
     tests/python/test_memory.py tests/python/test_threads.py tests/python/test_graphs.py \
-    tests/python/test_low_precision.py \
+    tests/python/test_low_precision.py tests/python/test_vectors.py tests/python/test_record_arrays.py \
     -k "not out_of_device_memory" \
     2>&1 | tail -n 25 | tee "$out/memcheck.log"
   status=$((status | ${PIPESTATUS[0]}))

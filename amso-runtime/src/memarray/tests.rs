@@ -191,3 +191,19 @@ fn resize_keeps_c_order_elements_and_zero_fills() {
     array.make_readonly();
     assert_eq!(array.resize([1, 1]), Err(crate::Error::ReadOnly));
 }
+
+#[test]
+fn vector_arrays_hold_their_lanes_aligned_as_cuda_loads_them() {
+    let values = [[1.0f32, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0], [-1.0, -2.0, -3.0, -4.0]];
+    let mut a = MemArray::<[f32; 4], 1>::from_slice([3], &values).unwrap();
+    assert_eq!((a.size(), a.nbytes(), a.get([1]).unwrap()), (3, 48, [5.0, 6.0, 7.0, 8.0]));
+    // CUDA's float4 loads need 16-byte alignment, which amso's allocations give.
+    assert_eq!(a.data_address() % 16, 0);
+    a.write([2], [0.5; 4]).unwrap();
+    assert_eq!(a.to_vec().unwrap()[2], [0.5; 4]);
+    let dtype = &<[f32; 4] as crate::ArrayElement>::DTYPE;
+    assert_eq!(
+        (dtype.name, dtype.dlpack(), dtype.itemsize(), dtype.c_type),
+        ("float32x4", (2, 32, 4), 16, "amso_float32x4_t")
+    );
+}

@@ -114,14 +114,20 @@ fn warn_ambiguous_stream(py: Python<'_>, array: &MemArrayBase, request: &DlpackR
 /// Hand `tensor` to a new capsule.
 #[inline]
 pub(crate) fn into_capsule(py: Python<'_>, tensor: ManagedTensor) -> PyResult<Bound<'_, PyAny>> {
+    // A vector's capsule has a destructor of its own (`note_lanes_refusal`), so that the others
+    // pay nothing for it.
+    let dtype = tensor.describe().0.dtype;
+    let vector = dtype.lanes > 1 && dtype.bits >= 8;
     let raw = tensor.into_raw();
-    let (pointer, name, destructor): (*mut std::ffi::c_void, &CStr, Option<ffi::PyCapsule_Destructor>) = match raw {
-        RawManaged::Legacy(p) => (p.as_ptr().cast(), LEGACY, Some(destroy_legacy)),
-        RawManaged::Versioned(p) => (p.as_ptr().cast(), VERSIONED, Some(destroy_versioned)),
+    let (pointer, name, destructor): (*mut std::ffi::c_void, &CStr, ffi::PyCapsule_Destructor) = match (raw, vector) {
+        (RawManaged::Legacy(p), false) => (p.as_ptr().cast(), LEGACY, destroy_legacy),
+        (RawManaged::Legacy(p), true) => (p.as_ptr().cast(), LEGACY, destroy_legacy_vector),
+        (RawManaged::Versioned(p), false) => (p.as_ptr().cast(), VERSIONED, destroy_versioned),
+        (RawManaged::Versioned(p), true) => (p.as_ptr().cast(), VERSIONED, destroy_versioned_vector),
     };
     // SAFETY: `pointer` is a live managed tensor; the name is a static C string, as the
     // capsule keeps the pointer to it.
-    let capsule = unsafe { ffi::PyCapsule_New(pointer, name.as_ptr(), destructor) };
+    let capsule = unsafe { ffi::PyCapsule_New(pointer, name.as_ptr(), Some(destructor)) };
     if capsule.is_null() {
         // SAFETY: no capsule took the tensor, so it is still ours to free.
         drop(unsafe { ManagedTensor::from_raw(raw) });
@@ -132,22 +138,33 @@ pub(crate) fn into_capsule(py: Python<'_>, tensor: ManagedTensor) -> PyResult<Bo
 
 unsafe extern "C" fn destroy_legacy(capsule: *mut ffi::PyObject) {
     // SAFETY: called by Python with a live capsule.
-    unsafe { destroy(capsule, LEGACY, |p| RawManaged::Legacy(p.cast())) }
+    unsafe { destroy::<false>(capsule, LEGACY, |p| RawManaged::Legacy(p.cast())) }
 }
 
 unsafe extern "C" fn destroy_versioned(capsule: *mut ffi::PyObject) {
     // SAFETY: called by Python with a live capsule.
-    unsafe { destroy(capsule, VERSIONED, |p| RawManaged::Versioned(p.cast())) }
+    unsafe { destroy::<false>(capsule, VERSIONED, |p| RawManaged::Versioned(p.cast())) }
+}
+
+unsafe extern "C" fn destroy_legacy_vector(capsule: *mut ffi::PyObject) {
+    // SAFETY: called by Python with a live capsule.
+    unsafe { destroy::<true>(capsule, LEGACY, |p| RawManaged::Legacy(p.cast())) }
+}
+
+unsafe extern "C" fn destroy_versioned_vector(capsule: *mut ffi::PyObject) {
+    // SAFETY: called by Python with a live capsule.
+    unsafe { destroy::<true>(capsule, VERSIONED, |p| RawManaged::Versioned(p.cast())) }
 }
 
 /// # Safety
-/// `capsule` is a live capsule made by `into_capsule` with `name` as its original name.
+/// `capsule` is a live capsule made by `into_capsule` with `name` as its original name, of a
+/// vector's tensor if `VECTOR`.
 ///
 /// The capsule was made with `name`'s own pointer; a consumer that takes the tensor renames
 /// the capsule ("used_dltensor", its own string), so comparing the name's pointer tells an
 /// unconsumed capsule without comparing strings (`PyCapsule_IsValid` would). The one string
 /// compare left is `PyCapsule_GetPointer`'s, of the name with itself.
-unsafe fn destroy(
+unsafe fn destroy<const VECTOR: bool>(
     capsule: *mut ffi::PyObject,
     name: &CStr,
     raw: fn(std::ptr::NonNull<std::ffi::c_void>) -> RawManaged,
@@ -163,10 +180,9 @@ unsafe fn destroy(
         // SAFETY: an unconsumed capsule still owns its tensor; this runs once, at the
         // capsule's destruction. Dropping it runs the deleter, catching any unwinding.
         let tensor = unsafe { ManagedTensor::from_raw(raw(pointer)) };
-        let dtype = tensor.describe().0.dtype;
-        if dtype.lanes > 1 && dtype.bits >= 8 {
+        if VECTOR {
             // SAFETY: Python destroys capsules with the GIL held.
-            unsafe { note_lanes_refusal(dtype) };
+            unsafe { note_lanes_refusal(tensor.describe().0.dtype) };
         }
         drop(tensor);
     }

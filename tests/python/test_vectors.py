@@ -303,3 +303,12 @@ def test_moves_keep_the_vectors():
     assert a.on_device and a.__dlpack_device__() == (2, 0)
     a.move_memory(amso.dlpack.kDLCPU)
     np.testing.assert_array_equal(np.asarray(a), lanes(10))
+
+
+@on_gpu
+def test_index_sums_run_on_the_lanes_view_of_device_vectors():
+    a = vectors(6, on_device=True)
+    with pytest.raises(RuntimeError, match=r"a float32x4 element is 4 lanes: call it on a.scalar_view\(\)"):
+        a.add_index_tuple()
+    a.scalar_view().add_index_tuple()  # the same device memory, float32 (6, 4)
+    np.testing.assert_array_equal(a.to_numpy(), lanes(6) + np.indices((6, 4)).sum(axis=0))

@@ -59,7 +59,7 @@ pub fn cuda_header(spec: &Spec) -> String {
     } else {
         INDEXER.replace("\n}  // namespace amso\n", &format!("{aliases}\n}}  // namespace amso\n"))
     };
-    let prelude = PRELUDE.replace("{note}", crate::write::HEADER_NOTE).replace("{vectors}", &host_vectors(spec));
+    let prelude = PRELUDE.replace("{note}", crate::HEADER_NOTE).replace("{vectors}", &host_vectors(spec));
     format!("{prelude}{types}{records}{indexer}")
 }
 

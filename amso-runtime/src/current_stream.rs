@@ -2,7 +2,7 @@
 //! (Python) and reported to DLPack exchange-API consumers as the current work stream.
 //!
 //! The context is one per thread for the whole process, whichever copy of the runtime reads
-//! it: it lives in the bundled module's copy, and the others reach it through `process.rs`.
+//! it: it lives in the bundled module's copy, and the others reach it through `borrow/process.rs`.
 
 use std::cell::Cell;
 
@@ -13,7 +13,7 @@ thread_local! {
 /// The current thread's stream (a protocol value: 1 legacy, 2 per-thread, else a handle).
 pub(crate) fn current() -> Option<i64> {
     #[cfg(feature = "python")]
-    if let Some(table) = crate::process::joined() {
+    if let Some(table) = crate::borrow::process::joined() {
         return decode((table.current_stream)());
     }
     CURRENT.with(Cell::get)
@@ -22,7 +22,7 @@ pub(crate) fn current() -> Option<i64> {
 /// Set the current thread's stream, returning the previous one (`amso.cuda.stream(...)`).
 #[cfg(feature = "python")]
 pub(crate) fn replace(stream: Option<i64>) -> Option<i64> {
-    match crate::process::joined() {
+    match crate::borrow::process::joined() {
         Some(table) => decode((table.replace_stream)(encode(stream))),
         None => CURRENT.with(|c| c.replace(stream)),
     }

@@ -17,7 +17,7 @@ use dlpark::DlpackFlags;
 
 use crate::device::{Device, DeviceType};
 use crate::error::{Error, Result};
-use crate::MAX_NDIM;
+use crate::shape::MAX_NDIM;
 
 /// The DLPack version amso produces.
 pub(crate) const DLPACK_VERSION: (u32, u32) = (dlpark::ffi::DLPACK_MAJOR_VERSION, dlpark::ffi::DLPACK_MINOR_VERSION);

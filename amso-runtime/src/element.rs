@@ -252,7 +252,7 @@ pub(crate) fn dlpack_type_name(dlpack: (u8, u8, u16)) -> String {
 
 /// A type typed array arguments can hold: every [`Element`] (plain data), and the NumPy kinds
 /// that are not plain data or have no DLPack type: `Py<PyAny>` (NumPy's `object`), fixed-width
-/// strings ([`FixedBytes`](crate::FixedBytes), [`FixedUnicode`](crate::FixedUnicode)). What
+/// strings ([`FixedBytes`](crate::kinds::FixedBytes), [`FixedUnicode`](crate::kinds::FixedUnicode)). What
 /// needs plain data (DLPack export, device moves, kernels, pools, amso's own arrays) asks for
 /// [`Element`], so these kinds reach none of it.
 ///
@@ -754,11 +754,12 @@ pub use generated::dtypes;
 #[cfg(test)]
 pub(crate) use generated::for_each_element;
 pub(crate) use generated::ALL;
+pub(crate) use generated::MAX_NDIM;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Error;
+    use crate::error::Error;
 
     #[test]
     fn every_element_defaults_to_zero_bits_and_matches_its_size() {

@@ -7,7 +7,7 @@
 //! back after (about 30 ns when no other thread wants it).
 //!
 //! What runs inside holds no Python object and may take amso's own locks: Python threads wait
-//! for those with the GIL released too (`python/array.rs`), and Python allocator plug-ins take
+//! for those with the GIL released too (`python/base/array.rs`), and Python allocator plug-ins take
 //! the GIL back themselves (`python/allocators.rs`).
 
 /// Whether this thread holds the GIL (is attached to the interpreter). A DLPack deleter amso

@@ -185,7 +185,7 @@ const _: () = {
 
 #[cfg(test)]
 mod tests {
-    use crate::MemArray;
+    use crate::memarray::MemArray;
 
     #[test]
     fn host_indexers_read_and_write_in_bounds_only() {
@@ -203,9 +203,9 @@ mod tests {
 
     #[test]
     fn read_only_arrays_give_no_writable_indexer() {
-        let options = crate::ArrayOptions { readonly: true, ..Default::default() };
+        let options = crate::memarray::ArrayOptions { readonly: true, ..Default::default() };
         let mut array = MemArray::<f32, 1>::with_options([3], options).unwrap();
-        assert_eq!(array.indexer_mut().err(), Some(crate::Error::ReadOnly));
+        assert_eq!(array.indexer_mut().err(), Some(crate::error::Error::ReadOnly));
         assert!(array.indexer().is_ok());
     }
 }

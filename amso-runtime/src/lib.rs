@@ -33,7 +33,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "python")]
-pub(crate) mod borrows;
+pub(crate) mod borrow;
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
@@ -51,8 +51,6 @@ mod kinds;
 mod lock;
 mod memarray;
 pub(crate) mod object;
-#[cfg(feature = "python")]
-pub(crate) mod process;
 pub(crate) mod shape;
 #[cfg(feature = "cuda")]
 #[cfg_attr(not(feature = "python"), allow(dead_code))] // the Python class uses it; the fuzz target reads handles
@@ -91,8 +89,7 @@ pub use nalgebra;
 #[cfg_attr(docsrs, doc(cfg(feature = "ndarray")))]
 pub use ndarray;
 
-/// The largest number of dimensions amso compiles (the spec's ndim range is `1..=MAX_NDIM`).
-pub const MAX_NDIM: usize = 8;
+pub use shape::MAX_NDIM;
 
 /// What generated code, the bundled extension, the fuzz targets and amso's own tests need
 /// beyond the documented surface. Not part of the API: it changes without notice.

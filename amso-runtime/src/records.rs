@@ -1,6 +1,6 @@
 //! The records of `specs/types.yaml` as Rust structs: `#[repr(C)]`, laid out as the generator
-//! computed (asserted at compile time), each an [`ArrayElement`](crate::ArrayElement) whose
-//! `DType` lists its fields ([`Field`](crate::Field)). `records::Particle` is the bundled
+//! computed (asserted at compile time), each an [`ArrayElement`](crate::element::ArrayElement) whose
+//! `DType` lists its fields ([`Field`](crate::element::Field)). `records::Particle` is the bundled
 //! `particle`. A crate's own records come from `#[derive(amso_macros::Element)]` on a
 //! `#[repr(C)]` struct.
 
@@ -54,7 +54,7 @@ pub const fn record_typestr(bytes: &'static [u8; 24]) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ArrayElement;
+    use crate::element::ArrayElement;
 
     #[test]
     fn particle_is_laid_out_as_the_generator_and_c_lay_it_out() {

@@ -3,11 +3,15 @@
 
 use crate::error::{Error, Result};
 
+/// The largest number of dimensions amso compiles (the spec's ndim range is `1..=MAX_NDIM`),
+/// as amso-codegen defines it.
+pub const MAX_NDIM: usize = crate::element::MAX_NDIM;
+
 /// Check user-given dimensions for an `ndim`-D array of `itemsize`-byte elements: `ndim` in
 /// 1..=MAX_NDIM, the right count, none negative, and a byte size that fits in `isize::MAX`
 /// (`byte_size`'s rule). Returns the shape (its first `ndim` entries) and the byte size.
-pub(crate) fn checked_shape(dims: &[i64], ndim: usize, itemsize: usize) -> Result<([usize; crate::MAX_NDIM], usize)> {
-    let mut shape = [0; crate::MAX_NDIM];
+pub(crate) fn checked_shape(dims: &[i64], ndim: usize, itemsize: usize) -> Result<([usize; MAX_NDIM], usize)> {
+    let mut shape = [0; MAX_NDIM];
     let ndim = check_ndim(ndim as i64)?;
     let bytes = check_dims(dims, &mut shape[..ndim], itemsize)?;
     Ok((shape, bytes))
@@ -17,8 +21,8 @@ pub(crate) fn checked_shape(dims: &[i64], ndim: usize, itemsize: usize) -> Resul
 /// shape, a producer's tensor, a pickle); the message has the number as given.
 pub(crate) fn check_ndim(ndim: i64) -> Result<usize> {
     match usize::try_from(ndim) {
-        Ok(n) if (1..=crate::MAX_NDIM).contains(&n) => Ok(n),
-        _ => Err(Error::InvalidArgument(format!("ndim {ndim} is outside amso's 1..={}", crate::MAX_NDIM))),
+        Ok(n) if (1..=MAX_NDIM).contains(&n) => Ok(n),
+        _ => Err(Error::InvalidArgument(format!("ndim {ndim} is outside amso's 1..={}", MAX_NDIM))),
     }
 }
 
@@ -96,9 +100,9 @@ pub(crate) fn element_count(shape: &[usize]) -> usize {
 /// `shape` (at most `MAX_NDIM` dimensions) and its C-order (row-major) strides in elements,
 /// as the fixed-size `int64` arrays DLPack tensors and the C header carry.
 #[cfg(feature = "python")] // the C header's
-pub(crate) fn c_layout(shape: &[usize]) -> ([i64; crate::MAX_NDIM], [i64; crate::MAX_NDIM]) {
-    let mut dims = [0i64; crate::MAX_NDIM];
-    let mut strides = [0i64; crate::MAX_NDIM];
+pub(crate) fn c_layout(shape: &[usize]) -> ([i64; MAX_NDIM], [i64; MAX_NDIM]) {
+    let mut dims = [0i64; MAX_NDIM];
+    let mut strides = [0i64; MAX_NDIM];
     for_each_c_stride(shape, |axis, dim, stride| {
         dims[axis] = dim;
         strides[axis] = stride;
@@ -113,7 +117,7 @@ pub(crate) fn c_layout(shape: &[usize]) -> ([i64; crate::MAX_NDIM], [i64; crate:
 #[inline]
 pub(crate) fn for_each_c_stride(shape: &[usize], mut f: impl FnMut(usize, i64, i64)) {
     let mut stride = 1i64;
-    for (axis, &dim) in shape.iter().enumerate().take(crate::MAX_NDIM).rev() {
+    for (axis, &dim) in shape.iter().enumerate().take(MAX_NDIM).rev() {
         f(axis, dim as i64, stride);
         stride = stride.saturating_mul((dim as i64).max(1));
     }

@@ -1,5 +1,5 @@
 //! `StateCell`: a value behind a reader-writer lock that readers holding the GIL may read
-//! without taking the lock. An amso array's state lives in one (`python/array.rs`); a read
+//! without taking the lock. An amso array's state lives in one (`python/base/array.rs`); a read
 //! lock and its release are two locked atomic instructions, about a third of what a host
 //! `__dlpack__()` costs beyond NumPy's own.
 //!

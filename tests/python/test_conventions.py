@@ -405,7 +405,7 @@ def test_an_uncompiled_pair_gets_advice_that_fits_the_installation():
     assert unknown.startswith("amso has no compiled array for dtype object with ndim 1: amso's dtypes are bool, ")
     assert "#[amso_array(YourType, NDIM)]" in unknown
     # (Every branch of the message, a spec pair missing from a checkout's or a wheel's build
-    # and a crate's own type included, is a unit test of registry.rs.)
+    # and a crate's own type included, is a unit test of python/base/registry.rs.)
     if checkout:
         assert unknown.endswith("or add it to the dtype table of specs/types.yaml")
     else:

@@ -33,8 +33,13 @@ pub fn element_impls(spec: &Spec) -> TokenStream {
         let message = format!("amso-codegen's RUNTIME_TYPES says `{path}` is {bytes} byte(s)");
         quote!(::core::assert!(::core::mem::size_of::<#ty>() == #bytes, #message);)
     });
+    let max_ndim = usize::from(crate::MAX_NDIM);
     quote! {
         #(#impls)*
+
+        /// The largest number of dimensions amso compiles (the spec's ndim range is
+        /// `1..=MAX_NDIM`): amso-codegen's, the one definition.
+        pub(crate) const MAX_NDIM: usize = #max_ndim;
 
         // The Rust types a spec may name (amso-codegen's `RUNTIME_TYPES`, which `rust:` is
         // checked against): each one exists here, with the size the table gives it.

@@ -1,12 +1,12 @@
-//! A hold on host memory in the process's borrow registry (`borrows.rs`, shared by every copy
-//! of the runtime through `process.rs`), released when it drops: a typed argument's, and
+//! A hold on host memory in the process's borrow registry (`borrow/registry.rs`, shared by every copy
+//! of the runtime through `borrow/process.rs`), released when it drops: a typed argument's, and
 //! amso's own while Rust code changes an amso array (`MemArrayBase::with_typed_mut`, item
 //! assignment).
 
 use pyo3::exceptions::PyBufferError;
 use pyo3::{PyResult, Python};
 
-use crate::borrows::BorrowKey;
+use crate::borrow::registry::BorrowKey;
 
 /// A registered borrow; released on drop, with the GIL its `'py` says is held.
 pub(crate) struct Borrow<'py>(BorrowKey, Python<'py>);
@@ -14,7 +14,7 @@ pub(crate) struct Borrow<'py>(BorrowKey, Python<'py>);
 impl<'py> Borrow<'py> {
     /// Borrow the elements of a non-empty strided array (strides in elements, bytes from
     /// `data + lowest` to `data + end`), shared or `exclusive`.
-    pub(super) fn new(
+    pub(crate) fn new(
         py: Python<'py>,
         data: usize,
         (lowest, end): (isize, isize),
@@ -31,7 +31,7 @@ impl<'py> Borrow<'py> {
             itemsize,
             exclusive: exclusive as u32,
         };
-        crate::process::acquire_borrow(py, &key).map_err(|other| {
+        crate::borrow::process::acquire_borrow(py, &key).map_err(|other| {
             PyBufferError::new_err(format!(
                 "the array overlaps another array argument that is borrowed {} (bytes 0x{:x}..0x{:x}), in this \
                  call or in another one still running; a writable argument cannot share memory with any other \
@@ -48,7 +48,7 @@ impl<'py> Borrow<'py> {
     /// an array of its own; refused while a typed argument holds any of them.
     pub(crate) fn for_amso_write(py: Python<'py>, data: usize, len: usize) -> PyResult<Borrow<'py>> {
         let key = BorrowKey { start: data, end: data + len, data, stride_gcd: 1, itemsize: 1, exclusive: 1 };
-        crate::process::acquire_borrow(py, &key).map_err(|other| {
+        crate::borrow::process::acquire_borrow(py, &key).map_err(|other| {
             PyBufferError::new_err(format!(
                 "cannot change the array: a typed argument of a Rust function still running holds its memory for {} \
                  (bytes 0x{:x}..0x{:x}); change it after that call returns, or through that argument",
@@ -63,6 +63,6 @@ impl<'py> Borrow<'py> {
 
 impl Drop for Borrow<'_> {
     fn drop(&mut self) {
-        crate::process::release_borrow(self.1, &self.0);
+        crate::borrow::process::release_borrow(self.1, &self.0);
     }
 }

@@ -1,6 +1,6 @@
 //! What every copy of amso's runtime in one process shares. Each extension module built with
 //! amso links its own copy: the bundled `amso._amso`, and each user crate's module. They share
-//! the stream context (`current_stream.rs`), the borrow registry (`borrows.rs`) and, anchored
+//! the stream context (`current_stream.rs`), the borrow registry (`borrow/registry.rs`) and, anchored
 //! beside them (`anchor`), the device-memory pool (`cuda/pool.rs`) all the same, through a table of C functions in a versioned capsule (no Rust type crosses between
 //! copies, which may be different builds).
 //!
@@ -27,7 +27,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3::{ffi, intern};
 
-use crate::borrows::{self, BorrowKey};
+use crate::borrow::registry::{self, BorrowKey};
 use crate::current_stream;
 
 /// The key of the table in the interpreter's dict, the module in `sys.modules` that mirrors it,
@@ -56,9 +56,9 @@ pub(crate) struct Table {
 static OWN: Table = Table {
     current_stream: current_stream::current_shared,
     replace_stream: current_stream::replace_shared,
-    acquire_borrow: borrows::acquire_shared,
-    release_borrow: borrows::release_shared,
-    live_borrows: borrows::live_shared,
+    acquire_borrow: registry::acquire_shared,
+    release_borrow: registry::release_shared,
+    live_borrows: registry::live_shared,
 };
 
 /// The published table, when it is another copy's.

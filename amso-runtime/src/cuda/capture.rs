@@ -144,7 +144,7 @@ fn sentinels() -> std::sync::MutexGuard<'static, Vec<Sentinel>> {
 /// seen, one of amso's streams joins it with an empty fork and join (two event nodes in the
 /// graph), which makes that stream capturing exactly as long as the capture lasts. Called
 /// with the device's context current.
-pub(crate) fn note(device_id: i32, stream: StreamHandle, id: u64) -> crate::Result<()> {
+pub(crate) fn note(device_id: i32, stream: StreamHandle, id: u64) -> crate::error::Result<()> {
     let mut sentinels = sentinels();
     if sentinels.iter().any(|s| s.capture == id && s.device_id == device_id) {
         return Ok(());

@@ -80,7 +80,7 @@ impl Kernel {
 /// alive.
 pub unsafe fn with_stream<R: Send>(
     device_id: i32,
-    stream: crate::Stream,
+    stream: crate::device::Stream,
     launch: impl FnOnce(&CudaStream) -> std::result::Result<R, DriverError> + Send,
 ) -> Result<R> {
     crate::gil::released(|| {
@@ -98,7 +98,11 @@ pub unsafe fn with_stream<R: Send>(
 ///
 /// # Safety
 /// Both are default streams or live streams of `device_id` (as for `with_stream`).
-pub unsafe fn order_streams(device_id: i32, earlier: crate::Stream, later: crate::Stream) -> Result<()> {
+pub unsafe fn order_streams(
+    device_id: i32,
+    earlier: crate::device::Stream,
+    later: crate::device::Stream,
+) -> Result<()> {
     let (earlier, later) =
         (StreamHandle::from_int(earlier.protocol_value())?, StreamHandle::from_int(later.protocol_value())?);
     super::stream::order(device_id, earlier, later.check(device_id)?)

@@ -1,5 +1,5 @@
 //! The one device-memory pool of a process. Every extension module built with amso links its own
-//! copy of the runtime (`process.rs`); each allocates through a table of C functions, and every
+//! copy of the runtime (`borrow/process.rs`); each allocates through a table of C functions, and every
 //! copy uses the same table: the first copy built with CUDA to join publishes its own (in the
 //! interpreter's dict, beside the process table), the others find it there. So the bundled
 //! module and each user crate draw from one pool, with one allocator setting, one deferred-free
@@ -176,12 +176,12 @@ fn pool() -> &'static PoolTable {
     unsafe { HOME.load(Ordering::Acquire).as_ref() }.unwrap_or(&OWN)
 }
 
-/// Use the process's pool: another copy's, found under `process.rs`'s anchor, or this copy's,
+/// Use the process's pool: another copy's, found under `borrow/process.rs`'s anchor, or this copy's,
 /// published there for the others.
 #[cfg(feature = "python")]
 pub(crate) fn join(py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
     let published =
-        crate::process::anchor(py, "_amso_pool_v1", c"_amso_pool_v1.table", (&OWN as *const PoolTable).cast())?;
+        crate::borrow::process::anchor(py, "_amso_pool_v1", c"_amso_pool_v1.table", (&OWN as *const PoolTable).cast())?;
     if !std::ptr::eq(published.cast::<PoolTable>(), &OWN) {
         let home = published.cast_mut().cast::<PoolTable>();
         // SAFETY: a static table of another copy (above), and this copy's static function.

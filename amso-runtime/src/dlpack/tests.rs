@@ -1,12 +1,12 @@
 use super::*;
+use crate::memarray::MemArray;
 use crate::object::ArrayObject;
-use crate::MemArray;
 
-fn plan<T: crate::Element, const N: usize>(a: &MemArray<T, N>) -> ExportPlan {
+fn plan<T: crate::element::Element, const N: usize>(a: &MemArray<T, N>) -> ExportPlan {
     plan_export(a.device(), a.pinned(), &DlpackRequest::default()).unwrap()
 }
 
-fn copy_plan<T: crate::Element, const N: usize>(a: &MemArray<T, N>) -> ExportPlan {
+fn copy_plan<T: crate::element::Element, const N: usize>(a: &MemArray<T, N>) -> ExportPlan {
     plan_export(a.device(), a.pinned(), &DlpackRequest { copy: Some(true), ..Default::default() }).unwrap()
 }
 
@@ -111,7 +111,9 @@ fn export_outlives_the_array_and_copies_are_private() {
 
 #[test]
 fn readonly_flag_and_locked_export() {
-    let a = MemArray::<u8, 1>::with_options([4], crate::ArrayOptions { readonly: true, ..Default::default() }).unwrap();
+    let a =
+        MemArray::<u8, 1>::with_options([4], crate::memarray::ArrayOptions { readonly: true, ..Default::default() })
+            .unwrap();
     let tensor = ManagedTensor::new(
         a.export_source(&plan(&a), None).unwrap(),
         Format::Versioned(DLPackVersion { major: 1, minor: 3 }),
@@ -145,7 +147,7 @@ fn a_panic_while_freeing_an_export_stays_inside_the_deleter() {
         let source = ExportSource {
             data: std::ptr::null_mut(),
             device: Device::CPU,
-            dtype: <f32 as crate::ArrayElement>::DTYPE.dl_data_type(),
+            dtype: <f32 as crate::element::ArrayElement>::DTYPE.dl_data_type(),
             shape: &[0],
             strides: None,
             owner: std::sync::Arc::new(PanicsOnDrop(dropped.clone())),

@@ -12,7 +12,7 @@ use crate::host::HostBuffer;
 use crate::lock::{check_access, LockId};
 use crate::memarray::ArrayOptions;
 use crate::shape;
-use crate::MAX_NDIM;
+use crate::shape::MAX_NDIM;
 
 /// An array of any element type and rank, in C (row-major) order.
 pub(crate) struct ArrayCore {

@@ -72,7 +72,7 @@ impl ArrayCore {
 }
 
 /// Why a record array has no DLPack export, and what to export instead.
-pub(crate) fn record_refusal(dtype: &crate::DType) -> String {
+pub(crate) fn record_refusal(dtype: &crate::element::DType) -> String {
     let views: Vec<String> = dtype.fields.iter().map(|f| format!("a[{:?}]", f.name)).collect();
     format!(
         "{} is a record (C struct) element type, and DLPack has no record type: export a field instead ({}: NumPy \

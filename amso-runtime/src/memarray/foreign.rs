@@ -218,8 +218,8 @@ mod tests {
     use dlpark::ffi::{DLDataType, DLDataTypeCode, DLDevice, DLDeviceType};
 
     use super::*;
+    use crate::element::Scalar;
     use crate::object::ArrayObject;
-    use crate::Scalar;
 
     struct Counted(Arc<AtomicUsize>);
     impl Drop for Counted {

@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::indexer::{HostIndexer, HostIndexerMut};
 use crate::lock::{check_access, LockId};
 use crate::shape;
-use crate::MAX_NDIM;
+use crate::shape::MAX_NDIM;
 
 pub use foreign::ForeignMemory;
 pub use guard::LockGuard;
@@ -349,7 +349,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// move to the device. For comparisons and logs; reads go through the typed accessors.
     pub fn data_address(&self) -> usize {
         #[cfg(feature = "cuda")]
-        if self.core.residence() == crate::Residence::Device {
+        if self.core.residence() == crate::device::Residence::Device {
             return self.core.device_address() as usize;
         }
         self.core.host_ptr() as usize

@@ -1,7 +1,7 @@
 use super::*;
 use crate::device::{Device, Residence, Stream};
+use crate::element::Scalar;
 use crate::object::ArrayObject;
-use crate::Scalar;
 
 #[test]
 fn new_arrays_are_zeroed_with_their_shape() {
@@ -189,7 +189,7 @@ fn resize_keeps_c_order_elements_and_zero_fills() {
     array.resize([2, 2]).unwrap();
     assert_eq!((array.shape(), array.to_vec().unwrap()), (&[2, 2], vec![1, 2, 3, 4]));
     array.make_readonly();
-    assert_eq!(array.resize([1, 1]), Err(crate::Error::ReadOnly));
+    assert_eq!(array.resize([1, 1]), Err(crate::error::Error::ReadOnly));
 }
 
 #[test]
@@ -201,7 +201,7 @@ fn vector_arrays_hold_their_lanes_aligned_as_cuda_loads_them() {
     assert_eq!(a.data_address() % 16, 0);
     a.write([2], [0.5; 4]).unwrap();
     assert_eq!(a.to_vec().unwrap()[2], [0.5; 4]);
-    let dtype = &<[f32; 4] as crate::ArrayElement>::DTYPE;
+    let dtype = &<[f32; 4] as crate::element::ArrayElement>::DTYPE;
     assert_eq!(
         (dtype.name, dtype.dlpack(), dtype.itemsize(), dtype.c_type),
         ("float32x4", (2, 32, 4), 16, "amso_float32x4_t")

@@ -11,12 +11,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::recognize;
-use super::registry;
-use super::Instantiation;
 use crate::error::code;
 use crate::object::ArrayType;
-use crate::python::header::{Header, HEADER_MAGIC, HEADER_VERSION};
+use crate::python::base::header::{Header, HEADER_MAGIC, HEADER_VERSION};
+use crate::python::base::recognize;
+use crate::python::base::registry;
+use crate::python::Instantiation;
 
 /// The opaque handle C sees.
 pub type Handle = *const Header;
@@ -308,8 +308,8 @@ pub(crate) fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::object::ArrayObject;
+    use crate::python::capi::*;
 
     #[test]
     fn a_forced_panic_becomes_an_error_code_with_a_message() {
@@ -331,7 +331,7 @@ mod tests {
             assert_eq!(amso_ndim(std::ptr::null(), &mut ndim), code::NULL_ARGUMENT);
             assert_eq!(amso_get_handle(std::ptr::null_mut(), std::ptr::null_mut()), code::NULL_ARGUMENT);
         }
-        let header = Header::of(&crate::MemArray::<f32, 2>::new([2, 3]).unwrap().raw_view());
+        let header = Header::of(&crate::memarray::MemArray::<f32, 2>::new([2, 3]).unwrap().raw_view());
         // SAFETY: a live header; a NULL output.
         assert_eq!(unsafe { amso_ndim(&header, std::ptr::null_mut()) }, code::NULL_ARGUMENT);
         // SAFETY: a live header and a writable output.

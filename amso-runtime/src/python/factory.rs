@@ -9,11 +9,11 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyList, PyString, PyTuple, PyType};
 
-use super::array::MemArrayBase;
-use super::convert::{self, ShapeArg};
-use super::identity_cache::IdentityCache;
-use super::registry::{self, Registration};
 use crate::memarray::ArrayOptions;
+use crate::python::base::array::MemArrayBase;
+use crate::python::base::convert::{self, ShapeArg};
+use crate::python::base::identity_cache::IdentityCache;
+use crate::python::base::registry::{self, Registration};
 
 /// (dtype object, ndim) -> the address of the class's `'static` registration.
 static CLASSES: IdentityCache<1024> = IdentityCache::new();

@@ -20,8 +20,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use pyo3::PyTypeInfo;
 
-use super::array::MemArrayBase;
-use super::capsule::dlpack_call;
+use crate::python::base::array::MemArrayBase;
+use crate::python::export::capsule::dlpack_call;
 
 const HOT: [&CStr; 2] = [c"__dlpack__", c"__dlpack_device__"];
 

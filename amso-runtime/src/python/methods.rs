@@ -9,15 +9,15 @@ use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::types::{PyDict, PyTuple};
 
-use super::array::MemArrayBase;
-use super::capsule::dlpack_call;
-use super::convert::{numpy_dtype, parse_key, scalar_from_py, scalar_to_py, DeviceArg, Key, StreamArg};
-use super::dlpack_context::DLPackContext;
-use super::iteration::ArrayIterator;
 use crate::device::{Device, DeviceType};
 use crate::lock::LockId;
 use crate::memarray::access::RawView;
-use crate::python::header::{FLAG_ON_DEVICE, FLAG_PINNED, FLAG_READONLY};
+use crate::python::base::array::MemArrayBase;
+use crate::python::base::convert::{numpy_dtype, parse_key, scalar_from_py, scalar_to_py, DeviceArg, Key, StreamArg};
+use crate::python::base::header::{FLAG_ON_DEVICE, FLAG_PINNED, FLAG_READONLY};
+use crate::python::export::capsule::dlpack_call;
+use crate::python::export::dlpack_context::DLPackContext;
+use crate::python::views::ArrayIterator;
 
 /// Parse a `(device_type, device_id)` request against an array's defaults.
 fn target_device(array: &RawView<'_>, device_type: Option<i32>, device_id: Option<i32>) -> PyResult<Device> {
@@ -166,7 +166,7 @@ impl MemArrayBase {
 
     /// The values as NumPy prints them (host data), then dtype, device and flags.
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
-        super::repr::repr(slf)
+        crate::python::repr::repr(slf)
     }
 
     /// Elementwise, as NumPy's: a NumPy bool array of the host data (device data is a TypeError;
@@ -176,7 +176,7 @@ impl MemArrayBase {
         other: &Bound<'py, PyAny>,
         op: CompareOp,
     ) -> PyResult<Bound<'py, PyAny>> {
-        super::views::compare(slf, other, op)
+        crate::python::views::compare(slf, other, op)
     }
 
     /// Unhashable, as NumPy arrays are: `==` compares values.
@@ -192,7 +192,7 @@ impl MemArrayBase {
         if this.element_type().is_compound() {
             // A record or a vector is several values: NumPy's view gives records (`np.void`)
             // and fields (`a["mass"]`, a strided view of the same memory), or lanes (a row).
-            return super::views::get_item(slf, key);
+            return crate::python::views::get_item(slf, key);
         }
         match parse_key(key)? {
             // Too many integers: the element path's IndexError, on any device.
@@ -200,7 +200,7 @@ impl MemArrayBase {
                 let value = this.read(py, |array| array.get_scalar(&index, None))?;
                 scalar_to_py(py, value)
             }
-            _ => super::views::get_item(slf, key),
+            _ => crate::python::views::get_item(slf, key),
         }
     }
 
@@ -209,23 +209,23 @@ impl MemArrayBase {
     fn __setitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let (py, this) = (slf.py(), slf.get());
         if this.element_type().is_compound() {
-            return super::views::set_item(slf, key, value);
+            return crate::python::views::set_item(slf, key, value);
         }
         match parse_key(key)? {
             Key::Integers(index) if index.len() >= this.dims().len() => {
                 let scalar = scalar_from_py(value, this.element_type())?;
                 this.modify(py, |array| {
-                    let _borrow = super::array::write_borrow(py, array, false)?;
+                    let _borrow = crate::python::base::array::write_borrow(py, array, false)?;
                     Ok(array.set_scalar(&index, scalar, None)?)
                 })
             }
-            _ => super::views::set_item(slf, key, value),
+            _ => crate::python::views::set_item(slf, key, value),
         }
     }
 
     /// The elements of a 1-D array; the rows (NumPy views) of a host array of higher rank.
     fn __iter__(slf: &Bound<'_, Self>) -> PyResult<ArrayIterator> {
-        super::iteration::iterate(slf)
+        crate::python::views::iterate(slf)
     }
 
     // ---- DLPack ----
@@ -234,19 +234,19 @@ impl MemArrayBase {
     /// capsule naming the function that finds an object's header (see `recognize`).
     #[classattr]
     fn __amso_type__(py: Python<'_>) -> PyResult<Py<PyAny>> {
-        super::recognize::type_capsule(py)
+        crate::python::base::recognize::type_capsule(py)
     }
 
     /// The DLPack C exchange API (DLPack >= 1.2): a "dlpack_exchange_api" capsule.
     #[classattr]
     fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyAny>> {
-        super::exchange::api_capsule(py)
+        crate::python::export::exchange::api_capsule(py)
     }
 
     /// The same table's address as an integer (the DLPack 1.2 name, for older consumers).
     #[classattr]
     fn __c_dlpack_exchange_api__() -> usize {
-        super::exchange::api_address()
+        crate::python::export::exchange::api_address()
     }
 
     /// Export through DLPack, as the Python array API standard specifies.
@@ -259,7 +259,7 @@ impl MemArrayBase {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
+        let max_version = max_version.map(crate::python::base::convert::dlpack_version).transpose()?;
         dlpack_call(py, self, None, stream, max_version, dl_device, copy)
     }
 
@@ -267,7 +267,7 @@ impl MemArrayBase {
     /// axis of 4, for DLPack consumers that refuse lanes (PyTorch, NumPy, CuPy, JAX). It holds
     /// the memory where it is now, as a DLPack export does; a TypeError for scalar dtypes.
     fn scalar_view(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
-        super::import::scalar_view(slf)
+        crate::python::source::import::scalar_view(slf)
     }
 
     /// `(device type, device id)` of the current data, as DLPack codes.
@@ -330,19 +330,19 @@ impl MemArrayBase {
     /// data is on the host, so consumers fall back to other protocols.
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        super::interface::cuda_array_interface(self, py)
+        crate::python::export::interface::cuda_array_interface(self, py)
     }
 
     // ---- NumPy copies ----
 
     /// Copy `array` in: same shape; values cast as NumPy's `same_kind` rule allows.
     fn read_numpy_array(&self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<()> {
-        super::numpy_io::read_numpy_array(self, py, array)
+        crate::python::export::numpy_io::read_numpy_array(self, py, array)
     }
 
     /// A NumPy array holding a copy of the data.
     fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        super::numpy_io::to_numpy(self, py)
+        crate::python::export::numpy_io::to_numpy(self, py)
     }
 
     /// A zero-copy NumPy view of host data (`np.asarray(a)`), with NumPy 2's `dtype` and
@@ -353,44 +353,44 @@ impl MemArrayBase {
         dtype: Option<&Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        super::numpy_io::array_view(slf, dtype, copy)
+        crate::python::export::numpy_io::array_view(slf, dtype, copy)
     }
 
     /// The buffer protocol, for host data (see `buffer`).
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
         // SAFETY: forwarded from Python's buffer protocol.
-        unsafe { super::buffer::get_buffer(slf.as_any(), slf.get(), view, flags, false) }
+        unsafe { crate::python::export::buffer::get_buffer(slf.as_any(), slf.get(), view, flags, false) }
     }
 
     unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
         // SAFETY: forwarded from Python's buffer protocol.
-        unsafe { super::buffer::release_buffer(self, view) }
+        unsafe { crate::python::export::buffer::release_buffer(self, view) }
     }
 
     // ---- pickle and copy ----
 
     fn __reduce_ex__<'py>(slf: &Bound<'py, Self>, protocol: i64) -> PyResult<Bound<'py, PyTuple>> {
-        super::pickle::reduce(slf, protocol)
+        crate::python::pickle::reduce(slf, protocol)
     }
 
     /// A picklable handle another process on this machine opens (`handle.open()`) as an amso
     /// array over this array's device memory, without a copy (a `shareable=True` array).
     #[cfg(feature = "cuda")]
-    fn share(slf: &Bound<'_, Self>) -> PyResult<super::share::SharedHandle> {
-        super::share::share(slf)
+    fn share(slf: &Bound<'_, Self>) -> PyResult<crate::python::share::SharedHandle> {
+        crate::python::share::share(slf)
     }
 
     /// An independent copy on the same device.
     fn copy(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
-        super::pickle::duplicate(slf)
+        crate::python::pickle::duplicate(slf)
     }
 
     fn __copy__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
-        super::pickle::duplicate(slf)
+        crate::python::pickle::duplicate(slf)
     }
 
     fn __deepcopy__(slf: &Bound<'_, Self>, _memo: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        super::pickle::duplicate(slf)
+        crate::python::pickle::duplicate(slf)
     }
 }
 
@@ -400,7 +400,7 @@ impl MemArrayBase {
         let stream = crate::current_stream::resolve(stream.0);
         // Unlocked data already there stays, whoever holds it (a typed argument refuses real moves).
         let placement = self.header().placement();
-        if target.device_type == crate::DeviceType::Cpu
+        if target.device_type == crate::device::DeviceType::Cpu
             && !placement.on_device()
             && placement.lock_id == 0
             && self.idle(py)

@@ -8,28 +8,15 @@
 #[cfg(feature = "cuda")]
 mod allocators;
 mod args;
-mod array;
-mod buffer;
+pub(crate) mod base;
 pub(crate) mod capi;
-mod capsule;
-mod convert;
-mod dlpack_context;
-mod error;
-mod exchange;
+pub(crate) mod export;
 mod factory;
-pub(crate) mod header;
 mod hot_methods;
-mod identity_cache;
-mod import;
-mod interface;
-mod iteration;
 mod methods;
-mod numpy_io;
 mod pickle;
 #[cfg(feature = "cuda")]
 mod plugins;
-mod recognize;
-mod registry;
 mod repr;
 #[cfg(feature = "cuda")]
 mod share;
@@ -40,7 +27,7 @@ mod views;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyModule, PyTuple};
-use pyo3::{PyClass, PyClassInitializer, PyTypeInfo};
+use pyo3::PyClassInitializer;
 
 pub use args::{
     Access, AllowTypeChange, ArrayLike, ArrayLikeDyn, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Coerce, Dimensions,
@@ -49,22 +36,16 @@ pub use args::{
 };
 #[cfg(feature = "ndarray")]
 pub use args::{NdDimensions, OwnedView};
-pub use array::{MemArrayBase, TypedMut};
-pub use dlpack_context::DLPackContext;
+pub use base::array::{MemArrayBase, TypedMut};
+pub use base::registry::Instantiation;
+pub use export::dlpack_context::DLPackContext;
 
 use crate::object::ArrayType;
 
 /// What generated code and the bundled module need; see the crate's `__private`.
 pub(crate) mod __private {
-    pub use super::capi::{typed_data, typed_handle, typed_shape, Handle};
-    pub use super::{new_base, register_runtime, Instantiation};
-}
-
-/// What a generated class says about itself: the typed array it holds. `#[amso_array]`
-/// implements it; `register` takes any class that does.
-pub trait Instantiation: PyClass<BaseType = MemArrayBase> + PyTypeInfo + Default {
-    /// The typed array, e.g. `MemArray<f32, 3>`.
-    type Array: ArrayType;
+    pub use crate::python::capi::{typed_data, typed_handle, typed_shape, Handle};
+    pub use crate::python::{new_base, register_runtime, Instantiation};
 }
 
 /// The base-class part of a new instance of class `C`, from the constructor's arguments;
@@ -85,7 +66,7 @@ fn construct(
     ops: &'static crate::element::ElementOps,
     ndim: usize,
 ) -> PyResult<PyClassInitializer<MemArrayBase>> {
-    let (shape, options) = convert::constructor_args(args, kwargs)?;
+    let (shape, options) = base::convert::constructor_args(args, kwargs)?;
     let array = crate::memarray::core::ArrayCore::from_dims(&shape.0, ndim, ops, options)?;
     Ok(PyClassInitializer::from(MemArrayBase::new(array)))
 }
@@ -97,14 +78,14 @@ const DISPATCH_ATTR: &str = "__amso_dispatch__";
 pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::element::own::note(<C::Array as crate::object::ArrayType>::OPS.dtype);
     module.add_class::<C>()?;
-    register_class(module, registry::Registration::of::<C>(module.py()))
+    register_class(module, base::registry::Registration::of::<C>(module.py()))
 }
 
 /// `register`'s body, one for every class: the dispatch entry, the registry, `_amso_rebuild`.
-fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Registration) -> PyResult<()> {
+fn register_class(module: &Bound<'_, PyModule>, mut registration: base::registry::Registration) -> PyResult<()> {
     let py = module.py();
-    crate::process::join(py)?;
-    let class = registry::class_object(py, &registration);
+    crate::borrow::process::join(py)?;
+    let class = base::registry::class_object(py, &registration);
     let dispatch = match module.getattr(DISPATCH_ATTR) {
         Ok(existing) => existing.cast_into::<PyDict>()?,
         Err(_) => {
@@ -115,9 +96,9 @@ fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Regi
     };
     hot_methods::install(&class)?;
     dispatch.set_item((registration.dtype().name, registration.ndim), &class)?;
-    registration.module = registry::interned(&module.name()?.to_cow()?);
-    registration.name = registry::interned(&class.name()?.to_cow()?);
-    registry::add(registration);
+    registration.module = base::registry::interned(&module.name()?.to_cow()?);
+    registration.name = base::registry::interned(&class.name()?.to_cow()?);
+    base::registry::add(registration);
     if !module.hasattr(pickle::REBUILD)? {
         module.add_function(pyo3::wrap_pyfunction!(pickle::rebuild, module)?)?;
     }
@@ -128,14 +109,14 @@ fn register_class(module: &Bound<'_, PyModule>, mut registration: registry::Regi
 /// (the bundled `amso._amso` module).
 #[doc(hidden)]
 pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    crate::process::join(module.py())?;
-    registry::set_bundled();
+    crate::borrow::process::join(module.py())?;
+    base::registry::set_bundled();
     module.add_class::<MemArrayBase>()?;
     module.add_class::<DLPackContext>()?;
-    module.add_class::<iteration::ArrayIterator>()?;
-    module.add_function(pyo3::wrap_pyfunction!(recognize::is_amso_array, module)?)?;
-    module.add_function(pyo3::wrap_pyfunction!(recognize::is_amso_class, module)?)?;
-    module.add("MAX_NDIM", crate::MAX_NDIM)?;
+    module.add_class::<views::ArrayIterator>()?;
+    module.add_function(pyo3::wrap_pyfunction!(base::recognize::is_amso_array, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(base::recognize::is_amso_class, module)?)?;
+    module.add("MAX_NDIM", crate::shape::MAX_NDIM)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_is_available, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(dtypes, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(uncompiled, module)?)?;
@@ -143,13 +124,13 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(pyo3::wrap_pyfunction!(cuda_device_count, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(cuda_memory_info, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(set_current_stream, module)?)?;
-    module.add_function(pyo3::wrap_pyfunction!(import::from_dlpack, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(source::import::from_dlpack, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(factory::empty, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(factory::zeroed_array, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(factory::set_class_resolver, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(factory::class_cache_len, module)?)?;
-    module.add_function(pyo3::wrap_pyfunction!(import::from_cuda_array_interface, module)?)?;
-    module.add_function(pyo3::wrap_pyfunction!(import::wrap, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(source::import::from_cuda_array_interface, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(source::import::wrap, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(live_borrows, module)?)?;
     #[cfg(feature = "cuda")]
     {
@@ -180,7 +161,7 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
 /// The number of typed-argument borrows alive in the process (for tests).
 #[pyfunction(name = "_live_borrows")]
 fn live_borrows(py: Python<'_>) -> usize {
-    crate::process::live_borrows(py)
+    crate::borrow::process::live_borrows(py)
 }
 
 /// One dtype as `_dtypes` lists it: `(name, code, bits, lanes, numpy name, numpy module)`.
@@ -196,13 +177,13 @@ fn dtypes() -> Vec<DTypeRow> {
 /// raises it as a TypeError).
 #[pyfunction(name = "_uncompiled")]
 fn uncompiled(dtype: &str, ndim: usize) -> String {
-    registry::uncompiled(dtype, ndim)
+    base::registry::uncompiled(dtype, ndim)
 }
 
 /// The bundled package notes, when imported, whether it runs from a source checkout.
 #[pyfunction(name = "_set_source_checkout")]
 fn set_source_checkout(checkout: bool) {
-    registry::set_source_checkout(checkout)
+    base::registry::set_source_checkout(checkout)
 }
 
 /// Whether a CUDA driver and at least one device are present (never raises).
@@ -233,7 +214,7 @@ fn cuda_memory_info(device_id: i32) -> PyResult<(usize, usize)> {
     #[cfg(not(feature = "cuda"))]
     {
         let _ = device_id;
-        Err(crate::Error::Unavailable("this amso build has no CUDA layer".into()).into())
+        Err(crate::error::Error::Unavailable("this amso build has no CUDA layer".into()).into())
     }
 }
 
@@ -241,10 +222,10 @@ fn cuda_memory_info(device_id: i32) -> PyResult<(usize, usize)> {
 /// `__cuda_stream__`); returns the previous one.
 #[pyfunction]
 #[pyo3(signature = (stream))]
-fn set_current_stream(stream: convert::StreamArg) -> PyResult<Option<i64>> {
+fn set_current_stream(stream: base::convert::StreamArg) -> PyResult<Option<i64>> {
     let stream = stream.0;
     if let Some(value) = stream.filter(|&v| v < 0) {
-        return Err(crate::Error::InvalidArgument(format!("stream {value} is not a CUDA stream")).into());
+        return Err(crate::error::Error::InvalidArgument(format!("stream {value} is not a CUDA stream")).into());
     }
     Ok(crate::current_stream::replace(stream))
 }

@@ -10,14 +10,14 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use super::array::MemArrayBase;
-use super::buffer::RawBytes;
-use super::convert::ShapeArg;
-use super::registry::{self, Registration};
 use crate::device::{Device, Residence};
 use crate::error::Error;
 use crate::memarray::rebuild::{plan_rebuild, Pickled, PickledData, RebuildMemory};
 use crate::memarray::{ArrayOptions, ForeignMemory};
+use crate::python::base::array::MemArrayBase;
+use crate::python::base::convert::ShapeArg;
+use crate::python::base::registry::{self, Registration};
+use crate::python::export::buffer::RawBytes;
 
 /// The name of the rebuild function in a registering module.
 pub(super) const REBUILD: &str = "_amso_rebuild";
@@ -55,9 +55,10 @@ pub(super) fn reduce<'py>(slf: &Bound<'py, MemArrayBase>, protocol: i64) -> PyRe
         // Device data: one copy into a fresh host buffer (NumPy's `empty`, never zeroed), through
         // amso's pinned staging pipeline; out of band from protocol 5 on.
         Some(_) => {
-            let host = super::convert::numpy(py)?.call_method1(intern!(py, "empty"), (nbytes, intern!(py, "uint8")))?;
+            let host = crate::python::base::convert::numpy(py)?
+                .call_method1(intern!(py, "empty"), (nbytes, intern!(py, "uint8")))?;
             // The buffer is held through the copy: its view is the memory written.
-            let buffer = super::numpy_io::writable_bytes(py, &host, nbytes)?;
+            let buffer = crate::python::export::numpy_io::writable_bytes(py, &host, nbytes)?;
             let address = buffer.buf_ptr() as usize;
             // SAFETY: `host` holds `nbytes` writable bytes and lives through the copy, which
             // is complete when this returns.

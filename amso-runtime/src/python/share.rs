@@ -31,12 +31,12 @@ use pyo3::exceptions::{PyPermissionError, PyRuntimeWarning, PyTypeError, PyValue
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use super::array::MemArrayBase;
-use super::registry;
 use crate::cuda::device_memory::DeviceMemory;
 use crate::cuda::ipc::{self, IpcEvent, HANDLE_BYTES};
 use crate::device::{Device, Residence};
 use crate::memarray::ForeignMemory;
+use crate::python::base::array::MemArrayBase;
+use crate::python::base::registry;
 use crate::share::folder::{current_uid, Folder};
 use crate::share::handle::Handle;
 use crate::share::lease::{self, ExportFolder, Hold, ImportFolder, ImportRefusal};

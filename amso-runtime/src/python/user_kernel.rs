@@ -10,12 +10,12 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt};
 
-use super::array::MemArrayBase;
-use super::convert::StreamArg;
-use super::source::{self, Holder, Source};
 use crate::cuda::add_index::AnyRankIndexer;
 use crate::cuda::{with_stream, LaunchConfig, PushKernelArg};
 use crate::device::{DeviceType, Stream};
+use crate::python::base::array::MemArrayBase;
+use crate::python::base::convert::StreamArg;
+use crate::python::source::{self, Holder, Source};
 
 /// A CUDA kernel compiled from source on first use per device (Python name
 /// `amso._amso.Kernel`, exported as `amso.cuda.Kernel`).
@@ -63,10 +63,10 @@ enum Held {
 
 /// The device of an array argument, from what it says without handing anything over: an amso
 /// header, `__dlpack_device__`, or the interface's address.
-fn device_of_argument(arg: &Bound<'_, PyAny>) -> Option<crate::Device> {
-    if let Some(header) = super::recognize::header_of_object(arg) {
+fn device_of_argument(arg: &Bound<'_, PyAny>) -> Option<crate::device::Device> {
+    if let Some(header) = crate::python::base::recognize::header_of_object(arg) {
         let placement = header.placement();
-        return Some(crate::Device {
+        return Some(crate::device::Device {
             device_type: DeviceType::from_code(placement.device_type).unwrap_or(DeviceType::Cpu),
             id: placement.device_id,
         });
@@ -74,10 +74,10 @@ fn device_of_argument(arg: &Bound<'_, PyAny>) -> Option<crate::Device> {
     let py = arg.py();
     if let Ok(Some(method)) = arg.getattr_opt(intern!(py, "__dlpack_device__")) {
         let (kind, id): (i32, i32) = method.call0().ok()?.extract().ok()?;
-        return Some(crate::Device { device_type: DeviceType::from_code(kind).ok()?, id });
+        return Some(crate::device::Device { device_type: DeviceType::from_code(kind).ok()?, id });
     }
     let interface = source::parse_interface(arg).ok()?;
-    Some(crate::Device::cuda(source::device_of(interface.address).ok()?))
+    Some(crate::device::Device::cuda(source::device_of(interface.address).ok()?))
 }
 
 /// Grid or block dimensions: an int or a tuple of 1 to 3 ints.
@@ -127,7 +127,7 @@ fn scalar(position: usize, value: &Bound<'_, PyAny>) -> PyResult<Option<Argument
         let c = value.cast::<PyComplex>()?;
         return Ok(Some(Argument::C128(Complex { re: c.real(), im: c.imag() })));
     }
-    let numpy = super::convert::numpy(py)?;
+    let numpy = crate::python::base::convert::numpy(py)?;
     if !value.is_instance(&numpy.getattr(intern!(py, "generic"))?)? {
         return Ok(None);
     }
@@ -176,18 +176,18 @@ fn indexer(py: Python<'_>, position: usize, source: &Source) -> PyResult<AnyRank
     let extents = source.extents(py);
     let dims = extents.dims;
     let contiguous = extents.strides.check_c_contiguous(dims, source.itemsize()).is_ok();
-    if !contiguous || dims.is_empty() || dims.len() > crate::MAX_NDIM {
+    if !contiguous || dims.is_empty() || dims.len() > crate::shape::MAX_NDIM {
         return Err(position_error::<PyValueError>(
             position,
             format!(
                 "kernels take C-contiguous arrays of 1 to {} dimensions, got shape {:?} with strides {:?}",
-                crate::MAX_NDIM,
+                crate::shape::MAX_NDIM,
                 dims,
                 extents.strides
             ),
         ));
     }
-    let mut shape = [0u64; crate::MAX_NDIM];
+    let mut shape = [0u64; crate::shape::MAX_NDIM];
     for (axis, &dim) in dims.iter().enumerate() {
         shape[axis] = dim as u64;
     }
@@ -223,7 +223,7 @@ impl UserKernel {
         let mut early: Vec<Option<Source>> = Vec::with_capacity(args.len());
         for arg in &args {
             let exchange = arg.cast::<MemArrayBase>().is_err()
-                && super::recognize::header_of_object(arg).is_none()
+                && crate::python::base::recognize::header_of_object(arg).is_none()
                 && source::exchange_api_of_type(&arg.get_type())?.is_some();
             early.push(if exchange { source::acquire(arg, None)? } else { None });
         }
@@ -261,7 +261,8 @@ impl UserKernel {
                 source
             } else if let Ok(own) = arg.cast::<MemArrayBase>() {
                 // Ordered after amso's pending work on the array, handed to the launch stream.
-                let tensor = own.get().read(py, |array| super::capsule::export_for_stream(array, launch))?;
+                let tensor =
+                    own.get().read(py, |array| crate::python::export::capsule::export_for_stream(array, launch))?;
                 held.push(Held::Own(own.clone().unbind()));
                 source::from_managed(tensor, Some(launch))?
             } else {

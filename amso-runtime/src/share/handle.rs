@@ -90,8 +90,8 @@ impl Handle {
         let name_len = take(1)?[0] as usize;
         let dtype = String::from_utf8(take(name_len)?.to_vec()).map_err(|_| "its dtype is not text".to_string())?;
         let ndim = take(1)?[0] as usize;
-        if !(1..=crate::MAX_NDIM).contains(&ndim) {
-            return Err(format!("its ndim {ndim} is outside 1..={}", crate::MAX_NDIM));
+        if !(1..=crate::shape::MAX_NDIM).contains(&ndim) {
+            return Err(format!("its ndim {ndim} is outside 1..={}", crate::shape::MAX_NDIM));
         }
         let mut dims = Vec::with_capacity(ndim);
         for _ in 0..ndim {

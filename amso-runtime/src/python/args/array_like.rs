@@ -13,12 +13,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyTuple};
 use pyo3::{intern, Borrowed};
 
-use super::{
-    describe, name_the_argument, wanted, Dimensions, DynRank, Framework, IntoFramework, Rank, Read, TypedArray,
-};
 use crate::device::DeviceType;
 use crate::element::{dlpack_code, dlpack_type_name, Element, Scalar};
-use crate::python::convert;
+use crate::python::args::{
+    describe, name_the_argument, wanted, Dimensions, DynRank, Framework, IntoFramework, Rank, Read, TypedArray,
+};
+use crate::python::base::convert;
 use crate::python::source;
 
 /// Whether an array of another element type is converted: [`TypeMustMatch`] or
@@ -37,8 +37,8 @@ pub struct AllowTypeChange;
 
 mod sealed {
     pub trait Sealed {}
-    impl Sealed for super::TypeMustMatch {}
-    impl Sealed for super::AllowTypeChange {}
+    impl Sealed for crate::python::args::array_like::TypeMustMatch {}
+    impl Sealed for crate::python::args::array_like::AllowTypeChange {}
 }
 
 impl Coerce for TypeMustMatch {

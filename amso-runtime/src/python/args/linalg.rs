@@ -6,8 +6,8 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::PyResult;
 
-use super::{Access, Rank, TypedArray, Write};
 use crate::element::Element;
+use crate::python::args::{Access, Rank, TypedArray, Write};
 
 impl<T: Element, A: Access> TypedArray<'_, T, Rank<2>, A> {
     /// nalgebra needs non-negative strides; a reversed view (`x[::-1]`) is refused. And

@@ -28,7 +28,6 @@
 //! for writing first and is refused (`BufferError`) while an argument holds it.
 
 mod array_like;
-pub(crate) mod borrow;
 #[cfg(any(feature = "nalgebra", feature = "faer"))]
 mod linalg;
 #[cfg(feature = "ndarray")]
@@ -45,11 +44,11 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::{ffi, Borrowed};
 
-use self::borrow::Borrow;
-use super::source::{self, Source};
+use crate::borrow::guard::Borrow;
 use crate::device::{Device, DeviceType};
 use crate::element::{dlpack_type_name, ArrayElement, Element};
 use crate::error::with_article;
+use crate::python::source::{self, Source};
 use crate::strided::{self, Dims};
 
 pub use array_like::{AllowTypeChange, ArrayLike, ArrayLikeDyn, Coerce, TypeMustMatch, TypedArrayLike};
@@ -98,10 +97,10 @@ pub struct Write;
 
 mod sealed {
     pub trait Sealed {}
-    impl<const N: usize> Sealed for super::Rank<N> {}
-    impl Sealed for super::DynRank {}
-    impl Sealed for super::Read {}
-    impl Sealed for super::Write {}
+    impl<const N: usize> Sealed for crate::python::args::Rank<N> {}
+    impl Sealed for crate::python::args::DynRank {}
+    impl Sealed for crate::python::args::Read {}
+    impl Sealed for crate::python::args::Write {}
 }
 
 /// How many dimensions a typed argument has: [`Rank<N>`] or [`DynRank`].
@@ -544,8 +543,8 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// the DLPack exchange API, else amso's stream context, else amso's stream). `None` on the
     /// host. The producer's stream is alive while this argument is: use the value within the
     /// call, not after it.
-    pub fn stream(&self) -> Option<crate::Stream> {
-        self.source.stream.map(crate::Stream::reported)
+    pub fn stream(&self) -> Option<crate::device::Stream> {
+        self.source.stream.map(crate::device::Stream::reported)
     }
 
     /// The address of the first element (host or device).
@@ -698,7 +697,7 @@ impl<'py, T: Element, const N: usize, A: Access> TypedArray<'py, T, Rank<N>, A> 
     /// What a CUDA kernel receives for this argument's device data (C order); launch it on
     /// `stream()`.
     #[cfg(feature = "cuda")]
-    pub fn device_indexer(&self) -> PyResult<crate::DeviceIndexer<'_, T, N>> {
+    pub fn device_indexer(&self) -> PyResult<crate::indexer::DeviceIndexer<'_, T, N>> {
         if self.source.device.device_type != DeviceType::Cuda {
             return Err(PyValueError::new_err(format!(
                 "a device indexer needs CUDA device data; this array is in host memory ({})",
@@ -706,7 +705,7 @@ impl<'py, T: Element, const N: usize, A: Access> TypedArray<'py, T, Rank<N>, A> 
             )));
         }
         self.require_c_contiguous("device_indexer()")?;
-        Ok(crate::DeviceIndexer::new(self.source.data as u64, self.shape))
+        Ok(crate::indexer::DeviceIndexer::new(self.source.data as u64, self.shape))
     }
 }
 

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use super::results::{Framework, Handover, IntoFramework};
 use crate::device::Device;
 use crate::element::Element;
+use crate::python::args::results::{Framework, Handover, IntoFramework};
 use crate::strided::Dims;
 
 /// A view of memory that a Rust value (the owner) holds, to hand to a framework as an

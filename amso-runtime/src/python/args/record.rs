@@ -8,9 +8,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::{Access, Dimensions, TypedArray, Write};
 use crate::element::{ArrayElement, DType, Field};
-use crate::python::identity_cache::IdentityCache;
+use crate::python::args::{Access, Dimensions, TypedArray, Write};
+use crate::python::base::identity_cache::IdentityCache;
 use crate::python::source::numpy;
 
 /// Descriptors already found to match a record type (tag: the record's `DType` address).

@@ -26,8 +26,8 @@ use crate::element::{ArrayElement, DType, DTypeOf, Element};
 use crate::memarray::core::ArrayCore;
 use crate::memarray::foreign::check_c_contiguous;
 use crate::memarray::{ArrayOptions, MemArray};
-use crate::python::array::MemArrayBase;
-use crate::python::identity_cache::IdentityCache;
+use crate::python::base::array::MemArrayBase;
+use crate::python::base::identity_cache::IdentityCache;
 use crate::python::source::{self, numpy, Protocol};
 use crate::strided::Dims;
 
@@ -265,11 +265,11 @@ impl<O: Owner> Handover<O> {
                 )
             };
         }
-        if self.shape.len() > crate::MAX_NDIM {
+        if self.shape.len() > crate::shape::MAX_NDIM {
             return Err(PyValueError::new_err(format!(
                 "amso hands arrays of at most {} dimensions to DLPack consumers, not {}; NumPy takes more \
                  (Framework::NumPy)",
-                crate::MAX_NDIM,
+                crate::shape::MAX_NDIM,
                 self.shape.len()
             )));
         }
@@ -518,7 +518,7 @@ impl Handoff {
                 return Err(error);
             }
         }
-        crate::python::capsule::into_capsule(py, handover.into_tensor(format))
+        crate::python::export::capsule::into_capsule(py, handover.into_tensor(format))
     }
 
     fn __dlpack_device__(&self) -> PyResult<(i32, i32)> {
@@ -587,7 +587,9 @@ impl<T: Element, const N: usize> IntoFramework for MemArray<T, N> {
 fn core_into_framework(py: Python<'_>, core: ArrayCore, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
     if framework == Framework::Amso {
         let dtype = core.dtype();
-        if let Some(registration) = crate::python::registry::find(dtype.code, dtype.bits, dtype.lanes, core.ndim()) {
+        if let Some(registration) =
+            crate::python::base::registry::find(dtype.code, dtype.bits, dtype.lanes, core.ndim())
+        {
             return Ok((registration.instance)(py, MemArrayBase::new(core))?.into_bound(py));
         }
     }
@@ -652,7 +654,7 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
     /// A new zeroed array of `shape` on `device`, for `framework` (device data zeroed on
     /// `stream`, else the stream rule's).
     pub fn zeros(py: Python<'py>, framework: Framework, shape: [usize; N], device: Device) -> PyResult<Self> {
-        crate::process::join(py)?;
+        crate::borrow::process::join(py)?;
         let stream =
             (device.device_type == DeviceType::Cuda).then(|| source::work_stream(None, device.id)).transpose()?;
         Self::zeros_in(py, framework, shape, device, stream)
@@ -724,8 +726,8 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
 
     /// For device data: the stream it was zeroed on, which work on it should use (a stream of
     /// the result's framework, alive while the result is: use it within the call).
-    pub fn stream(&self) -> Option<crate::Stream> {
-        self.stream.map(crate::Stream::reported)
+    pub fn stream(&self) -> Option<crate::device::Stream> {
+        self.stream.map(crate::device::Stream::reported)
     }
 
     /// The address of the first element (host or device).
@@ -743,11 +745,11 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
 
     /// What a CUDA kernel receives for the new array's device data; launch it on `stream()`.
     #[cfg(feature = "cuda")]
-    pub fn device_indexer(&mut self) -> PyResult<crate::DeviceIndexer<'_, T, N>> {
+    pub fn device_indexer(&mut self) -> PyResult<crate::indexer::DeviceIndexer<'_, T, N>> {
         if self.device.device_type != DeviceType::Cuda {
             return Err(PyValueError::new_err("a device indexer needs CUDA device data; the new array is on the host"));
         }
-        Ok(crate::DeviceIndexer::new(self.data as u64, self.shape))
+        Ok(crate::indexer::DeviceIndexer::new(self.data as u64, self.shape))
     }
 
     /// The elements, writable, in C order (host data).
@@ -764,10 +766,10 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
     where
         ndarray::Dim<[usize; N]>: ndarray::Dimension,
     {
-        use super::NdDimensions;
+        use crate::python::args::NdDimensions;
         let data = self.host_ptr()?;
         // SAFETY: as `as_slice_mut`, in C order.
-        Ok(unsafe { ndarray::ArrayViewMut::from_shape_ptr(super::Rank::<N>::nd(&self.shape), data) })
+        Ok(unsafe { ndarray::ArrayViewMut::from_shape_ptr(crate::python::args::Rank::<N>::nd(&self.shape), data) })
     }
 
     /// The array as its framework's Python object.

@@ -6,9 +6,9 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::Borrowed;
 
-use super::{describe, name_the_argument, Access, Dimensions, Framework, TypedArray};
 use crate::device::Device;
 use crate::element::{DType, Element};
+use crate::python::args::{describe, name_the_argument, Access, Dimensions, Framework, TypedArray};
 use crate::python::source::{self, Source};
 
 /// An array argument of any element type and rank, from any framework, holding its memory.

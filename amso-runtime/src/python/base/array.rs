@@ -33,7 +33,7 @@ use pyo3::types::PyDict;
 use crate::element::{DType, Element};
 use crate::memarray::core::ArrayCore;
 use crate::memarray::MemArray;
-use crate::python::header::Header;
+use crate::python::base::header::Header;
 use crate::state_cell::{ReadGuard, StateCell, WriteGuard};
 
 /// Base class of every amso array class (Python name `amso._amso.MemArrayBase`).
@@ -48,14 +48,14 @@ pub struct MemArrayBase {
     /// through first, so that a thread changing the array over and over does not starve them.
     waiting_readers: AtomicUsize,
     /// Live buffer-protocol exports; while any lives, the data stays where it is.
-    pub(super) buffer_exports: AtomicUsize,
+    pub(in crate::python) buffer_exports: AtomicUsize,
     /// The last `__cuda_array_interface__` built, with the (address, stream) it describes;
     /// each access hands out a copy, never this dict itself.
-    pub(super) interface_cache: Mutex<Option<CachedInterface>>,
+    pub(in crate::python) interface_cache: Mutex<Option<CachedInterface>>,
 }
 
 /// An interface dict and the (data address, stream) it describes.
-pub(super) type CachedInterface = (usize, Option<i64>, Py<PyDict>);
+pub(in crate::python) type CachedInterface = (usize, Option<i64>, Py<PyDict>);
 
 /// A registered writer of one array (`MemArrayBase::begin_writing`), ended when it drops, with
 /// the GIL held (a change run detached re-attaches before unwinding past `detach`).
@@ -255,10 +255,10 @@ impl MemArrayBase {
     pub(crate) fn move_locked(
         &self,
         array: &mut ArrayCore,
-        target: crate::Device,
+        target: crate::device::Device,
         stream: i64,
         async_copy: bool,
-    ) -> crate::Result<()> {
+    ) -> crate::error::Result<()> {
         if array.device() != target {
             self.check_unpinned()?;
         }
@@ -267,17 +267,17 @@ impl MemArrayBase {
 
     /// The add-index kernel on `array` (this object's, locked for writing), which moves the data
     /// to the device first: refused while buffer exports describe the host copy.
-    pub(crate) fn add_index_locked(&self, array: &mut ArrayCore, stream: i64) -> crate::Result<()> {
+    pub(crate) fn add_index_locked(&self, array: &mut ArrayCore, stream: i64) -> crate::error::Result<()> {
         self.check_unpinned()?;
         array.add_index_tuple(stream, None)
     }
 
     /// Refuse to change where the data lives (or to overwrite it by a move) while buffer
     /// exports describe the host copy.
-    fn check_unpinned(&self) -> crate::Result<()> {
+    fn check_unpinned(&self) -> crate::error::Result<()> {
         match self.buffer_exports.load(Ordering::Acquire) {
             0 => Ok(()),
-            n => Err(crate::Error::ExportRefused(format!(
+            n => Err(crate::error::Error::ExportRefused(format!(
                 "{n} live buffer export{} (a memoryview, np.frombuffer, an out-of-band pickle buffer...) \
                  describe this array's host memory; release them before moving the data",
                 if n == 1 { "" } else { "s" }
@@ -325,12 +325,12 @@ pub(crate) fn write_borrow<'py>(
     py: Python<'py>,
     array: &crate::memarray::core::ArrayCore,
     lasting: bool,
-) -> PyResult<Option<super::args::borrow::Borrow<'py>>> {
+) -> PyResult<Option<crate::borrow::guard::Borrow<'py>>> {
     let view = array.raw_view();
-    if view.host.is_null() || view.nbytes == 0 || (!lasting && crate::process::live_borrows(py) == 0) {
+    if view.host.is_null() || view.nbytes == 0 || (!lasting && crate::borrow::process::live_borrows(py) == 0) {
         return Ok(None);
     }
-    super::args::borrow::Borrow::for_amso_write(py, view.host as usize, view.nbytes).map(Some)
+    crate::borrow::guard::Borrow::for_amso_write(py, view.host as usize, view.nbytes).map(Some)
 }
 
 /// Mutable access to an amso object's typed array (`MemArrayBase::with_typed_mut`): reads
@@ -350,27 +350,27 @@ impl<T: Element, const N: usize> std::ops::Deref for TypedMut<'_, T, N> {
 
 impl<T: Element, const N: usize> TypedMut<'_, T, N> {
     /// See `MemArray::write`.
-    pub fn write(&mut self, index: [usize; N], value: T) -> crate::Result<()> {
+    pub fn write(&mut self, index: [usize; N], value: T) -> crate::error::Result<()> {
         self.array.write(index, value)
     }
 
     /// See `MemArray::copy_from_slice`.
-    pub fn copy_from_slice(&mut self, values: &[T]) -> crate::Result<()> {
+    pub fn copy_from_slice(&mut self, values: &[T]) -> crate::error::Result<()> {
         self.array.copy_from_slice(values)
     }
 
     /// See `MemArray::indexer_mut`.
-    pub fn indexer_mut(&mut self) -> crate::Result<crate::HostIndexerMut<'_, T, N>> {
+    pub fn indexer_mut(&mut self) -> crate::error::Result<crate::indexer::HostIndexerMut<'_, T, N>> {
         self.array.indexer_mut()
     }
 
     /// See `MemArray::as_mut_ptr`.
-    pub fn as_mut_ptr(&mut self) -> crate::Result<*mut T> {
+    pub fn as_mut_ptr(&mut self) -> crate::error::Result<*mut T> {
         self.array.as_mut_ptr()
     }
 
     /// See `MemArray::lock`.
-    pub fn lock(&mut self) -> crate::Result<crate::LockGuard<'_, T, N>> {
+    pub fn lock(&mut self) -> crate::error::Result<crate::memarray::LockGuard<'_, T, N>> {
         self.array.lock()
     }
 
@@ -381,19 +381,24 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
 
     /// See `MemArray::move_memory`; refused while buffer exports describe the host data, as
     /// the Python method is.
-    pub fn move_memory(&mut self, target: crate::Device, stream: crate::Stream, async_copy: bool) -> crate::Result<()> {
+    pub fn move_memory(
+        &mut self,
+        target: crate::device::Device,
+        stream: crate::device::Stream,
+        async_copy: bool,
+    ) -> crate::error::Result<()> {
         self.base.move_locked(self.array.core_mut(), target, stream.protocol_value(), async_copy)
     }
 
     /// See `MemArray::add_index_tuple`; refused while buffer exports describe the host data.
     #[cfg(feature = "cuda")]
-    pub fn add_index_tuple(&mut self, stream: crate::Stream) -> crate::Result<()> {
+    pub fn add_index_tuple(&mut self, stream: crate::device::Stream) -> crate::error::Result<()> {
         self.base.add_index_locked(self.array.core_mut(), stream.protocol_value())
     }
 
     /// See `MemArray::device_indexer`.
     #[cfg(feature = "cuda")]
-    pub fn device_indexer(&mut self) -> crate::Result<crate::DeviceIndexer<'_, T, N>> {
+    pub fn device_indexer(&mut self) -> crate::error::Result<crate::indexer::DeviceIndexer<'_, T, N>> {
         self.array.device_indexer()
     }
 
@@ -402,7 +407,10 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
     /// # Safety
     /// As `MemArray::device_indexer_on`.
     #[cfg(feature = "cuda")]
-    pub unsafe fn device_indexer_on(&mut self, stream: crate::Stream) -> crate::Result<crate::DeviceIndexer<'_, T, N>> {
+    pub unsafe fn device_indexer_on(
+        &mut self,
+        stream: crate::device::Stream,
+    ) -> crate::error::Result<crate::indexer::DeviceIndexer<'_, T, N>> {
         // SAFETY: forwarded from the caller.
         unsafe { self.array.device_indexer_on(stream) }
     }
@@ -412,7 +420,7 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
     /// # Safety
     /// As `MemArray::record_work`.
     #[cfg(feature = "cuda")]
-    pub unsafe fn record_work(&mut self, stream: crate::Stream) -> crate::Result<()> {
+    pub unsafe fn record_work(&mut self, stream: crate::device::Stream) -> crate::error::Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { self.array.record_work(stream) }
     }

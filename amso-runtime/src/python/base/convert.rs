@@ -8,11 +8,11 @@ use pyo3::types::{PyBool, PyComplex, PyDict, PyInt, PyIterator, PyList, PySlice,
 use pyo3::{intern, Borrowed};
 
 use crate::element::{DType, Scalar};
-use crate::MAX_NDIM;
+use crate::shape::MAX_NDIM;
 
 /// A shape as Python gives it: an integer or a sequence of integers, of at most `MAX_NDIM`
 /// (a longer one is refused here, with its real length: it is no amso shape).
-pub(super) struct ShapeArg(pub Vec<i64>);
+pub(in crate::python) struct ShapeArg(pub Vec<i64>);
 
 impl<'a, 'py> FromPyObject<'a, 'py> for ShapeArg {
     type Error = PyErr;
@@ -83,7 +83,7 @@ impl ShapeArg {
 /// streams), which returns `(version, handle)`. A NULL handle (0: CuPy's and PyTorch's
 /// default stream) is the legacy default stream and reads as 1, so that no reader mistakes it
 /// for "no stream given".
-pub(super) struct StreamArg(pub Option<i64>);
+pub(in crate::python) struct StreamArg(pub Option<i64>);
 
 fn handle(value: i64) -> StreamArg {
     StreamArg(Some(if value == 0 { 1 } else { value }))
@@ -117,7 +117,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for StreamArg {
 
 /// A device as `move_memory` takes it: a DLPack device type (`amso.dlpack.kDLCPU`, `kDLCUDA`;
 /// plain ints as before) or a name as `a.device` spells it: `'cpu'`, `'cuda'`, `'cuda:N'`.
-pub(super) enum DeviceArg {
+pub(in crate::python) enum DeviceArg {
     /// A DLPack device type code.
     Code(i32),
     /// `'cpu'`.
@@ -180,7 +180,7 @@ fn index_like(obj: &Borrowed<'_, '_, PyAny>) -> PyResult<Option<i64>> {
 }
 
 /// What an index key asks for.
-pub(super) enum Key {
+pub(in crate::python) enum Key {
     /// Integers only (`a[i]`, `a[i, j, ...]`): one element when there is one per dimension.
     Integers(Vec<i64>),
     /// NumPy's basic indexing with at least one slice, `...` or `None`.
@@ -190,7 +190,7 @@ pub(super) enum Key {
 /// Parse an index key: integers (the element fast path, read first), or NumPy's basic indexing
 /// (integers, slices, `...`, `None`); anything else (fancy or boolean indexing, floats,
 /// strings) is a TypeError that points at a NumPy view.
-pub(super) fn parse_key(key: &Bound<'_, PyAny>) -> PyResult<Key> {
+pub(in crate::python) fn parse_key(key: &Bound<'_, PyAny>) -> PyResult<Key> {
     if let Ok(tuple) = key.cast::<PyTuple>() {
         let mut index = Vec::with_capacity(tuple.len());
         for item in tuple.iter() {
@@ -244,7 +244,7 @@ fn basic_key<'py>(key: &Bound<'py, PyAny>, items: impl Iterator<Item = Bound<'py
 }
 
 /// A scalar as the Python object NumPy's `.item()` would give.
-pub(super) fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Bound<'_, PyAny>> {
+pub(in crate::python) fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Bound<'_, PyAny>> {
     Ok(match value {
         Scalar::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
         Scalar::Int(i) => i.into_pyobject(py)?.into_any(),
@@ -255,7 +255,7 @@ pub(super) fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Bound<'_, 
 }
 
 /// A Python number as a scalar for an element of `dtype`.
-pub(super) fn scalar_from_py(value: &Bound<'_, PyAny>, dtype: &DType) -> PyResult<Scalar> {
+pub(in crate::python) fn scalar_from_py(value: &Bound<'_, PyAny>, dtype: &DType) -> PyResult<Scalar> {
     let py = value.py();
     if value.is_instance_of::<PyBool>() {
         return Ok(Scalar::Bool(value.extract()?));
@@ -306,13 +306,13 @@ fn is_complex(value: &Bound<'_, PyAny>) -> PyResult<bool> {
 }
 
 /// The NumPy module.
-pub(super) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+pub(in crate::python) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     NUMPY
         .get_or_try_init(py, || {
             // Kept only once checked: a stand-in in sys.modules['numpy'] is refused, never kept.
             let numpy = py.import(intern!(py, "numpy"))?;
-            super::source::numpy::check_module(numpy.as_any())?;
+            crate::python::source::numpy::check_module(numpy.as_any())?;
             PyResult::Ok(numpy.unbind())
         })
         .map(|numpy| numpy.bind(py))
@@ -320,7 +320,7 @@ pub(super) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
 
 /// The NumPy dtype object of `dtype` (cached), importing the module that defines it if NumPy
 /// does not (bfloat16 from ml_dtypes).
-pub(super) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
+pub(in crate::python) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
     static CACHE: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
     let cache = CACHE.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
     // Records are kept by address too: two crates may each have a record of one name.
@@ -390,7 +390,7 @@ pub(super) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound
 
 /// `max_version` of `__dlpack__`: a `(major, minor)` tuple of non-negative ints. Read by hand:
 /// NumPy passes it on every import, and generic tuple extraction costs more than the export.
-pub(super) fn dlpack_version(value: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
+pub(in crate::python) fn dlpack_version(value: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
     let wrong = || {
         PyTypeError::new_err(format!(
             "max_version must be a (major, minor) tuple of ints, got {}",
@@ -419,7 +419,7 @@ pub(super) fn dlpack_version(value: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
 /// Parse a generated constructor's `(shape, device_id=0, *, readonly=False, pinned=False,
 /// on_device=False, uninitialized=False, managed=False, shareable=False)`, once for every class (instead of one parser
 /// generated per class).
-pub(super) fn constructor_args(
+pub(in crate::python) fn constructor_args(
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
 ) -> PyResult<(ShapeArg, crate::memarray::ArrayOptions)> {
@@ -465,14 +465,14 @@ pub(super) fn constructor_args(
 }
 
 /// A constructor's boolean option `name`.
-pub(super) fn flag_arg(name: &str, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+pub(in crate::python) fn flag_arg(name: &str, value: &Bound<'_, PyAny>) -> PyResult<bool> {
     value
         .extract::<bool>()
         .map_err(|_| PyTypeError::new_err(format!("{name} must be a bool, got {}", type_name(&value.as_borrowed()))))
 }
 
 /// A constructor's `device_id`.
-pub(super) fn device_id_arg(value: &Bound<'_, PyAny>) -> PyResult<i32> {
+pub(in crate::python) fn device_id_arg(value: &Bound<'_, PyAny>) -> PyResult<i32> {
     value
         .extract::<i32>()
         .map_err(|_| PyTypeError::new_err(format!("device_id must be an int, got {}", type_name(&value.as_borrowed()))))

@@ -9,14 +9,14 @@
 //!
 //! `FLAG_CHANGING` (version 2) is set, with the GIL held, before any change of the array
 //! begins (a move or a copy in that then runs with the GIL released), and cleared, with the
-//! GIL held, after the change ended and the placement was republished (`python/array.rs`).
+//! GIL held, after the change ended and the placement was republished (`python/base/array.rs`).
 //! A reader holding the GIL that finds it clear knows the placement is current and stays so
 //! while it keeps the GIL: typed arguments of every runtime copy read host data in place then.
 
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::memarray::access::RawView;
-use crate::MAX_NDIM;
+use crate::shape::MAX_NDIM;
 
 /// Marks a valid header ("AMSO" in ASCII).
 pub(crate) const HEADER_MAGIC: u32 = 0x414d_534f;
@@ -118,15 +118,15 @@ impl Header {
         if array.readonly() {
             flags |= FLAG_READONLY;
         }
-        if device.device_type == crate::DeviceType::Cuda {
+        if device.device_type == crate::device::DeviceType::Cuda {
             flags |= FLAG_ON_DEVICE;
         }
         if array.pinned() {
             flags |= FLAG_PINNED;
         }
         // Managed memory says so (kDLCUDAManaged), as its DLPack exports do.
-        let device_type = if device.device_type == crate::DeviceType::Cuda && array.managed() {
-            crate::DeviceType::CudaManaged
+        let device_type = if device.device_type == crate::device::DeviceType::Cuda && array.managed() {
+            crate::device::DeviceType::CudaManaged
         } else {
             device.device_type
         };
@@ -184,9 +184,9 @@ impl Header {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::memarray::MemArray;
     use crate::object::ArrayObject;
-    use crate::MemArray;
+    use crate::python::base::header::*;
 
     #[test]
     fn header_describes_the_array() {

@@ -78,7 +78,7 @@ impl<const SLOTS: usize> IdentityCache<SLOTS> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::python::base::identity_cache::*;
 
     #[test]
     fn entries_are_found_by_object_and_tag_and_a_full_cache_stores_no_more() {

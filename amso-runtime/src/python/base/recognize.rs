@@ -23,9 +23,9 @@ use pyo3::prelude::*;
 
 use pyo3::exceptions::PyRuntimeError;
 
-use super::array::MemArrayBase;
 use crate::memarray::export::HeldMemory;
-use crate::python::header::{Header, HEADER_MAGIC, HEADER_VERSION};
+use crate::python::base::array::MemArrayBase;
+use crate::python::base::header::{Header, HEADER_MAGIC, HEADER_VERSION};
 
 /// The oldest header version (and `ArrayTypeInfo` layout) this runtime reads: version 1 has the
 /// same layout without `FLAG_CHANGING`.
@@ -148,7 +148,7 @@ unsafe extern "C" fn release(token: usize) {
 }
 
 /// The `__amso_type__` capsule of this runtime's classes.
-pub(super) fn type_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
+pub(in crate::python) fn type_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
     // SAFETY: a static table and a static name; no destructor is needed.
     let capsule =
         unsafe { ffi::PyCapsule_New((&INFO as *const ArrayTypeInfo).cast_mut().cast(), TYPE_CAPSULE.as_ptr(), None) };
@@ -225,14 +225,14 @@ pub(crate) fn header_of_object<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a H
 /// `isinstance(x, amso.MemArray)`: whether `obj` is an amso array of any crate.
 #[pyfunction]
 #[pyo3(name = "_is_amso_array")]
-pub(super) fn is_amso_array(obj: &Bound<'_, PyAny>) -> bool {
+pub(in crate::python) fn is_amso_array(obj: &Bound<'_, PyAny>) -> bool {
     header_of_object(obj).is_some()
 }
 
 /// `issubclass(cls, amso.MemArray)`: whether `cls` is an amso array class of any crate.
 #[pyfunction]
 #[pyo3(name = "_is_amso_class")]
-pub(super) fn is_amso_class(cls: &Bound<'_, PyAny>) -> bool {
+pub(in crate::python) fn is_amso_class(cls: &Bound<'_, PyAny>) -> bool {
     if cls.cast::<pyo3::types::PyType>().is_err() {
         return false;
     }

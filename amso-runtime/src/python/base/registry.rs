@@ -7,18 +7,24 @@ use std::sync::RwLock;
 
 use pyo3::prelude::*;
 use pyo3::types::PyType;
-use pyo3::{ffi, PyClassInitializer};
+use pyo3::{ffi, PyClass, PyClassInitializer, PyTypeInfo};
 
-use super::array::MemArrayBase;
-use super::Instantiation;
 use crate::element::{DType, ElementOps};
 use crate::error::Result;
 use crate::memarray::core::ArrayCore;
 use crate::memarray::{ArrayOptions, ForeignMemory};
 use crate::object::ArrayType;
+use crate::python::base::array::MemArrayBase;
+
+/// What a generated class says about itself: the typed array it holds. `#[amso_array]`
+/// implements it; `register` takes any class that does.
+pub trait Instantiation: PyClass<BaseType = MemArrayBase> + PyTypeInfo + Default {
+    /// The typed array, e.g. `MemArray<f32, 3>`.
+    type Array: ArrayType;
+}
 
 /// How to make arrays of one registered class.
-pub(super) struct Registration {
+pub(in crate::python) struct Registration {
     /// The element type's table.
     pub ops: &'static ElementOps,
     /// Number of dimensions.
@@ -41,12 +47,12 @@ static REGISTRY: RwLock<Vec<&'static Registration>> = RwLock::new(Vec::new());
 
 impl Registration {
     /// The element type.
-    pub(super) fn dtype(&self) -> &'static DType {
+    pub(in crate::python) fn dtype(&self) -> &'static DType {
         self.ops.dtype
     }
 
     /// A zero-filled array of this class's element type and rank.
-    pub(super) fn create(&self, dims: &[i64], options: ArrayOptions) -> Result<ArrayCore> {
+    pub(in crate::python) fn create(&self, dims: &[i64], options: ArrayOptions) -> Result<ArrayCore> {
         ArrayCore::from_dims(dims, self.ndim, self.ops, options)
     }
 
@@ -54,7 +60,12 @@ impl Registration {
     ///
     /// # Safety
     /// As `MemArray::from_foreign`, for this class's element type.
-    pub(super) unsafe fn wrap(&self, dims: &[i64], memory: ForeignMemory, readonly: bool) -> Result<ArrayCore> {
+    pub(in crate::python) unsafe fn wrap(
+        &self,
+        dims: &[i64],
+        memory: ForeignMemory,
+        readonly: bool,
+    ) -> Result<ArrayCore> {
         // SAFETY: forwarded from the caller.
         unsafe { ArrayCore::from_foreign(dims, self.ndim, self.ops, memory, readonly) }
     }
@@ -66,7 +77,7 @@ fn instance<C: Instantiation>(py: Python<'_>, base: MemArrayBase) -> PyResult<Py
 
 impl Registration {
     /// Class `C`'s entry; `register` fills in its module and Python name.
-    pub(super) fn of<C: Instantiation>(py: Python<'_>) -> Registration {
+    pub(in crate::python) fn of<C: Instantiation>(py: Python<'_>) -> Registration {
         Registration {
             ops: C::Array::OPS,
             ndim: C::Array::NDIM,
@@ -79,13 +90,13 @@ impl Registration {
 }
 
 /// The class `registration` describes, as a Python object.
-pub(super) fn class_object<'py>(py: Python<'py>, registration: &Registration) -> Bound<'py, PyType> {
+pub(in crate::python) fn class_object<'py>(py: Python<'py>, registration: &Registration) -> Bound<'py, PyType> {
     // SAFETY: the type object of a class that lives for the process (a borrowed pointer).
     unsafe { Bound::from_borrowed_ptr(py, registration.type_object as *mut ffi::PyObject).cast_into_unchecked() }
 }
 
 /// Record a class (called by `register`, once its module and name are filled in).
-pub(super) fn add(registration: Registration) {
+pub(in crate::python) fn add(registration: Registration) {
     let type_object = registration.type_object;
     if !is_known_type(type_object) {
         let slot = TYPE_COUNT.fetch_add(1, Ordering::AcqRel);
@@ -97,7 +108,7 @@ pub(super) fn add(registration: Registration) {
 }
 
 /// `text` as a string that lives for the process (module and class names, one each).
-pub(super) fn interned(text: &str) -> &'static str {
+pub(in crate::python) fn interned(text: &str) -> &'static str {
     static STRINGS: RwLock<Vec<&'static str>> = RwLock::new(Vec::new());
     if let Some(known) = STRINGS.read().unwrap_or_else(|e| e.into_inner()).iter().find(|s| **s == text) {
         return known;
@@ -108,7 +119,7 @@ pub(super) fn interned(text: &str) -> &'static str {
 }
 
 /// Whether `type_object` is one of this module's array classes (a few pointer compares).
-pub(super) fn is_known_type(type_object: usize) -> bool {
+pub(in crate::python) fn is_known_type(type_object: usize) -> bool {
     let count = TYPE_COUNT.load(Ordering::Acquire).min(MAX_TYPES);
     TYPES[..count].iter().any(|t| t.load(Ordering::Relaxed) == type_object)
 }
@@ -119,13 +130,13 @@ fn find_by(matches: impl Fn(&Registration) -> bool) -> Option<&'static Registrat
 }
 
 /// The registered class for a DLPack dtype and ndim.
-pub(super) fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<&'static Registration> {
+pub(in crate::python) fn find(code: u8, bits: u8, lanes: u16, ndim: usize) -> Option<&'static Registration> {
     find_by(|r| r.ndim == ndim && r.dtype().code == code && r.dtype().bits == bits && r.dtype().lanes == lanes)
 }
 
 /// The registered record classes with `ndim` dimensions, those of DLPack sizing `dtype` (records
 /// of one size) first.
-pub(super) fn records(dtype: (u8, u8, u16), ndim: usize) -> Vec<&'static Registration> {
+pub(in crate::python) fn records(dtype: (u8, u8, u16), ndim: usize) -> Vec<&'static Registration> {
     let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
     let mut found: Vec<_> = registry.iter().filter(|r| r.ndim == ndim && r.dtype().is_record()).copied().collect();
     found.sort_by_key(|r| r.dtype().dlpack() != dtype);
@@ -133,29 +144,29 @@ pub(super) fn records(dtype: (u8, u8, u16), ndim: usize) -> Vec<&'static Registr
 }
 
 /// The registration of exactly the class `type_object`.
-pub(super) fn of_type(type_object: usize) -> Option<&'static Registration> {
+pub(in crate::python) fn of_type(type_object: usize) -> Option<&'static Registration> {
     find_by(|r| r.type_object == type_object)
 }
 
 /// The registered class that `object`'s type is, or derives from (a Python subclass).
-pub(super) fn of_object(object: &Bound<'_, PyAny>) -> Option<&'static Registration> {
+pub(in crate::python) fn of_object(object: &Bound<'_, PyAny>) -> Option<&'static Registration> {
     object.get_type().mro().iter().find_map(|class| of_type(class.as_ptr() as usize))
 }
 
 /// The registered class of Python name `class` holding `dtype` arrays with `ndim` dimensions.
-pub(super) fn find_class_name(class: &str, dtype: &str, ndim: usize) -> Option<&'static Registration> {
+pub(in crate::python) fn find_class_name(class: &str, dtype: &str, ndim: usize) -> Option<&'static Registration> {
     find_by(|r| r.ndim == ndim && r.dtype().name == dtype && r.name == class)
 }
 
 /// The registered class for a dtype name (`float32`) and ndim.
-pub(super) fn find_name(name: &str, ndim: usize) -> Option<&'static Registration> {
+pub(in crate::python) fn find_name(name: &str, ndim: usize) -> Option<&'static Registration> {
     find_by(|r| r.ndim == ndim && r.dtype().name == name)
 }
 
 /// The one message for a `(dtype, ndim)` pair this module has no class for, wherever the
 /// pair comes from (a constructor, DLPack, a pickle, a shared handle, the C exchange API):
 /// what was asked, what is compiled, and advice that fits how amso was installed.
-pub(super) fn uncompiled(dtype: &str, ndim: usize) -> String {
+pub(in crate::python) fn uncompiled(dtype: &str, ndim: usize) -> String {
     let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
     let compiled: Vec<usize> = registry.iter().filter(|r| r.dtype().name == dtype).map(|r| r.ndim).collect();
     drop(registry);
@@ -183,7 +194,7 @@ enum Install {
 /// the spec's dtype names.
 fn uncompiled_message(dtype: &str, ndim: usize, mut compiled: Vec<usize>, spec: &[&str], install: Install) -> String {
     let asked = format!("amso has no compiled array for dtype {dtype} with ndim {ndim}");
-    let max = crate::MAX_NDIM;
+    let max = crate::shape::MAX_NDIM;
     if ndim == 0 {
         return format!(
             "{asked}: amso arrays have 1 to {max} dimensions, and a scalar or 0-d array has none. \
@@ -236,7 +247,7 @@ fn uncompiled_message(dtype: &str, ndim: usize, mut compiled: Vec<usize>, spec: 
 static BUNDLED: AtomicBool = AtomicBool::new(false);
 
 /// Note that this runtime copy serves the bundled package (for `uncompiled`'s advice).
-pub(super) fn set_bundled() {
+pub(in crate::python) fn set_bundled() {
     BUNDLED.store(true, Ordering::Relaxed);
 }
 
@@ -244,13 +255,13 @@ pub(super) fn set_bundled() {
 static SOURCE_CHECKOUT: AtomicBool = AtomicBool::new(false);
 
 /// Note whether the module runs from a source checkout (for `uncompiled`'s advice).
-pub(super) fn set_source_checkout(checkout: bool) {
+pub(in crate::python) fn set_source_checkout(checkout: bool) {
     SOURCE_CHECKOUT.store(checkout, Ordering::Relaxed);
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{uncompiled_message, Install};
+    use crate::python::base::registry::{uncompiled_message, Install};
 
     const SPEC: &[&str] = &["bool", "float32", "int16"];
 

@@ -13,10 +13,10 @@ use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::array::MemArrayBase;
 use crate::element::DType;
 use crate::host::HostBuffer;
-use crate::MAX_NDIM;
+use crate::python::base::array::MemArrayBase;
+use crate::shape::MAX_NDIM;
 
 /// The PEP 3118 format of an element type, from its DLPack facts; `None` where PEP 3118 has
 /// no character for it (bfloat16, the low-precision floats, packed vectors).
@@ -88,7 +88,7 @@ struct Layout {
 ///
 /// # Safety
 /// `view` is the consumer's writable `Py_buffer`; the GIL is held.
-pub(super) unsafe fn get_buffer(
+pub(in crate::python) unsafe fn get_buffer(
     owner: &Bound<'_, PyAny>,
     array: &MemArrayBase,
     view: *mut ffi::Py_buffer,
@@ -97,7 +97,7 @@ pub(super) unsafe fn get_buffer(
 ) -> PyResult<()> {
     let py = owner.py();
     let header = array.header();
-    let dtype = if raw { &<u8 as crate::ArrayElement>::DTYPE } else { array.element_type() };
+    let dtype = if raw { &<u8 as crate::element::ArrayElement>::DTYPE } else { array.element_type() };
     // A vector's buffer is of its lanes, with a last axis of `lanes` (PEP 3118 has no vectors).
     let (dtype, lanes) = match dtype.is_vector().then(|| DType::from_dlpack_type((dtype.code, dtype.bits, 1))) {
         Some(Some(lane)) => (lane, Some(ffi::Py_ssize_t::from(dtype.lanes as i16))),
@@ -126,7 +126,7 @@ pub(super) unsafe fn get_buffer(
     }
     let (address, readonly, host) = array.read(py, |object| -> PyResult<(usize, bool, Arc<HostBuffer>)> {
         let raw = object.raw_view();
-        if raw.residence() != crate::Residence::Host {
+        if raw.residence() != crate::device::Residence::Host {
             return Err(PyBufferError::new_err(
                 "the data is in device memory; the buffer protocol describes host memory: \
                  move_memory(kDLCPU) first, or use DLPack / __cuda_array_interface__",
@@ -184,7 +184,7 @@ pub(super) unsafe fn get_buffer(
 ///
 /// # Safety
 /// `view` was filled by `get_buffer` and is released once.
-pub(super) unsafe fn release_buffer(array: &MemArrayBase, view: *mut ffi::Py_buffer) {
+pub(in crate::python) unsafe fn release_buffer(array: &MemArrayBase, view: *mut ffi::Py_buffer) {
     // SAFETY: `internal` is the `Layout` `get_buffer` leaked for this view.
     let layout = unsafe { (*view).internal.cast::<Layout>() };
     if !layout.is_null() {

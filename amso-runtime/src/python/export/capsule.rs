@@ -7,10 +7,10 @@ use std::ffi::CStr;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::array::MemArrayBase;
 use crate::dlpack::{plan_export, DlpackRequest, ManagedTensor, RawManaged};
 use crate::lock::LockId;
 use crate::memarray::core::ArrayCore;
+use crate::python::base::array::MemArrayBase;
 
 const LEGACY: &CStr = c"dltensor";
 const VERSIONED: &CStr = c"dltensor_versioned";
@@ -26,14 +26,16 @@ pub(crate) fn export_tensor(
     array: &ArrayCore,
     lock: Option<LockId>,
     request: &DlpackRequest,
-) -> crate::Result<ManagedTensor> {
+) -> crate::error::Result<ManagedTensor> {
     let view = array.raw_view();
     let device = view.device();
     let plan = plan_export(device, view.pinned(), request)?;
     crate::dlpack::check_format(&plan, view.dtype.dl_data_type(), view.readonly())?;
     let source = array.export_source(&plan, lock).map_err(|error| match error {
         // A device the producer cannot reach is DLPack's BufferError, whatever the cause.
-        crate::Error::Unavailable(message) if plan.target != device => crate::Error::ExportRefused(message),
+        crate::error::Error::Unavailable(message) if plan.target != device => {
+            crate::error::Error::ExportRefused(message)
+        }
         other => other,
     })?;
     Ok(ManagedTensor::new(source, plan.format))
@@ -42,11 +44,11 @@ pub(crate) fn export_tensor(
 /// A versioned export of a vector array's memory as its lanes (`a.scalar_view()`): the lane
 /// dtype, and a last axis of `lanes` (float32x4 `(n,)` is float32 `(n, 4)`), handed to `stream`
 /// as `export_for_stream` hands it.
-pub(crate) fn export_lanes(array: &ArrayCore, stream: i64) -> crate::Result<ManagedTensor> {
+pub(crate) fn export_lanes(array: &ArrayCore, stream: i64) -> crate::error::Result<ManagedTensor> {
     let view = array.raw_view();
     let device = view.device();
     let request = DlpackRequest {
-        stream: (device.device_type == crate::DeviceType::Cuda).then_some(stream),
+        stream: (device.device_type == crate::device::DeviceType::Cuda).then_some(stream),
         max_version: Some(crate::dlpack::DLPACK_VERSION),
         ..Default::default()
     };
@@ -86,8 +88,8 @@ pub(crate) fn dlpack_call<'py>(
 
 /// A versioned export of `array` whose device data is handed to `stream` (amso's pending work
 /// on it ordered first); host data has no stream. For the exchange API and kernel launches.
-pub(crate) fn export_for_stream(array: &ArrayCore, stream: i64) -> crate::Result<ManagedTensor> {
-    let on_device = array.raw_view().device().device_type == crate::DeviceType::Cuda;
+pub(crate) fn export_for_stream(array: &ArrayCore, stream: i64) -> crate::error::Result<ManagedTensor> {
+    let on_device = array.raw_view().device().device_type == crate::device::DeviceType::Cuda;
     let request = DlpackRequest {
         stream: on_device.then_some(stream),
         max_version: Some(crate::dlpack::DLPACK_VERSION),

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 
-use super::array::MemArrayBase;
-use super::capsule::dlpack_call;
 use crate::lock::LockId;
+use crate::python::base::array::MemArrayBase;
+use crate::python::export::capsule::dlpack_call;
 
 /// A locking DLPack exporter for one array (Python name `amso._amso.DLPackContext`).
 #[pyclass(frozen, module = "amso._amso", name = "DLPackContext")]
@@ -20,7 +20,7 @@ pub struct DLPackContext {
 }
 
 impl DLPackContext {
-    pub(super) fn new(array: Py<MemArrayBase>, lock: LockId) -> Self {
+    pub(in crate::python) fn new(array: Py<MemArrayBase>, lock: LockId) -> Self {
         DLPackContext { array, lock, entered: AtomicBool::new(false) }
     }
 }
@@ -80,7 +80,7 @@ impl DLPackContext {
                 "this DLPack context is not entered; use it as `with array.get_dlpack() as view: np.from_dlpack(view)`",
             ));
         }
-        let max_version = max_version.map(super::convert::dlpack_version).transpose()?;
+        let max_version = max_version.map(crate::python::base::convert::dlpack_version).transpose()?;
         dlpack_call(py, self.array.get(), Some(self.lock), stream, max_version, dl_device, copy)
     }
 

@@ -15,13 +15,13 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::array::MemArrayBase;
-use super::capsule::export_for_stream;
-use super::registry;
 use crate::device::{Device, DeviceType};
 use crate::dlpack::{Format, ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::error::{code, Error, Result};
 use crate::memarray::ArrayOptions;
+use crate::python::base::array::MemArrayBase;
+use crate::python::base::registry;
+use crate::python::export::capsule::export_for_stream;
 
 struct Table(DLPackExchangeAPI);
 
@@ -41,12 +41,12 @@ static API: Table = Table(DLPackExchangeAPI {
 });
 
 /// Address of the static table (`__c_dlpack_exchange_api__`).
-pub(super) fn api_address() -> usize {
+pub(in crate::python) fn api_address() -> usize {
     &API.0 as *const DLPackExchangeAPI as usize
 }
 
 /// The "dlpack_exchange_api" capsule (`__dlpack_c_exchange_api__`).
-pub(super) fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
+pub(in crate::python) fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
     // SAFETY: a static table and name; no destructor is needed.
     let capsule = unsafe { ffi::PyCapsule_New(api_address() as *mut c_void, c"dlpack_exchange_api".as_ptr(), None) };
     // SAFETY: a new reference or NULL with an exception set.
@@ -72,8 +72,8 @@ fn python_call(body: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
 /// The header of the amso array `object`, borrowed for as long as `object` is; a locked array
 /// is refused (exports happen inside the `with` block that holds it), and so is a record array,
 /// which DLPack cannot describe (as every export refuses it: `record_refusal`).
-fn exportable_header<'a>(object: &'a Bound<'_, PyAny>) -> PyResult<&'a crate::python::header::Header> {
-    let header = super::recognize::header_of_object(object).ok_or_else(|| {
+fn exportable_header<'a>(object: &'a Bound<'_, PyAny>) -> PyResult<&'a crate::python::base::header::Header> {
+    let header = crate::python::base::recognize::header_of_object(object).ok_or_else(|| {
         let kind = object.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
         PyTypeError::new_err(format!("{} object is not an amso array", crate::error::with_article(kind)))
     })?;
@@ -106,7 +106,7 @@ unsafe extern "C" fn dltensor_from_py_object_no_sync(object: *mut c_void, out: *
         let object = unsafe { Bound::from_borrowed_ptr(py, object.cast()) };
         let h = exportable_header(&object)?;
         let placement = h.placement();
-        if placement.flags & crate::python::header::FLAG_READONLY != 0 {
+        if placement.flags & crate::python::base::header::FLAG_READONLY != 0 {
             return Err(PyBufferError::new_err(
                 "the array is read-only, which a DLTensor cannot say: its consumer could write it; use \
                  managed_tensor_from_py_object_no_sync (a versioned tensor with the READ_ONLY flag), or export a \
@@ -159,7 +159,7 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
         kwargs.set_item("max_version", DLPACK_VERSION)?;
         kwargs.set_item("stream", -1i64)?;
         let capsule = object.call_method("__dlpack__", (), Some(&kwargs))?;
-        let tensor = super::source::take_capsule(py, &capsule)?;
+        let tensor = crate::python::source::take_capsule(py, &capsule)?;
         let RawManaged::Versioned(_) = tensor.raw() else {
             return Err(PyBufferError::new_err("asked for a versioned DLPack tensor, got a legacy one"));
         };
@@ -185,7 +185,7 @@ unsafe extern "C" fn managed_tensor_to_py_object_no_sync(
             // The tensor is ours all the same: dropping it frees it before reporting.
             return Err(PyValueError::new_err("managed_tensor_to_py_object_no_sync: NULL output pointer"));
         }
-        let object = super::import::wrap_tensor(py, tensor)?;
+        let object = crate::python::source::import::wrap_tensor(py, tensor)?;
         // SAFETY: checked non-null above; the new reference goes to the caller.
         unsafe { *out = object.into_ptr().cast() };
         Ok(())
@@ -216,7 +216,7 @@ unsafe extern "C" fn managed_tensor_allocator(
             // SAFETY: the caller's prototype tensor.
             let t = unsafe { &*prototype };
             let name = || crate::element::dlpack_type_name((t.dtype.code.0, t.dtype.bits, t.dtype.lanes));
-            if !(1..=crate::MAX_NDIM as i32).contains(&t.ndim) {
+            if !(1..=crate::shape::MAX_NDIM as i32).contains(&t.ndim) {
                 return Err(Error::WrongValueType(registry::uncompiled(&name(), t.ndim.max(0) as usize)));
             }
             // SAFETY: the caller's prototype holds ndim shape entries (DLPack's contract).

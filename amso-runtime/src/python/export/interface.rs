@@ -6,11 +6,14 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use super::array::MemArrayBase;
 use crate::device::Residence;
+use crate::python::base::array::MemArrayBase;
 
 /// The interface dict of `array`'s device data.
-pub(super) fn cuda_array_interface<'py>(array: &MemArrayBase, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+pub(in crate::python) fn cuda_array_interface<'py>(
+    array: &MemArrayBase,
+    py: Python<'py>,
+) -> PyResult<Bound<'py, PyDict>> {
     let (address, stream, readonly) = array.read(py, |object| {
         let view = object.raw_view();
         if view.residence() != Residence::Device {
@@ -35,7 +38,7 @@ pub(super) fn cuda_array_interface<'py>(array: &MemArrayBase, py: Python<'py>) -
     }
     let interface = PyDict::new(py);
     // A vector's lanes are a last axis of its lane type (the typestr's).
-    interface.set_item(intern!(py, "shape"), super::numpy_io::numpy_shape(py, array)?)?;
+    interface.set_item(intern!(py, "shape"), crate::python::export::numpy_io::numpy_shape(py, array)?)?;
     interface.set_item(intern!(py, "typestr"), array.element_type().typestr)?;
     if array.element_type().is_record() {
         interface.set_item(intern!(py, "descr"), record_descr(py, array.element_type())?)?;
@@ -55,7 +58,7 @@ pub(super) fn cuda_array_interface<'py>(array: &MemArrayBase, py: Python<'py>) -
 
 /// A record's `descr` (the array interface's field list: `(name, typestr[, shape])`, C's
 /// padding as `('', '|V<n>')` entries), which CuPy and Numba read into a structured dtype.
-fn record_descr<'py>(py: Python<'py>, dtype: &crate::DType) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+fn record_descr<'py>(py: Python<'py>, dtype: &crate::element::DType) -> PyResult<Bound<'py, pyo3::types::PyList>> {
     let descr = pyo3::types::PyList::empty(py);
     for stretch in crate::element::record_stretches(dtype) {
         match stretch {
@@ -75,7 +78,7 @@ fn record_descr<'py>(py: Python<'py>, dtype: &crate::DType) -> PyResult<Bound<'p
 /// array's pending work is completed first and no stream is published: a capturing consumer
 /// would otherwise wait on a stream outside its capture, which invalidates it.
 #[cfg(feature = "cuda")]
-fn published_stream(device_id: i32, stream: Option<i64>) -> crate::Result<Option<i64>> {
+fn published_stream(device_id: i32, stream: Option<i64>) -> crate::error::Result<Option<i64>> {
     use crate::cuda::{capture, stream as streams};
     match stream {
         Some(value) if capture::in_progress(Some(device_id)) => {

@@ -9,14 +9,14 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::array::MemArrayBase;
-use super::convert::{numpy, numpy_dtype};
+use crate::python::base::array::MemArrayBase;
+use crate::python::base::convert::{numpy, numpy_dtype};
 
 /// `a.__array__(dtype=None, copy=None)`, which `np.asarray(a)` and `np.array(a)` call: a view
 /// of host data that holds the memory (read-only for read-only arrays), a copy where `dtype`
 /// needs a conversion or `copy=True`, a `ValueError` where a copy is needed but `copy=False`.
 /// Device data is a `TypeError`, as in CuPy: NumPy would need a silent device-to-host copy.
-pub(super) fn array_view<'py>(
+pub(in crate::python) fn array_view<'py>(
     slf: &Bound<'py, MemArrayBase>,
     dtype: Option<&Bound<'py, PyAny>>,
     copy: Option<bool>,
@@ -50,7 +50,7 @@ pub(super) fn array_view<'py>(
     } else {
         // NumPy cannot import this dtype through DLPack or a typed buffer (bfloat16): view the
         // raw bytes, then the dtype.
-        let raw = Bound::new(py, super::buffer::RawBytes::from(slf))?;
+        let raw = Bound::new(py, crate::python::export::buffer::RawBytes::from(slf))?;
         let bytes = np.call_method1(intern!(py, "frombuffer"), (raw, np.getattr(intern!(py, "uint8"))?))?;
         let typed = bytes.call_method1(intern!(py, "view"), (&own,))?;
         typed.call_method1(intern!(py, "reshape"), (numpy_shape(py, array)?,))?
@@ -63,7 +63,11 @@ pub(super) fn array_view<'py>(
 }
 
 /// `a.read_numpy_array(x)`.
-pub(super) fn read_numpy_array(array: &MemArrayBase, py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<()> {
+pub(in crate::python) fn read_numpy_array(
+    array: &MemArrayBase,
+    py: Python<'_>,
+    source: &Bound<'_, PyAny>,
+) -> PyResult<()> {
     let np = numpy(py)?;
     let source = np.call_method1(intern!(py, "asarray"), (source,))?;
     let shape = numpy_shape(py, array)?;
@@ -95,7 +99,7 @@ pub(super) fn read_numpy_array(array: &MemArrayBase, py: Python<'_>, source: &Bo
 }
 
 /// `a.to_numpy()`.
-pub(super) fn to_numpy<'py>(array: &MemArrayBase, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+pub(in crate::python) fn to_numpy<'py>(array: &MemArrayBase, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
     let np = numpy(py)?;
     let shape = PyTuple::new(py, array.header().dims())?;
     let out = np.call_method1(intern!(py, "empty"), (shape, numpy_dtype(py, array.element_type())?))?;
@@ -110,7 +114,7 @@ pub(super) fn to_numpy<'py>(array: &MemArrayBase, py: Python<'py>) -> PyResult<B
 
 /// The dtype of NumPy arrays of `dtype`'s elements: `numpy_dtype`, except for a vector, whose
 /// NumPy arrays are of its lane type (a trailing axis holds the lanes).
-fn numpy_element<'py>(py: Python<'py>, dtype: &crate::DType) -> PyResult<Bound<'py, PyAny>> {
+fn numpy_element<'py>(py: Python<'py>, dtype: &crate::element::DType) -> PyResult<Bound<'py, PyAny>> {
     let own = numpy_dtype(py, dtype)?;
     match dtype.is_vector() {
         true => own.getattr(intern!(py, "base")),
@@ -120,7 +124,7 @@ fn numpy_element<'py>(py: Python<'py>, dtype: &crate::DType) -> PyResult<Bound<'
 
 /// The shape of NumPy arrays (and array interfaces) of `array`'s data: its own, and a vector's
 /// lanes as a last axis.
-pub(super) fn numpy_shape<'py>(py: Python<'py>, array: &MemArrayBase) -> PyResult<Bound<'py, PyTuple>> {
+pub(in crate::python) fn numpy_shape<'py>(py: Python<'py>, array: &MemArrayBase) -> PyResult<Bound<'py, PyTuple>> {
     let dtype = array.element_type();
     let mut dims = array.header().dims().to_vec();
     dims.extend(dtype.is_vector().then_some(i64::from(dtype.lanes)));
@@ -130,11 +134,15 @@ pub(super) fn numpy_shape<'py>(py: Python<'py>, array: &MemArrayBase) -> PyResul
 /// The bytes of `out`, a fresh array NumPy made for amso to fill: refused unless it is exactly a
 /// NumPy array whose own `nbytes` writable, C-contiguous bytes the buffer is (a patched
 /// `numpy.empty` is not trusted). Hold the buffer while writing through it.
-pub(super) fn writable_bytes(py: Python<'_>, out: &Bound<'_, PyAny>, nbytes: usize) -> PyResult<PyBuffer<u8>> {
-    let exact = super::source::numpy::is_exact_array(out);
+pub(in crate::python) fn writable_bytes(
+    py: Python<'_>,
+    out: &Bound<'_, PyAny>,
+    nbytes: usize,
+) -> PyResult<PyBuffer<u8>> {
+    let exact = crate::python::source::numpy::is_exact_array(out);
     let buffer = PyBuffer::<u8>::get(&raw_bytes(py, out)?)?;
     if !exact
-        || buffer.buf_ptr() as usize != super::source::numpy::data_address(out)
+        || buffer.buf_ptr() as usize != crate::python::source::numpy::data_address(out)
         || buffer.readonly()
         || !buffer.is_c_contiguous()
         || buffer.len_bytes() != nbytes

@@ -8,10 +8,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3::{ffi, intern};
 
-use super::{work_stream, Described, Holder, Producer, Request, Source};
 use crate::device::{Device, DeviceType};
 use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::element::DType;
+use crate::python::source::{work_stream, Described, Holder, Producer, Request, Source};
 
 /// Take `obj`'s tensor through `__dlpack__`: versioned (`max_version`), with the stream
 /// handshake for device data, asking for `copy` when given. A producer older than the array
@@ -151,7 +151,10 @@ pub(super) fn from_interface(obj: &Bound<'_, PyAny>, request: Request) -> PyResu
         ))
     })?;
     if request.c_contiguous {
-        let strides = interface.strides.as_deref().map_or(super::Strides::COrder, super::Strides::Bytes);
+        let strides = interface
+            .strides
+            .as_deref()
+            .map_or(crate::python::source::Strides::COrder, crate::python::source::Strides::Bytes);
         strides.check_c_contiguous(&interface.dims, dtype.itemsize())?;
     }
     let device_id = device_of(interface.address)?;
@@ -187,6 +190,8 @@ pub(crate) fn device_of(address: usize) -> PyResult<i32> {
     #[cfg(feature = "cuda")]
     return Ok(crate::cuda::driver::device_of_pointer(address)?);
     #[cfg(not(feature = "cuda"))]
-    Err(crate::Error::Unavailable("CUDA memory needs amso's CUDA layer, which this build does not include".into())
-        .into())
+    Err(crate::error::Error::Unavailable(
+        "CUDA memory needs amso's CUDA layer, which this build does not include".into(),
+    )
+    .into())
 }

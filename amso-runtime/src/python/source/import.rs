@@ -5,18 +5,22 @@
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use super::array::MemArrayBase;
-use super::registry;
-use super::source::{self, Protocol, Request, Source};
 use crate::device::DeviceType;
 use crate::dlpack::ManagedTensor;
 use crate::element::dlpack_type_name;
 use crate::memarray::foreign::{check_dims, ForeignMemory};
+use crate::python::base::array::MemArrayBase;
+use crate::python::base::registry;
+use crate::python::source::{self, Protocol, Request, Source};
 
 /// An amso array of a registered class over `source`'s memory, which must be C-contiguous.
 /// Device data records the stream it was handed over on, so amso's later work waits for it.
 /// `producer` is the object `source` came from (`None` for a bare tensor).
-pub(super) fn wrap_source(py: Python<'_>, source: Source, producer: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+pub(in crate::python) fn wrap_source(
+    py: Python<'_>,
+    source: Source,
+    producer: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyAny>> {
     wrap_lanes(py, source, producer, None)
 }
 
@@ -30,7 +34,7 @@ fn wrap_lanes(
 ) -> PyResult<Py<PyAny>> {
     let extents = source.extents(py);
     let ndim = extents.dims.len().saturating_sub(usize::from(lanes.is_some()));
-    if !(1..=crate::MAX_NDIM).contains(&ndim) {
+    if !(1..=crate::shape::MAX_NDIM).contains(&ndim) {
         let dtype = (source.dtype.0, source.dtype.1, lanes.unwrap_or(source.dtype.2));
         return Err(PyTypeError::new_err(registry::uncompiled(&dlpack_type_name(dtype), ndim)));
     }
@@ -87,8 +91,8 @@ fn wrap_lanes(
 }
 
 /// The record class each layout (a NumPy descriptor or an amso class, with the ndim) found.
-static RECORD_CLASSES: crate::python::identity_cache::IdentityCache<16> =
-    crate::python::identity_cache::IdentityCache::new();
+static RECORD_CLASSES: crate::python::base::identity_cache::IdentityCache<16> =
+    crate::python::base::identity_cache::IdentityCache::new();
 
 /// The compiled record class whose layout is that of `source` (a NumPy structured array, or an
 /// amso record array of another runtime copy) with `ndim` dimensions: the first difference
@@ -106,7 +110,7 @@ fn record_class(
     // class in one lookup, without scanning the registry.
     let key = match numpy {
         // SAFETY: a NumPy array's descriptor, alive while the array is.
-        true => unsafe { Bound::from_borrowed_ptr(producer.py(), super::source::numpy::descr_of(producer)) },
+        true => unsafe { Bound::from_borrowed_ptr(producer.py(), crate::python::source::numpy::descr_of(producer)) },
         false => producer.get_type().into_any(),
     };
     if let Some(found) = RECORD_CLASSES.get(&key, ndim) {
@@ -114,7 +118,7 @@ fn record_class(
         let registration = unsafe { &*(found as *const registry::Registration) };
         // One more lookup (the layout check's own cache) sees fields renamed since.
         // SAFETY: `numpy` says whether the producer is a NumPy array.
-        if unsafe { super::args::check_record_layout(producer, numpy, registration.dtype()) }.is_ok() {
+        if unsafe { crate::python::args::check_record_layout(producer, numpy, registration.dtype()) }.is_ok() {
             return Ok(registration);
         }
     }
@@ -122,7 +126,7 @@ fn record_class(
     let mut first_error = None;
     for registration in &candidates {
         // SAFETY: `numpy` says whether the producer is a NumPy array.
-        match unsafe { super::args::check_record_layout(producer, numpy, registration.dtype()) } {
+        match unsafe { crate::python::args::check_record_layout(producer, numpy, registration.dtype()) } {
             Ok(()) => {
                 RECORD_CLASSES.insert(&key, ndim, *registration as *const registry::Registration as usize);
                 return Ok(registration);
@@ -145,7 +149,7 @@ fn record_class(
 
 /// An amso array over the tensor `owner` owns (its deleter runs exactly once, also when the
 /// tensor is refused).
-pub(super) fn wrap_tensor(py: Python<'_>, owner: ManagedTensor) -> PyResult<Py<PyAny>> {
+pub(in crate::python) fn wrap_tensor(py: Python<'_>, owner: ManagedTensor) -> PyResult<Py<PyAny>> {
     wrap_source(py, source::from_tensor(owner)?, None)
 }
 
@@ -153,7 +157,7 @@ pub(super) fn wrap_tensor(py: Python<'_>, owner: ManagedTensor) -> PyResult<Py<P
 /// lanes as a last axis of their own dtype (float32x4 `(n,)` is float32 `(n, 4)`), for DLPack
 /// consumers that refuse lanes (PyTorch, NumPy, CuPy, JAX). Like a DLPack export, it holds the
 /// memory where it is now; device data is handed to the current stream, which its work waits on.
-pub(super) fn scalar_view(slf: &Bound<'_, MemArrayBase>) -> PyResult<Py<PyAny>> {
+pub(in crate::python) fn scalar_view(slf: &Bound<'_, MemArrayBase>) -> PyResult<Py<PyAny>> {
     let (py, array) = (slf.py(), slf.get());
     let dtype = array.element_type();
     if !dtype.is_vector() {
@@ -163,9 +167,9 @@ pub(super) fn scalar_view(slf: &Bound<'_, MemArrayBase>) -> PyResult<Py<PyAny>> 
             dtype.name
         )));
     }
-    crate::process::join(py)?;
+    crate::borrow::process::join(py)?;
     let stream = crate::current_stream::resolve(None);
-    let tensor = array.read(py, |core| super::capsule::export_lanes(core, stream))?;
+    let tensor = array.read(py, |core| crate::python::export::capsule::export_lanes(core, stream))?;
     let source = Source { stream: Some(stream), ..source::from_tensor(tensor)? };
     wrap_source(py, source, None)
 }
@@ -176,14 +180,18 @@ pub(super) fn scalar_view(slf: &Bound<'_, MemArrayBase>) -> PyResult<Py<PyAny>> 
 /// `__dlpack__` itself.
 #[pyfunction]
 #[pyo3(signature = (obj, *, copy = None))]
-pub(super) fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<Py<PyAny>> {
+pub(in crate::python) fn from_dlpack(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    copy: Option<bool>,
+) -> PyResult<Py<PyAny>> {
     if !obj.hasattr(pyo3::intern!(py, "__dlpack__"))? {
         return Err(PyTypeError::new_err(format!(
             "{} has no __dlpack__; amso.asarray also takes the CUDA array interface and the buffer protocol",
             obj.get_type().name()?
         )));
     }
-    crate::process::join(py)?;
+    crate::borrow::process::join(py)?;
     let protocol = match source::protocol_of(obj)? {
         Some(protocol) if copy != Some(true) => protocol,
         _ => Protocol::DLPack,
@@ -198,8 +206,8 @@ pub(super) fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<b
 /// none. With `lanes`, `obj`'s last axis holds the lanes of a vector dtype.
 #[pyfunction(name = "_wrap")]
 #[pyo3(signature = (obj, lanes = None))]
-pub(super) fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>, lanes: Option<u16>) -> PyResult<Py<PyAny>> {
-    crate::process::join(py)?;
+pub(in crate::python) fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>, lanes: Option<u16>) -> PyResult<Py<PyAny>> {
+    crate::borrow::process::join(py)?;
     let protocol = source::protocol_of(obj)?.ok_or_else(|| {
         PyBufferError::new_err(format!(
             "{} object exposes no memory (DLPack, the CUDA array interface or the buffer protocol)",
@@ -215,7 +223,7 @@ pub(super) fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>, lanes: Option<u16>) -
 /// describes with `__cuda_array_interface__` (version 2 or 3), keeping `obj` alive. A v3
 /// `stream` is honoured: amso's work on the array waits for it.
 #[pyfunction]
-pub(super) fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+pub(in crate::python) fn from_cuda_array_interface(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let request = Request { c_contiguous: true, ..Request::default() };
     wrap_source(py, source::acquire_as(obj, Protocol::Interface, request)?, Some(obj))
 }

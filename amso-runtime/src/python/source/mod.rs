@@ -27,6 +27,7 @@
 //! (`into_owner` makes an owner that outlives it).
 
 mod handshake;
+pub(crate) mod import;
 pub(crate) mod numpy;
 mod pep3118;
 
@@ -39,11 +40,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use pyo3::{ffi, intern};
 
-use super::identity_cache::IdentityCache;
-use super::recognize::{ArrayTypeInfo, HeldArray};
 use crate::device::{Device, DeviceType};
 use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
-use crate::python::header::{Header, FLAG_CHANGING, FLAG_ON_DEVICE, FLAG_READONLY};
+use crate::python::base::header::{Header, FLAG_CHANGING, FLAG_ON_DEVICE, FLAG_READONLY};
+use crate::python::base::identity_cache::IdentityCache;
+use crate::python::base::recognize::{ArrayTypeInfo, HeldArray};
 
 pub(crate) use handshake::take_capsule;
 #[cfg(feature = "cuda")]
@@ -288,7 +289,7 @@ impl Strides<'_> {
     }
 
     /// Refuse strides that are not C-contiguous for `dims` (`itemsize`-byte elements).
-    pub(crate) fn check_c_contiguous(self, dims: &[i64], itemsize: usize) -> crate::Result<()> {
+    pub(crate) fn check_c_contiguous(self, dims: &[i64], itemsize: usize) -> crate::error::Result<()> {
         match self {
             Strides::COrder => Ok(()),
             Strides::Elements(given) => crate::memarray::foreign::check_c_contiguous(dims, given, 1),
@@ -395,7 +396,7 @@ fn protocol_of_type(ty: &Bound<'_, PyType>) -> PyResult<Option<Protocol>> {
 /// What a type's own attributes and slots say it speaks.
 fn classify(ty: &Bound<'_, PyType>) -> PyResult<Option<Protocol>> {
     let py = ty.py();
-    if let Some(runtime) = super::recognize::runtime_of_type(ty) {
+    if let Some(runtime) = crate::python::base::recognize::runtime_of_type(ty) {
         return Ok(Some(Protocol::Amso(runtime)));
     }
     if numpy::is_array_type(ty) {
@@ -459,7 +460,7 @@ pub(crate) struct Request {
 #[inline]
 pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<Option<Source>> {
     // A user crate whose module only defines typed functions registers no class: join here.
-    crate::process::join(obj.py())?;
+    crate::borrow::process::join(obj.py())?;
     let Some(protocol) = protocol_of(obj)? else { return Ok(None) };
     acquire_as(obj, protocol, Request { stream, ..Request::default() }).map(Some)
 }
@@ -470,7 +471,7 @@ pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<O
 /// match them by name).
 #[inline]
 pub(crate) fn acquire_argument(obj: &Bound<'_, PyAny>) -> PyResult<Option<Source>> {
-    crate::process::join(obj.py())?;
+    crate::borrow::process::join(obj.py())?;
     let Some(protocol) = protocol_of(obj)? else { return Ok(None) };
     acquire_as(obj, protocol, Request { in_place: true, numpy_kinds: true, ..Request::default() }).map(Some)
 }
@@ -501,7 +502,7 @@ pub(crate) fn acquire_as(obj: &Bound<'_, PyAny>, protocol: Protocol, request: Re
 ///
 /// Why this is sound without a reference to the buffer: the GIL is held. The flag is set, with
 /// the GIL held, before any change of the array begins, and cleared after it ended and the
-/// header was republished (`python/array.rs`), so with it clear the header's placement is
+/// header was republished (`python/base/array.rs`), so with it clear the header's placement is
 /// current and nothing writes or frees the data. The caller (a typed argument) registers its
 /// borrow of the memory before it next releases the GIL; every change that could write or
 /// free host memory while the GIL is released first borrows it for writing in the same
@@ -513,8 +514,8 @@ fn in_place(obj: &Bound<'_, PyAny>, runtime: &'static ArrayTypeInfo) -> Option<S
     if !runtime.reads_in_place() {
         return None;
     }
-    let header = match std::ptr::eq(runtime, &super::recognize::INFO) {
-        true => obj.cast::<super::array::MemArrayBase>().ok()?.get().header(),
+    let header = match std::ptr::eq(runtime, &crate::python::base::recognize::INFO) {
+        true => obj.cast::<crate::python::base::array::MemArrayBase>().ok()?.get().header(),
         // SAFETY: a live object, the GIL held; that runtime checks the type itself, and a
         // header it returns lives as long as `obj`.
         false => unsafe { (runtime.header_of)(obj.as_ptr()).as_ref() }?,

@@ -19,10 +19,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 use pyo3::{ffi, intern};
 
-use super::{as_i64s, Extents, Holder, Source, Strides};
 use crate::device::Device;
 use crate::element::DType;
-use crate::python::identity_cache::IdentityCache;
+use crate::python::base::identity_cache::IdentityCache;
+use crate::python::source::{as_i64s, Extents, Holder, Source, Strides};
 use crate::strided::Dims;
 
 /// `PyArrayObject_fields`' leading members (numpy/ndarraytypes.h).
@@ -632,7 +632,7 @@ fn descriptor<'py>(py: Python<'py>, numpy: &NumPyApi, dtype: &DType) -> PyResult
         }
         None => {
             // Made by `sys.modules["numpy"].dtype(...)`, which a stand-in may answer.
-            let descr = crate::python::convert::numpy_dtype(py, dtype)?;
+            let descr = crate::python::base::convert::numpy_dtype(py, dtype)?;
             // SAFETY: a live object and NumPy's validated descriptor type.
             if unsafe { ffi::PyObject_TypeCheck(descr.as_ptr(), numpy.descr) } == 0 {
                 return Err(PyTypeError::new_err(format!(

@@ -9,9 +9,9 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
-use super::{as_i64s, Extents, Holder, Source, Strides};
 use crate::device::Device;
 use crate::memarray::buffer_claim::{claim_buffer, BufferFields, BufferRefusal};
+use crate::python::source::{as_i64s, Extents, Holder, Source, Strides};
 
 /// A buffer view taken from its exporter, released (with the GIL) when dropped.
 pub(crate) struct BufferView(Box<ffi::Py_buffer>);

@@ -1,5 +1,5 @@
-//! The one error type of amso. Python exceptions (python/error.rs) and, later, C error codes
-//! are mappings of it, each defined once.
+//! The one error type of amso, and its one grouping: `Error::code`, the C error code, which
+//! also picks the Python exception type (python/base/error.rs).
 
 /// Everything that can go wrong in the runtime.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,9 +73,18 @@ pub enum Error {
     /// An export the protocol lets the producer refuse (DLPack's BufferError cases).
     #[error("{0}")]
     ExportRefused(String),
-    /// A CUDA driver or NVRTC call failed.
-    #[error("CUDA error: {0}")]
-    Cuda(String),
+    /// A CUDA driver call (or a step of amso's CUDA layer) failed: which one, and the driver's
+    /// own code for it, so callers tell out-of-memory from an invalid context without reading text.
+    #[error("CUDA error in {call}: {message}")]
+    Cuda {
+        /// The driver call that failed (`cuMemcpyAsync`), or amso's step.
+        call: &'static str,
+        /// The driver's `CUresult` (`CUDA_ERROR_OUT_OF_MEMORY` is 2); `None` where the driver
+        /// gave none (a plug-in allocator's malformed answer, say).
+        code: Option<u32>,
+        /// The driver's name and description of the code, or what went wrong.
+        message: String,
+    },
     /// A kernel's source did not compile (the message carries NVRTC's log).
     #[error("{0}")]
     Compile(String),
@@ -152,19 +161,37 @@ impl Error {
             | Error::UnsupportedDevice(_) => code::VALUE,
             Error::ValueOutOfRange(_) => code::OVERFLOW,
             Error::WrongValueType(_) => code::TYPE,
-            Error::OutOfMemory { .. } => code::MEMORY,
+            Error::OutOfMemory { .. } | Error::Cuda { code: Some(OUT_OF_MEMORY), .. } => code::MEMORY,
             Error::Locked { .. } | Error::StaleLock { .. } | Error::ExportRefused(_) => code::BUFFER,
-            Error::Unavailable(_) | Error::Cuda(_) | Error::Compile(_) | Error::Capture(_) => code::RUNTIME,
+            Error::Unavailable(_) | Error::Cuda { .. } | Error::Compile(_) | Error::Capture(_) => code::RUNTIME,
         }
     }
 }
+
+/// The driver's `CUDA_ERROR_OUT_OF_MEMORY`: a `Cuda` error of this code is a memory error.
+const OUT_OF_MEMORY: u32 = 2;
 
 /// `Result` with amso's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests {
-    use super::with_article;
+    use super::{code, with_article, Error};
+
+    #[test]
+    fn a_cuda_error_keeps_the_call_and_the_drivers_code() {
+        let oom = Error::Cuda {
+            call: "cuModuleLoadData",
+            code: Some(2),
+            message: "CUDA_ERROR_OUT_OF_MEMORY: out of memory".into(),
+        };
+        assert_eq!(oom.code(), code::MEMORY, "out of memory by its code, whatever the text");
+        assert_eq!(oom.to_string(), "CUDA error in cuModuleLoadData: CUDA_ERROR_OUT_OF_MEMORY: out of memory");
+        let context = Error::Cuda { call: "cuCtxPushCurrent", code: Some(201), message: "out of memory?".into() };
+        assert_eq!(context.code(), code::RUNTIME, "an invalid context is not a memory error, whatever the text");
+        let no_code = Error::Cuda { call: "the allocator's malloc", code: None, message: "it raised".into() };
+        assert_eq!(no_code.code(), code::RUNTIME);
+    }
 
     #[test]
     fn articles_follow_the_sound() {

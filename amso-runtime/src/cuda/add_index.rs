@@ -201,13 +201,15 @@ pub(crate) unsafe fn launch_add_index(
         const BLOCK: u64 = 256;
         let sms = context(device_id)?
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(cuda_error)?;
+            .map_err(cuda_error("cuDeviceGetAttribute"))?;
         let grid = size.div_ceil(BLOCK).min(sms.max(1) as u64 * 32) as u32;
         let config = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (BLOCK as u32, 1, 1), shared_mem_bytes: 0 };
         let stream = stream.borrow(device_id)?;
         // SAFETY: the kernel takes one by-value `{ data, shape[ndim] }`, the prefix of
         // `indexer`, and the caller guarantees the memory it describes.
-        unsafe { stream.launch_builder(&function).arg(indexer).launch(config) }.map(drop).map_err(cuda_error)
+        unsafe { stream.launch_builder(&function).arg(indexer).launch(config) }
+            .map(drop)
+            .map_err(cuda_error("cuLaunchKernel"))
     })
 }
 

@@ -109,20 +109,20 @@ impl PoolAllocator {
         if configured.contains(&device_id) {
             return Ok(());
         }
-        let device = result::device::get(device_id).map_err(cuda_error)?;
+        let device = result::device::get(device_id).map_err(cuda_error("cuDeviceGet"))?;
         let mut threshold = match self.release_threshold.load(Ordering::Relaxed) {
             0 => u64::MAX,
             bytes => bytes,
         };
         // SAFETY: a device from `device::get`; the attribute is a u64.
         unsafe {
-            let pool = result::device::get_default_mem_pool(device).map_err(cuda_error)?;
+            let pool = result::device::get_default_mem_pool(device).map_err(cuda_error("cuDeviceGetDefaultMemPool"))?;
             result::mem_pool::set_attribute(
                 pool,
                 sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                 (&mut threshold as *mut u64).cast(),
             )
-            .map_err(cuda_error)?;
+            .map_err(cuda_error("cuMemPoolSetAttribute"))?;
         }
         configured.push(device_id);
         Ok(())
@@ -154,7 +154,8 @@ impl DeviceAllocator for PoolAllocator {
         self.configure(device_id)?;
         let _ctx = Current::enter(device_id)?;
         // SAFETY: the device's context is current; the stream was checked.
-        unsafe { result::malloc_async(stream.raw(), class) }.map_err(|e| map_error(e, bytes, "device"))
+        unsafe { result::malloc_async(stream.raw(), class) }
+            .map_err(|e| map_error("cuMemAllocFromPoolAsync", e, bytes, "device"))
     }
 
     fn free(&self, device_id: i32, ptr: u64, bytes: usize, stream: StreamHandle) {
@@ -204,7 +205,7 @@ impl DeviceAllocator for ManagedAllocator {
         let _ctx = Current::enter(device_id)?;
         // SAFETY: a context is current; the memory is zeroed or written before any read.
         unsafe { result::malloc_managed(bytes, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }
-            .map_err(|e| map_error(e, bytes, "managed"))
+            .map_err(|e| map_error("cuMemAllocManaged", e, bytes, "managed"))
     }
 
     fn free(&self, device_id: i32, ptr: u64, _bytes: usize, _stream: StreamHandle) {
@@ -230,7 +231,8 @@ impl DeviceAllocator for ShareableAllocator {
     fn allocate(&self, device_id: i32, bytes: usize, _stream: StreamHandle) -> Result<u64> {
         let _ctx = Current::enter(device_id)?;
         // SAFETY: a context is current; the memory is zeroed or written before any read.
-        unsafe { cudarc::driver::result::malloc_sync(bytes) }.map_err(|e| map_error(e, bytes, "shareable device"))
+        unsafe { cudarc::driver::result::malloc_sync(bytes) }
+            .map_err(|e| map_error("cuMemAlloc", e, bytes, "shareable device"))
     }
 
     fn free(&self, device_id: i32, ptr: u64, _bytes: usize, _stream: StreamHandle) {

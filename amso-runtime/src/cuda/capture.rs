@@ -156,7 +156,9 @@ pub(crate) fn note(device_id: i32, stream: StreamHandle, id: u64) -> crate::erro
     let slot = match free {
         Some(slot) => slot,
         None => {
-            let created = super::context::context(device_id)?.new_stream().map_err(super::driver::cuda_error)?;
+            let created = super::context::context(device_id)?
+                .new_stream()
+                .map_err(super::driver::cuda_error("cuStreamCreate"))?;
             let handle = StreamHandle::from_int(created.cu_stream() as i64)?;
             std::mem::forget(created); // kept for the process: `in_progress` asks it later
             sentinels.push(Sentinel { device_id, stream: handle, capture: 0 });
@@ -165,10 +167,10 @@ pub(crate) fn note(device_id: i32, stream: StreamHandle, id: u64) -> crate::erro
     };
     let sentinel = sentinels[slot].stream;
     let (capturing, watcher) = (stream.borrow(device_id)?, sentinel.borrow(device_id)?);
-    let fork = capturing.record_event(None).map_err(super::driver::cuda_error)?;
-    watcher.wait(&fork).map_err(super::driver::cuda_error)?;
-    let join = watcher.record_event(None).map_err(super::driver::cuda_error)?;
-    capturing.wait(&join).map_err(super::driver::cuda_error)?;
+    let fork = capturing.record_event(None).map_err(super::driver::cuda_error("cuEventRecord"))?;
+    watcher.wait(&fork).map_err(super::driver::cuda_error("cuStreamWaitEvent"))?;
+    let join = watcher.record_event(None).map_err(super::driver::cuda_error("cuEventRecord"))?;
+    capturing.wait(&join).map_err(super::driver::cuda_error("cuStreamWaitEvent"))?;
     if sentinels[slot].capture == 0 {
         WATCHING.fetch_add(1, Ordering::AcqRel);
     }

@@ -61,7 +61,8 @@ pub(crate) fn function(source: &str, name: &str, options: &[String], device_id: 
         // A first launch may come inside a CUDA graph capture: loading a module there is
         // allowed in the relaxed capture mode (it touches no stream).
         let _relaxed = super::capture::Relaxed::enter();
-        let module = context(device_id)?.load_module(Ptx::from_binary(cubin)).map_err(cuda_error)?;
+        let module =
+            context(device_id)?.load_module(Ptx::from_binary(cubin)).map_err(cuda_error("cuModuleLoadData"))?;
         let compiled = Arc::new(module.load_function(name).map_err(|e| {
             Error::InvalidArgument(format!(
                 "the compiled source has no kernel named `{name}` ({})",
@@ -87,7 +88,7 @@ pub(crate) fn function(source: &str, name: &str, options: &[String], device_id: 
 /// Compile `source` for the device's exact architecture and return the CUBIN.
 fn compile(source: &str, name: &str, options: &[String], device_id: i32) -> Result<Vec<u8>> {
     nvrtc_available()?;
-    let (major, minor) = context(device_id)?.compute_capability().map_err(cuda_error)?;
+    let (major, minor) = context(device_id)?.compute_capability().map_err(cuda_error("cuDeviceGetAttribute"))?;
     let text = |s: &str, what: &str| {
         CString::new(s).map_err(|_| Error::InvalidArgument(format!("the kernel's {what} contains a NUL byte")))
     };
@@ -98,11 +99,11 @@ fn compile(source: &str, name: &str, options: &[String], device_id: i32) -> Resu
     arguments.extend(options.iter().cloned());
     let arguments = arguments.iter().map(|a| text(a, "options")).collect::<Result<Vec<_>>>()?;
     let argument_pointers: Vec<*const c_char> = arguments.iter().map(|a| a.as_ptr()).collect();
-    let check = |code: nvrtc::nvrtcResult, what: &str| {
+    let check = |code: nvrtc::nvrtcResult, call: &'static str| {
         if code == nvrtc::nvrtcResult::NVRTC_SUCCESS {
             Ok(())
         } else {
-            Err(Error::Cuda(format!("NVRTC {what} failed: {code:?}")))
+            Err(Error::Cuda { call, code: Some(code as u32), message: format!("NVRTC: {code:?}") })
         }
     };
     let mut program: nvrtc::nvrtcProgram = std::ptr::null_mut();
@@ -118,14 +119,14 @@ fn compile(source: &str, name: &str, options: &[String], device_id: i32) -> Resu
                 [header.as_ptr()].as_ptr(),
                 [c"amso.cuh".as_ptr()].as_ptr(),
             ),
-            "create",
+            "nvrtcCreateProgram",
         )?;
         let compiled = nvrtc::nvrtcCompileProgram(program, argument_pointers.len() as i32, argument_pointers.as_ptr());
         let result = if compiled == nvrtc::nvrtcResult::NVRTC_SUCCESS {
             let mut size = 0usize;
-            check(nvrtc::nvrtcGetCUBINSize(program, &mut size), "cubin size").and_then(|_| {
+            check(nvrtc::nvrtcGetCUBINSize(program, &mut size), "nvrtcGetCUBINSize").and_then(|_| {
                 let mut cubin = vec![0u8; size];
-                check(nvrtc::nvrtcGetCUBIN(program, cubin.as_mut_ptr().cast()), "cubin").map(|_| cubin)
+                check(nvrtc::nvrtcGetCUBIN(program, cubin.as_mut_ptr().cast()), "nvrtcGetCUBIN").map(|_| cubin)
             })
         } else {
             let mut size = 0usize;

@@ -29,11 +29,12 @@ pub(crate) fn context(device_id: i32) -> Result<&'static Arc<CudaContext>> {
             return Ok(context);
         }
         // `CudaContext::new` makes the context current (cuCtxSetCurrent); put the caller's back.
-        let previous = result::ctx::get_current().map_err(cuda_error)?;
+        let previous = result::ctx::get_current().map_err(cuda_error("cuCtxGetCurrent"))?;
         let created = CudaContext::new(device_id as usize);
         // SAFETY: `previous` was current on this thread a moment ago (or there was none).
-        unsafe { result::ctx::set_current(previous.unwrap_or(std::ptr::null_mut())) }.map_err(cuda_error)?;
-        let created = created.map_err(cuda_error)?;
+        unsafe { result::ctx::set_current(previous.unwrap_or(std::ptr::null_mut())) }
+            .map_err(cuda_error("cuCtxSetCurrent"))?;
+        let created = created.map_err(cuda_error("cuDevicePrimaryCtxRetain"))?;
         // amso owns no `CudaSlice`, whose reads and writes event tracking orders; with it on,
         // cudarc's `new_stream` synchronises the whole context, which a CUDA graph capture in
         // progress forbids. SAFETY: no cudarc slice of this context exists.
@@ -56,7 +57,7 @@ impl Current {
         // Raw push/pop: cudarc binds contexts with cuCtxSetCurrent, which would leave the
         // caller's thread on amso's device afterwards; pushing restores it on drop.
         // SAFETY: a retained primary context, kept for the process.
-        unsafe { sys::cuCtxPushCurrent_v2(context.cu_ctx()) }.result().map_err(cuda_error)?;
+        unsafe { sys::cuCtxPushCurrent_v2(context.cu_ctx()) }.result().map_err(cuda_error("cuCtxPushCurrent"))?;
         Ok(Current { _not_send: std::marker::PhantomData })
     }
 }

@@ -196,7 +196,7 @@ impl PinnedMemory {
             }
             // SAFETY: a context is current; PORTABLE makes it pinned for all contexts.
             let ptr = unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) }
-                .map_err(|e| map_error(e, bytes, "pinned host"))?;
+                .map_err(|e| map_error("cuMemHostAlloc", e, bytes, "pinned host"))?;
             // SAFETY: the allocation holds `bytes` bytes.
             unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
             Ok(ptr as usize)
@@ -223,7 +223,8 @@ impl PinnedMemory {
                 flags |= sys::CU_MEMHOSTALLOC_WRITECOMBINED;
             }
             // SAFETY: a context is current; the caller's library writes before it reads.
-            let ptr = unsafe { result::malloc_host(bytes, flags) }.map_err(|e| map_error(e, bytes, "pinned host"))?;
+            let ptr = unsafe { result::malloc_host(bytes, flags) }
+                .map_err(|e| map_error("cuMemHostAlloc", e, bytes, "pinned host"))?;
             Ok(ptr as usize)
         })?;
         Ok(PinnedMemory { ptr: ptr as *mut u8 })
@@ -247,6 +248,6 @@ impl Drop for PinnedMemory {
 pub(crate) fn memory_info(device_id: i32) -> Result<(usize, usize)> {
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
-        result::mem_get_info().map_err(cuda_error)
+        result::mem_get_info().map_err(cuda_error("cuMemGetInfo"))
     })
 }

@@ -102,16 +102,18 @@ pub(crate) fn describe(error: &DriverError) -> String {
     format!("{name}: {text}")
 }
 
-/// Map a driver error: out of memory is `OutOfMemory` (Python MemoryError), the rest `Cuda`.
-pub(crate) fn map_error(error: DriverError, bytes: usize, what: &'static str) -> Error {
+/// Map an allocation's driver error: out of memory (by its code) is `OutOfMemory`, with the
+/// size asked for (Python MemoryError); the rest keep the driver's word (`cuda_error`).
+pub(crate) fn map_error(call: &'static str, error: DriverError, bytes: usize, what: &'static str) -> Error {
     if error.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
         Error::OutOfMemory { bytes, what }
     } else {
-        Error::Cuda(describe(&error))
+        cuda_error(call)(error)
     }
 }
 
-/// Map a driver error of a call that allocates nothing.
-pub(crate) fn cuda_error(error: DriverError) -> Error {
-    Error::Cuda(describe(&error))
+/// The error of driver call `call` (`cuMemcpyAsync`): its `CUresult` as the driver gave it,
+/// with the driver's name and description of it. Use as `.map_err(cuda_error("cuX"))`.
+pub(crate) fn cuda_error(call: &'static str) -> impl FnOnce(DriverError) -> Error {
+    move |error| Error::Cuda { call, code: Some(error.0 as u32), message: describe(&error) }
 }

@@ -26,7 +26,7 @@ pub(crate) fn memory_handle(device_id: i32, ptr: u64) -> Result<HandleBytes> {
         let _ctx = Current::enter(device_id)?;
         let mut handle = sys::CUipcMemHandle_st { reserved: [0; HANDLE_BYTES] };
         // SAFETY: a valid out-pointer; the context of the allocation's device is current.
-        unsafe { sys::cuIpcGetMemHandle(&mut handle, ptr) }.result().map_err(cuda_error)?;
+        unsafe { sys::cuIpcGetMemHandle(&mut handle, ptr) }.result().map_err(cuda_error("cuIpcGetMemHandle"))?;
         Ok(handle.reserved.map(|b| b as u8))
     })
 }
@@ -65,7 +65,9 @@ pub(crate) fn allocation_range(device_id: i32, ptr: u64) -> Result<(u64, usize)>
         let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
         // SAFETY: valid out-pointers; the context is current. An address that lies in no
         // allocation is an error of the driver.
-        unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) }.result().map_err(cuda_error)?;
+        unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) }
+            .result()
+            .map_err(cuda_error("cuMemGetAddressRange"))?;
         Ok((base, size))
     })
 }
@@ -76,9 +78,9 @@ pub(crate) fn close_memory(device_id: i32, ptr: u64) -> Result<()> {
         let _ctx = Current::enter(device_id)?;
         // SAFETY: the context is current; work queued on any stream of it may still use the
         // mapping, so wait for the device first.
-        result::ctx::synchronize().map_err(cuda_error)?;
+        result::ctx::synchronize().map_err(cuda_error("cuCtxSynchronize"))?;
         // SAFETY: `ptr` came from `open_memory` on this device and is unmapped once.
-        unsafe { sys::cuIpcCloseMemHandle(ptr) }.result().map_err(cuda_error)
+        unsafe { sys::cuIpcCloseMemHandle(ptr) }.result().map_err(cuda_error("cuIpcCloseMemHandle"))
     })
 }
 
@@ -103,7 +105,7 @@ impl IpcEvent {
                 sys::CUevent_flags::CU_EVENT_INTERPROCESS as u32 | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
             let mut event: sys::CUevent = std::ptr::null_mut();
             // SAFETY: a valid out-pointer; the context is current.
-            unsafe { sys::cuEventCreate(&mut event, flags) }.result().map_err(cuda_error)?;
+            unsafe { sys::cuEventCreate(&mut event, flags) }.result().map_err(cuda_error("cuEventCreate"))?;
             Ok(IpcEvent { event, device_id })
         })
     }
@@ -114,10 +116,12 @@ impl IpcEvent {
             let _ctx = Current::enter(self.device_id)?;
             // SAFETY: a live event of this context and a stream checked for this device.
             unsafe { result::event::record(self.event, stream.check(self.device_id)?.handle.raw()) }
-                .map_err(cuda_error)?;
+                .map_err(cuda_error("cuEventRecord"))?;
             let mut handle = sys::CUipcEventHandle_st { reserved: [0; HANDLE_BYTES] };
             // SAFETY: a valid out-pointer; an interprocess event.
-            unsafe { sys::cuIpcGetEventHandle(&mut handle, self.event) }.result().map_err(cuda_error)?;
+            unsafe { sys::cuIpcGetEventHandle(&mut handle, self.event) }
+                .result()
+                .map_err(cuda_error("cuIpcGetEventHandle"))?;
             Ok(handle.reserved.map(|b| b as u8))
         })
     }
@@ -130,7 +134,7 @@ impl IpcEvent {
             let stream = stream.check(self.device_id)?.handle.raw();
             // SAFETY: a live event of this context and a stream checked for this device.
             unsafe { result::stream::wait_event(stream, self.event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
-                .map_err(cuda_error)
+                .map_err(cuda_error("cuStreamWaitEvent"))
         })
     }
 }
@@ -167,7 +171,7 @@ pub(crate) fn wait_for(device_id: i32, handle: &HandleBytes, stream: StreamHandl
             unsafe { result::stream::wait_event(stream, event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) };
         // SAFETY: the event opened above, destroyed once.
         let _ = unsafe { result::event::destroy(event) };
-        waited.map_err(cuda_error)
+        waited.map_err(cuda_error("cuStreamWaitEvent"))
     })
 }
 
@@ -175,7 +179,7 @@ pub(crate) fn wait_for(device_id: i32, handle: &HandleBytes, stream: StreamHandl
 pub(crate) fn uuid(device_id: i32) -> Result<[u8; 16]> {
     crate::gil::released(|| {
         let device = context(device_id)?.cu_device();
-        let uuid = cudarc::driver::result::device::get_uuid(device).map_err(cuda_error)?;
+        let uuid = cudarc::driver::result::device::get_uuid(device).map_err(cuda_error("cuDeviceGetUuid"))?;
         Ok(uuid.bytes.map(|b| b as u8))
     })
 }

@@ -88,7 +88,7 @@ pub unsafe fn with_stream<R: Send>(
         let stream = StreamHandle::from_int(stream.protocol_value())?;
         stream.check(device_id)?;
         let borrowed = stream.borrow(device_id)?;
-        launch(&borrowed).map_err(cuda_error)
+        launch(&borrowed).map_err(cuda_error("cuLaunchKernel"))
     })
 }
 

@@ -93,7 +93,11 @@ fn lend_once(request: Request, device_id: i32, bytes: usize, stream: i64, client
     let loan = Loan { grant, bytes, client, stream: handle.as_int(), serial };
     if with_loans(|loans| loans.insert((device_id, ptr), loan)).is_some() {
         // The pool handed out an address still lent: a loan was freed behind the ledger's back.
-        return Err(Error::Cuda(format!("amso's pool lent address 0x{ptr:x} twice; please report it")));
+        return Err(Error::Cuda {
+            call: "amso's pool",
+            code: None,
+            message: format!("it lent address 0x{ptr:x} twice; please report it"),
+        });
     }
     Ok((ptr, serial))
 }

@@ -92,13 +92,22 @@ pub(crate) struct Failure {
     text: [u8; 240],
 }
 
+/// `Failure::code` of a driver error: this plus the driver's code.
+const DRIVER: u32 = 1000;
+
 impl Failure {
     fn new() -> Failure {
         Failure { code: 0, text: [0; 240] }
     }
 
     fn write(&mut self, error: &Error) {
-        self.code = if matches!(error, Error::OutOfMemory { .. }) { 1 } else { 2 };
+        // 1: out of memory; DRIVER + a driver code (copies that predate it read any code but 1
+        // as text); 2: anything else.
+        self.code = match error {
+            Error::OutOfMemory { .. } => 1,
+            Error::Cuda { code: Some(code), .. } => DRIVER.saturating_add(*code),
+            _ => 2,
+        };
         let text = error.to_string();
         let n = text.len().min(self.text.len() - 1);
         self.text[..n].copy_from_slice(&text.as_bytes()[..n]);
@@ -111,7 +120,8 @@ impl Failure {
             return Error::OutOfMemory { bytes, what };
         }
         let text = CStr::from_bytes_until_nul(&self.text).map_or("unknown".into(), CStr::to_string_lossy);
-        Error::Cuda(text.into_owned())
+        let code = self.code.checked_sub(DRIVER);
+        Error::Cuda { call: "the pool of another runtime copy", code, message: text.into_owned() }
     }
 }
 
@@ -339,7 +349,13 @@ fn guarded<R>(fallback: R, body: impl FnOnce() -> R) -> R {
 /// A failure for an allocation that panicked inside the pool.
 fn panicked(failure: *mut Failure) -> c_int {
     // SAFETY: the caller's out-pointer.
-    unsafe { (*failure).write(&Error::Cuda("internal error (panic) inside amso's pool; please report it".into())) };
+    unsafe {
+        (*failure).write(&Error::Cuda {
+            call: "amso's pool",
+            code: None,
+            message: "internal error (panic); please report it".into(),
+        })
+    };
     -1
 }
 

@@ -114,7 +114,7 @@ pub(crate) fn amso_stream(device_id: i32) -> Result<StreamHandle> {
             return Ok(stream);
         }
         let _ctx = Current::enter(device_id)?;
-        let stream = context(device_id)?.new_stream().map_err(cuda_error)?;
+        let stream = context(device_id)?.new_stream().map_err(cuda_error("cuStreamCreate"))?;
         let handle = StreamHandle(stream.cu_stream() as usize);
         std::mem::forget(stream); // kept for the process: its handle is published
         let _ = slot.set(handle);
@@ -140,7 +140,7 @@ fn order_now(device_id: i32, earlier: StreamHandle, later: Checked) -> Result<()
         (Capture::Active(_), Capture::Idle) => Ok(()),
         (Capture::Idle, Capture::Active(_)) => {
             let _relaxed = capture::Relaxed::enter();
-            earlier.borrow(device_id)?.synchronize().map_err(cuda_error)
+            earlier.borrow(device_id)?.synchronize().map_err(cuda_error("cuStreamSynchronize"))
         }
         (Capture::Active(a), Capture::Active(b)) if a != b => Err(Error::Capture(format!(
             "streams 0x{:x} and 0x{:x} are capturing two different CUDA graphs; work cannot be ordered across them",
@@ -149,8 +149,8 @@ fn order_now(device_id: i32, earlier: StreamHandle, later: Checked) -> Result<()
         ))),
         _ => {
             // The event is destroyed (dropped) after being waited on, which the driver allows.
-            let event = earlier.borrow(device_id)?.record_event(None).map_err(cuda_error)?;
-            later.handle.borrow(device_id)?.wait(&event).map_err(cuda_error)
+            let event = earlier.borrow(device_id)?.record_event(None).map_err(cuda_error("cuEventRecord"))?;
+            later.handle.borrow(device_id)?.wait(&event).map_err(cuda_error("cuStreamWaitEvent"))
         }
     }
 }
@@ -170,6 +170,6 @@ pub(crate) fn synchronize(device_id: i32, stream: StreamHandle) -> Result<()> {
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
         let _relaxed = capture::Relaxed::enter();
-        stream.borrow(device_id)?.synchronize().map_err(cuda_error)
+        stream.borrow(device_id)?.synchronize().map_err(cuda_error("cuStreamSynchronize"))
     })
 }

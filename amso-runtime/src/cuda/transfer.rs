@@ -69,9 +69,10 @@ impl Staging {
         }
         for _ in 0..DEPTH {
             // The caller made a context current.
-            staging
-                .events
-                .push(result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(cuda_error)?);
+            staging.events.push(
+                result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                    .map_err(cuda_error("cuEventCreate"))?,
+            );
         }
         Ok(staging)
     }
@@ -128,14 +129,15 @@ impl crew::Engine for Copies<'_> {
                 sys::cuMemcpyDtoHAsync_v2(slot.cast(), device, len, stream)
             }
         };
-        queued.result().map_err(cuda_error)?;
+        queued.result().map_err(cuda_error("cuMemcpyAsync"))?;
         // SAFETY: a live event of `take`; the stream was checked by the caller.
-        unsafe { result::event::record(self.staging.events[index % DEPTH], stream) }.map_err(cuda_error)
+        unsafe { result::event::record(self.staging.events[index % DEPTH], stream) }
+            .map_err(cuda_error("cuEventRecord"))
     }
 
     fn wait(&self, slot: usize) -> Result<()> {
         // SAFETY: a live event of `take`.
-        unsafe { result::event::synchronize(self.staging.events[slot]) }.map_err(cuda_error)
+        unsafe { result::event::synchronize(self.staging.events[slot]) }.map_err(cuda_error("cuEventSynchronize"))
     }
 }
 
@@ -159,7 +161,7 @@ pub(crate) unsafe fn host_to_device(
             // SAFETY: the caller guarantees both ranges.
             return unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src as *const std::ffi::c_void, bytes, stream.raw()) }
                 .result()
-                .map_err(cuda_error);
+                .map_err(cuda_error("cuMemcpyHtoDAsync"));
         }
         // SAFETY: the caller guarantees both ranges; the context is current.
         unsafe { staged(dst, src, bytes, true, stream) }
@@ -186,11 +188,11 @@ pub(crate) unsafe fn device_to_host(
             // SAFETY: the caller guarantees both ranges.
             unsafe { sys::cuMemcpyDtoHAsync_v2(dst as *mut std::ffi::c_void, src, bytes, stream.raw()) }
                 .result()
-                .map_err(cuda_error)?;
+                .map_err(cuda_error("cuMemcpyDtoHAsync"))?;
             if !pinned {
                 // A pageable destination is only written once the copy has run.
                 // SAFETY: the stream was checked by the caller.
-                unsafe { result::stream::synchronize(stream.raw()) }.map_err(cuda_error)?;
+                unsafe { result::stream::synchronize(stream.raw()) }.map_err(cuda_error("cuStreamSynchronize"))?;
             }
             return Ok(());
         }
@@ -261,7 +263,7 @@ pub(crate) unsafe fn device_to_device(
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
         // SAFETY: the caller guarantees both ranges.
-        unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream.raw()) }.result().map_err(cuda_error)
+        unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream.raw()) }.result().map_err(cuda_error("cuMemcpyAsync"))
     })
 }
 
@@ -291,7 +293,7 @@ pub(crate) unsafe fn device_to_peer(
             (context(dst_device)?.cu_ctx() as usize, context(src_device)?.cu_ctx() as usize);
         // SAFETY: the caller guarantees both ranges; both contexts are retained for the process.
         unsafe { result::memcpy_peer_async(dst_context as _, dst, src_context as _, src, bytes, stream.raw()) }
-            .map_err(cuda_error)
+            .map_err(cuda_error("cuMemcpyPeerAsync"))
     })
 }
 
@@ -316,6 +318,6 @@ pub(crate) unsafe fn zero(device_id: i32, dst: u64, bytes: usize, stream: Stream
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
         // SAFETY: forwarded from the caller; the memset is queued on `stream`.
-        unsafe { result::memset_d8_async(dst, 0, bytes, stream.raw()) }.map_err(cuda_error)
+        unsafe { result::memset_d8_async(dst, 0, bytes, stream.raw()) }.map_err(cuda_error("cuMemsetD8Async"))
     })
 }

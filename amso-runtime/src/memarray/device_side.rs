@@ -186,7 +186,7 @@ impl DeviceSide {
         crate::gil::released(|| {
             let stream = self.begin(device_id, stream)?;
             refuse_uncapturable(stream, pinned, synchronize)?;
-            let src = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?.ptr();
+            let src = self.memory.as_ref().ok_or_else(no_device_memory)?.ptr();
             // SAFETY: the device memory holds `bytes`; the caller vouches for `dst`.
             unsafe { transfer::device_to_host(device_id, dst as *mut u8, src, bytes, pinned, stream.handle) }?;
             self.end(device_id, stream, synchronize)
@@ -199,7 +199,7 @@ impl DeviceSide {
     }
 
     fn change_device_now(&mut self, from: i32, target: i32, bytes: usize, stream: i64) -> Result<()> {
-        let source = self.memory.clone().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
+        let source = self.memory.clone().ok_or_else(no_device_memory)?;
         let stream = checked(target, stream)?;
         if stream.capturing() {
             return Err(capture::refused(
@@ -224,7 +224,7 @@ impl DeviceSide {
     /// A copy of the device memory (on the same device), complete when this returns.
     pub(crate) fn duplicate(&self, device_id: i32) -> Result<Arc<DeviceMemory>> {
         crate::gil::released(|| {
-            let source = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory to copy from".into()))?;
+            let source = self.memory.as_ref().ok_or_else(no_device_memory)?;
             let copy = Arc::new(DeviceMemory::alloc_on(device_id, source.bytes(), self.last)?);
             // SAFETY: both hold `bytes`; ordered after the last work and synchronised below.
             unsafe { transfer::device_to_device(device_id, copy.ptr(), source.ptr(), source.bytes(), self.last) }?;
@@ -246,7 +246,7 @@ impl DeviceSide {
         len: usize,
         write: bool,
     ) -> Result<()> {
-        let memory = self.memory.as_ref().ok_or_else(|| Error::Cuda("no device memory".into()))?;
+        let memory = self.memory.as_ref().ok_or_else(no_device_memory)?;
         let (address, host) = (memory.ptr() + offset as u64, host as usize);
         if memory.managed() {
             // DLPack's rule for managed memory: once the work on it is done, read it in place.
@@ -326,4 +326,9 @@ fn refuse_uncapturable(stream: Checked, pinned: bool, synchronize: bool) -> Resu
     } else {
         Ok(())
     }
+}
+
+/// The error of a device copy of an array whose device memory is gone (an internal fault).
+fn no_device_memory() -> Error {
+    Error::Cuda { call: "a device copy", code: None, message: "the array has no device memory".into() }
 }

@@ -30,12 +30,18 @@ impl DeviceAllocator for PythonAllocator {
         Python::attach(|py| match self.malloc.call1(py, (bytes, device_id, stream.as_int())) {
             Ok(value) => match value.extract::<u64>(py) {
                 Ok(ptr) if ptr != 0 => Ok(ptr),
-                _ => Err(Error::Cuda(format!("the allocator's malloc returned {value}, not a device address"))),
+                _ => Err(Error::Cuda {
+                    call: "the allocator's malloc",
+                    code: None,
+                    message: format!("it returned {value}, not a device address"),
+                }),
             },
             Err(error) if error.is_instance_of::<PyMemoryError>(py) => {
                 Err(Error::OutOfMemory { bytes, what: "device" })
             }
-            Err(error) => Err(Error::Cuda(format!("the allocator's malloc failed: {error}"))),
+            Err(error) => {
+                Err(Error::Cuda { call: "the allocator's malloc", code: None, message: format!("it raised {error}") })
+            }
         })
     }
 

@@ -43,7 +43,11 @@ impl LateEngine<'_> {
 impl Engine for LateEngine<'_> {
     fn queue(&self, index: usize) -> Result<()> {
         if self.fail_at == Some(index) {
-            return Err(Error::Cuda("the engine failed".into()));
+            return Err(Error::Cuda {
+                call: "cuMemcpyHtoDAsync",
+                code: Some(700),
+                message: "the engine failed".into(),
+            });
         }
         let slot = index % self.ring.len();
         {
@@ -150,7 +154,11 @@ fn both_schedules_move_every_byte_once_and_never_share_a_slot_with_the_engine() 
 fn an_engine_error_stops_the_crew_and_is_returned() {
     for sending in [true, false] {
         let (outcome, ..) = transfer(sending, 64 * 10, 64, 16, 3, 3, Some(5));
-        assert_eq!(outcome, Err(Error::Cuda("the engine failed".into())), "sending {sending}");
+        assert_eq!(
+            outcome,
+            Err(Error::Cuda { call: "cuMemcpyHtoDAsync", code: Some(700), message: "the engine failed".into() }),
+            "sending {sending}"
+        );
     }
 }
 

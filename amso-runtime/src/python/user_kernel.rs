@@ -194,6 +194,90 @@ fn indexer(py: Python<'_>, position: usize, source: &Source) -> PyResult<AnyRank
     Ok(AnyRankIndexer { data: source.data as u64, shape })
 }
 
+/// Pass 1 of a launch: the arrays of frameworks with the exchange API acquired (their current
+/// work stream is the launch stream unless one is given), the device the arrays are on, and
+/// the launch stream: `explicit`, else such a producer's, the stream context's or amso's own.
+fn plan(args: &[Bound<'_, PyAny>], explicit: Option<i64>) -> PyResult<(Vec<Option<Source>>, i32, i64)> {
+    let mut early: Vec<Option<Source>> = Vec::with_capacity(args.len());
+    for arg in args {
+        let exchange = arg.cast::<MemArrayBase>().is_err()
+            && crate::python::base::recognize::header_of_object(arg).is_none()
+            && source::exchange_api_of_type(&arg.get_type())?.is_some();
+        early.push(if exchange { source::acquire(arg, None)? } else { None });
+    }
+    let device = early
+        .iter()
+        .flatten()
+        .map(|s| s.device)
+        .chain(args.iter().filter_map(|arg| device_of_argument(arg)))
+        .find(|d| d.device_type == DeviceType::Cuda)
+        .map_or(0, |d| d.id);
+    let launch = match explicit {
+        Some(explicit) => explicit,
+        None => match early.iter().flatten().find_map(|s| s.stream) {
+            Some(producer) => producer,
+            None => match crate::current_stream::current() {
+                Some(context) => context,
+                None => crate::cuda::stream::amso_stream(device)?.as_int(),
+            },
+        },
+    };
+    Ok((early, device, launch))
+}
+
+/// What follows a launch on stream `launch`: later work waits for the kernel (amso's own
+/// arrays record it, a framework's current stream is ordered after it), and arguments whose
+/// streams this runtime cannot reach (another crate's arrays, DLPack or interface producers)
+/// see it complete, unless a CUDA graph capture is recording it.
+fn after_launch(
+    py: Python<'_>,
+    device: i32,
+    launch: i64,
+    held: &[Held],
+    producer_streams: &[i64],
+    complete_before_release: bool,
+) -> PyResult<()> {
+    for holder in held {
+        if let Held::Own(array) = holder {
+            // SAFETY: the launch stream, checked by the launch's `with_stream`.
+            array.get().modify(py, |array| unsafe { array.record_work(launch) })?;
+        }
+    }
+    for &producer in producer_streams {
+        // SAFETY: as above.
+        unsafe { crate::cuda::order_streams(device, Stream::reported(launch), Stream::reported(producer)) }?;
+    }
+    // Under a CUDA graph capture the kernel has not run: its arguments must outlive the
+    // graph's launches (the caller keeps them, as with any captured framework op).
+    let launch = crate::cuda::stream::StreamHandle::from_int(launch)?;
+    if complete_before_release && !launch.check(device)?.capturing() {
+        crate::cuda::stream::synchronize(device, launch)?;
+    }
+    Ok(())
+}
+
+/// The prepared arguments onto `builder`, in order.
+fn push_arguments<'a>(builder: &mut cudarc::driver::LaunchArgs<'a>, prepared: &'a [Argument]) {
+    for argument in prepared {
+        match argument {
+            Argument::Array(a) => builder.arg(a),
+            Argument::Bool(v) => builder.arg(v),
+            Argument::I8(v) => builder.arg(v),
+            Argument::I16(v) => builder.arg(v),
+            Argument::I32(v) => builder.arg(v),
+            Argument::I64(v) => builder.arg(v),
+            Argument::U8(v) => builder.arg(v),
+            Argument::U16(v) => builder.arg(v),
+            Argument::U32(v) => builder.arg(v),
+            Argument::U64(v) => builder.arg(v),
+            Argument::F32(v) => builder.arg(v),
+            Argument::F64(v) => builder.arg(v),
+            Argument::C64(v) => builder.arg(v),
+            Argument::C128(v) => builder.arg(v),
+        };
+    }
+}
+
 #[pymethods]
 impl UserKernel {
     #[new]
@@ -218,32 +302,7 @@ impl UserKernel {
             .try_iter()
             .map_err(|_| PyTypeError::new_err("args must be a tuple or list of kernel arguments"))?
             .collect::<PyResult<_>>()?;
-        // Pass 1: scalars, and the arrays of frameworks with the exchange API (their current
-        // work stream is the launch stream unless one is given).
-        let mut early: Vec<Option<Source>> = Vec::with_capacity(args.len());
-        for arg in &args {
-            let exchange = arg.cast::<MemArrayBase>().is_err()
-                && crate::python::base::recognize::header_of_object(arg).is_none()
-                && source::exchange_api_of_type(&arg.get_type())?.is_some();
-            early.push(if exchange { source::acquire(arg, None)? } else { None });
-        }
-        let device = early
-            .iter()
-            .flatten()
-            .map(|s| s.device)
-            .chain(args.iter().filter_map(|arg| device_of_argument(arg)))
-            .find(|d| d.device_type == DeviceType::Cuda)
-            .map_or(0, |d| d.id);
-        let launch = match stream.0 {
-            Some(explicit) => explicit,
-            None => match early.iter().flatten().find_map(|s| s.stream) {
-                Some(producer) => producer,
-                None => match crate::current_stream::current() {
-                    Some(context) => context,
-                    None => crate::cuda::stream::amso_stream(device)?.as_int(),
-                },
-            },
-        };
+        let (early, device, launch) = plan(&args, stream.0)?;
         // Pass 2: every argument, arrays on the launch stream.
         let mut prepared = Vec::with_capacity(args.len());
         let mut held = Vec::new();
@@ -301,24 +360,7 @@ impl UserKernel {
         };
         let queue = |stream: &cudarc::driver::CudaStream| {
             let mut builder = stream.launch_builder(&function);
-            for argument in &prepared {
-                match argument {
-                    Argument::Array(a) => builder.arg(a),
-                    Argument::Bool(v) => builder.arg(v),
-                    Argument::I8(v) => builder.arg(v),
-                    Argument::I16(v) => builder.arg(v),
-                    Argument::I32(v) => builder.arg(v),
-                    Argument::I64(v) => builder.arg(v),
-                    Argument::U8(v) => builder.arg(v),
-                    Argument::U16(v) => builder.arg(v),
-                    Argument::U32(v) => builder.arg(v),
-                    Argument::U64(v) => builder.arg(v),
-                    Argument::F32(v) => builder.arg(v),
-                    Argument::F64(v) => builder.arg(v),
-                    Argument::C64(v) => builder.arg(v),
-                    Argument::C128(v) => builder.arg(v),
-                };
-            }
+            push_arguments(&mut builder, &prepared);
             // SAFETY: the arguments are what the caller's kernel declares (the caller's
             // contract, as with CuPy's RawKernel); arrays are live device memory held above.
             unsafe { builder.launch(config) }.map(drop)
@@ -326,25 +368,7 @@ impl UserKernel {
         // SAFETY: the caller's explicit stream (Python callers vouch for handles, as everywhere
         // in amso), a producer's current stream, the stream context's, or amso's own.
         unsafe { with_stream(device, Stream::reported(launch), queue) }?;
-        // Later work waits for the kernel: amso's own arrays record it, a framework's current
-        // stream is ordered after it, and another crate's arrays (whose streams this runtime
-        // cannot reach) see it complete.
-        for holder in &held {
-            if let Held::Own(array) = holder {
-                // SAFETY: the launch stream, checked by `with_stream` above.
-                array.get().modify(py, |array| unsafe { array.record_work(launch) })?;
-            }
-        }
-        for &producer in &producer_streams {
-            // SAFETY: as above.
-            unsafe { crate::cuda::order_streams(device, Stream::reported(launch), Stream::reported(producer)) }?;
-        }
-        // Under a CUDA graph capture the kernel has not run: its arguments must outlive the
-        // graph's launches (the caller keeps them, as with any captured framework op).
-        let launch = crate::cuda::stream::StreamHandle::from_int(launch)?;
-        if complete_before_release && !launch.check(device)?.capturing() {
-            crate::cuda::stream::synchronize(device, launch)?;
-        }
+        after_launch(py, device, launch, &held, &producer_streams, complete_before_release)?;
         drop(held);
         Ok(())
     }

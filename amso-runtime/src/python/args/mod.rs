@@ -28,6 +28,7 @@
 //! for writing first and is refused (`BufferError`) while an argument holds it.
 
 mod array_like;
+mod check;
 #[cfg(any(feature = "nalgebra", feature = "faer"))]
 mod linalg;
 #[cfg(feature = "ndarray")]
@@ -42,14 +43,15 @@ use std::marker::PhantomData;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::{ffi, Borrowed};
+use pyo3::Borrowed;
 
 use crate::borrow::guard::Borrow;
 use crate::device::{Device, DeviceType};
-use crate::element::{dlpack_type_name, ArrayElement, Element};
-use crate::error::with_article;
+use crate::element::{ArrayElement, Element};
 use crate::python::source::{self, Source};
 use crate::strided::{self, Dims};
+
+use self::check::{describe, wanted};
 
 pub use array_like::{AllowTypeChange, ArrayLike, ArrayLikeDyn, Coerce, TypeMustMatch, TypedArrayLike};
 #[cfg(feature = "ndarray")]
@@ -260,245 +262,7 @@ fn argument_message(name: &str, message: &str) -> String {
     format!("argument '{name}': {message}")
 }
 
-/// "a writable float32 array with 2 dimensions", what a typed argument asks for.
-fn wanted<T: ArrayElement, D: Dimensions, A: Access>() -> String {
-    // A type of one's own that names a NumPy kind says which (`millis (timedelta64[ms])`).
-    let name = match T::DTYPE.numpy_only() && T::DTYPE.name != T::DTYPE.numpy {
-        true => format!("{} ({})", T::DTYPE.name, T::DTYPE.numpy),
-        false => T::DTYPE.name.to_owned(),
-    };
-    if T::DTYPE.is_record() {
-        let writable = if A::WRITABLE { "writable " } else { "" };
-        return match D::NDIM {
-            Some(n) => format!(
-                "a {writable}{} record array with {n} dimension{}",
-                T::DTYPE.name,
-                if n == 1 { "" } else { "s" }
-            ),
-            None => format!("a {writable}{} record array", T::DTYPE.name),
-        };
-    }
-    let kind = match (A::WRITABLE, T::DTYPE.numpy_only()) {
-        (false, false) => with_article(name),
-        (true, false) => format!("a writable {name}"),
-        (false, true) => format!("a NumPy {name}"),
-        (true, true) => format!("a writable NumPy {name}"),
-    };
-    let plural = |n: usize| if n == 1 { "" } else { "s" };
-    let array = match D::NDIM {
-        Some(n) => format!("{kind} array with {n} dimension{}", plural(n)),
-        None => format!("{kind} array"),
-    };
-    if !T::DTYPE.is_vector() {
-        return array;
-    }
-    // A vector array also arrives as its lanes (NumPy's view): say how.
-    let lanes = format!("a last axis of its {} lanes side by side", T::DTYPE.lanes);
-    match D::NDIM {
-        Some(n) => format!("{array} (or a {} array with {}, {lanes})", T::DTYPE.numpy, n + 1),
-        None => format!("{array} (or a {} array with {lanes})", T::DTYPE.numpy),
-    }
-}
-
-/// The extents and DLPack type `source` has for a typed argument of `T`: its own, except that
-/// a vector element type (`[f32; 4]`, CUDA's float4) also takes an array of its lane type whose
-/// last axis holds the lanes side by side (NumPy's view of vectors: float32 `(n, 4)`), which
-/// reads as vectors `(n,)`. DLPack's strides (in lanes) are kept in `storage` as bytes.
-#[inline]
-fn fold_lanes<'a, T: ArrayElement>(
-    source: &Source,
-    extents: source::Extents<'a>,
-    storage: &'a mut Vec<i64>,
-) -> (source::Extents<'a>, (u8, u8, u16)) {
-    let dtype = &T::DTYPE;
-    let lanes = i64::from(dtype.lanes);
-    let candidate = const { T::DTYPE.lanes > 1 && T::DTYPE.bits >= 8 }
-        && source.dtype == (dtype.code, dtype.bits, 1)
-        && source.numpy_kind.is_none()
-        && extents.dims.len() >= 2
-        && extents.dims.last() == Some(&lanes)
-        && dtype.is_vector();
-    if !candidate {
-        return (extents, source.dtype);
-    }
-    let (ndim, lane_bytes) = (extents.dims.len() - 1, i64::from(dtype.bits / 8));
-    let strides = match extents.strides {
-        source::Strides::COrder => source::Strides::COrder,
-        source::Strides::Bytes(given) if given[ndim] == lane_bytes => source::Strides::Bytes(&given[..ndim]),
-        source::Strides::Elements(given) if given[ndim] == 1 => {
-            storage.extend(given[..ndim].iter().map(|&stride| stride.saturating_mul(lane_bytes)));
-            source::Strides::Bytes(storage)
-        }
-        _ => return (extents, source.dtype), // lanes apart: not vectors
-    };
-    (source::Extents { dims: &extents.dims[..ndim], strides }, dtype.dlpack())
-}
-
-/// "torch.Tensor on cuda:0": the argument's type and where its data lives.
-pub(super) fn describe(object: &Bound<'_, PyAny>, device: Option<Device>) -> String {
-    let kind = object.get_type().fully_qualified_name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
-    match device {
-        Some(Device { device_type: DeviceType::Cuda, id }) => format!("{kind} on cuda:{id}"),
-        Some(_) => format!("{kind} on cpu"),
-        None => kind,
-    }
-}
-
 impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
-    /// Check what `source` describes against `T`, `D` and `A`, and take hold of its memory.
-    fn check(object: Bound<'py, PyAny>, source: Source) -> PyResult<Self> {
-        // What arrived, for messages only (it costs Python calls, so it comes after the
-        // extents are copied: NumPy's can change under Python code).
-        let here = |source: &Source| describe(&object, Some(source.device));
-        let mut lane_strides = Vec::new();
-        let (extents, dtype) = fold_lanes::<T>(&source, source.extents(object.py()), &mut lane_strides);
-        let ndim = extents.dims.len();
-        if T::DTYPE.is_record() && source.numpy_kind.as_deref() == Some(crate::element::RECORD) {
-            let numpy = matches!(source.holder, source::Holder::NumPy(_));
-            // SAFETY: `numpy` says whether `object` is a NumPy array (else an amso record array).
-            unsafe { record::check_layout(&object, numpy, crate::element::DTypeOf::<T>::REF) }?;
-        }
-        // A kind DLPack lacks matches by its NumPy name alone (datetime64[s] and int64 share
-        // DLPack's fields); every other kind by DLPack's fields, from any producer.
-        let same_kind = match &source.numpy_kind {
-            Some(name) => T::DTYPE.numpy_only() && *name == T::DTYPE.numpy,
-            None => !T::DTYPE.numpy_only(),
-        };
-        if !same_kind || dtype != T::DTYPE.dlpack() || D::NDIM.is_some_and(|n| n != ndim) {
-            let arrived = match &source.numpy_kind {
-                Some(name) => name.to_string(),
-                None => dlpack_type_name(dtype),
-            };
-            return Err(PyTypeError::new_err(format!(
-                "expected {}, got {} array with {ndim} dimension{} ({})",
-                wanted::<T, D, A>(),
-                with_article(arrived),
-                if ndim == 1 { "" } else { "s" },
-                here(&source)
-            )));
-        }
-        let shape = D::shape(extents.dims);
-        let mut strides = D::zero_strides(ndim);
-        extents.strides.fill(shape.as_ref(), size_of::<T>(), strides.as_mut())?;
-        if A::WRITABLE && source.readonly {
-            return Err(PyValueError::new_err(format!(
-                "expected {}, got a read-only one ({}); pass a writable array",
-                wanted::<T, D, A>(),
-                here(&source)
-            )));
-        }
-        let (shape_ref, strides_ref) = (shape.as_ref(), strides.as_ref());
-        let itemsize = size_of::<T>();
-        // NumPy's rule (`shape::byte_size`), which ndarray's views rely on too: the element
-        // count cannot overflow either.
-        if crate::shape::byte_size(shape_ref.iter().copied(), itemsize).is_none() {
-            return Err(PyValueError::new_err(format!(
-                "the array's shape {:?} has more elements than an address space holds ({})",
-                shape_ref,
-                here(&source)
-            )));
-        }
-        let size = shape_ref.iter().product::<usize>();
-        let extent = match size {
-            0 => None,
-            _ => {
-                let axes = shape_ref.iter().copied().zip(strides_ref.iter().copied());
-                let extent = crate::shape::byte_extent(axes, itemsize, itemsize).filter(|&(lowest, end)| {
-                    source.data.checked_add_signed(lowest).is_some() && source.data.checked_add_signed(end).is_some()
-                });
-                Some(extent.ok_or_else(|| {
-                    PyValueError::new_err(format!(
-                        "the array's shape {:?} and strides {:?} reach past the address space ({})",
-                        shape_ref,
-                        strides_ref,
-                        here(&source)
-                    ))
-                })?)
-            }
-        };
-        let host = source.device.device_type != DeviceType::Cuda;
-        let aligned = source.data.is_multiple_of(align_of::<T>());
-        // Misaligned host arrays are read through an aligned copy (`staged`); kernels need
-        // aligned device memory.
-        if extent.is_some() && (source.data == 0 || (!aligned && !host)) {
-            return Err(PyValueError::new_err(format!(
-                "the array's data address 0x{:x} is NULL or not aligned for {} ({}); pass a copy",
-                source.data,
-                T::DTYPE.name,
-                here(&source)
-            )));
-        }
-        // A C-contiguous array reaches each element once: only other layouts are sorted by stride.
-        if A::WRITABLE && extent.is_some() && !strided::is_c_contiguous(shape_ref, strides_ref) {
-            if let Some(axis) = strided::self_overlap(shape_ref, strides_ref) {
-                return Err(PyValueError::new_err(format!(
-                    "expected {}, got one whose strides {:?} reach some elements twice (axis {axis}, shape {:?}; a \
-                     broadcast?) ({}); pass a contiguous copy",
-                    wanted::<T, D, A>(),
-                    strides_ref,
-                    shape_ref,
-                    here(&source)
-                )));
-            }
-        }
-        let borrow = match extent {
-            Some(extent) if host => {
-                if T::DTYPE.code == crate::element::dlpack_code::BOOL && !T::DTYPE.numpy_only() {
-                    // SAFETY: one readable byte per element (the extent was checked above).
-                    check_each(source.data, shape_ref, strides_ref, 1, |byte| unsafe { *byte } <= 1).map_err(|()| {
-                        PyValueError::new_err(format!(
-                            "the bool array holds bytes other than 0 and 1 ({}); convert it with x.astype(bool) first",
-                            here(&source)
-                        ))
-                    })?;
-                }
-                if const { crate::element::record_has_bool(&T::DTYPE) } {
-                    let bools: Vec<usize> = crate::element::record_bool_bytes(&T::DTYPE).collect();
-                    // SAFETY: each record's bytes are readable (the extent was checked above).
-                    let valid = |record: *const u8| bools.iter().all(|&at| unsafe { *record.add(at) } <= 1);
-                    check_each(source.data, shape_ref, strides_ref, itemsize, valid).map_err(|()| {
-                        PyValueError::new_err(format!(
-                            "a bool field of the records holds bytes other than 0 and 1 ({}); fix the data first",
-                            here(&source)
-                        ))
-                    })?;
-                }
-                if source.numpy_kind.as_deref() == Some("object") {
-                    // `Py<PyAny>` is never NULL; NumPy reads NULL entries (of arrays C code made
-                    // without filling them) as None.
-                    let non_null = |entry: *const u8| {
-                        // SAFETY: one readable pointer per element (the extent was checked above),
-                        // read unaligned: a misaligned array is staged below, not refused.
-                        !unsafe { entry.cast::<*const ffi::PyObject>().read_unaligned() }.is_null()
-                    };
-                    check_each(source.data, shape_ref, strides_ref, itemsize, non_null).map_err(|()| {
-                        PyValueError::new_err(format!(
-                            "the object array holds NULL entries (made by C code without filling it) ({}); fill it, \
-                             e.g. x[...] = None, or pass a copy",
-                            here(&source)
-                        ))
-                    })?;
-                }
-                Some(Borrow::new(object.py(), source.data, extent, shape_ref, strides_ref, itemsize, A::WRITABLE)?)
-            }
-            _ => None,
-        };
-        let staged = match borrow {
-            Some(_) if !aligned => {
-                // SAFETY: host memory whose extent was checked, held by `object` and `source`
-                // and borrowed (exclusively when writable) by `borrow`, which the struct drops
-                // after `staged`.
-                Some(Box::new(unsafe { staged::Staged::new(source.data, shape_ref, strides_ref, A::WRITABLE) }))
-            }
-            _ => None,
-        };
-        let mut strides = strides;
-        if staged.is_some() {
-            strided::fill_c_strides(shape.as_ref(), strides.as_mut());
-        }
-        Ok(TypedArray { staged, object, shape, strides, source, _borrow: borrow, _element: PhantomData })
-    }
-
     /// The argument as passed.
     pub fn object(&self) -> &Bound<'py, PyAny> {
         &self.object
@@ -707,28 +471,4 @@ impl<'py, T: Element, const N: usize, A: Access> TypedArray<'py, T, Rank<N>, A> 
         self.require_c_contiguous("device_indexer()")?;
         Ok(crate::indexer::DeviceIndexer::new(self.source.data as u64, self.shape))
     }
-}
-
-/// Whether `valid` holds for the address of every element of a strided array (strides in
-/// elements of `itemsize` bytes): one linear pass when the array is C-contiguous, else the
-/// shared odometer.
-fn check_each(
-    data: usize,
-    shape: &[usize],
-    strides: &[isize],
-    itemsize: usize,
-    mut valid: impl FnMut(*const u8) -> bool,
-) -> Result<(), ()> {
-    let base = data as *const u8;
-    // Every element of the array (the caller checked the extent).
-    let all = if strided::is_c_contiguous(shape, strides) {
-        (0..shape.iter().product::<usize>()).all(|i| valid(base.wrapping_add(i * itemsize)))
-    } else {
-        let mut all = true;
-        strided::for_each_offset(shape, strides, |offset| {
-            all = all && valid(base.wrapping_offset(offset * itemsize as isize))
-        });
-        all
-    };
-    all.then_some(()).ok_or(())
 }

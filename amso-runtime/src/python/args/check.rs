@@ -91,86 +91,6 @@ fn fold_lanes<'a, T: ArrayElement>(
     (source::Extents { dims: &extents.dims[..ndim], strides }, dtype.dlpack())
 }
 
-/// The byte extent an argument of `shape` and element `strides` reaches from `data` (`None`
-/// when it has no elements), refused when NumPy's size rule (`shape::byte_size`, which
-/// ndarray's views rely on too) or the address space does not hold it; `here` says what arrived.
-#[inline]
-fn byte_extent(
-    data: usize,
-    shape: &[usize],
-    strides: &[isize],
-    itemsize: usize,
-    here: impl Fn() -> String,
-) -> PyResult<Option<(isize, isize)>> {
-    if crate::shape::byte_size(shape.iter().copied(), itemsize).is_none() {
-        return Err(PyValueError::new_err(format!(
-            "the array's shape {shape:?} has more elements than an address space holds ({})",
-            here()
-        )));
-    }
-    if shape.contains(&0) {
-        return Ok(None);
-    }
-    let axes = shape.iter().copied().zip(strides.iter().copied());
-    let extent = crate::shape::byte_extent(axes, itemsize, itemsize)
-        .filter(|&(lowest, end)| data.checked_add_signed(lowest).is_some() && data.checked_add_signed(end).is_some());
-    extent.map(Some).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "the array's shape {shape:?} and strides {strides:?} reach past the address space ({})",
-            here()
-        ))
-    })
-}
-
-/// The values of host data a `T` cannot hold, refused before Rust reads them as `T`: bool bytes
-/// other than 0 and 1 (in bools and in records' bool fields) and NULL object entries. `source`'s
-/// extent was checked; `here` says what arrived.
-#[inline]
-fn check_values<T: ArrayElement>(
-    source: &Source,
-    shape: &[usize],
-    strides: &[isize],
-    here: impl Fn() -> String,
-) -> PyResult<()> {
-    if T::DTYPE.code == crate::element::dlpack_code::BOOL && !T::DTYPE.numpy_only() {
-        // SAFETY: one readable byte per element (the caller checked the extent).
-        check_each(source.data, shape, strides, 1, |byte| unsafe { *byte } <= 1).map_err(|()| {
-            PyValueError::new_err(format!(
-                "the bool array holds bytes other than 0 and 1 ({}); convert it with x.astype(bool) first",
-                here()
-            ))
-        })?;
-    }
-    if const { crate::element::record_has_bool(&T::DTYPE) } {
-        let bools: Vec<usize> = crate::element::record_bool_bytes(&T::DTYPE).collect();
-        // SAFETY: each record's bytes are readable (the caller checked the extent).
-        let valid = |record: *const u8| bools.iter().all(|&at| unsafe { *record.add(at) } <= 1);
-        check_each(source.data, shape, strides, size_of::<T>(), valid).map_err(|()| {
-            PyValueError::new_err(format!(
-                "a bool field of the records holds bytes other than 0 and 1 ({}); fix the data first",
-                here()
-            ))
-        })?;
-    }
-    if source.numpy_kind.as_deref() == Some("object") {
-        // `Py<PyAny>` is never NULL; NumPy reads NULL entries (of arrays C code made
-        // without filling them) as None.
-        let non_null = |entry: *const u8| {
-            // SAFETY: one readable pointer per element (the caller checked the extent),
-            // read unaligned: a misaligned array is staged below, not refused.
-            !unsafe { entry.cast::<*const ffi::PyObject>().read_unaligned() }.is_null()
-        };
-        check_each(source.data, shape, strides, size_of::<T>(), non_null).map_err(|()| {
-            PyValueError::new_err(format!(
-                "the object array holds NULL entries (made by C code without filling it) ({}); fill it, \
-                     e.g. x[...] = None, or pass a copy",
-                here()
-            ))
-        })?;
-    }
-    Ok(())
-}
-
 /// "torch.Tensor on cuda:0": the argument's type and where its data lives.
 pub(super) fn describe(object: &Bound<'_, PyAny>, device: Option<Device>) -> String {
     let kind = object.get_type().fully_qualified_name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
@@ -184,17 +104,10 @@ pub(super) fn describe(object: &Bound<'_, PyAny>, device: Option<Device>) -> Str
 impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// Check what `source` describes against `T`, `D` and `A`, and take hold of its memory.
     pub(super) fn check(object: Bound<'py, PyAny>, source: Source) -> PyResult<Self> {
-        // What arrived, for messages only (it costs Python calls, so it comes after the
-        // extents are copied: NumPy's can change under Python code).
-        let here = |source: &Source| describe(&object, Some(source.device));
         let mut lane_strides = Vec::new();
         let (extents, dtype) = fold_lanes::<T>(&source, source.extents(object.py()), &mut lane_strides);
         let ndim = extents.dims.len();
-        if T::DTYPE.is_record() && source.numpy_kind.as_deref() == Some(crate::element::RECORD) {
-            let numpy = matches!(source.holder, source::Holder::NumPy(_));
-            // SAFETY: `numpy` says whether `object` is a NumPy array (else an amso record array).
-            unsafe { record::check_layout(&object, numpy, crate::element::DTypeOf::<T>::REF) }?;
-        }
+        check_record::<T>(&object, &source)?;
         // A kind DLPack lacks matches by its NumPy name alone (datetime64[s] and int64 share
         // DLPack's fields); every other kind by DLPack's fields, from any producer.
         let same_kind = match &source.numpy_kind {
@@ -202,59 +115,73 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
             None => !T::DTYPE.numpy_only(),
         };
         if !same_kind || dtype != T::DTYPE.dlpack() || D::NDIM.is_some_and(|n| n != ndim) {
-            let arrived = match &source.numpy_kind {
-                Some(name) => name.to_string(),
-                None => dlpack_type_name(dtype),
-            };
-            return Err(PyTypeError::new_err(format!(
-                "expected {}, got {} array with {ndim} dimension{} ({})",
-                wanted::<T, D, A>(),
-                with_article(arrived),
-                if ndim == 1 { "" } else { "s" },
-                here(&source)
-            )));
+            let kind = Refusal::Kind { numpy_kind: source.numpy_kind.as_deref(), dtype, ndim };
+            return Err(refuse::<T, D, A>(kind, &object, &source));
         }
         let shape = D::shape(extents.dims);
         let mut strides = D::zero_strides(ndim);
         extents.strides.fill(shape.as_ref(), size_of::<T>(), strides.as_mut())?;
         if A::WRITABLE && source.readonly {
-            return Err(PyValueError::new_err(format!(
-                "expected {}, got a read-only one ({}); pass a writable array",
-                wanted::<T, D, A>(),
-                here(&source)
-            )));
+            return Err(refuse::<T, D, A>(Refusal::ReadOnly, &object, &source));
         }
         let (shape_ref, strides_ref) = (shape.as_ref(), strides.as_ref());
         let itemsize = size_of::<T>();
-        let extent = byte_extent(source.data, shape_ref, strides_ref, itemsize, || here(&source))?;
+        // NumPy's rule (`shape::byte_size`), which ndarray's views rely on too: the element
+        // count cannot overflow either.
+        if crate::shape::byte_size(shape_ref.iter().copied(), itemsize).is_none() {
+            return Err(refuse::<T, D, A>(Refusal::TooManyElements { shape: shape_ref }, &object, &source));
+        }
+        let size = shape_ref.iter().product::<usize>();
+        let extent = match size {
+            0 => None,
+            _ => {
+                let axes = shape_ref.iter().copied().zip(strides_ref.iter().copied());
+                let extent = crate::shape::byte_extent(axes, itemsize, itemsize).filter(|&(lowest, end)| {
+                    source.data.checked_add_signed(lowest).is_some() && source.data.checked_add_signed(end).is_some()
+                });
+                let past = || Refusal::PastAddressSpace { shape: shape_ref, strides: strides_ref };
+                Some(extent.ok_or_else(|| refuse::<T, D, A>(past(), &object, &source))?)
+            }
+        };
         let host = source.device.device_type != DeviceType::Cuda;
         let aligned = source.data.is_multiple_of(align_of::<T>());
         // Misaligned host arrays are read through an aligned copy (`staged`); kernels need
         // aligned device memory.
         if extent.is_some() && (source.data == 0 || (!aligned && !host)) {
-            return Err(PyValueError::new_err(format!(
-                "the array's data address 0x{:x} is NULL or not aligned for {} ({}); pass a copy",
-                source.data,
-                T::DTYPE.name,
-                here(&source)
-            )));
+            return Err(refuse::<T, D, A>(Refusal::Address { data: source.data }, &object, &source));
         }
         // A C-contiguous array reaches each element once: only other layouts are sorted by stride.
         if A::WRITABLE && extent.is_some() && !strided::is_c_contiguous(shape_ref, strides_ref) {
             if let Some(axis) = strided::self_overlap(shape_ref, strides_ref) {
-                return Err(PyValueError::new_err(format!(
-                    "expected {}, got one whose strides {:?} reach some elements twice (axis {axis}, shape {:?}; a \
-                     broadcast?) ({}); pass a contiguous copy",
-                    wanted::<T, D, A>(),
-                    strides_ref,
-                    shape_ref,
-                    here(&source)
-                )));
+                let overlap = Refusal::Overlap { axis, shape: shape_ref, strides: strides_ref };
+                return Err(refuse::<T, D, A>(overlap, &object, &source));
             }
         }
         let borrow = match extent {
             Some(extent) if host => {
-                check_values::<T>(&source, shape_ref, strides_ref, || here(&source))?;
+                if T::DTYPE.code == crate::element::dlpack_code::BOOL && !T::DTYPE.numpy_only() {
+                    // SAFETY: one readable byte per element (the extent was checked above).
+                    check_each(source.data, shape_ref, strides_ref, 1, |byte| unsafe { *byte } <= 1)
+                        .map_err(|()| refuse::<T, D, A>(Refusal::Bools, &object, &source))?;
+                }
+                if const { crate::element::record_has_bool(&T::DTYPE) } {
+                    let bools: Vec<usize> = crate::element::record_bool_bytes(&T::DTYPE).collect();
+                    // SAFETY: each record's bytes are readable (the extent was checked above).
+                    let valid = |record: *const u8| bools.iter().all(|&at| unsafe { *record.add(at) } <= 1);
+                    check_each(source.data, shape_ref, strides_ref, itemsize, valid)
+                        .map_err(|()| refuse::<T, D, A>(Refusal::RecordBools, &object, &source))?;
+                }
+                if source.numpy_kind.as_deref() == Some("object") {
+                    // `Py<PyAny>` is never NULL; NumPy reads NULL entries (of arrays C code made
+                    // without filling them) as None.
+                    let non_null = |entry: *const u8| {
+                        // SAFETY: one readable pointer per element (the extent was checked above),
+                        // read unaligned: a misaligned array is staged below, not refused.
+                        !unsafe { entry.cast::<*const ffi::PyObject>().read_unaligned() }.is_null()
+                    };
+                    check_each(source.data, shape_ref, strides_ref, itemsize, non_null)
+                        .map_err(|()| refuse::<T, D, A>(Refusal::NullObjects, &object, &source))?;
+                }
                 Some(Borrow::new(object.py(), source.data, extent, shape_ref, strides_ref, itemsize, A::WRITABLE)?)
             }
             _ => None,
@@ -274,6 +201,85 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         }
         Ok(TypedArray { staged, object, shape, strides, source, _borrow: borrow, _element: PhantomData })
     }
+}
+
+/// Why a typed argument is refused: the facts its message needs, made into the exception by
+/// `refuse` on the error path only.
+enum Refusal<'a> {
+    Kind { numpy_kind: Option<&'a str>, dtype: (u8, u8, u16), ndim: usize },
+    ReadOnly,
+    TooManyElements { shape: &'a [usize] },
+    PastAddressSpace { shape: &'a [usize], strides: &'a [isize] },
+    Address { data: usize },
+    Overlap { axis: usize, shape: &'a [usize], strides: &'a [isize] },
+    Bools,
+    RecordBools,
+    NullObjects,
+}
+
+/// The exception for `refusal` of argument `object` (read as `source`) of `T`, `D` and `A`. What
+/// arrived is described here, on the error path only (it costs Python calls, so it comes after
+/// the extents were copied: NumPy's can change under Python code).
+#[cold]
+#[inline(never)]
+fn refuse<T: ArrayElement, D: Dimensions, A: Access>(
+    refusal: Refusal<'_>,
+    object: &Bound<'_, PyAny>,
+    source: &Source,
+) -> PyErr {
+    let here = describe(object, Some(source.device));
+    match refusal {
+        Refusal::Kind { numpy_kind, dtype, ndim } => {
+            let arrived = numpy_kind.map_or_else(|| dlpack_type_name(dtype), str::to_owned);
+            PyTypeError::new_err(format!(
+                "expected {}, got {} array with {ndim} dimension{} ({here})",
+                wanted::<T, D, A>(),
+                with_article(arrived),
+                if ndim == 1 { "" } else { "s" }
+            ))
+        }
+        Refusal::ReadOnly => PyValueError::new_err(format!(
+            "expected {}, got a read-only one ({here}); pass a writable array",
+            wanted::<T, D, A>()
+        )),
+        Refusal::TooManyElements { shape } => PyValueError::new_err(format!(
+            "the array's shape {shape:?} has more elements than an address space holds ({here})"
+        )),
+        Refusal::PastAddressSpace { shape, strides } => PyValueError::new_err(format!(
+            "the array's shape {shape:?} and strides {strides:?} reach past the address space ({here})"
+        )),
+        Refusal::Address { data } => PyValueError::new_err(format!(
+            "the array's data address 0x{data:x} is NULL or not aligned for {} ({here}); pass a copy",
+            T::DTYPE.name
+        )),
+        Refusal::Overlap { axis, shape, strides } => PyValueError::new_err(format!(
+            "expected {}, got one whose strides {strides:?} reach some elements twice (axis {axis}, shape {shape:?}; \
+             a broadcast?) ({here}); pass a contiguous copy",
+            wanted::<T, D, A>()
+        )),
+        Refusal::Bools => PyValueError::new_err(format!(
+            "the bool array holds bytes other than 0 and 1 ({here}); convert it with x.astype(bool) first"
+        )),
+        Refusal::RecordBools => PyValueError::new_err(format!(
+            "a bool field of the records holds bytes other than 0 and 1 ({here}); fix the data first"
+        )),
+        Refusal::NullObjects => PyValueError::new_err(format!(
+            "the object array holds NULL entries (made by C code without filling it) ({here}); fill it, e.g. \
+             x[...] = None, or pass a copy"
+        )),
+    }
+}
+
+/// A record argument's layout against `T`'s, field by field (a NumPy structured array's, or an
+/// amso record array's of another runtime copy); nothing for other kinds.
+#[inline]
+fn check_record<T: ArrayElement>(object: &Bound<'_, PyAny>, source: &Source) -> PyResult<()> {
+    if T::DTYPE.is_record() && source.numpy_kind.as_deref() == Some(crate::element::RECORD) {
+        let numpy = matches!(source.holder, source::Holder::NumPy(_));
+        // SAFETY: `numpy` says whether `object` is a NumPy array (else an amso record array).
+        unsafe { record::check_layout(object, numpy, crate::element::DTypeOf::<T>::REF) }?;
+    }
+    Ok(())
 }
 
 /// Whether `valid` holds for the address of every element of a strided array (strides in

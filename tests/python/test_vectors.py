@@ -17,6 +17,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from hostile import Tensor
 from test_dlpack import versioned
 
 import amso
@@ -83,6 +84,13 @@ def test_buffer_protocol_and_copies_in_and_out():
     a = vectors(3)
     m = memoryview(a)
     assert (m.format, m.shape, m.strides, m.itemsize, m.nbytes) == ("f", (3, 4), (16, 4), 4, 48)
+    # The lanes axis counts: a C-contiguous (3, 4) buffer is no Fortran-contiguous one.
+    view = (ctypes.c_char * 88)()
+    get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+    get_buffer.argtypes, get_buffer.restype = [ctypes.py_object, ctypes.c_void_p, ctypes.c_int], ctypes.c_int
+    PYBUF_F_CONTIGUOUS = 0x0040 | 0x0018  # with PyBUF_STRIDES
+    with pytest.raises(BufferError, match="a Fortran-contiguous buffer of this shape does not exist"):
+        get_buffer(a, ctypes.addressof(view), PYBUF_F_CONTIGUOUS)
     assert m.tolist() == lanes(3).tolist()
     m.release()
     out = a.to_numpy()
@@ -146,11 +154,43 @@ def test_a_consumer_that_refuses_lanes_is_pointed_to_the_scalar_view():
     taken = np.from_dlpack(view)
     assert taken.ctypes.data == address(a) and taken.shape == (3, 4)
     np.testing.assert_array_equal(taken, lanes(3))
-    # An unrelated error while a vector capsule lives gets no note.
-    with pytest.raises(KeyError) as unrelated:
-        _capsule = a.__dlpack__()  # noqa: F841
-        raise KeyError("unrelated")
-    assert not getattr(unrelated.value, "__notes__", [])
+    # An unrelated error raised while a vector capsule dies unconsumed gets no note: here the
+    # capsule is a temporary argument, dropped as the division raises.
+    def take(capsule, value):
+        return capsule, value
+
+    for versions in ({"max_version": (1, 0)}, {}):  # the versioned and the legacy capsule's destructor
+        with pytest.raises(ZeroDivisionError) as unrelated:
+            take(a.__dlpack__(**versions), 1 / 0)
+        assert not getattr(unrelated.value, "__notes__", [])
+    # A lane refusal that drops the legacy capsule gets the note too.
+    def refuse():
+        raise BufferError("lanes != 1 unsupported")
+
+    with pytest.raises(BufferError) as legacy:
+        take(a.__dlpack__(), refuse())
+    assert any("a.scalar_view()" in note for note in legacy.value.__notes__)
+
+
+def test_vector_arrays_over_foreign_memory_start_aligned_to_16_bytes():
+    """A producer's lanes=4 tensor is adopted only where C's amso_float32x4_t and CUDA's float4
+    can load it; `amso.asarray(t, dtype="float32x4")` of such a producer takes it as it is."""
+    probe = Tensor(shape=(2,), dtype=(2, 32, 4), nbytes=80)
+    offset = -ctypes.addressof(probe.buffer) % 16  # the offset that makes the data 16-aligned
+    misaligned = Tensor(shape=(2,), dtype=(2, 32, 4), nbytes=80, byte_offset=offset + 4)
+    with pytest.raises(BufferError, match="not aligned to 16 bytes, as float32x4 elements are"):
+        amso.from_dlpack(misaligned.producer())
+    assert misaligned.deleted == 1
+    aligned = Tensor(shape=(2,), dtype=(2, 32, 4), nbytes=80)
+    aligned.managed.dl_tensor.byte_offset = -ctypes.addressof(aligned.buffer) % 16
+    over = amso.from_dlpack(aligned.producer())
+    assert over.shape == (2,) and address(over) % 16 == 0
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    a = vectors(3)
+    back = amso.asarray(tvm_ffi.from_dlpack(a), dtype="float32x4", copy=False)
+    assert type(back) is type(a) and address(back) == address(a)
+    with pytest.raises(ValueError, match=r"needs a last axis of 4 float32 lanes; the input is float32, shape \[4\]"):
+        amso.asarray(np.zeros(4, np.float32), dtype="float32x4", copy=False)
 
 
 def test_the_scalar_view_shares_memory_and_holds_it():
@@ -206,7 +246,7 @@ def test_rust_functions_take_vectors_from_amso_and_numpy():
     np.testing.assert_array_equal(made, np.arange(3)[:, None] * np.float32([1, 2, 3, 4]))
     for bad in (np.zeros((5, 8), np.float32)[:, ::2], np.zeros((5, 3), np.float32), np.zeros((5, 4))):
         with pytest.raises(TypeError, match=r"expected a float32x4 array with 1 dimension \(or a float32 array with "
-                                            r"2, a last axis of its 4 lanes side by side\)"):
+                                            r"2 dimensions, its last axis the 4 lanes side by side\)"):
             peers.vector_norms(bad)
 
 

@@ -233,8 +233,8 @@ def _asarray_lanes(obj: Any, name: str, copy: bool | None) -> MemArray:
         try:  # the memory as it is: lanes of the lane dtype, C-contiguous, aligned to the vector
             return _wrap(obj, lanes)
         except (BufferError, TypeError, ValueError):
-            if copy is False:
-                raise
+            if copy is False or _device_type(obj) == dlpack.kDLCUDA:
+                raise  # device data is not copied through the host
     host = np.asarray(obj, dtype=lane)
     if host.ndim < 2 or host.shape[-1] != lanes:
         raise ValueError(f"an array of {name} needs a last axis of {lanes} {lane} lanes; the input has shape {host.shape}")

@@ -103,7 +103,8 @@ fn compile(source: &str, name: &str, options: &[String], device_id: i32) -> Resu
         if code == nvrtc::nvrtcResult::NVRTC_SUCCESS {
             Ok(())
         } else {
-            Err(Error::Cuda { call, code: Some(code as u32), message: format!("NVRTC: {code:?}") })
+            // NVRTC's codes are not the driver's (`code` is the driver's `CUresult` only).
+            Err(Error::Cuda { call, code: None, message: format!("NVRTC: {code:?}") })
         }
     };
     let mut program: nvrtc::nvrtcProgram = std::ptr::null_mut();

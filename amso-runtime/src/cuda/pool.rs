@@ -108,7 +108,10 @@ impl Failure {
             Error::Cuda { code: Some(code), .. } => DRIVER.saturating_add(*code),
             _ => 2,
         };
-        let text = error.to_string();
+        let text = match error {
+            Error::Cuda { call, message, .. } => format!("{call}: {message}"),
+            other => other.to_string(),
+        };
         let n = text.len().min(self.text.len() - 1);
         self.text[..n].copy_from_slice(&text.as_bytes()[..n]);
         self.text[n] = 0;

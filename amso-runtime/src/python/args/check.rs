@@ -50,10 +50,10 @@ pub(super) fn wanted<T: ArrayElement, D: Dimensions, A: Access>() -> String {
         return array;
     }
     // A vector array also arrives as its lanes (NumPy's view): say how.
-    let lanes = format!("a last axis of its {} lanes side by side", T::DTYPE.lanes);
+    let lanes = format!("its last axis the {} lanes side by side", T::DTYPE.lanes);
     match D::NDIM {
-        Some(n) => format!("{array} (or a {} array with {}, {lanes})", T::DTYPE.numpy, n + 1),
-        None => format!("{array} (or a {} array with {lanes})", T::DTYPE.numpy),
+        Some(n) => format!("{array} (or a {} array with {} dimensions, {lanes})", T::DTYPE.numpy, n + 1),
+        None => format!("{array} (or a {} array, {lanes})", T::DTYPE.numpy),
     }
 }
 
@@ -144,7 +144,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
             }
         };
         let host = source.device.device_type != DeviceType::Cuda;
-        let aligned = source.data.is_multiple_of(align_of::<T>());
+        let aligned = source.data.is_multiple_of(if host { align_of::<T>() } else { device_alignment::<T>() });
         // Misaligned host arrays are read through an aligned copy (`staged`); kernels need
         // aligned device memory.
         if extent.is_some() && (source.data == 0 || (!aligned && !host)) {
@@ -280,6 +280,16 @@ fn check_record<T: ArrayElement>(object: &Bound<'_, PyAny>, source: &Source) -> 
         unsafe { record::check_layout(object, numpy, crate::element::DTypeOf::<T>::REF) }?;
     }
     Ok(())
+}
+
+/// The alignment device data of `T` needs: a vector's own size (CUDA's `float4` loads), else
+/// `T`'s alignment.
+#[inline]
+fn device_alignment<T: ArrayElement>() -> usize {
+    match const { T::DTYPE.lanes > 1 && T::DTYPE.bits >= 8 } && T::DTYPE.is_vector() {
+        true => size_of::<T>(),
+        false => align_of::<T>(),
+    }
 }
 
 /// Whether `valid` holds for the address of every element of a strided array (strides in

@@ -119,7 +119,8 @@ pub(in crate::python) unsafe fn get_buffer(
     };
     let f_contiguous_only = flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS
         && flags & ffi::PyBUF_ANY_CONTIGUOUS != ffi::PyBUF_ANY_CONTIGUOUS;
-    if f_contiguous_only && !raw && header.dims().iter().filter(|&&d| d > 1).count() > 1 {
+    let long_axes = header.dims().iter().filter(|&&d| d > 1).count() + usize::from(lanes.is_some_and(|l| l > 1));
+    if f_contiguous_only && !raw && long_axes > 1 {
         return Err(PyBufferError::new_err(
             "amso arrays are C-contiguous; a Fortran-contiguous buffer of this shape does not exist",
         ));

@@ -52,6 +52,14 @@ pub(crate) fn export_lanes(array: &ArrayCore, stream: i64) -> crate::error::Resu
         max_version: Some(crate::dlpack::DLPACK_VERSION),
         ..Default::default()
     };
+    if array.shape().len() >= crate::shape::MAX_NDIM {
+        return Err(crate::error::Error::ExportRefused(format!(
+            "the lanes of a {}-D vector array need a {}-D view, and amso arrays have at most {} dimensions",
+            array.shape().len(),
+            array.shape().len() + 1,
+            crate::shape::MAX_NDIM
+        )));
+    }
     let plan = plan_export(device, view.pinned(), &request)?;
     let source = array.export_source(&plan, None)?;
     let shape: Vec<usize> = source.shape.iter().copied().chain([usize::from(source.dtype.lanes)]).collect();
@@ -190,10 +198,10 @@ unsafe fn destroy<const VECTOR: bool>(
     }
 }
 
-/// An unconsumed capsule of a vector array (lanes > 1) dropped while an exception is on its
-/// way is, in practice, a consumer that refused the lanes (NumPy, PyTorch, CuPy and JAX read
-/// only lanes == 1) and dropped the capsule as it raised: the exception gets a note naming
-/// `a.scalar_view()`. The exception itself is kept as it was.
+/// An unconsumed capsule of a vector array (lanes > 1) dropped while an exception about lanes
+/// is on its way is a consumer that refused them (NumPy, PyTorch, CuPy and JAX read only
+/// lanes == 1, and say so) and dropped the capsule as it raised: the exception gets a note
+/// naming `a.scalar_view()`. The exception itself is kept as it was.
 ///
 /// # Safety
 /// The GIL is held.
@@ -217,8 +225,13 @@ unsafe fn note_lanes_refusal(dtype: dlpark::ffi::DLDataType) {
             );
             let py = Python::assume_attached();
             let value = Bound::from_borrowed_ptr(py, value);
-            // A failure to add the note must not replace the consumer's exception.
-            let _ = value.call_method1(pyo3::intern!(py, "add_note"), (note,));
+            // Only a refusal of the lanes gets it (every consumer's message names them), not
+            // an unrelated error raised while a vector's capsule was alive.
+            let about_lanes = value.str().is_ok_and(|text| text.to_string().to_lowercase().contains("lane"));
+            if about_lanes {
+                // A failure to add the note must not replace the consumer's exception.
+                let _ = value.call_method1(pyo3::intern!(py, "add_note"), (note,));
+            }
             ffi::PyErr_Clear();
         }
         ffi::PyErr_Restore(kind, value, traceback);

@@ -32,36 +32,47 @@ fn wrap_lanes(
     producer: Option<&Bound<'_, PyAny>>,
     lanes: Option<u16>,
 ) -> PyResult<Py<PyAny>> {
+    // A producer that already exports the vector (lanes in its DLPack type) is read as it is.
+    let lanes = lanes.filter(|&lanes| source.dtype.2 != lanes || source.numpy_kind.is_some());
     let extents = source.extents(py);
-    let ndim = extents.dims.len().saturating_sub(usize::from(lanes.is_some()));
-    if !(1..=crate::shape::MAX_NDIM).contains(&ndim) {
-        let dtype = (source.dtype.0, source.dtype.1, lanes.unwrap_or(source.dtype.2));
-        return Err(PyTypeError::new_err(registry::uncompiled(&dlpack_type_name(dtype), ndim)));
-    }
-    check_dims(&extents.dims[..ndim])?;
-    extents.strides.check_c_contiguous(extents.dims, source.itemsize())?;
     let mut dims = extents.dims.to_vec();
     if let Some(lanes) = lanes {
         let vector = (source.dtype.0, source.dtype.1, lanes);
         let lane_type = dlpack_type_name(source.dtype);
-        if source.numpy_kind.is_some() || source.dtype.2 != 1 || dims.last() != Some(&i64::from(lanes)) {
+        if source.numpy_kind.is_some()
+            || source.dtype.2 != 1
+            || dims.len() < 2
+            || dims.last() != Some(&i64::from(lanes))
+        {
             return Err(PyValueError::new_err(format!(
                 "an array of {} needs a last axis of {lanes} {lane_type} lanes; the input is {}, shape {dims:?}",
                 dlpack_type_name(vector),
                 source.numpy_kind.as_deref().map_or(lane_type.clone(), str::to_owned)
             )));
         }
-        let bytes = source.itemsize() * usize::from(lanes);
-        if !source.data.is_multiple_of(bytes) {
-            return Err(PyBufferError::new_err(format!(
-                "the input's data at {:#x} is not aligned to {bytes} bytes, as {} elements are (CUDA's vector \
-                 loads need it); copy it: amso.asarray(x, dtype=..., copy=True)",
-                source.data,
-                dlpack_type_name(vector)
-            )));
-        }
+    }
+    let ndim = dims.len() - usize::from(lanes.is_some());
+    if !(1..=crate::shape::MAX_NDIM).contains(&ndim) {
+        let dtype = (source.dtype.0, source.dtype.1, lanes.unwrap_or(source.dtype.2));
+        return Err(PyTypeError::new_err(registry::uncompiled(&dlpack_type_name(dtype), ndim)));
+    }
+    check_dims(&extents.dims[..ndim])?;
+    extents.strides.check_c_contiguous(extents.dims, source.itemsize())?;
+    if let Some(lanes) = lanes {
         dims.pop();
-        source.dtype = vector;
+        source.dtype = (source.dtype.0, source.dtype.1, lanes);
+    }
+    // A vector's elements start aligned to their size, as C's `amso_float32x4_t` and CUDA's
+    // `float4` loads need, whoever produced the memory.
+    let vector = source.numpy_kind.is_none() && source.dtype.2 > 1 && source.dtype.1 >= 8;
+    let bytes = source.itemsize();
+    if vector && !dims.contains(&0) && !source.data.is_multiple_of(bytes) {
+        return Err(PyBufferError::new_err(format!(
+            "the input's data at {:#x} is not aligned to {bytes} bytes, as {} elements are (C's and CUDA's vector \
+             loads need it); copy it: amso.asarray(x, dtype=..., copy=True)",
+            source.data,
+            dlpack_type_name(source.dtype)
+        )));
     }
     let registration = match source.numpy_kind.as_deref() {
         Some(crate::element::RECORD) => record_class(&source, producer, dims.len())?,

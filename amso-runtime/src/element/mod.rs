@@ -96,7 +96,12 @@ impl DType {
     /// NumPy, the array interfaces and the buffer protocol show as a trailing axis of
     /// `lanes` values of the lane's dtype (`numpy`).
     pub fn is_vector(&self) -> bool {
-        self.lanes > 1 && self.bits >= 8 && !self.numpy_only()
+        vector_type(self.dlpack()) && !self.numpy_only()
+    }
+
+    /// A vector's lane type (float32 for float32x4); `None` for other types.
+    pub(crate) fn lane(&self) -> Option<&'static DType> {
+        self.is_vector().then(|| DType::from_dlpack_type((self.code, self.bits, 1))).flatten()
     }
 
     /// Whether an element is several values (a record's fields, a vector's lanes), which
@@ -144,6 +149,13 @@ impl DType {
         let first = found.next()?;
         found.all(|other| other.dlpack() == first.dlpack()).then_some(first)
     }
+}
+
+/// Whether DLPack type (code, bits, lanes) is a vector of whole lanes (CUDA's `float4`): what
+/// `DType::is_vector` says of a known type, for a producer's or a tensor's type (NumPy's own
+/// kinds, which DLPack's fields only size, are the caller's to set apart).
+pub(crate) const fn vector_type((_, bits, lanes): (u8, u8, u16)) -> bool {
+    lanes > 1 && bits >= 8
 }
 
 /// Whether `numpy` is the canonical name of a NumPy kind DLPack lacks: `object`,

@@ -69,7 +69,7 @@ fn fold_lanes<'a, T: ArrayElement>(
 ) -> (source::Extents<'a>, (u8, u8, u16)) {
     let dtype = &T::DTYPE;
     let lanes = i64::from(dtype.lanes);
-    let candidate = const { T::DTYPE.lanes > 1 && T::DTYPE.bits >= 8 }
+    let candidate = const { crate::element::vector_type(T::DTYPE.dlpack()) }
         && source.dtype == (dtype.code, dtype.bits, 1)
         && source.numpy_kind.is_none()
         && extents.dims.len() >= 2
@@ -286,7 +286,7 @@ fn check_record<T: ArrayElement>(object: &Bound<'_, PyAny>, source: &Source) -> 
 /// `T`'s alignment.
 #[inline]
 fn device_alignment<T: ArrayElement>() -> usize {
-    match const { T::DTYPE.lanes > 1 && T::DTYPE.bits >= 8 } && T::DTYPE.is_vector() {
+    match const { crate::element::vector_type(T::DTYPE.dlpack()) } && T::DTYPE.is_vector() {
         true => size_of::<T>(),
         false => align_of::<T>(),
     }

@@ -99,9 +99,9 @@ pub(in crate::python) unsafe fn get_buffer(
     let header = array.header();
     let dtype = if raw { &<u8 as crate::element::ArrayElement>::DTYPE } else { array.element_type() };
     // A vector's buffer is of its lanes, with a last axis of `lanes` (PEP 3118 has no vectors).
-    let (dtype, lanes) = match dtype.is_vector().then(|| DType::from_dlpack_type((dtype.code, dtype.bits, 1))) {
-        Some(Some(lane)) => (lane, Some(ffi::Py_ssize_t::from(dtype.lanes as i16))),
-        _ => (dtype, None),
+    let (dtype, lanes) = match dtype.lane() {
+        Some(lane) => (lane, Some(ffi::Py_ssize_t::from(dtype.lanes as i16))),
+        None => (dtype, None),
     };
     let writable = flags & ffi::PyBUF_WRITABLE != 0;
     let with_shape = flags & ffi::PyBUF_ND == ffi::PyBUF_ND;

@@ -47,11 +47,7 @@ pub(crate) fn export_tensor(
 pub(crate) fn export_lanes(array: &ArrayCore, stream: i64) -> crate::error::Result<ManagedTensor> {
     let view = array.raw_view();
     let device = view.device();
-    let request = DlpackRequest {
-        stream: (device.device_type == crate::device::DeviceType::Cuda).then_some(stream),
-        max_version: Some(crate::dlpack::DLPACK_VERSION),
-        ..Default::default()
-    };
+    let request = stream_request(array, stream);
     if array.shape().len() >= crate::shape::MAX_NDIM {
         return Err(crate::error::Error::ExportRefused(format!(
             "the lanes of a {}-D vector array need a {}-D view, and amso arrays have at most {} dimensions",
@@ -97,13 +93,17 @@ pub(crate) fn dlpack_call<'py>(
 /// A versioned export of `array` whose device data is handed to `stream` (amso's pending work
 /// on it ordered first); host data has no stream. For the exchange API and kernel launches.
 pub(crate) fn export_for_stream(array: &ArrayCore, stream: i64) -> crate::error::Result<ManagedTensor> {
+    export_tensor(array, None, &stream_request(array, stream))
+}
+
+/// A versioned export's request that hands device data to `stream` (host data has none).
+fn stream_request(array: &ArrayCore, stream: i64) -> DlpackRequest {
     let on_device = array.raw_view().device().device_type == crate::device::DeviceType::Cuda;
-    let request = DlpackRequest {
+    DlpackRequest {
         stream: on_device.then_some(stream),
         max_version: Some(crate::dlpack::DLPACK_VERSION),
         ..Default::default()
-    };
-    export_tensor(array, None, &request)
+    }
 }
 
 /// Warn about `stream=0` for device data: the array API standard forbids it as ambiguous,
@@ -127,7 +127,7 @@ pub(crate) fn into_capsule(py: Python<'_>, tensor: ManagedTensor) -> PyResult<Bo
     // A vector's capsule has a destructor of its own (`note_lanes_refusal`), so that the others
     // pay nothing for it.
     let dtype = tensor.describe().0.dtype;
-    let vector = dtype.lanes > 1 && dtype.bits >= 8;
+    let vector = crate::element::vector_type((dtype.code.0, dtype.bits, dtype.lanes));
     let raw = tensor.into_raw();
     let (pointer, name, destructor): (*mut std::ffi::c_void, &CStr, ffi::PyCapsule_Destructor) = match (raw, vector) {
         (RawManaged::Legacy(p), false) => (p.as_ptr().cast(), LEGACY, destroy_legacy),

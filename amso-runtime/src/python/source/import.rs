@@ -64,7 +64,7 @@ fn wrap_lanes(
     }
     // A vector's elements start aligned to their size, as C's `amso_float32x4_t` and CUDA's
     // `float4` loads need, whoever produced the memory.
-    let vector = source.numpy_kind.is_none() && source.dtype.2 > 1 && source.dtype.1 >= 8;
+    let vector = source.numpy_kind.is_none() && crate::element::vector_type(source.dtype);
     let bytes = source.itemsize();
     if vector && !dims.contains(&0) && !source.data.is_multiple_of(bytes) {
         return Err(PyBufferError::new_err(format!(

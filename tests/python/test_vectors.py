@@ -352,3 +352,38 @@ def test_index_sums_run_on_the_lanes_view_of_device_vectors():
         a.add_index_tuple()
     a.scalar_view().add_index_tuple()  # the same device memory, float32 (6, 4)
     np.testing.assert_array_equal(a.to_numpy(), lanes(6) + np.indices((6, 4)).sum(axis=0))
+
+
+def test_threads_share_a_vector_array_through_its_views():
+    """Eight threads take lanes views, DLPack exports and copies of one vector array while
+    others write it whole: every read is one of the values written, never a mix of two."""
+    import threading
+
+    a = vectors(64)
+    errors = []
+
+    def reader():
+        try:
+            for _ in range(200):
+                view = np.from_dlpack(a.scalar_view())
+                assert view.shape == (64, 4)
+                rows = a.to_numpy()
+                assert (rows == rows[0, 0]).all() or (rows == lanes(64)).all()
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    def writer(value):
+        try:
+            for _ in range(200):
+                a.read_numpy_array(np.full((64, 4), value, np.float32))
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=reader) for _ in range(6)]
+    threads += [threading.Thread(target=writer, args=(v,)) for v in (1.0, 2.0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert np.asarray(a)[0, 0] in (1.0, 2.0)

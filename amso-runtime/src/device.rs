@@ -38,16 +38,79 @@ pub struct Device {
     /// Host or CUDA.
     pub device_type: DeviceType,
     /// Device ordinal (0 for the host).
-    pub id: i32,
+    pub id: DeviceId,
 }
 
 impl Device {
     /// The host.
-    pub const CPU: Device = Device { device_type: DeviceType::Cpu, id: 0 };
+    pub const CPU: Device = Device { device_type: DeviceType::Cpu, id: DeviceId::ZERO };
 
     /// CUDA device `id`.
-    pub const fn cuda(id: i32) -> Device {
+    pub const fn cuda(id: DeviceId) -> Device {
         Device { device_type: DeviceType::Cuda, id }
+    }
+
+    /// `(device type, device id)` as DLPack codes, as `__dlpack_device__` reports them.
+    pub const fn dlpack_codes(self) -> (i32, i32) {
+        (self.device_type as i32, self.id.ordinal())
+    }
+}
+
+/// A CUDA device ordinal, checked where it entered amso (from Python, C or a foreign array)
+/// and passed on as this type: never negative, and below the device count when a driver is
+/// loaded. Host arrays carry one too (the device they move to, 0 by default).
+///
+/// An `i32` in memory (`repr(transparent)`), so the tables amso's copies in one process share
+/// (the pool, the array header) pass it as it is: each copy made its ids with `new`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(transparent)]
+pub struct DeviceId(i32);
+
+impl DeviceId {
+    /// Device 0, every array's device unless it asks for another.
+    pub const ZERO: DeviceId = DeviceId(0);
+
+    /// Check `id`: refused when negative, or (with a CUDA driver loaded) when this machine has
+    /// no such device. Without a driver any non-negative id passes, and work on the device is
+    /// refused later for want of the driver.
+    pub fn new(id: i32) -> Result<DeviceId> {
+        if id < 0 {
+            return Err(Error::InvalidArgument(format!("device_id must be >= 0, got {id}")));
+        }
+        #[cfg(feature = "cuda")]
+        if crate::cuda::is_available() {
+            crate::cuda::driver::check_device(id)?;
+        }
+        Ok(DeviceId(id))
+    }
+
+    /// An ordinal the driver gave (a pointer's device, an index below the device count).
+    #[cfg(feature = "cuda")]
+    pub(crate) const fn from_driver(ordinal: i32) -> DeviceId {
+        DeviceId(ordinal)
+    }
+
+    /// `id` if it names one of `count` devices (a pickle's id, against the count the caller
+    /// read from the driver).
+    pub(crate) fn among(id: i32, count: i32) -> Option<DeviceId> {
+        (0..count).contains(&id).then_some(DeviceId(id))
+    }
+
+    /// The ordinal, for the driver and the protocols.
+    pub const fn ordinal(self) -> i32 {
+        self.0
+    }
+
+    /// The ordinal as a table index.
+    #[cfg(feature = "cuda")]
+    pub(crate) const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl std::fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
     }
 }
 
@@ -62,10 +125,10 @@ pub enum Residence {
 
 impl Residence {
     /// The device holding data that resides here, for an array on CUDA device `device_id`.
-    pub fn device(self, device_id: i32) -> Device {
+    pub fn device(self, device_id: DeviceId) -> Device {
         match self {
             Residence::Host => Device::CPU,
-            Residence::Device => Device { device_type: DeviceType::Cuda, id: device_id },
+            Residence::Device => Device::cuda(device_id),
         }
     }
 

@@ -15,7 +15,7 @@ use dlpark::ffi::{
 };
 use dlpark::DlpackFlags;
 
-use crate::device::{Device, DeviceType};
+use crate::device::{Device, DeviceId, DeviceType};
 use crate::error::{Error, Result};
 use crate::shape::MAX_NDIM;
 
@@ -79,8 +79,9 @@ pub fn plan_export(current: Device, pinned: bool, request: &DlpackRequest) -> Re
             }
             // Managed memory is device memory: an export to it is an export from the device
             // (a managed array's says kDLCUDAManaged).
-            Ok(DeviceType::CudaManaged) => Device::cuda(device_id),
-            Ok(kind) => Device { device_type: kind, id: device_id },
+            Ok(DeviceType::CudaManaged) => Device::cuda(DeviceId::new(device_id)?),
+            Ok(kind @ (DeviceType::Cpu | DeviceType::CudaHost)) => Device { device_type: kind, id: DeviceId::ZERO },
+            Ok(kind) => Device { device_type: kind, id: DeviceId::new(device_id)? },
             Err(_) => {
                 return Err(Error::ExportRefused(format!(
                     "cannot export to dl_device=({device_type}, {device_id}): amso exports to kDLCPU (1), kDLCUDA (2) \
@@ -333,7 +334,10 @@ pub(crate) fn check_subbyte_layout(dtype: DLDataType, flags: DlpackFlags) -> std
 fn dl_tensor(source: &ExportSource) -> DLTensor {
     DLTensor {
         data: source.data,
-        device: DLDevice { device_type: DLDeviceType(source.device.device_type as u32), device_id: source.device.id },
+        device: DLDevice {
+            device_type: DLDeviceType(source.device.device_type as u32),
+            device_id: source.device.id.ordinal(),
+        },
         ndim: source.shape.len() as i32,
         dtype: source.dtype,
         shape: std::ptr::null_mut(),

@@ -70,7 +70,7 @@ pub mod python;
 /// structs, e.g. [`records::Particle`]; a crate's own come from `#[derive(Element)]`.
 pub mod records;
 
-pub use device::{Device, DeviceType, Residence, Stream};
+pub use device::{Device, DeviceId, DeviceType, Residence, Stream};
 pub use element::{dtypes, ArrayElement, DType, Element, Field, Float4E2M1FnX2, Scalar};
 pub use error::{Error, Result};
 pub use indexer::{DeviceIndexer, HostIndexer, HostIndexerMut};

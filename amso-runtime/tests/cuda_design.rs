@@ -3,7 +3,7 @@
 //! then move back and check again. Skips (and says so) where no CUDA driver is present.
 #![cfg(feature = "cuda")]
 
-use amso_runtime::{Device, MemArray, Stream};
+use amso_runtime::{Device, DeviceId, MemArray, Stream};
 
 /// The GPU, one test at a time (a CUDA graph capture forbids host waits in other threads),
 /// or None (the test skips, and says so) where no CUDA driver is present.
@@ -62,7 +62,7 @@ fn clone_of_a_device_array_is_deep() {
         return;
     };
     let mut a = MemArray::<f32, 1>::from_slice([4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
-    a.move_memory(Device::cuda(0), Stream::LEGACY, false).unwrap();
+    a.move_memory(Device::cuda(DeviceId::ZERO), Stream::LEGACY, false).unwrap();
     let b = a.clone();
     a.write([0], 10.0).unwrap();
     assert_eq!(b.get([0]).unwrap(), 1.0);
@@ -93,7 +93,7 @@ fn your_own_kernel_through_the_rust_api() {
     let mut array = MemArray::<f64, 2>::from_slice([30, 7], &values).unwrap();
     array.add_index_tuple(Stream::LEGACY).unwrap(); // pending work on amso's stream, which the kernel must follow
     let stream = Stream::PER_THREAD; // not amso's
-    let function = SCALE.function(0).unwrap();
+    let function = SCALE.function(DeviceId::ZERO).unwrap();
     // SAFETY: the per-thread default stream is always valid.
     let x = unsafe { array.device_indexer_on(stream) }.unwrap();
     let queue = |s: &amso_runtime::cuda::CudaStream| {
@@ -101,7 +101,7 @@ fn your_own_kernel_through_the_rust_api() {
         unsafe { s.launch_builder(&function).arg(&x).arg(&2.0f64).launch(LaunchConfig::for_num_elems(210)) }.map(drop)
     };
     // SAFETY: as above.
-    unsafe { with_stream(0, stream, queue) }.unwrap();
+    unsafe { with_stream(DeviceId::ZERO, stream, queue) }.unwrap();
     // SAFETY: as above.
     unsafe { array.record_work(stream) }.unwrap();
     array.move_memory(Device::CPU, Stream::LEGACY, false).unwrap();
@@ -112,7 +112,7 @@ fn your_own_kernel_through_the_rust_api() {
         assert_eq!(value, expected, "at ({i}, {j})");
     }
     let broken = Kernel::from_source("extern \"C\" __global__ void broken() { undefined_name; }", "broken");
-    let error = broken.function(0).unwrap_err().to_string();
+    let error = broken.function(DeviceId::ZERO).unwrap_err().to_string();
     assert!(error.contains("could not compile kernel `broken`") && error.contains("undefined_name"), "{error}");
 }
 
@@ -146,11 +146,11 @@ fn operations_captured_into_a_cuda_graph_run_once_per_launch() {
     let stream = context.new_stream().unwrap();
     // SAFETY: the stream lives until the end of the test, after amso's last use of it.
     let handle = unsafe { Stream::from_handle(stream.cu_stream() as usize) };
-    let function = SCALE.function(0).unwrap();
+    let function = SCALE.function(DeviceId::ZERO).unwrap();
 
     stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
-    let refused = pageable.move_memory(Device::cuda(0), handle, true).unwrap_err().to_string();
-    array.move_memory(Device::cuda(0), handle, true).unwrap();
+    let refused = pageable.move_memory(Device::cuda(DeviceId::ZERO), handle, true).unwrap_err().to_string();
+    array.move_memory(Device::cuda(DeviceId::ZERO), handle, true).unwrap();
     array.add_index_tuple(handle).unwrap();
     // SAFETY: `handle` is the live capturing stream; the kernel takes one Indexer<float, 2>.
     let x = unsafe { array.device_indexer_on(handle) }.unwrap();
@@ -159,7 +159,7 @@ fn operations_captured_into_a_cuda_graph_run_once_per_launch() {
         unsafe { s.launch_builder(&function).arg(&x).launch(LaunchConfig::for_num_elems(117)) }.map(drop)
     };
     // SAFETY: as above.
-    unsafe { with_stream(0, handle, queue) }.unwrap();
+    unsafe { with_stream(DeviceId::ZERO, handle, queue) }.unwrap();
     // SAFETY: as above.
     unsafe { array.record_work(handle) }.unwrap();
     array.move_memory(Device::CPU, handle, true).unwrap();

@@ -10,6 +10,7 @@ use cudarc::driver::{sys, CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg}
 use super::context::{context, Current};
 use super::driver::cuda_error;
 use super::stream::StreamHandle;
+use crate::device::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -160,7 +161,7 @@ extern "C" __global__ void amso_add_index(const Indexer a) {{
     ))
 }
 
-fn function(dtype: &DType, ndim: usize, wide: bool, device_id: i32) -> Result<Arc<CudaFunction>> {
+fn function(dtype: &DType, ndim: usize, wide: bool, device_id: DeviceId) -> Result<Arc<CudaFunction>> {
     super::compile::function(&add_index_source(dtype, ndim, wide)?, "amso_add_index", &[], device_id)
 }
 
@@ -185,7 +186,7 @@ pub(crate) unsafe fn launch_add_index(
     dtype: &DType,
     ndim: usize,
     indexer: &AnyRankIndexer,
-    device_id: i32,
+    device_id: DeviceId,
     stream: StreamHandle,
 ) -> Result<()> {
     let size: u64 = indexer.shape[..ndim].iter().product();

@@ -19,6 +19,7 @@ use super::deferred::{Deferred, Limits};
 use super::driver::{cuda_error, map_error};
 use super::pool::{Client, PoolStats, Request, CLIENTS};
 use super::stream::StreamHandle;
+use crate::device::DeviceId;
 use crate::error::{Error, Result};
 
 /// A source of device memory.
@@ -26,11 +27,11 @@ pub(crate) trait DeviceAllocator: Send + Sync + 'static {
     /// A name for `memory_info`.
     fn name(&self) -> String;
     /// `bytes` (> 0) of memory on `device_id`, usable in order on `stream`.
-    fn allocate(&self, device_id: i32, bytes: usize, stream: StreamHandle) -> Result<u64>;
+    fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64>;
     /// Return `ptr` (of `bytes`), after the work queued on `stream` so far.
-    fn free(&self, device_id: i32, ptr: u64, bytes: usize, stream: StreamHandle);
+    fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle);
     /// Bytes this allocator holds cached on `device_id` (for `memory_info`).
-    fn cached_bytes(&self, _device_id: i32) -> usize {
+    fn cached_bytes(&self, _device_id: DeviceId) -> usize {
         0
     }
 }
@@ -61,7 +62,7 @@ const CACHE_LIMIT: usize = 256 << 20;
 pub(crate) struct PoolAllocator {
     cache: Mutex<Cache>,
     release_threshold: AtomicU64,
-    configured: Mutex<Vec<i32>>,
+    configured: Mutex<Vec<DeviceId>>,
 }
 
 /// The small-block cache, with its counters kept under its lock: one lock per allocation or
@@ -70,7 +71,7 @@ pub(crate) struct PoolAllocator {
 #[derive(Default)]
 struct Cache {
     /// Free blocks by (device, size class, stream they were last used on).
-    blocks: HashMap<(i32, usize, usize), Vec<u64>>,
+    blocks: HashMap<(DeviceId, usize, usize), Vec<u64>>,
     /// Their bytes.
     bytes: usize,
     /// Allocations served from the cache, and allocations that went to the driver.
@@ -104,12 +105,12 @@ impl PoolAllocator {
         crate::gil::released(|| self.configured.lock().unwrap_or_else(|e| e.into_inner()).clear());
     }
 
-    fn configure(&self, device_id: i32) -> Result<()> {
+    fn configure(&self, device_id: DeviceId) -> Result<()> {
         let mut configured = self.configured.lock().unwrap_or_else(|e| e.into_inner());
         if configured.contains(&device_id) {
             return Ok(());
         }
-        let device = result::device::get(device_id).map_err(cuda_error("cuDeviceGet"))?;
+        let device = result::device::get(device_id.ordinal()).map_err(cuda_error("cuDeviceGet"))?;
         let mut threshold = match self.release_threshold.load(Ordering::Relaxed) {
             0 => u64::MAX,
             bytes => bytes,
@@ -134,7 +135,7 @@ impl DeviceAllocator for PoolAllocator {
         "amso pool (cache + cuMemAllocAsync)".into()
     }
 
-    fn allocate(&self, device_id: i32, bytes: usize, stream: StreamHandle) -> Result<u64> {
+    fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64> {
         let class = size_class(bytes);
         {
             let mut cache = self.cache();
@@ -158,7 +159,7 @@ impl DeviceAllocator for PoolAllocator {
             .map_err(|e| map_error("cuMemAllocFromPoolAsync", e, bytes, "device"))
     }
 
-    fn free(&self, device_id: i32, ptr: u64, bytes: usize, stream: StreamHandle) {
+    fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle) {
         let class = size_class(bytes);
         if class <= SMALL_BLOCK {
             let mut cache = self.cache();
@@ -175,7 +176,7 @@ impl DeviceAllocator for PoolAllocator {
         }
     }
 
-    fn cached_bytes(&self, _device_id: i32) -> usize {
+    fn cached_bytes(&self, _device_id: DeviceId) -> usize {
         self.cache().bytes
     }
 }
@@ -197,7 +198,7 @@ impl DeviceAllocator for ManagedAllocator {
         "cuMemAllocManaged".into()
     }
 
-    fn allocate(&self, device_id: i32, bytes: usize, _stream: StreamHandle) -> Result<u64> {
+    fn allocate(&self, device_id: DeviceId, bytes: usize, _stream: StreamHandle) -> Result<u64> {
         let (free, _) = super::device_memory::memory_info(device_id)?;
         if bytes > free {
             return Err(Error::OutOfMemory { bytes, what: "managed" });
@@ -208,7 +209,7 @@ impl DeviceAllocator for ManagedAllocator {
             .map_err(|e| map_error("cuMemAllocManaged", e, bytes, "managed"))
     }
 
-    fn free(&self, device_id: i32, ptr: u64, _bytes: usize, _stream: StreamHandle) {
+    fn free(&self, device_id: DeviceId, ptr: u64, _bytes: usize, _stream: StreamHandle) {
         if let Ok(_ctx) = Current::enter(device_id) {
             // SAFETY: allocated by cuMemAllocManaged and freed once; cuMemFree waits for the
             // device's work on it (the free is queued after it, `After`).
@@ -228,14 +229,14 @@ impl DeviceAllocator for ShareableAllocator {
         "cuMemAlloc (shareable)".into()
     }
 
-    fn allocate(&self, device_id: i32, bytes: usize, _stream: StreamHandle) -> Result<u64> {
+    fn allocate(&self, device_id: DeviceId, bytes: usize, _stream: StreamHandle) -> Result<u64> {
         let _ctx = Current::enter(device_id)?;
         // SAFETY: a context is current; the memory is zeroed or written before any read.
         unsafe { cudarc::driver::result::malloc_sync(bytes) }
             .map_err(|e| map_error("cuMemAlloc", e, bytes, "shareable device"))
     }
 
-    fn free(&self, device_id: i32, ptr: u64, _bytes: usize, _stream: StreamHandle) {
+    fn free(&self, device_id: DeviceId, ptr: u64, _bytes: usize, _stream: StreamHandle) {
         if let Ok(_ctx) = Current::enter(device_id) {
             // SAFETY: allocated by cuMemAlloc and freed once, after the device's work on it.
             let _ = unsafe { cudarc::driver::result::free_sync(ptr) };
@@ -330,7 +331,7 @@ pub(crate) enum After {
 /// A pending free.
 pub(crate) enum PendingFree {
     /// Device memory, returned to the allocator that made it.
-    Device { source: Source, device_id: i32, ptr: u64, bytes: usize, after: After, client: Client },
+    Device { source: Source, device_id: DeviceId, ptr: u64, bytes: usize, after: After, client: Client },
     /// Page-locked host memory (`cuMemFreeHost` synchronises the device, so it waits out a
     /// capture like the device frees).
     Pinned { ptr: usize },
@@ -355,7 +356,7 @@ impl PendingFree {
                 STATS.in_use[client as usize].fetch_sub(bytes, Ordering::Relaxed);
             }
             PendingFree::Pinned { ptr } => {
-                if let Ok(_ctx) = Current::enter(0) {
+                if let Ok(_ctx) = Current::enter(DeviceId::ZERO) {
                     // SAFETY: allocated by cuMemHostAlloc and freed once, here.
                     let _ = unsafe { result::free_host(ptr as *mut std::ffi::c_void) };
                 }
@@ -406,11 +407,11 @@ pub(crate) static DEFERRED: Deferred<PendingFree> = Deferred::new();
 /// `device_id`'s memory in bytes, asked of the driver until it answers, then kept (every free
 /// reads it: after the first answer, without a lock). Unknown, it counts as unlimited: only
 /// the count limit then flushes the deferred frees.
-fn capacity(device_id: i32) -> usize {
+fn capacity(device_id: DeviceId) -> usize {
     static TOTALS: OnceLock<Vec<OnceLock<usize>>> = OnceLock::new();
     let totals =
         TOTALS.get_or_init(|| (0..super::driver::device_count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
-    let slot = usize::try_from(device_id).ok().and_then(|slot| totals.get(slot));
+    let slot = totals.get(device_id.index());
     if let Some(&total) = slot.and_then(OnceLock::get) {
         return total;
     }
@@ -427,7 +428,7 @@ fn capacity(device_id: i32) -> usize {
 /// allocates through `pool::allocate`, the process's.
 pub(crate) fn allocate_for(
     request: Request,
-    device_id: i32,
+    device_id: DeviceId,
     bytes: usize,
     stream: StreamHandle,
     client: Client,
@@ -452,13 +453,13 @@ pub(crate) fn allocate_for(
 
 /// Return memory to the allocator it came from through the deferred queue (this copy's pool:
 /// other code releases through `pool::release`).
-pub(crate) fn release(source: Source, device_id: i32, ptr: u64, bytes: usize, after: After, client: Client) {
+pub(crate) fn release(source: Source, device_id: DeviceId, ptr: u64, bytes: usize, after: After, client: Client) {
     let pending = PendingFree::Device { source, device_id, ptr, bytes, after, client };
     run_all(DEFERRED.push(pending, bytes, capacity(device_id), capturing()));
 }
 
 /// This copy's pool's statistics for `device_id`.
-pub(crate) fn stats(device_id: i32) -> PoolStats {
+pub(crate) fn stats(device_id: DeviceId) -> PoolStats {
     let (pending, pending_bytes) = DEFERRED.pending();
     let (hits, misses) = default_pool().hits_and_misses();
     let allocator = current();
@@ -496,7 +497,7 @@ pub(crate) fn hold_frees() {
 }
 
 /// End a `defer_cleanup` block, running the frees that are due.
-pub(crate) fn release_frees(device_id: i32) {
+pub(crate) fn release_frees(device_id: DeviceId) {
     run_all(DEFERRED.release(capacity(device_id), capturing()));
 }
 

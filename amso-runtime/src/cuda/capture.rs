@@ -32,6 +32,7 @@ use std::sync::Mutex;
 use cudarc::driver::sys;
 
 use super::stream::StreamHandle;
+use crate::device::DeviceId;
 use crate::error::Error;
 
 /// Whether a stream is capturing work into a CUDA graph.
@@ -78,7 +79,7 @@ pub(crate) fn state(stream: StreamHandle) -> std::result::Result<Capture, sys::C
 }
 
 /// The error for a stream whose state could not be used.
-pub(crate) fn state_error(stream: StreamHandle, device_id: i32, code: sys::CUresult) -> Error {
+pub(crate) fn state_error(stream: StreamHandle, device_id: DeviceId, code: sys::CUresult) -> Error {
     match code {
         sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => Error::Capture(format!(
             "the CUDA graph capture on stream 0x{:x} was invalidated by an earlier call; end the capture \
@@ -126,7 +127,7 @@ impl Drop for Relaxed {
 /// capture ends by asking its own stream (alive for the process) instead of the caller's
 /// (which the caller may destroy once the capture ends).
 struct Sentinel {
-    device_id: i32,
+    device_id: DeviceId,
     stream: StreamHandle,
     /// The capture it joined; 0 once seen ended (free for the next capture).
     capture: u64,
@@ -144,7 +145,7 @@ fn sentinels() -> std::sync::MutexGuard<'static, Vec<Sentinel>> {
 /// seen, one of amso's streams joins it with an empty fork and join (two event nodes in the
 /// graph), which makes that stream capturing exactly as long as the capture lasts. Called
 /// with the device's context current.
-pub(crate) fn note(device_id: i32, stream: StreamHandle, id: u64) -> crate::error::Result<()> {
+pub(crate) fn note(device_id: DeviceId, stream: StreamHandle, id: u64) -> crate::error::Result<()> {
     let mut sentinels = sentinels();
     if sentinels.iter().any(|s| s.capture == id && s.device_id == device_id) {
         return Ok(());
@@ -179,7 +180,7 @@ pub(crate) fn note(device_id: i32, stream: StreamHandle, id: u64) -> crate::erro
 }
 
 /// Whether a capture amso saw on `device_id` (any device: None) is still in progress.
-pub(crate) fn in_progress(device_id: Option<i32>) -> bool {
+pub(crate) fn in_progress(device_id: Option<DeviceId>) -> bool {
     if WATCHING.load(Ordering::Acquire) == 0 {
         return false;
     }

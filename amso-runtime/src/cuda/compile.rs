@@ -16,12 +16,13 @@ use cudarc::nvrtc::{sys as nvrtc, Ptx};
 
 use super::context::{context, Current};
 use super::driver::cuda_error;
+use crate::device::DeviceId;
 use crate::error::{Error, Result};
 
 /// The text of generated/amso.cuh (written by the build script from the same spec).
 pub(crate) const AMSO_CUH: &str = include_str!(concat!(env!("OUT_DIR"), "/amso.cuh"));
 
-type Key = (String, String, Vec<String>, i32);
+type Key = (String, String, Vec<String>, DeviceId);
 
 static CACHE: Mutex<Option<HashMap<Key, Arc<CudaFunction>>>> = Mutex::new(None);
 
@@ -49,7 +50,7 @@ fn toolkit_include() -> Option<String> {
 }
 
 /// `name` of `source`, compiled for `device_id` with `options` (cached).
-pub(crate) fn function(source: &str, name: &str, options: &[String], device_id: i32) -> Result<Arc<CudaFunction>> {
+pub(crate) fn function(source: &str, name: &str, options: &[String], device_id: DeviceId) -> Result<Arc<CudaFunction>> {
     let key: Key = (source.to_owned(), name.to_owned(), options.to_vec(), device_id);
     if let Some(found) = CACHE.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).get(&key) {
         return Ok(Arc::clone(found));
@@ -86,7 +87,7 @@ pub(crate) fn function(source: &str, name: &str, options: &[String], device_id: 
 }
 
 /// Compile `source` for the device's exact architecture and return the CUBIN.
-fn compile(source: &str, name: &str, options: &[String], device_id: i32) -> Result<Vec<u8>> {
+fn compile(source: &str, name: &str, options: &[String], device_id: DeviceId) -> Result<Vec<u8>> {
     nvrtc_available()?;
     let (major, minor) = context(device_id)?.compute_capability().map_err(cuda_error("cuDeviceGetAttribute"))?;
     let text = |s: &str, what: &str| {

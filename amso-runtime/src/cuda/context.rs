@@ -7,13 +7,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{result, sys, CudaContext};
 
 use super::driver::{cuda_error, per_device};
+use crate::device::DeviceId;
 use crate::error::Result;
 
 /// Each device's primary context, made on first use.
 static CONTEXTS: OnceLock<Vec<OnceLock<&'static Arc<CudaContext>>>> = OnceLock::new();
 
 /// The primary context of `device_id` (after the first call per device, a lock-free read).
-pub(crate) fn context(device_id: i32) -> Result<&'static Arc<CudaContext>> {
+pub(crate) fn context(device_id: DeviceId) -> Result<&'static Arc<CudaContext>> {
     let slots =
         CONTEXTS.get_or_init(|| (0..super::driver::device_count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
     let slot = per_device(slots, device_id)?;
@@ -30,7 +31,7 @@ pub(crate) fn context(device_id: i32) -> Result<&'static Arc<CudaContext>> {
         }
         // `CudaContext::new` makes the context current (cuCtxSetCurrent); put the caller's back.
         let previous = result::ctx::get_current().map_err(cuda_error("cuCtxGetCurrent"))?;
-        let created = CudaContext::new(device_id as usize);
+        let created = CudaContext::new(device_id.index());
         // SAFETY: `previous` was current on this thread a moment ago (or there was none).
         unsafe { result::ctx::set_current(previous.unwrap_or(std::ptr::null_mut())) }
             .map_err(cuda_error("cuCtxSetCurrent"))?;
@@ -52,7 +53,7 @@ pub(crate) struct Current {
 
 impl Current {
     /// Make `device_id`'s primary context current until the guard drops.
-    pub(crate) fn enter(device_id: i32) -> Result<Current> {
+    pub(crate) fn enter(device_id: DeviceId) -> Result<Current> {
         let context = context(device_id)?;
         // Raw push/pop: cudarc binds contexts with cuCtxSetCurrent, which would leave the
         // caller's thread on amso's device afterwards; pushing restores it on drop.

@@ -5,13 +5,14 @@ use cudarc::driver::{result, sys};
 
 use super::context::Current;
 use super::driver::{cuda_error, map_error};
+use crate::device::DeviceId;
 use crate::error::Result;
 
 /// An allocation in one device's global memory.
 pub(crate) struct DeviceMemory {
     ptr: sys::CUdeviceptr,
     bytes: usize,
-    device_id: i32,
+    device_id: DeviceId,
     /// Keeps foreign device memory alive; dropping it releases that memory.
     foreign: Option<Box<dyn std::any::Any + Send + Sync>>,
     /// The process pool's grant (None for foreign memory and zero bytes).
@@ -43,12 +44,16 @@ impl std::fmt::Debug for DeviceMemory {
 impl DeviceMemory {
     /// Allocate `bytes` on `device_id` from the current allocator, in order on amso's stream
     /// (zero bytes allocate nothing and have address 0).
-    pub(crate) fn alloc(device_id: i32, bytes: usize) -> Result<DeviceMemory> {
+    pub(crate) fn alloc(device_id: DeviceId, bytes: usize) -> Result<DeviceMemory> {
         Self::alloc_on(device_id, bytes, super::stream::amso_stream(device_id)?)
     }
 
     /// Allocate `bytes` on `device_id`, usable in order on `stream`.
-    pub(crate) fn alloc_on(device_id: i32, bytes: usize, stream: super::stream::StreamHandle) -> Result<DeviceMemory> {
+    pub(crate) fn alloc_on(
+        device_id: DeviceId,
+        bytes: usize,
+        stream: super::stream::StreamHandle,
+    ) -> Result<DeviceMemory> {
         Self::alloc_from(super::pool::Request::Current, device_id, bytes, stream)
     }
 
@@ -63,7 +68,7 @@ impl DeviceMemory {
     /// can map), usable in order on `stream`.
     pub(crate) fn alloc_from(
         request: super::pool::Request,
-        device_id: i32,
+        device_id: DeviceId,
         bytes: usize,
         stream: super::stream::StreamHandle,
     ) -> Result<DeviceMemory> {
@@ -89,7 +94,7 @@ impl DeviceMemory {
     /// Allocate `bytes` on `device_id` for work on `stream`. For a capturing stream the memory
     /// is allocated outside the capture, on amso's own stream, and ready before this returns,
     /// so that it belongs to the array rather than to the graph (`capture.rs`).
-    pub(crate) fn alloc_for(device_id: i32, bytes: usize, stream: super::stream::Checked) -> Result<DeviceMemory> {
+    pub(crate) fn alloc_for(device_id: DeviceId, bytes: usize, stream: super::stream::Checked) -> Result<DeviceMemory> {
         if !stream.capturing() {
             return Self::alloc_on(device_id, bytes, stream.handle);
         }
@@ -116,7 +121,7 @@ impl DeviceMemory {
     /// `ptr` addresses `bytes` bytes on `device_id` (managed memory if `managed`), valid until
     /// `owner` is dropped.
     pub(crate) unsafe fn foreign(
-        device_id: i32,
+        device_id: DeviceId,
         ptr: sys::CUdeviceptr,
         bytes: usize,
         owner: Box<dyn std::any::Any + Send + Sync>,
@@ -151,7 +156,7 @@ impl DeviceMemory {
     }
 
     /// The device holding it.
-    pub(crate) fn device_id(&self) -> i32 {
+    pub(crate) fn device_id(&self) -> DeviceId {
         self.device_id
     }
 }
@@ -189,7 +194,7 @@ impl PinnedMemory {
     /// Allocate `bytes` of zeroed pinned memory, usable from every context.
     pub(crate) fn alloc_zeroed(bytes: usize) -> Result<PinnedMemory> {
         let ptr = crate::gil::released(|| -> Result<usize> {
-            let _ctx = Current::enter(0)?;
+            let _ctx = Current::enter(DeviceId::ZERO)?;
             let _relaxed = super::capture::Relaxed::enter(); // see `capture.rs`
             if bytes == 0 {
                 return Ok(0);
@@ -210,7 +215,7 @@ impl PinnedMemory {
     #[cfg(feature = "python")]
     pub(crate) fn alloc_for_loan(bytes: usize, mapped: bool, write_combined: bool) -> Result<PinnedMemory> {
         let ptr = crate::gil::released(|| -> Result<usize> {
-            let _ctx = Current::enter(0)?;
+            let _ctx = Current::enter(DeviceId::ZERO)?;
             let _relaxed = super::capture::Relaxed::enter(); // see `capture.rs`
             if bytes == 0 {
                 return Ok(0);
@@ -245,7 +250,7 @@ impl Drop for PinnedMemory {
 }
 
 /// Free and total memory of `device_id`, in bytes.
-pub(crate) fn memory_info(device_id: i32) -> Result<(usize, usize)> {
+pub(crate) fn memory_info(device_id: DeviceId) -> Result<(usize, usize)> {
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
         result::mem_get_info().map_err(cuda_error("cuMemGetInfo"))

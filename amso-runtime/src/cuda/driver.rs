@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 
 use cudarc::driver::{result, sys, DriverError};
 
+use crate::device::DeviceId;
 use crate::error::{Error, Result};
 
 struct Driver {
@@ -39,6 +40,12 @@ fn driver() -> Result<&'static Driver> {
     loaded().as_ref().map_err(|message| Error::Unavailable(message.clone()))
 }
 
+/// The driver is loaded, or the error saying why not: what a path into cudarc checks first
+/// (device ids were checked where they entered, `DeviceId::new`).
+pub(crate) fn require() -> Result<()> {
+    driver().map(drop)
+}
+
 /// Whether a CUDA driver is loaded and sees at least one device (every new array asks: without
 /// building the error `driver` would).
 pub fn is_available() -> bool {
@@ -52,7 +59,7 @@ pub fn device_count() -> Result<i32> {
 
 /// The CUDA device holding device memory at `address`; anything the driver does not know as
 /// device memory (a host pointer, a made-up number) is `InvalidArgument`.
-pub(crate) fn device_of_pointer(address: usize) -> Result<i32> {
+pub(crate) fn device_of_pointer(address: usize) -> Result<DeviceId> {
     use cudarc::driver::sys;
     device_count()?;
     let mut ordinal: i32 = -1;
@@ -67,22 +74,23 @@ pub(crate) fn device_of_pointer(address: usize) -> Result<i32> {
     if status != sys::CUresult::CUDA_SUCCESS || ordinal < 0 {
         return Err(Error::InvalidArgument(format!("0x{address:x} is not CUDA device memory ({status:?})")));
     }
-    Ok(ordinal)
+    Ok(DeviceId::from_driver(ordinal))
 }
 
 /// The slot of `device_id` in a table with one entry per device. Device ids are checked where
-/// they enter amso ([`check_device`]); this lookup only keeps the indexing in bounds, and says
+/// they enter amso ([`DeviceId::new`]); this lookup only keeps the indexing in bounds, and says
 /// the same as the check when it fails.
-pub(crate) fn per_device<T>(slots: &[T], device_id: i32) -> Result<&T> {
-    match usize::try_from(device_id).ok().and_then(|index| slots.get(index)) {
+pub(crate) fn per_device<T>(slots: &[T], device_id: DeviceId) -> Result<&T> {
+    match slots.get(device_id.index()) {
         Some(slot) => Ok(slot),
-        None => Err(check_device(device_id).err().unwrap_or_else(|| {
+        None => Err(check_device(device_id.ordinal()).err().unwrap_or_else(|| {
             Error::InvalidArgument(format!("device_id {device_id} has no slot (table of {})", slots.len()))
         })),
     }
 }
 
-/// Check that `device_id` names a device of this machine.
+/// Check that `device_id` names a device of this machine: `DeviceId::new`'s check, where a raw
+/// id enters amso (hence the raw `i32`).
 pub(crate) fn check_device(device_id: i32) -> Result<()> {
     let count = device_count()?;
     if (0..count).contains(&device_id) {

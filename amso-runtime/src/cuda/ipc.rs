@@ -12,6 +12,7 @@ use cudarc::driver::{result, sys};
 use super::context::{context, Current};
 use super::driver::{cuda_error, device_count};
 use super::stream::StreamHandle;
+use crate::device::DeviceId;
 use crate::error::{Error, Result};
 
 /// Bytes of a memory or event handle.
@@ -21,7 +22,7 @@ pub(crate) const HANDLE_BYTES: usize = 64;
 pub(crate) type HandleBytes = [u8; HANDLE_BYTES];
 
 /// The IPC handle of the allocation at `ptr` on `device_id` (memory from `cuMemAlloc`).
-pub(crate) fn memory_handle(device_id: i32, ptr: u64) -> Result<HandleBytes> {
+pub(crate) fn memory_handle(device_id: DeviceId, ptr: u64) -> Result<HandleBytes> {
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
         let mut handle = sys::CUipcMemHandle_st { reserved: [0; HANDLE_BYTES] };
@@ -32,7 +33,7 @@ pub(crate) fn memory_handle(device_id: i32, ptr: u64) -> Result<HandleBytes> {
 }
 
 /// Map another process's allocation into this one on `device_id`; its address here.
-pub(crate) fn open_memory(device_id: i32, handle: &HandleBytes) -> Result<u64> {
+pub(crate) fn open_memory(device_id: DeviceId, handle: &HandleBytes) -> Result<u64> {
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
         let handle = sys::CUipcMemHandle_st { reserved: handle.map(|b| b as std::ffi::c_char) };
@@ -59,7 +60,7 @@ pub(crate) fn open_memory(device_id: i32, handle: &HandleBytes) -> Result<u64> {
 
 /// The allocation that `ptr` lies in on `device_id`: its base address and size
 /// (`cuMemGetAddressRange`). Raw `sys`: cudarc's result layer has no wrapper for it.
-pub(crate) fn allocation_range(device_id: i32, ptr: u64) -> Result<(u64, usize)> {
+pub(crate) fn allocation_range(device_id: DeviceId, ptr: u64) -> Result<(u64, usize)> {
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
         let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
@@ -73,7 +74,7 @@ pub(crate) fn allocation_range(device_id: i32, ptr: u64) -> Result<(u64, usize)>
 }
 
 /// Unmap memory `open_memory` mapped, after the device's work on it is done.
-pub(crate) fn close_memory(device_id: i32, ptr: u64) -> Result<()> {
+pub(crate) fn close_memory(device_id: DeviceId, ptr: u64) -> Result<()> {
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
         // SAFETY: the context is current; work queued on any stream of it may still use the
@@ -88,7 +89,7 @@ pub(crate) fn close_memory(device_id: i32, ptr: u64) -> Result<()> {
 #[derive(Debug)]
 pub(crate) struct IpcEvent {
     event: sys::CUevent,
-    device_id: i32,
+    device_id: DeviceId,
 }
 
 // SAFETY: a CUDA event handle may be used from any thread.
@@ -98,7 +99,7 @@ unsafe impl Sync for IpcEvent {}
 
 impl IpcEvent {
     /// A new interprocess event on `device_id` (no timing, as interprocess events must be).
-    pub(crate) fn new(device_id: i32) -> Result<IpcEvent> {
+    pub(crate) fn new(device_id: DeviceId) -> Result<IpcEvent> {
         crate::gil::released(|| {
             let _ctx = Current::enter(device_id)?;
             let flags =
@@ -152,7 +153,7 @@ impl Drop for IpcEvent {
 }
 
 /// Queue on `stream` of `device_id` a wait for another process's event.
-pub(crate) fn wait_for(device_id: i32, handle: &HandleBytes, stream: StreamHandle) -> Result<()> {
+pub(crate) fn wait_for(device_id: DeviceId, handle: &HandleBytes, stream: StreamHandle) -> Result<()> {
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
         let stream = stream.check(device_id)?.handle.raw(); // before the event exists to leak
@@ -176,7 +177,7 @@ pub(crate) fn wait_for(device_id: i32, handle: &HandleBytes, stream: StreamHandl
 }
 
 /// The UUID of `device_id`, which names the GPU in every process.
-pub(crate) fn uuid(device_id: i32) -> Result<[u8; 16]> {
+pub(crate) fn uuid(device_id: DeviceId) -> Result<[u8; 16]> {
     crate::gil::released(|| {
         let device = context(device_id)?.cu_device();
         let uuid = cudarc::driver::result::device::get_uuid(device).map_err(cuda_error("cuDeviceGetUuid"))?;
@@ -185,8 +186,8 @@ pub(crate) fn uuid(device_id: i32) -> Result<[u8; 16]> {
 }
 
 /// This process's ordinal of the GPU with `wanted` UUID, if it sees that GPU.
-pub(crate) fn device_with_uuid(wanted: &[u8; 16]) -> Result<Option<i32>> {
-    for device_id in 0..device_count()? {
+pub(crate) fn device_with_uuid(wanted: &[u8; 16]) -> Result<Option<DeviceId>> {
+    for device_id in (0..device_count()?).map(DeviceId::from_driver) {
         if uuid(device_id)? == *wanted {
             return Ok(Some(device_id));
         }

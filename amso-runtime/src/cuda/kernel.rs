@@ -28,6 +28,7 @@ pub use cudarc::driver::{CudaFunction, CudaStream, DriverError, LaunchConfig, Pu
 use super::context::Current;
 use super::driver::cuda_error;
 use super::stream::StreamHandle;
+use crate::device::DeviceId;
 use crate::error::Result;
 
 /// A kernel's CUDA C++ source and entry point, compiled on first use on each device.
@@ -65,7 +66,7 @@ impl Kernel {
     }
 
     /// The kernel compiled for `device_id` (NVRTC, cached); a compile error carries NVRTC's log.
-    pub fn function(&self, device_id: i32) -> Result<Arc<CudaFunction>> {
+    pub fn function(&self, device_id: DeviceId) -> Result<Arc<CudaFunction>> {
         super::compile::function(&self.source, &self.name, &self.options, device_id)
     }
 }
@@ -79,7 +80,7 @@ impl Kernel {
 /// handles): a typed argument's `stream()`, a `NewArray::stream()`, or a handle its owner keeps
 /// alive.
 pub unsafe fn with_stream<R: Send>(
-    device_id: i32,
+    device_id: DeviceId,
     stream: crate::device::Stream,
     launch: impl FnOnce(&CudaStream) -> std::result::Result<R, DriverError> + Send,
 ) -> Result<R> {
@@ -99,7 +100,7 @@ pub unsafe fn with_stream<R: Send>(
 /// # Safety
 /// Both are default streams or live streams of `device_id` (as for `with_stream`).
 pub unsafe fn order_streams(
-    device_id: i32,
+    device_id: DeviceId,
     earlier: crate::device::Stream,
     later: crate::device::Stream,
 ) -> Result<()> {

@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use super::alloc::After;
 use super::pool::{self, Client, Grant, Request};
 use super::stream::StreamHandle;
+use crate::device::DeviceId;
 use crate::error::{Error, Result};
 
 /// One loan.
@@ -44,18 +45,24 @@ thread_local! {
 }
 
 /// The loans out, by (device, address).
-static LOANS: Mutex<Option<HashMap<(i32, u64), Loan>>> = Mutex::new(None);
+static LOANS: Mutex<Option<HashMap<(DeviceId, u64), Loan>>> = Mutex::new(None);
 /// Gives-back refused so far.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
-fn with_loans<R>(body: impl FnOnce(&mut HashMap<(i32, u64), Loan>) -> R) -> R {
+fn with_loans<R>(body: impl FnOnce(&mut HashMap<(DeviceId, u64), Loan>) -> R) -> R {
     let mut loans = LOANS.lock().unwrap_or_else(|e| e.into_inner());
     body(loans.get_or_insert_with(HashMap::new))
 }
 
 /// Lend `bytes` on `device_id` to `client`, usable in order on `stream` (a protocol value):
 /// the address (0 for zero bytes) and the loan's serial.
-pub(crate) fn lend(request: Request, device_id: i32, bytes: usize, stream: i64, client: Client) -> Result<(u64, u64)> {
+pub(crate) fn lend(
+    request: Request,
+    device_id: DeviceId,
+    bytes: usize,
+    stream: i64,
+    client: Client,
+) -> Result<(u64, u64)> {
     if bytes == 0 {
         return Ok((0, 0));
     }
@@ -72,10 +79,11 @@ pub(crate) fn lend(request: Request, device_id: i32, bytes: usize, stream: i64, 
     lent
 }
 
-fn lend_once(request: Request, device_id: i32, bytes: usize, stream: i64, client: Client) -> Result<(u64, u64)> {
+fn lend_once(request: Request, device_id: DeviceId, bytes: usize, stream: i64, client: Client) -> Result<(u64, u64)> {
     // A caller outside amso (PyTorch's C allocator calls) may come before amso's first CUDA
-    // call in the process: the driver is loaded and the device checked here.
-    super::driver::check_device(device_id)?;
+    // call in the process: the driver is loaded here (its device id was checked where it
+    // entered, `DeviceId::new`).
+    super::driver::require()?;
     let handle = StreamHandle::from_int(stream)?;
     let checked = handle.check(device_id)?;
     let grant = if checked.capturing() {
@@ -109,7 +117,7 @@ pub(crate) enum Refusal {
     /// already taken back by a reset.
     Unknown,
     /// Lent on another device.
-    OtherDevice(i32),
+    OtherDevice(DeviceId),
     /// Lent to another client library.
     OtherClient(Client),
     /// Lent with another size.
@@ -118,7 +126,7 @@ pub(crate) enum Refusal {
 
 impl Refusal {
     /// The message, for the address given back.
-    pub(crate) fn message(&self, ptr: u64, device_id: i32) -> String {
+    pub(crate) fn message(&self, ptr: u64, device_id: DeviceId) -> String {
         match self {
             Refusal::Unknown => format!(
                 "address 0x{ptr:x} on device {device_id} is not memory amso lent (freed twice, never lent, or freed \
@@ -150,7 +158,12 @@ pub(crate) struct GiveBack {
 }
 
 /// Take back the loan of `ptr` on `device_id` from `client`.
-pub(crate) fn reclaim(device_id: i32, ptr: u64, client: Client, back: GiveBack) -> std::result::Result<(), Refusal> {
+pub(crate) fn reclaim(
+    device_id: DeviceId,
+    ptr: u64,
+    client: Client,
+    back: GiveBack,
+) -> std::result::Result<(), Refusal> {
     let GiveBack { bytes, stream, serial } = back;
     if ptr == 0 {
         return Ok(()); // the zero-byte loan
@@ -188,7 +201,7 @@ pub(crate) fn reclaim(device_id: i32, ptr: u64, client: Client, back: GiveBack) 
 
 /// Take back every loan of `client` on `device_id` (its context was reset, so nothing of it
 /// runs any more): freed after all of the device's work; how many.
-pub(crate) fn reset(client: Client, device_id: i32) -> usize {
+pub(crate) fn reset(client: Client, device_id: DeviceId) -> usize {
     let taken: Vec<Loan> = with_loans(|loans| {
         let keys: Vec<_> = loans
             .iter()

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use super::alloc::{self, After, DeviceAllocator, Source};
 use super::deferred::Limits;
 use super::stream::StreamHandle;
+use crate::device::DeviceId;
 use crate::error::{Error, Result};
 
 /// Which memory an allocation asks for.
@@ -134,8 +135,8 @@ impl Failure {
 pub(crate) struct ForeignAllocator {
     context: *mut c_void,
     name: *const c_char,
-    allocate: unsafe extern "C" fn(*mut c_void, i32, usize, i64, *mut u64, *mut Failure) -> c_int,
-    free: unsafe extern "C" fn(*mut c_void, i32, u64, usize, i64),
+    allocate: unsafe extern "C" fn(*mut c_void, DeviceId, usize, i64, *mut u64, *mut Failure) -> c_int,
+    free: unsafe extern "C" fn(*mut c_void, DeviceId, u64, usize, i64),
     drop: unsafe extern "C" fn(*mut c_void),
 }
 
@@ -144,13 +145,13 @@ pub(crate) struct ForeignAllocator {
 pub(crate) struct PoolTable {
     /// `bytes` (> 0) on a device for `Request` and `Client`, usable in order on a stream
     /// (protocol value): 0 with the address and token written, else -1 with the failure.
-    allocate: unsafe extern "C" fn(u32, i32, usize, i64, u32, *mut u64, *mut u64, *mut Failure) -> c_int,
+    allocate: unsafe extern "C" fn(u32, DeviceId, usize, i64, u32, *mut u64, *mut u64, *mut Failure) -> c_int,
     /// Give back an allocation (address, bytes and token) of a client on a device, after the
     /// work queued on a stream (protocol value), or -1: after all of the device's work.
-    release: unsafe extern "C" fn(u64, i32, u64, usize, i64, u32),
+    release: unsafe extern "C" fn(u64, DeviceId, u64, usize, i64, u32),
     /// Begin, and end (running what is due on a device), a `defer_cleanup` block.
     hold: extern "C" fn(),
-    release_held: extern "C" fn(i32),
+    release_held: extern "C" fn(DeviceId),
     /// Run every pending free now.
     flush: extern "C" fn(),
     /// Set the deferred-free limits (unless NULL) and write the previous ones.
@@ -160,7 +161,7 @@ pub(crate) struct PoolTable {
     /// Plug in an allocator (NULL: amso's pool again); the pool owns it from then on.
     plug: unsafe extern "C" fn(*const ForeignAllocator),
     /// Statistics for a device.
-    stats: unsafe extern "C" fn(i32, *mut PoolStats),
+    stats: unsafe extern "C" fn(DeviceId, *mut PoolStats),
     /// Add a copy's answer to "is a capture this copy saw in progress?": the pool holds every
     /// deferred free while any copy's capture runs (each copy notes only its own captures).
     add_capture_probe: unsafe extern "C" fn(extern "C" fn() -> c_int),
@@ -222,7 +223,7 @@ impl std::fmt::Debug for PoolTable {
 /// `bytes` (> 0) on `device_id` for `request`, usable in order on `stream`, counted for `client`.
 pub(crate) fn allocate(
     request: Request,
-    device_id: i32,
+    device_id: DeviceId,
     bytes: usize,
     stream: StreamHandle,
     client: Client,
@@ -256,7 +257,7 @@ pub(crate) fn allocate(
 
 /// Give `grant` (of `bytes` on `device_id`, for `client`) back to the pool that made it, after
 /// `after`.
-pub(crate) fn release(grant: Grant, device_id: i32, bytes: usize, after: After, client: Client) {
+pub(crate) fn release(grant: Grant, device_id: DeviceId, bytes: usize, after: After, client: Client) {
     let after = match after {
         After::Stream(stream) => stream.as_int(),
         After::Device => -1,
@@ -271,7 +272,7 @@ pub(crate) fn hold_frees() {
 }
 
 /// End a `defer_cleanup` block, running the frees that are due on `device_id`.
-pub(crate) fn release_frees(device_id: i32) {
+pub(crate) fn release_frees(device_id: DeviceId) {
     (pool().release_held)(device_id)
 }
 
@@ -320,7 +321,7 @@ pub(crate) fn plug(allocator: Option<Arc<dyn DeviceAllocator>>) {
 }
 
 /// The pool's statistics for `device_id`.
-pub(crate) fn stats(device_id: i32) -> PoolStats {
+pub(crate) fn stats(device_id: DeviceId) -> PoolStats {
     let mut stats = PoolStats {
         in_use: [0; CLIENTS.len()],
         allocations: [0; CLIENTS.len()],
@@ -364,7 +365,7 @@ fn panicked(failure: *mut Failure) -> c_int {
 
 unsafe extern "C" fn own_allocate(
     request: u32,
-    device_id: i32,
+    device_id: DeviceId,
     bytes: usize,
     stream: i64,
     client: u32,
@@ -404,7 +405,7 @@ unsafe extern "C" fn own_allocate(
     .unwrap_or_else(|_| panicked(failure))
 }
 
-unsafe extern "C" fn own_release(token: u64, device_id: i32, ptr: u64, bytes: usize, after: i64, client: u32) {
+unsafe extern "C" fn own_release(token: u64, device_id: DeviceId, ptr: u64, bytes: usize, after: i64, client: u32) {
     guarded((), || {
         let after = match StreamHandle::from_int(after) {
             Ok(stream) if after >= 0 => After::Stream(stream),
@@ -421,7 +422,7 @@ extern "C" fn own_hold() {
     guarded((), alloc::hold_frees)
 }
 
-extern "C" fn own_release_held(device_id: i32) {
+extern "C" fn own_release_held(device_id: DeviceId) {
     guarded((), || alloc::release_frees(device_id))
 }
 
@@ -461,7 +462,7 @@ unsafe extern "C" fn own_plug(foreign: *const ForeignAllocator) {
     })
 }
 
-unsafe extern "C" fn own_stats(device_id: i32, out: *mut PoolStats) {
+unsafe extern "C" fn own_stats(device_id: DeviceId, out: *mut PoolStats) {
     guarded((), || {
         let stats = alloc::stats(device_id);
         // SAFETY: the caller's out-pointer.
@@ -493,7 +494,7 @@ impl DeviceAllocator for Foreign {
         unsafe { CStr::from_ptr(self.0.name) }.to_string_lossy().into_owned()
     }
 
-    fn allocate(&self, device_id: i32, bytes: usize, stream: StreamHandle) -> Result<u64> {
+    fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64> {
         let (mut ptr, mut failure) = (0u64, Failure::new());
         // SAFETY: the other copy's function over its own context, with valid out-pointers.
         match unsafe { (self.0.allocate)(self.0.context, device_id, bytes, stream.as_int(), &mut ptr, &mut failure) } {
@@ -502,7 +503,7 @@ impl DeviceAllocator for Foreign {
         }
     }
 
-    fn free(&self, device_id: i32, ptr: u64, bytes: usize, stream: StreamHandle) {
+    fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle) {
         // SAFETY: as above.
         unsafe { (self.0.free)(self.0.context, device_id, ptr, bytes, stream.as_int()) }
     }
@@ -520,7 +521,7 @@ type Exported = (Arc<dyn DeviceAllocator>, std::ffi::CString);
 
 unsafe extern "C" fn exported_allocate(
     context: *mut c_void,
-    device_id: i32,
+    device_id: DeviceId,
     bytes: usize,
     stream: i64,
     ptr: *mut u64,
@@ -546,7 +547,7 @@ unsafe extern "C" fn exported_allocate(
     .unwrap_or_else(|_| panicked(failure))
 }
 
-unsafe extern "C" fn exported_free(context: *mut c_void, device_id: i32, ptr: u64, bytes: usize, stream: i64) {
+unsafe extern "C" fn exported_free(context: *mut c_void, device_id: DeviceId, ptr: u64, bytes: usize, stream: i64) {
     guarded((), || {
         // SAFETY: as in `exported_allocate`.
         let (allocator, _) = unsafe { &*context.cast::<Exported>() };

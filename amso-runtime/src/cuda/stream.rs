@@ -9,6 +9,7 @@ use cudarc::driver::{sys, CudaStream};
 use super::capture::{self, Capture};
 use super::context::{context, Current};
 use super::driver::cuda_error;
+use crate::device::DeviceId;
 use crate::error::{Error, Result};
 
 /// A CUDA stream as a raw handle value; `LEGACY` also stands for the null stream.
@@ -46,7 +47,7 @@ impl StreamHandle {
 
     /// The stream as cudarc's `CudaStream` of `device_id`'s context, borrowed: dropping it
     /// leaves the stream alone.
-    pub(crate) fn borrow(self, device_id: i32) -> Result<Arc<CudaStream>> {
+    pub(crate) fn borrow(self, device_id: DeviceId) -> Result<Arc<CudaStream>> {
         // SAFETY: a special handle, amso's own stream or a caller's handle of this device
         // (checked by `check` where it came from a caller), alive for this call.
         Ok(unsafe { context(device_id)?.wrap_borrowed_stream(self.raw()) })
@@ -59,7 +60,7 @@ impl StreamHandle {
 
     /// Check that a handle names a live stream of `device_id`'s context, and whether it is
     /// capturing a CUDA graph (`capture.rs`); a capturing stream is noted for deferred frees.
-    pub(crate) fn check(self, device_id: i32) -> Result<Checked> {
+    pub(crate) fn check(self, device_id: DeviceId) -> Result<Checked> {
         if self == StreamHandle::LEGACY {
             return Ok(Checked { handle: self, capture: Capture::Idle });
         }
@@ -96,7 +97,7 @@ static AMSO_STREAMS: OnceLock<Vec<OnceLock<StreamHandle>>> = OnceLock::new();
 /// amso's own non-blocking stream on `device_id`, created once and never destroyed, so the
 /// handle it publishes (in `__cuda_array_interface__`) stays valid. After the first call per
 /// device, a lock-free read.
-pub(crate) fn amso_stream(device_id: i32) -> Result<StreamHandle> {
+pub(crate) fn amso_stream(device_id: DeviceId) -> Result<StreamHandle> {
     let slots = AMSO_STREAMS.get_or_init(|| {
         let count = crate::cuda::driver::device_count().unwrap_or(0);
         (0..count).map(|_| OnceLock::new()).collect()
@@ -127,14 +128,14 @@ pub(crate) fn amso_stream(device_id: i32) -> Result<StreamHandle> {
 /// and `earlier` is not, `earlier`'s work is completed on the host first; when `earlier` is
 /// capturing and `later` is not, there is nothing to wait for (captured work has not run);
 /// two streams of one capture are ordered with a captured event.
-pub(crate) fn order(device_id: i32, earlier: StreamHandle, later: Checked) -> Result<()> {
+pub(crate) fn order(device_id: DeviceId, earlier: StreamHandle, later: Checked) -> Result<()> {
     if earlier == later.handle {
         return Ok(());
     }
     crate::gil::released(|| order_now(device_id, earlier, later))
 }
 
-fn order_now(device_id: i32, earlier: StreamHandle, later: Checked) -> Result<()> {
+fn order_now(device_id: DeviceId, earlier: StreamHandle, later: Checked) -> Result<()> {
     let _ctx = Current::enter(device_id)?;
     match (earlier.check(device_id)?.capture, later.capture) {
         (Capture::Active(_), Capture::Idle) => Ok(()),
@@ -158,7 +159,7 @@ fn order_now(device_id: i32, earlier: StreamHandle, later: Checked) -> Result<()
 /// Block the host until `stream`'s work is done. A capturing stream cannot be waited for
 /// (its work has not run); the wait itself runs in the relaxed capture mode, so that it does
 /// not invalidate a capture on another stream.
-pub(crate) fn synchronize(device_id: i32, stream: StreamHandle) -> Result<()> {
+pub(crate) fn synchronize(device_id: DeviceId, stream: StreamHandle) -> Result<()> {
     let checked = stream.check(device_id)?;
     if checked.capturing() {
         return Err(capture::refused(

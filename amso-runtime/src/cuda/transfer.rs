@@ -16,6 +16,7 @@ use super::context::{context, Current};
 use super::device_memory::PinnedMemory;
 use super::driver::cuda_error;
 use super::stream::StreamHandle;
+use crate::device::DeviceId;
 use crate::error::Result;
 use crate::staging::crew;
 use crate::staging::streaming_copy::copy_streaming;
@@ -147,7 +148,7 @@ impl crew::Engine for Copies<'_> {
 /// `src` holds `bytes` readable bytes (kept alive until the copy completes when `pinned`),
 /// `dst` holds `bytes` on `device_id`.
 pub(crate) unsafe fn host_to_device(
-    device_id: i32,
+    device_id: DeviceId,
     dst: sys::CUdeviceptr,
     src: *const u8,
     bytes: usize,
@@ -174,7 +175,7 @@ pub(crate) unsafe fn host_to_device(
 /// `dst` holds `bytes` writable bytes (kept alive until the copy completes when `pinned`),
 /// `src` holds `bytes` on `device_id`.
 pub(crate) unsafe fn device_to_host(
-    device_id: i32,
+    device_id: DeviceId,
     dst: *mut u8,
     src: sys::CUdeviceptr,
     bytes: usize,
@@ -254,7 +255,7 @@ unsafe fn staged(
 /// # Safety
 /// Both ranges hold `bytes` bytes.
 pub(crate) unsafe fn device_to_device(
-    device_id: i32,
+    device_id: DeviceId,
     dst: sys::CUdeviceptr,
     src: sys::CUdeviceptr,
     bytes: usize,
@@ -276,9 +277,9 @@ pub(crate) unsafe fn device_to_device(
 /// # Safety
 /// Both ranges hold `bytes` bytes of their devices' memory.
 pub(crate) unsafe fn device_to_peer(
-    dst_device: i32,
+    dst_device: DeviceId,
     dst: sys::CUdeviceptr,
-    src_device: i32,
+    src_device: DeviceId,
     src: sys::CUdeviceptr,
     bytes: usize,
     stream: StreamHandle,
@@ -311,7 +312,7 @@ fn workers() -> usize {
 ///
 /// # Safety
 /// `dst` holds `bytes` bytes of device memory of `device_id`, not in use by other work.
-pub(crate) unsafe fn zero(device_id: i32, dst: u64, bytes: usize, stream: StreamHandle) -> Result<()> {
+pub(crate) unsafe fn zero(device_id: DeviceId, dst: u64, bytes: usize, stream: StreamHandle) -> Result<()> {
     if bytes == 0 {
         return Ok(());
     }

@@ -39,8 +39,10 @@ fn device_copy_and_stream_rules_on_the_host() {
     assert!(matches!(plan(with(Some((8, 0)), None, None)), Err(Error::ExportRefused(_))));
     let refused = plan(with(Some((2, 0)), Some(false), None)).unwrap_err();
     assert!(matches!(refused, Error::ExportRefused(ref m) if m.contains("copy=False")), "{refused}");
-    let to_gpu = plan(with(Some((2, 1)), None, Some(7))).unwrap();
-    assert_eq!((to_gpu.copy, to_gpu.target, to_gpu.consumer_stream), (true, Device::cuda(1), None));
+    let to_gpu = plan(with(Some((2, 0)), None, Some(7))).unwrap();
+    assert_eq!((to_gpu.copy, to_gpu.target, to_gpu.consumer_stream), (true, Device::cuda(DeviceId::ZERO), None));
+    let negative = plan(with(Some((2, -1)), None, None)).unwrap_err();
+    assert!(matches!(negative, Error::InvalidArgument(ref m) if m.contains("device_id must be >= 0")), "{negative}");
     assert!(plan(with(None, None, Some(-1))).is_ok());
     assert!(matches!(plan(with(None, None, Some(0))), Err(Error::InvalidArgument(_))));
     assert!(matches!(plan(with(None, None, Some(-7))), Err(Error::InvalidArgument(_))));
@@ -52,7 +54,7 @@ fn device_copy_and_stream_rules_on_the_host() {
 
 #[test]
 fn device_stream_handshake_values() {
-    let gpu = Device::cuda(0);
+    let gpu = Device::cuda(DeviceId::ZERO);
     let stream =
         |s| plan_export(gpu, false, &DlpackRequest { stream: s, ..Default::default() }).unwrap().consumer_stream;
     assert_eq!(stream(None), Some(1), "None means the legacy default stream");

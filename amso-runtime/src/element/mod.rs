@@ -100,6 +100,7 @@ impl DType {
     }
 
     /// A vector's lane type (float32 for float32x4); `None` for other types.
+    #[cfg(feature = "python")]
     pub(crate) fn lane(&self) -> Option<&'static DType> {
         self.is_vector().then(|| DType::from_dlpack_type((self.code, self.bits, 1))).flatten()
     }

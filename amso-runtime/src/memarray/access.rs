@@ -3,7 +3,7 @@
 //! bytes.
 
 use super::core::ArrayCore;
-use crate::device::{Device, Residence};
+use crate::device::{Device, DeviceId, Residence};
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::lock::{check_access, LockId};
@@ -18,7 +18,7 @@ pub struct RawView<'a> {
     pub(crate) residence: Residence,
     pub(crate) readonly: bool,
     pub(crate) pinned: bool,
-    pub(crate) device_id: i32,
+    pub(crate) device_id: DeviceId,
     #[cfg(feature = "cuda")]
     pub(crate) device: &'a super::device_side::DeviceSide,
 }
@@ -79,7 +79,7 @@ impl RawView<'_> {
     }
 
     /// The CUDA device the array moves to.
-    pub fn device_id(&self) -> i32 {
+    pub fn device_id(&self) -> DeviceId {
         self.device_id
     }
 

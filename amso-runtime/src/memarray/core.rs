@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::device::{Device, DeviceType, Residence};
+use crate::device::{Device, DeviceId, DeviceType, Residence};
 use crate::element::{DType, ElementOps, Scalar};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
@@ -22,7 +22,7 @@ pub(crate) struct ArrayCore {
     shape: [usize; MAX_NDIM],
     host: Arc<HostBuffer>,
     residence: Residence,
-    device_id: i32,
+    device_id: DeviceId,
     lock: Option<LockId>,
     readonly: bool,
     #[cfg(feature = "cuda")]
@@ -77,7 +77,7 @@ impl ArrayCore {
 
     /// Take `device` as this array's device side on `device_id`.
     #[cfg(feature = "cuda")]
-    pub(crate) fn adopt_device(&mut self, device_id: i32, device: super::device_side::DeviceSide) {
+    pub(crate) fn adopt_device(&mut self, device_id: DeviceId, device: super::device_side::DeviceSide) {
         self.device_id = device_id;
         self.device = device;
     }
@@ -127,7 +127,7 @@ impl ArrayCore {
         self.host.nbytes()
     }
 
-    pub(crate) fn device_id(&self) -> i32 {
+    pub(crate) fn device_id(&self) -> DeviceId {
         self.device_id
     }
 

@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use crate::cuda::capture;
+use crate::cuda::context::Current;
 use crate::cuda::device_memory::DeviceMemory;
 use crate::cuda::pool::Request;
 use crate::cuda::stream::{self, Checked, StreamHandle};
 use crate::cuda::transfer;
-use crate::cuda::{context::Current, driver::check_device};
-use crate::device::Residence;
+use crate::device::{DeviceId, Residence};
 use crate::error::{Error, Result};
 
 /// Device memory and stream state of one array.
@@ -46,7 +46,7 @@ impl DeviceSide {
 
     /// Resolve the caller's stream value for work on `device_id`, ordered after earlier work
     /// (under capture: earlier work completed first, see `cuda/capture.rs`).
-    pub(crate) fn begin(&mut self, device_id: i32, stream: i64) -> Result<Checked> {
+    pub(crate) fn begin(&mut self, device_id: DeviceId, stream: i64) -> Result<Checked> {
         crate::gil::released(|| {
             let stream = checked(device_id, stream)?;
             stream::order(device_id, self.last, stream)?;
@@ -57,14 +57,14 @@ impl DeviceSide {
     /// Record that work was queued on `stream`; a caller's own stream is handed over to
     /// amso's stream so later consumers are given a stream that stays alive. Captured work
     /// has not run, so nothing is recorded for it.
-    pub(crate) fn end(&mut self, device_id: i32, stream: Checked, synchronize: bool) -> Result<()> {
+    pub(crate) fn end(&mut self, device_id: DeviceId, stream: Checked, synchronize: bool) -> Result<()> {
         if stream.capturing() {
             return Ok(());
         }
         crate::gil::released(|| self.end_now(device_id, stream.handle, synchronize))
     }
 
-    fn end_now(&mut self, device_id: i32, stream: StreamHandle, synchronize: bool) -> Result<()> {
+    fn end_now(&mut self, device_id: DeviceId, stream: StreamHandle, synchronize: bool) -> Result<()> {
         self.last = if stream == StreamHandle::LEGACY || stream == StreamHandle::PER_THREAD {
             stream
         } else {
@@ -85,7 +85,7 @@ impl DeviceSide {
 
     /// Device memory of `bytes` on `device_id`, allocated on first use or when the array
     /// changes device; the old memory stays alive while exports hold it.
-    pub(crate) fn ensure(&mut self, device_id: i32, bytes: usize, stream: Checked) -> Result<&Arc<DeviceMemory>> {
+    pub(crate) fn ensure(&mut self, device_id: DeviceId, bytes: usize, stream: Checked) -> Result<&Arc<DeviceMemory>> {
         let fits = self.memory.as_ref().is_some_and(|m| m.device_id() == device_id && m.bytes() == bytes);
         if !fits {
             self.memory = Some(Arc::new(DeviceMemory::alloc_for(device_id, bytes, stream)?));
@@ -130,11 +130,11 @@ impl DeviceSide {
     }
 
     /// Fresh device memory of `bytes` on `device_id`, zeroed in order on `stream` if `zeroed`.
-    pub(crate) fn allocate(&mut self, device_id: i32, bytes: usize, stream: i64, zeroed: bool) -> Result<()> {
+    pub(crate) fn allocate(&mut self, device_id: DeviceId, bytes: usize, stream: i64, zeroed: bool) -> Result<()> {
         crate::gil::released(|| self.allocate_now(device_id, bytes, stream, zeroed))
     }
 
-    fn allocate_now(&mut self, device_id: i32, bytes: usize, stream: i64, zeroed: bool) -> Result<()> {
+    fn allocate_now(&mut self, device_id: DeviceId, bytes: usize, stream: i64, zeroed: bool) -> Result<()> {
         let stream = self.begin(device_id, stream)?;
         let memory = self.ensure(device_id, bytes, stream)?;
         if zeroed {
@@ -150,7 +150,7 @@ impl DeviceSide {
     /// `src` holds `bytes` bytes, alive until the copy completes when `pinned` and asynchronous.
     pub(crate) unsafe fn upload(
         &mut self,
-        device_id: i32,
+        device_id: DeviceId,
         src: *const u8,
         bytes: usize,
         pinned: bool,
@@ -175,7 +175,7 @@ impl DeviceSide {
     /// asynchronous.
     pub(crate) unsafe fn download(
         &mut self,
-        device_id: i32,
+        device_id: DeviceId,
         dst: *mut u8,
         bytes: usize,
         pinned: bool,
@@ -194,11 +194,11 @@ impl DeviceSide {
     }
 
     /// Move the device data to `target` device (a peer copy, complete when this returns).
-    pub(crate) fn change_device(&mut self, from: i32, target: i32, bytes: usize, stream: i64) -> Result<()> {
+    pub(crate) fn change_device(&mut self, from: DeviceId, target: DeviceId, bytes: usize, stream: i64) -> Result<()> {
         crate::gil::released(|| self.change_device_now(from, target, bytes, stream))
     }
 
-    fn change_device_now(&mut self, from: i32, target: i32, bytes: usize, stream: i64) -> Result<()> {
+    fn change_device_now(&mut self, from: DeviceId, target: DeviceId, bytes: usize, stream: i64) -> Result<()> {
         let source = self.memory.clone().ok_or_else(no_device_memory)?;
         let stream = checked(target, stream)?;
         if stream.capturing() {
@@ -222,7 +222,7 @@ impl DeviceSide {
     }
 
     /// A copy of the device memory (on the same device), complete when this returns.
-    pub(crate) fn duplicate(&self, device_id: i32) -> Result<Arc<DeviceMemory>> {
+    pub(crate) fn duplicate(&self, device_id: DeviceId) -> Result<Arc<DeviceMemory>> {
         crate::gil::released(|| {
             let source = self.memory.as_ref().ok_or_else(no_device_memory)?;
             let copy = Arc::new(DeviceMemory::alloc_on(device_id, source.bytes(), self.last)?);
@@ -240,7 +240,7 @@ impl DeviceSide {
     /// `host` holds `len` bytes; `offset + len` is within the device memory.
     pub(crate) unsafe fn access(
         &self,
-        device_id: i32,
+        device_id: DeviceId,
         offset: usize,
         host: *mut u8,
         len: usize,
@@ -291,7 +291,7 @@ impl DeviceSide {
     }
 
     /// Make `consumer` wait for the array's pending work (DLPack's stream handshake).
-    pub(crate) fn hand_to(&self, device_id: i32, consumer: StreamHandle) -> Result<()> {
+    pub(crate) fn hand_to(&self, device_id: DeviceId, consumer: StreamHandle) -> Result<()> {
         if consumer == self.last {
             return Ok(());
         }
@@ -300,8 +300,8 @@ impl DeviceSide {
 }
 
 /// The caller's stream value for work on `device_id`, checked (with the device).
-fn checked(device_id: i32, stream: i64) -> Result<Checked> {
-    check_device(device_id)?;
+fn checked(device_id: DeviceId, stream: i64) -> Result<Checked> {
+    crate::cuda::driver::require()?;
     StreamHandle::from_int(stream)?.check(device_id)
 }
 

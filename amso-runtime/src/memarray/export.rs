@@ -158,7 +158,7 @@ fn copy_to_device(
             Ok((buffer.as_ptr(), buffer, true))
         }
         (residence, DeviceType::Cuda) => {
-            crate::cuda::driver::check_device(target.id)?;
+            crate::cuda::driver::require()?;
             let memory = Arc::new(DeviceMemory::alloc(target.id, bytes)?);
             let own = stream::amso_stream(target.id)?;
             if residence == Residence::Host {

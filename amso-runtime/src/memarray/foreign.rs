@@ -8,7 +8,7 @@ use std::sync::Arc;
 use dlpark::ffi::DLTensor;
 
 use super::core::ArrayCore;
-use crate::device::{Device, DeviceType, Residence};
+use crate::device::{Device, DeviceId, DeviceType, Residence};
 use crate::dlpack::DLPACK_VERSION;
 use crate::element::{DType, Element, ElementOps};
 use crate::error::{Error, Result};
@@ -93,14 +93,15 @@ pub fn check_major_version(major: u32) -> Result<()> {
 pub unsafe fn claim(t: &DLTensor) -> Result<(Vec<i64>, usize, Device)> {
     // SAFETY: forwarded from the caller.
     let dims = unsafe { tensor_dims(t) }?;
-    let device = Device { device_type: DeviceType::from_code(t.device.device_type.0 as i32)?, id: t.device.device_id };
-    let on_device = matches!(device.device_type, DeviceType::Cuda | DeviceType::CudaManaged);
-    if device.id < 0 || (!on_device && device.id != 0) {
+    let (device_type, id) = (DeviceType::from_code(t.device.device_type.0 as i32)?, t.device.device_id);
+    let on_device = matches!(device_type, DeviceType::Cuda | DeviceType::CudaManaged);
+    if id < 0 || (!on_device && id != 0) {
         return Err(Error::InvalidArgument(format!(
-            "device id {} is not valid for device type {}",
-            device.id, device.device_type as i32
+            "device id {id} is not valid for device type {}",
+            device_type as i32
         )));
     }
+    let device = Device { device_type, id: DeviceId::new(id)? };
     let empty = dims.contains(&0);
     if t.data.is_null() && !empty {
         return Err(Error::InvalidArgument(format!("the tensor's data pointer is NULL but its shape is {dims:?}")));
@@ -130,7 +131,7 @@ impl ForeignMemory {
     /// As `MemArray::from_foreign`.
     #[cfg(feature = "cuda")]
     unsafe fn into_device_side(self, bytes: usize) -> Result<super::device_side::DeviceSide> {
-        crate::cuda::driver::check_device(self.device.id)?;
+        crate::cuda::driver::require()?;
         if bytes > 0 {
             let holder = crate::cuda::driver::device_of_pointer(self.address)?;
             if holder != self.device.id {
@@ -171,7 +172,7 @@ impl ArrayCore {
         let (shape, bytes) = shape::checked_shape(dims, ndim, ops.itemsize())?;
         let shape = &shape[..ndim];
         memory.check_alignment(ops.align, ops.dtype)?;
-        let options = ArrayOptions { device_id: 0, readonly, ..Default::default() };
+        let options = ArrayOptions { readonly, ..Default::default() };
         match memory.device.device_type {
             DeviceType::Cpu | DeviceType::CudaHost => {
                 // SAFETY: the caller guarantees `bytes` of elements at the address while the

@@ -24,7 +24,7 @@ pub(crate) mod rebuild;
 use std::marker::PhantomData;
 
 use self::core::ArrayCore;
-use crate::device::{Device, Residence, Stream};
+use crate::device::{Device, DeviceId, Residence, Stream};
 use crate::element::{read_element, read_elements, Element, ElementOps};
 use crate::error::{Error, Result};
 use crate::indexer::{HostIndexer, HostIndexerMut};
@@ -39,7 +39,7 @@ pub use guard::LockGuard;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ArrayOptions {
     /// The CUDA device the array moves to (0 by default).
-    pub device_id: i32,
+    pub device_id: DeviceId,
     /// Refuse writes (and export with DLPack's READ_ONLY flag).
     pub readonly: bool,
     /// Allocate the host buffer in page-locked memory (fast, asynchronous transfers).
@@ -59,13 +59,6 @@ pub struct ArrayOptions {
 impl ArrayOptions {
     /// Refuse options no array can have (written once, not per instantiation).
     pub(crate) fn check(&self) -> Result<()> {
-        if self.device_id < 0 {
-            return Err(Error::InvalidArgument(format!("device_id must be >= 0, got {}", self.device_id)));
-        }
-        #[cfg(feature = "cuda")]
-        if crate::cuda::is_available() {
-            crate::cuda::driver::check_device(self.device_id)?;
-        }
         #[cfg(not(feature = "cuda"))]
         if self.pinned || self.on_device || self.managed || self.shareable {
             return Err(Error::Unavailable(format!(
@@ -188,7 +181,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// The CUDA device the array belongs to: where its device data is, and where a move to
     /// the device without another id puts it. [`device`](Self::device) is where the current
     /// data is (the host, or this device).
-    pub fn cuda_device_id(&self) -> i32 {
+    pub fn cuda_device_id(&self) -> DeviceId {
         self.core.device_id()
     }
 

@@ -4,6 +4,7 @@
 //! `python/pickle.rs` builds the array from the plan; the fuzz target `pickle_rebuild` feeds
 //! the same checks arbitrary arguments.
 
+use crate::device::DeviceId;
 use crate::element::ElementOps;
 use crate::error::{empty_note, Error, Result};
 use crate::memarray::foreign::check_dims;
@@ -52,7 +53,7 @@ pub enum RebuildMemory {
     /// A copy onto a CUDA device.
     Upload {
         /// The device.
-        device_id: i32,
+        device_id: DeviceId,
     },
 }
 
@@ -103,9 +104,9 @@ pub fn plan_rebuild<C>(
         )));
     }
     let mut notes = Vec::new();
-    let device_id = match pickled.device {
-        Some(id) if (0..cuda_devices).contains(&id) => Some(id),
-        Some(id) => {
+    let device_id = match pickled.device.map(|id| (id, DeviceId::among(id, cuda_devices))) {
+        Some((_, Some(device_id))) => Some(device_id),
+        Some((id, None)) => {
             notes.push(format!(
                 "the array was pickled on CUDA device {id}, which this process does not have; unpickled on the host"
             ));
@@ -204,7 +205,7 @@ mod tests {
         assert_eq!(memory(pinned, 1), Ok((RebuildMemory::Copy { pinned: true }, 0)));
         assert_eq!(memory(pinned, 0), Ok((RebuildMemory::Adopt, 1)), "no CUDA: pageable, with a note");
         for (device, cuda, expected) in [
-            (0, 1, (RebuildMemory::Upload { device_id: 0 }, 0)),
+            (0, 1, (RebuildMemory::Upload { device_id: DeviceId::ZERO }, 0)),
             (1, 1, (RebuildMemory::Adopt, 1)),
             (-1, 2, (RebuildMemory::Adopt, 1)),
             (i32::MIN, 0, (RebuildMemory::Adopt, 1)),

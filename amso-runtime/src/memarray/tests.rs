@@ -1,5 +1,5 @@
 use super::*;
-use crate::device::{Device, Residence, Stream};
+use crate::device::{Device, DeviceId, Residence, Stream};
 use crate::element::Scalar;
 use crate::object::ArrayObject;
 
@@ -9,7 +9,7 @@ fn new_arrays_are_zeroed_with_their_shape() {
     assert_eq!(a.shape(), &[2, 3, 4]);
     assert_eq!((a.size(), a.nbytes()), (24, 96));
     assert_eq!(a.to_vec().unwrap(), vec![0.0; 24]);
-    assert_eq!((a.residence(), a.on_device(), a.cuda_device_id()), (Residence::Host, false, 0));
+    assert_eq!((a.residence(), a.on_device(), a.cuda_device_id()), (Residence::Host, false, DeviceId::ZERO));
 }
 
 #[test]
@@ -81,10 +81,8 @@ fn bad_dimensions_and_options() {
     assert!(matches!(MemArray::<f32, 2>::from_dims(&[2], opts), Err(Error::InvalidShape(_))));
     assert!(matches!(MemArray::<f32, 2>::from_dims(&[2, -1], opts), Err(Error::InvalidShape(_))));
     assert!(matches!(MemArray::<f64, 2>::from_dims(&[1 << 62, 4], opts), Err(Error::TooLarge { .. })));
-    assert!(matches!(
-        MemArray::<f32, 1>::from_dims(&[1], ArrayOptions { device_id: -1, ..Default::default() }),
-        Err(Error::InvalidArgument(_))
-    ));
+    let negative = DeviceId::new(-1).unwrap_err();
+    assert!(matches!(negative, Error::InvalidArgument(ref m) if m == "device_id must be >= 0, got -1"), "{negative}");
     let zero = MemArray::<f32, 2>::from_dims(&[0, 5], opts).unwrap();
     assert_eq!((zero.size(), zero.nbytes()), (0, 0));
 }
@@ -111,7 +109,7 @@ fn moving_to_cuda_is_a_clear_error_without_a_gpu() {
     if cfg!(feature = "cuda") && crate_has_gpu() {
         return;
     }
-    let err = a.move_memory(Device::cuda(0), Stream::LEGACY, false).unwrap_err();
+    let err = a.move_memory(Device::cuda(DeviceId::ZERO), Stream::LEGACY, false).unwrap_err();
     assert!(matches!(err, Error::Unavailable(ref m) if m.contains("CUDA")), "{err}");
     assert_eq!(a.residence(), Residence::Host);
 }

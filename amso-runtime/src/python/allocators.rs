@@ -11,6 +11,7 @@ use crate::cuda::alloc::DeviceAllocator;
 use crate::cuda::deferred::Limits;
 use crate::cuda::pool;
 use crate::cuda::stream::StreamHandle;
+use crate::device::DeviceId;
 use crate::error::{Error, Result};
 
 /// Device memory from Python callables: `malloc(size, device_id, stream) -> int` and
@@ -26,7 +27,7 @@ impl DeviceAllocator for PythonAllocator {
         self.name.clone()
     }
 
-    fn allocate(&self, device_id: i32, bytes: usize, stream: StreamHandle) -> Result<u64> {
+    fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64> {
         Python::attach(|py| match self.malloc.call1(py, (bytes, device_id, stream.as_int())) {
             Ok(value) => match value.extract::<u64>(py) {
                 Ok(ptr) if ptr != 0 => Ok(ptr),
@@ -45,7 +46,7 @@ impl DeviceAllocator for PythonAllocator {
         })
     }
 
-    fn free(&self, device_id: i32, ptr: u64, bytes: usize, stream: StreamHandle) {
+    fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle) {
         // Frees can come from any thread (a consumer's deleter); at interpreter shutdown
         // there is no Python left to call, and the process releases the memory anyway.
         let _ = Python::try_attach(|py| {
@@ -116,8 +117,8 @@ pub(super) fn defer_hold() {
 
 /// Stop holding frees; runs the ones that are due.
 #[pyfunction]
-#[pyo3(signature = (device_id = 0))]
-pub(super) fn defer_release(py: Python<'_>, device_id: i32) {
+#[pyo3(signature = (device_id = DeviceId::ZERO), text_signature = "(device_id=0)")]
+pub(super) fn defer_release(py: Python<'_>, device_id: DeviceId) {
     py.detach(|| pool::release_frees(device_id));
 }
 
@@ -130,8 +131,8 @@ pub(super) fn flush_frees(py: Python<'_>) {
 /// Device memory and the process pool's statistics for `device_id`: totals, and per client
 /// library under `clients` (bytes in use and allocations served).
 #[pyfunction]
-#[pyo3(signature = (device_id = 0))]
-pub(super) fn memory_info(py: Python<'_>, device_id: i32) -> PyResult<Bound<'_, PyDict>> {
+#[pyo3(signature = (device_id = DeviceId::ZERO), text_signature = "(device_id=0)")]
+pub(super) fn memory_info(py: Python<'_>, device_id: DeviceId) -> PyResult<Bound<'_, PyDict>> {
     let (free, total) = crate::cuda::device_memory::memory_info(device_id)?;
     let stats = py.detach(|| pool::stats(device_id));
     let info = PyDict::new(py);

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyList, PyString, PyTuple, PyType};
 
+use crate::device::DeviceId;
 use crate::memarray::ArrayOptions;
 use crate::python::base::array::MemArrayBase;
 use crate::python::base::convert::{self, ShapeArg};
@@ -89,7 +90,7 @@ struct Flags<'a, 'py> {
 fn options(device_id: Option<&Bound<'_, PyAny>>, flags: Flags<'_, '_>, uninitialized: bool) -> PyResult<ArrayOptions> {
     let flag = |name, value: Option<&Bound<'_, PyAny>>| value.map_or(Ok(false), |value| convert::flag_arg(name, value));
     Ok(ArrayOptions {
-        device_id: device_id.map_or(Ok(0), convert::device_id_arg)?,
+        device_id: device_id.map_or(Ok(DeviceId::ZERO), convert::device_id_arg)?,
         readonly: flag("readonly", flags.readonly)?,
         pinned: flag("pinned", flags.pinned)?,
         on_device: flag("on_device", flags.on_device)?,

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::device::{Device, DeviceType};
+use crate::device::{Device, DeviceId, DeviceType};
 use crate::lock::LockId;
 use crate::memarray::access::RawView;
 use crate::python::base::array::MemArrayBase;
@@ -20,14 +20,14 @@ use crate::python::export::dlpack_context::DLPackContext;
 use crate::python::views::ArrayIterator;
 
 /// Parse a `(device_type, device_id)` request against an array's defaults.
-fn target_device(array: &RawView<'_>, device_type: Option<i32>, device_id: Option<i32>) -> PyResult<Device> {
+fn target_device(array: &RawView<'_>, device_type: Option<i32>, device_id: Option<DeviceId>) -> PyResult<Device> {
     let device_type = match device_type {
         None => array.device().device_type,
         Some(code) => DeviceType::from_code(code)?,
     };
     Ok(match device_type {
         DeviceType::Cpu => {
-            if let Some(id) = device_id.filter(|&id| id != 0) {
+            if let Some(id) = device_id.filter(|&id| id != DeviceId::ZERO) {
                 return Err(pyo3::exceptions::PyValueError::new_err(format!("kDLCPU has device id 0 only, got {id}")));
             }
             Device::CPU
@@ -45,7 +45,7 @@ fn target_device(array: &RawView<'_>, device_type: Option<i32>, device_id: Optio
 
 /// Parse `move_memory`'s `(device_type, device_id)`, where the device may be named (`'cpu'`,
 /// `'cuda'`, `'cuda:N'`) as well as given as a DLPack code.
-fn named_target(array: &RawView<'_>, device: DeviceArg, device_id: Option<i32>) -> PyResult<Device> {
+fn named_target(array: &RawView<'_>, device: DeviceArg, device_id: Option<DeviceId>) -> PyResult<Device> {
     match device {
         DeviceArg::Code(code) => target_device(array, Some(code), device_id),
         DeviceArg::Cpu => target_device(array, Some(DeviceType::Cpu as i32), device_id),
@@ -111,7 +111,7 @@ impl MemArrayBase {
 
     /// The CUDA device this array moves to.
     #[getter]
-    fn device_id(&self, py: Python<'_>) -> i32 {
+    fn device_id(&self, py: Python<'_>) -> DeviceId {
         self.read(py, |array| array.raw_view().device_id())
     }
 
@@ -285,7 +285,7 @@ impl MemArrayBase {
     fn get_dlpack(
         slf: &Bound<'_, Self>,
         device_type: Option<i32>,
-        device_id: Option<i32>,
+        device_id: Option<DeviceId>,
         stream: StreamArg,
     ) -> PyResult<DLPackContext> {
         let (py, this) = (slf.py(), slf.get());
@@ -308,7 +308,7 @@ impl MemArrayBase {
         &self,
         py: Python<'_>,
         device_type: DeviceArg,
-        device_id: Option<i32>,
+        device_id: Option<DeviceId>,
         stream: StreamArg,
         async_copy: bool,
     ) -> PyResult<()> {

@@ -40,6 +40,7 @@ pub use base::array::{MemArrayBase, TypedMut};
 pub use base::registry::Instantiation;
 pub use export::dlpack_context::DLPackContext;
 
+use crate::device::DeviceId;
 use crate::object::ArrayType;
 
 /// What generated code and the bundled module need; see the crate's `__private`.
@@ -207,8 +208,8 @@ fn cuda_device_count() -> i32 {
 
 /// `(free, total)` bytes of device memory on `device_id`.
 #[pyfunction]
-#[pyo3(signature = (device_id = 0))]
-fn cuda_memory_info(device_id: i32) -> PyResult<(usize, usize)> {
+#[pyo3(signature = (device_id = DeviceId::ZERO), text_signature = "(device_id=0)")]
+fn cuda_memory_info(device_id: DeviceId) -> PyResult<(usize, usize)> {
     #[cfg(feature = "cuda")]
     return Ok(crate::cuda::device_memory::memory_info(device_id)?);
     #[cfg(not(feature = "cuda"))]

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use crate::cuda::device_memory::PinnedMemory;
 use crate::cuda::loans;
 use crate::cuda::pool::{Client, Request, CLIENTS};
+use crate::device::DeviceId;
 use crate::error::Error;
 
 fn client(number: u32) -> PyResult<Client> {
@@ -33,7 +34,7 @@ fn lend_error(error: Error) -> PyErr {
 fn lend_to(
     py: Python<'_>,
     size: usize,
-    device_id: i32,
+    device_id: DeviceId,
     stream: i64,
     client_number: u32,
     shareable: bool,
@@ -52,7 +53,7 @@ fn lend_to(
 pub(super) fn lend(
     py: Python<'_>,
     size: usize,
-    device_id: i32,
+    device_id: DeviceId,
     stream: i64,
     client_number: u32,
     shareable: bool,
@@ -69,7 +70,7 @@ pub(super) fn lend(
 pub(super) fn reclaim(
     py: Python<'_>,
     ptr: u64,
-    device_id: i32,
+    device_id: DeviceId,
     client_number: u32,
     stream: Option<i64>,
     size: Option<usize>,
@@ -84,7 +85,7 @@ pub(super) fn reclaim(
 /// context was reset); how many.
 #[pyfunction]
 #[pyo3(name = "_reset_loans")]
-pub(super) fn reset_loans(py: Python<'_>, client_number: u32, device_id: i32) -> PyResult<usize> {
+pub(super) fn reset_loans(py: Python<'_>, client_number: u32, device_id: DeviceId) -> PyResult<usize> {
     let client = client(client_number)?;
     Ok(py.detach(|| loans::reset(client, device_id)))
 }
@@ -109,7 +110,7 @@ pub struct Loan {
     /// The size in bytes.
     #[pyo3(get)]
     size: usize,
-    device_id: i32,
+    device_id: DeviceId,
     client: Client,
     released: AtomicBool,
 }
@@ -121,7 +122,7 @@ impl Loan {
     fn new(
         py: Python<'_>,
         size: usize,
-        device_id: i32,
+        device_id: DeviceId,
         stream: i64,
         client_number: u32,
         shareable: bool,
@@ -202,7 +203,7 @@ static REPORTED: AtomicU32 = AtomicU32::new(0);
 #[no_mangle]
 pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, stream: *mut c_void) -> *mut c_void {
     let stream = if stream.is_null() { 1 } else { stream as usize as i64 };
-    let lent = std::panic::catch_unwind(|| loans::lend(Request::Current, device, size, stream, TORCH));
+    let lent = std::panic::catch_unwind(|| loans::lend(Request::Current, DeviceId::new(device)?, size, stream, TORCH));
     match lent {
         Ok(Ok((ptr, _))) => ptr as usize as *mut c_void,
         Ok(Err(error)) => {
@@ -223,9 +224,12 @@ pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, str
 pub(crate) unsafe extern "C" fn amso_torch_free(ptr: *mut c_void, size: usize, device: c_int, stream: *mut c_void) {
     let stream = if stream.is_null() { 1 } else { stream as usize as i64 };
     let back = loans::GiveBack { bytes: Some(size), stream: Some(stream), serial: None };
-    let outcome = std::panic::catch_unwind(|| loans::reclaim(device, ptr as usize as u64, TORCH, back));
-    if let Ok(Err(refusal)) = outcome {
-        report(&format!("amso_torch_free: {}", refusal.message(ptr as usize as u64, device)));
+    let outcome = std::panic::catch_unwind(|| match DeviceId::new(device) {
+        Ok(id) => loans::reclaim(id, ptr as usize as u64, TORCH, back).map_err(|r| r.message(ptr as usize as u64, id)),
+        Err(error) => Err(error.to_string()),
+    });
+    if let Ok(Err(message)) = outcome {
+        report(&format!("amso_torch_free: {message}"));
     }
 }
 

@@ -33,7 +33,7 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use crate::cuda::device_memory::DeviceMemory;
 use crate::cuda::ipc::{self, IpcEvent, HANDLE_BYTES};
-use crate::device::{Device, Residence};
+use crate::device::{Device, DeviceId, Residence};
 use crate::memarray::ForeignMemory;
 use crate::python::base::array::MemArrayBase;
 use crate::python::base::registry;
@@ -154,7 +154,7 @@ pub(crate) fn share(array: &Bound<'_, MemArrayBase>) -> PyResult<SharedHandle> {
 fn export(
     py: Python<'_>,
     memory: &Arc<DeviceMemory>,
-    device_id: i32,
+    device_id: DeviceId,
     dtype: &str,
     dims: &[usize],
     readonly: bool,
@@ -271,7 +271,7 @@ fn at_exit(py: Python<'_>) -> PyResult<()> {
 /// Another process's memory mapped into this one; unmapped, and the hold ended, on drop.
 /// The driver maps a handle once per process: every array opened from it shares one mapping.
 struct Imported {
-    device_id: i32,
+    device_id: DeviceId,
     ptr: u64,
     hold: Option<Hold>,
 }
@@ -281,7 +281,7 @@ struct Imported {
 static IMPORTS: Mutex<Vec<(ExportKey, std::sync::Weak<Imported>)>> = Mutex::new(Vec::new());
 
 /// An export's user and random name, and the device it is mapped on here.
-type ExportKey = (u32, [u8; 16], i32);
+type ExportKey = (u32, [u8; 16], DeviceId);
 
 impl Drop for Imported {
     fn drop(&mut self) {
@@ -347,12 +347,12 @@ impl SharedHandle {
     /// (`device_id`, if given, must be that device). In the exporting process itself, a plain
     /// reference to the same memory.
     #[pyo3(signature = (device_id = None))]
-    fn open(&self, py: Python<'_>, device_id: Option<i32>) -> PyResult<Py<PyAny>> {
+    fn open(&self, py: Python<'_>, device_id: Option<DeviceId>) -> PyResult<Py<PyAny>> {
         open(py, &self.handle, device_id)
     }
 }
 
-fn open(py: Python<'_>, h: &Handle, device_id: Option<i32>) -> PyResult<Py<PyAny>> {
+fn open(py: Python<'_>, h: &Handle, device_id: Option<DeviceId>) -> PyResult<Py<PyAny>> {
     let registration = registry::find_name(&h.dtype, h.dims.len()).ok_or_else(|| {
         PyTypeError::new_err(format!("cannot open the shared array: {}", registry::uncompiled(&h.dtype, h.dims.len())))
     })?;
@@ -462,7 +462,7 @@ fn import_error(h: &Handle, refusal: ImportRefusal) -> PyErr {
 /// This process's mapping of the export `h` names: the one it holds already, or a new one (its
 /// hold marked in the export's `folder` first, so the exporter keeps the memory), whose real
 /// size must cover the handle's. Called with the GIL released.
-fn mapping(device_id: i32, h: &Handle, folder: &ImportFolder) -> PyResult<Arc<Imported>> {
+fn mapping(device_id: DeviceId, h: &Handle, folder: &ImportFolder) -> PyResult<Arc<Imported>> {
     let key = (h.uid, h.token, device_id);
     let mut imports = IMPORTS.lock().unwrap_or_else(|e| e.into_inner());
     // Upgrades only the entry with this key: the `Arc` made here is returned, never dropped

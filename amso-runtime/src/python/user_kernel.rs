@@ -12,7 +12,7 @@ use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt};
 
 use crate::cuda::add_index::AnyRankIndexer;
 use crate::cuda::{with_stream, LaunchConfig, PushKernelArg};
-use crate::device::{DeviceType, Stream};
+use crate::device::{DeviceId, DeviceType, Stream};
 use crate::python::base::array::MemArrayBase;
 use crate::python::base::convert::StreamArg;
 use crate::python::source::{self, Holder, Source};
@@ -68,13 +68,16 @@ fn device_of_argument(arg: &Bound<'_, PyAny>) -> Option<crate::device::Device> {
         let placement = header.placement();
         return Some(crate::device::Device {
             device_type: DeviceType::from_code(placement.device_type).unwrap_or(DeviceType::Cpu),
-            id: placement.device_id,
+            id: DeviceId::new(placement.device_id).ok()?,
         });
     }
     let py = arg.py();
     if let Ok(Some(method)) = arg.getattr_opt(intern!(py, "__dlpack_device__")) {
         let (kind, id): (i32, i32) = method.call0().ok()?.extract().ok()?;
-        return Some(crate::device::Device { device_type: DeviceType::from_code(kind).ok()?, id });
+        return Some(crate::device::Device {
+            device_type: DeviceType::from_code(kind).ok()?,
+            id: DeviceId::new(id).ok()?,
+        });
     }
     let interface = source::parse_interface(arg).ok()?;
     Some(crate::device::Device::cuda(source::device_of(interface.address).ok()?))
@@ -197,7 +200,7 @@ fn indexer(py: Python<'_>, position: usize, source: &Source) -> PyResult<AnyRank
 /// Pass 1 of a launch: the arrays of frameworks with the exchange API acquired (their current
 /// work stream is the launch stream unless one is given), the device the arrays are on, and
 /// the launch stream: `explicit`, else such a producer's, the stream context's or amso's own.
-fn plan(args: &[Bound<'_, PyAny>], explicit: Option<i64>) -> PyResult<(Vec<Option<Source>>, i32, i64)> {
+fn plan(args: &[Bound<'_, PyAny>], explicit: Option<i64>) -> PyResult<(Vec<Option<Source>>, DeviceId, i64)> {
     let mut early: Vec<Option<Source>> = Vec::with_capacity(args.len());
     for arg in args {
         let exchange = arg.cast::<MemArrayBase>().is_err()
@@ -211,7 +214,7 @@ fn plan(args: &[Bound<'_, PyAny>], explicit: Option<i64>) -> PyResult<(Vec<Optio
         .map(|s| s.device)
         .chain(args.iter().filter_map(|arg| device_of_argument(arg)))
         .find(|d| d.device_type == DeviceType::Cuda)
-        .map_or(0, |d| d.id);
+        .map_or(DeviceId::ZERO, |d| d.id);
     let launch = match explicit {
         Some(explicit) => explicit,
         None => match early.iter().flatten().find_map(|s| s.stream) {
@@ -231,7 +234,7 @@ fn plan(args: &[Bound<'_, PyAny>], explicit: Option<i64>) -> PyResult<(Vec<Optio
 /// see it complete, unless a CUDA graph capture is recording it.
 fn after_launch(
     py: Python<'_>,
-    device: i32,
+    device: DeviceId,
     launch: i64,
     held: &[Held],
     producer_streams: &[i64],

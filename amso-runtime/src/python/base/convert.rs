@@ -7,6 +7,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyComplex, PyDict, PyInt, PyIterator, PyList, PySlice, PyString, PyTuple};
 use pyo3::{intern, Borrowed};
 
+use crate::device::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::shape::MAX_NDIM;
 
@@ -123,7 +124,7 @@ pub(in crate::python) enum DeviceArg {
     /// `'cpu'`.
     Cpu,
     /// `'cuda'` (no device number) or `'cuda:N'`.
-    Cuda(Option<i32>),
+    Cuda(Option<DeviceId>),
 }
 
 const DEVICE_FORMS: &str = "'cpu', 'cuda', 'cuda:N' (N a device number, as a.device gives it), or a DLPack \
@@ -138,15 +139,17 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DeviceArg {
             return match name.as_ref() {
                 "cpu" => Ok(DeviceArg::Cpu),
                 "cuda" => Ok(DeviceArg::Cuda(None)),
-                other => other
-                    .strip_prefix("cuda:")
-                    .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|id| id.parse::<i32>().ok())
-                    .map(|id| DeviceArg::Cuda(Some(id)))
-                    .ok_or_else(|| {
-                        let given = obj.repr().map(|r| r.to_string()).unwrap_or_default();
-                        PyValueError::new_err(format!("unknown device {given}; accepted: {DEVICE_FORMS}"))
-                    }),
+                other => {
+                    let id = other
+                        .strip_prefix("cuda:")
+                        .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+                        .and_then(|id| id.parse::<i32>().ok())
+                        .ok_or_else(|| {
+                            let given = obj.repr().map(|r| r.to_string()).unwrap_or_default();
+                            PyValueError::new_err(format!("unknown device {given}; accepted: {DEVICE_FORMS}"))
+                        })?;
+                    Ok(DeviceArg::Cuda(Some(DeviceId::new(id)?)))
+                }
             };
         }
         obj.extract::<i32>().map(DeviceArg::Code).map_err(|e| {
@@ -472,8 +475,29 @@ pub(in crate::python) fn flag_arg(name: &str, value: &Bound<'_, PyAny>) -> PyRes
 }
 
 /// A constructor's `device_id`.
-pub(in crate::python) fn device_id_arg(value: &Bound<'_, PyAny>) -> PyResult<i32> {
-    value
-        .extract::<i32>()
-        .map_err(|_| PyTypeError::new_err(format!("device_id must be an int, got {}", type_name(&value.as_borrowed()))))
+pub(in crate::python) fn device_id_arg(value: &Bound<'_, PyAny>) -> PyResult<DeviceId> {
+    value.extract()
+}
+
+/// A device id from Python, checked once here (`DeviceId::new`): an int, never negative, and a
+/// device of this machine when a driver is loaded.
+impl<'a, 'py> FromPyObject<'a, 'py> for DeviceId {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let id = obj
+            .extract::<i32>()
+            .map_err(|_| PyTypeError::new_err(format!("device_id must be an int, got {}", type_name(&obj))))?;
+        Ok(DeviceId::new(id)?)
+    }
+}
+
+impl<'py> IntoPyObject<'py> for DeviceId {
+    type Target = PyInt;
+    type Output = Bound<'py, PyInt>;
+    type Error = std::convert::Infallible;
+
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        self.ordinal().into_pyobject(py)
+    }
 }

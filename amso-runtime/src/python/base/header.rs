@@ -59,7 +59,7 @@ const _: () = assert!(size_of::<Header>() == 184);
 const _: () = assert!(std::mem::offset_of!(Header, data) == 8 && std::mem::offset_of!(Header, shape) == 56);
 const _: () = assert!(std::mem::offset_of!(Header, flags) == 40 && std::mem::offset_of!(Header, lock_id) == 48);
 
-/// A consistent reading of the placement fields.
+/// A consistent reading of the placement fields, as the C API reports them (DLPack codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Placement {
     pub(crate) data: usize,
@@ -134,7 +134,7 @@ impl Header {
             // A locked array's address is still described: the handle reports, it never grants.
             data: array.current_address(),
             device_type: device_type as i32,
-            device_id: device.id,
+            device_id: device.id.ordinal(),
             flags,
             lock_id: array.lock_number(),
         }

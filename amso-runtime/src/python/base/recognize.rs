@@ -23,6 +23,7 @@ use pyo3::prelude::*;
 
 use pyo3::exceptions::PyRuntimeError;
 
+use crate::device::DeviceId;
 use crate::memarray::export::HeldMemory;
 use crate::python::base::array::MemArrayBase;
 use crate::python::base::header::{Header, HEADER_MAGIC, HEADER_VERSION};
@@ -67,7 +68,7 @@ pub(crate) struct HeldArray {
     pub(crate) header: usize,
     pub(crate) data: usize,
     pub(crate) device_type: i32,
-    pub(crate) device_id: i32,
+    pub(crate) device_id: DeviceId,
     pub(crate) readonly: u32,
     /// What `release` takes: the held memory's reference.
     pub(crate) token: usize,

@@ -15,7 +15,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::device::{Device, DeviceType};
+use crate::device::{Device, DeviceId, DeviceType};
 use crate::dlpack::{Format, ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::error::{code, Error, Result};
 use crate::memarray::ArrayOptions;
@@ -225,7 +225,8 @@ unsafe extern "C" fn managed_tensor_allocator(
             let registration = registry::find(t.dtype.code.0, t.dtype.bits, t.dtype.lanes, dims.len())
                 .ok_or_else(|| Error::WrongValueType(registry::uncompiled(&name(), dims.len())))?;
             let device = DeviceType::from_code(t.device.device_type.0 as i32)?;
-            let device_id = if device == DeviceType::Cuda { t.device.device_id } else { 0 };
+            let device_id =
+                if device == DeviceType::Cuda { DeviceId::new(t.device.device_id)? } else { DeviceId::ZERO };
             let mut array = registration.create(&dims, ArrayOptions { device_id, ..Default::default() })?;
             if device == DeviceType::Cuda {
                 array.move_memory(Device::cuda(device_id), crate::current_stream::resolve(None), false, None)?;
@@ -265,6 +266,7 @@ unsafe extern "C" fn managed_tensor_allocator(
 
 /// The stream amso would use on a device: the thread's `amso.cuda.stream(...)`, else the
 /// default stream (NULL). Always NULL for the host.
+// DLPack's C signature: the raw id of its caller (unused: amso's stream is per thread).
 unsafe extern "C" fn current_work_stream(device_type: DLDeviceType, _device_id: i32, out: *mut *mut c_void) -> c_int {
     if out.is_null() {
         return python_call(|_| Err(PyValueError::new_err("current_work_stream: NULL output pointer")));

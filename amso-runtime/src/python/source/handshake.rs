@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3::{ffi, intern};
 
-use crate::device::{Device, DeviceType};
+use crate::device::{Device, DeviceId, DeviceType};
 use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::element::DType;
 use crate::python::source::{work_stream, Described, Holder, Producer, Request, Source};
@@ -35,7 +35,7 @@ pub(crate) fn dlpack_tensor(
             "the producer's device id {device_id} is not valid for device type {device_type} (its __dlpack_device__)"
         )));
     }
-    let stream = on_device.then(|| work_stream(stream, device_id)).transpose()?;
+    let stream = on_device.then(|| work_stream(stream, DeviceId::new(device_id)?)).transpose()?;
     let kwargs = PyDict::new(py);
     kwargs.set_item(intern!(py, "max_version"), DLPACK_VERSION)?;
     if let Some(stream) = stream {
@@ -183,9 +183,9 @@ pub(super) fn from_interface(obj: &Bound<'_, PyAny>, request: Request) -> PyResu
 }
 
 /// The CUDA device holding `address` (0 for a NULL address of an empty array).
-pub(crate) fn device_of(address: usize) -> PyResult<i32> {
+pub(crate) fn device_of(address: usize) -> PyResult<DeviceId> {
     if address == 0 {
-        return Ok(0);
+        return Ok(DeviceId::ZERO);
     }
     #[cfg(feature = "cuda")]
     return Ok(crate::cuda::driver::device_of_pointer(address)?);

@@ -40,7 +40,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::device::{Device, DeviceType};
+use crate::device::{Device, DeviceId, DeviceType};
 use crate::dlpack::{ManagedTensor, RawManaged};
 use crate::python::base::header::{Header, FLAG_CHANGING, FLAG_ON_DEVICE, FLAG_READONLY};
 use crate::python::base::recognize::{ArrayTypeInfo, HeldArray};
@@ -453,11 +453,11 @@ fn from_exchange(obj: &Bound<'_, PyAny>, table: &'static DLPackExchangeAPI) -> P
 }
 
 /// The producer's current work stream on CUDA device `device_id` (NULL: the legacy default).
-fn producer_stream(py: Python<'_>, table: &DLPackExchangeAPI, device_id: i32) -> PyResult<i64> {
+fn producer_stream(py: Python<'_>, table: &DLPackExchangeAPI, device_id: DeviceId) -> PyResult<i64> {
     let Some(current) = table.current_work_stream else { return Ok(1) };
     let mut stream: *mut c_void = std::ptr::null_mut();
     // SAFETY: the producer's function with a writable output; the GIL is held.
-    if unsafe { current(DLDeviceType::CUDA, device_id, &mut stream) } != 0 {
+    if unsafe { current(DLDeviceType::CUDA, device_id.ordinal(), &mut stream) } != 0 {
         return Err(
             PyErr::take(py).unwrap_or_else(|| PyValueError::new_err("the producer's current_work_stream failed"))
         );
@@ -466,7 +466,7 @@ fn producer_stream(py: Python<'_>, table: &DLPackExchangeAPI, device_id: i32) ->
 }
 
 /// The stream this call works on for a producer without the exchange API (the module's rule).
-pub(crate) fn work_stream(stream: Option<i64>, device_id: i32) -> PyResult<i64> {
+pub(crate) fn work_stream(stream: Option<i64>, device_id: DeviceId) -> PyResult<i64> {
     if let Some(stream) = stream.or_else(crate::current_stream::current) {
         return Ok(stream);
     }
@@ -502,17 +502,21 @@ pub(crate) fn from_tensor(tensor: ManagedTensor) -> PyResult<Source> {
     }
     let ndim = t.ndim as usize;
     let kind = DeviceType::from_code(t.device.device_type.0 as i32)?;
-    let device = match kind {
-        DeviceType::CudaHost => Device::CPU, // page-locked host memory reads as host memory
-        DeviceType::CudaManaged => Device::cuda(t.device.device_id), // device memory, the host may read
-        kind => Device { device_type: kind, id: t.device.device_id },
-    };
-    if device.id < 0 || (device.device_type != DeviceType::Cuda && device.id != 0) {
-        return Err(PyValueError::new_err(format!(
+    let invalid = || {
+        PyValueError::new_err(format!(
             "the producer's device id {} is not valid for device type {}",
             t.device.device_id, t.device.device_type.0
-        )));
-    }
+        ))
+    };
+    let device = match kind {
+        DeviceType::CudaHost => Device::CPU, // page-locked host memory reads as host memory
+        // Managed memory is device memory the host may read.
+        DeviceType::Cuda | DeviceType::CudaManaged if t.device.device_id >= 0 => {
+            Device::cuda(DeviceId::new(t.device.device_id)?)
+        }
+        DeviceType::Cpu if t.device.device_id == 0 => Device::CPU,
+        _ => return Err(invalid()),
+    };
     // SAFETY: a DLTensor's shape holds ndim entries (checked not NULL above when ndim > 0),
     // alive while the tensor is.
     let dims = if ndim == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(t.shape, ndim) } };

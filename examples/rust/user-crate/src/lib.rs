@@ -294,7 +294,7 @@ fn owned_memarray(
     let values: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let mut array = amso_runtime::MemArray::<f32, 1>::from_slice([n], &values)?;
     if on_device {
-        array.move_memory(amso_runtime::Device::cuda(0), Stream::LEGACY, false)?;
+        array.move_memory(amso_runtime::Device::cuda(amso_runtime::DeviceId::ZERO), Stream::LEGACY, false)?;
     }
     let address = array.data_address();
     Ok((array.into_framework(py, framework)?, address))

@@ -11,7 +11,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 use super::framework::Framework;
-use crate::device::{Device, DeviceType};
+use crate::device::{Device, DeviceId, DeviceType};
 use crate::dlpack::{ExportSource, Format, ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::element::{ArrayElement, DType};
 use crate::python::source::numpy;
@@ -234,19 +234,19 @@ impl Owner for Arc<dyn Any + Send + Sync> {
 pub(in crate::python::args) fn consumer_stream(
     py: Python<'_>,
     table: &DLPackExchangeAPI,
-    device_id: i32,
+    device_id: DeviceId,
 ) -> PyResult<i64> {
     let Some(current) = table.current_work_stream else { return Ok(1) };
     let mut stream: *mut c_void = std::ptr::null_mut();
     // SAFETY: the framework's function with a writable output; the GIL is held.
-    if unsafe { current(DLDeviceType::CUDA, device_id, &mut stream) } != 0 {
+    if unsafe { current(DLDeviceType::CUDA, device_id.ordinal(), &mut stream) } != 0 {
         return Err(PyErr::take(py).unwrap_or_else(|| PyRuntimeError::new_err("current_work_stream failed")));
     }
     Ok(if stream.is_null() { 1 } else { stream as i64 })
 }
 
 /// Order work on `later` after the producer's work on `earlier` (device `device_id`).
-pub(in crate::python::args) fn order(device_id: i32, earlier: Option<i64>, later: Option<i64>) -> PyResult<()> {
+pub(in crate::python::args) fn order(device_id: DeviceId, earlier: Option<i64>, later: Option<i64>) -> PyResult<()> {
     let (Some(earlier), Some(later)) = (earlier, later) else { return Ok(()) };
     if later == -1 || earlier == later {
         return Ok(());
@@ -285,7 +285,7 @@ impl Handoff {
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut slot = self.handover.lock().unwrap_or_else(|e| e.into_inner());
         let handover = slot.as_ref().ok_or_else(|| PyBufferError::new_err("this result was handed over already"))?;
-        let here = (handover.device.device_type as i32, handover.device.id);
+        let here = handover.device.dlpack_codes();
         if dl_device.is_some_and(|wanted| wanted != here) || copy == Some(true) {
             return Err(PyBufferError::new_err(format!(
                 "a result is handed over once, where it is ({here:?}), without a copy; asked for dl_device={dl_device:?}, \
@@ -327,6 +327,6 @@ impl Handoff {
     fn __dlpack_device__(&self) -> PyResult<(i32, i32)> {
         let slot = self.handover.lock().unwrap_or_else(|e| e.into_inner());
         let handover = slot.as_ref().ok_or_else(|| PyBufferError::new_err("this result was handed over already"))?;
-        Ok((handover.device.device_type as i32, handover.device.id))
+        Ok(handover.device.dlpack_codes())
     }
 }

@@ -229,7 +229,7 @@ pub(in crate::python::args) fn allocate<T: Element, const N: usize>(
     let mut dims = shape.map(|d| d as i64);
     let mut prototype = DLTensor {
         data: std::ptr::null_mut(),
-        device: DLDevice { device_type: DLDeviceType(device.device_type as u32), device_id: device.id },
+        device: DLDevice { device_type: DLDeviceType(device.device_type as u32), device_id: device.id.ordinal() },
         ndim: N as i32,
         dtype: T::DTYPE.dl_data_type(),
         shape: dims.as_mut_ptr(),
@@ -264,7 +264,7 @@ pub(in crate::python::args) fn allocate<T: Element, const N: usize>(
         && (t.strides.is_null()
             // SAFETY: as above.
             || check_c_contiguous(&dims, unsafe { std::slice::from_raw_parts(t.strides, N) }, 1).is_ok());
-    let same_place = t.device.device_type.0 == device.device_type as u32 && t.device.device_id == device.id;
+    let same_place = t.device.device_type.0 == device.device_type as u32 && t.device.device_id == device.id.ordinal();
     let same_type = (t.dtype.code.0, t.dtype.bits, t.dtype.lanes) == T::DTYPE.dlpack();
     let address = (t.data as usize).checked_add(t.byte_offset as usize);
     let usable = address.is_some_and(|a| bytes == 0 || (a != 0 && a % align_of::<T>() == 0));

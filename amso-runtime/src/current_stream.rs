@@ -6,34 +6,39 @@
 
 use std::cell::Cell;
 
+use crate::device::Stream;
+
 thread_local! {
     static CURRENT: Cell<Option<i64>> = const { Cell::new(None) };
 }
 
-/// The current thread's stream (a protocol value: 1 legacy, 2 per-thread, else a handle).
-pub(crate) fn current() -> Option<i64> {
+/// The current thread's stream.
+pub(crate) fn current() -> Option<Stream> {
     #[cfg(feature = "python")]
     if let Some(table) = crate::borrow::process::joined() {
-        return decode((table.current_stream)());
+        return decode((table.current_stream)()).map(Stream::reported);
     }
-    CURRENT.with(Cell::get)
+    CURRENT.with(Cell::get).map(Stream::reported)
 }
 
 /// Set the current thread's stream, returning the previous one (`amso.cuda.stream(...)`).
 #[cfg(feature = "python")]
-pub(crate) fn replace(stream: Option<i64>) -> Option<i64> {
-    match crate::borrow::process::joined() {
+pub(crate) fn replace(stream: Option<Stream>) -> Option<Stream> {
+    let stream = stream.map(Stream::protocol_value);
+    let previous = match crate::borrow::process::joined() {
         Some(table) => decode((table.replace_stream)(encode(stream))),
         None => CURRENT.with(|c| c.replace(stream)),
-    }
+    };
+    previous.map(Stream::reported)
 }
 
-/// `stream` if given, else the current thread's stream, else the legacy default stream (0).
-pub(crate) fn resolve(stream: Option<i64>) -> i64 {
-    stream.or_else(current).unwrap_or(0)
+/// `stream` if given, else the current thread's stream, else the legacy default stream.
+pub(crate) fn resolve(stream: Option<Stream>) -> Stream {
+    stream.or_else(current).unwrap_or(Stream::LEGACY)
 }
 
-/// `Option<i64>` across the C boundary: no stream is `NONE` (protocol values are >= 0).
+/// The thread's stream is kept, and crosses the C boundary between runtime copies, as its
+/// protocol value (`Option<i64>`): no stream is `NONE` (protocol values are >= 0).
 #[cfg(feature = "python")]
 const NONE: i64 = -1;
 

@@ -152,7 +152,11 @@ impl Residence {
 /// is alive while amso uses it: making one is `unsafe`. The default streams are always safe,
 /// and the streams amso reports (`stream()` of an array or a typed argument) are live streams
 /// of their data's producer while that data lives.
+///
+/// An `i64` in memory (`repr(transparent)`), so the tables amso's copies in one process share
+/// pass it as it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(transparent)]
 pub struct Stream(i64);
 
 impl Stream {
@@ -196,6 +200,13 @@ impl Stream {
     /// The protocol value: 1, 2 or the handle.
     pub fn protocol_value(self) -> i64 {
         self.0
+    }
+}
+
+/// The handle in hex, as the driver's errors print streams.
+impl std::fmt::LowerHex for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::LowerHex::fmt(&self.0, f)
     }
 }
 

@@ -25,7 +25,8 @@ pub(crate) const DLPACK_VERSION: (u32, u32) = (dlpark::ffi::DLPACK_MAJOR_VERSION
 /// The consumer's `__dlpack__` arguments, as the array API standard defines them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DlpackRequest {
-    /// The consumer's stream (`None`, -1, 1, 2 or a handle).
+    /// The consumer's stream (`None`, -1, 1, 2 or a handle): the protocol's raw value, whose
+    /// -1 ("no synchronisation") and 0 (refused) no `Stream` stands for.
     pub stream: Option<i64>,
     /// The newest DLPack version the consumer reads; `None` means legacy only.
     pub max_version: Option<(u32, u32)>,
@@ -53,8 +54,8 @@ pub struct ExportPlan {
     pub copy: bool,
     /// The device the consumer gets the data on.
     pub target: Device,
-    /// The consumer's stream that must wait for the array's pending work (protocol value);
-    /// `None` when no handshake is needed.
+    /// The consumer's stream that must wait for the array's pending work (the protocol's raw
+    /// value, as `stream`); `None` when no handshake is needed.
     pub consumer_stream: Option<i64>,
 }
 

@@ -140,7 +140,7 @@ impl DeviceAllocator for PoolAllocator {
         {
             let mut cache = self.cache();
             let cached = (class <= SMALL_BLOCK)
-                .then(|| cache.blocks.get_mut(&(device_id, class, stream.as_int() as usize)).and_then(Vec::pop))
+                .then(|| cache.blocks.get_mut(&(device_id, class, stream.raw() as usize)).and_then(Vec::pop))
                 .flatten();
             if let Some(ptr) = cached {
                 cache.bytes -= class;
@@ -165,7 +165,7 @@ impl DeviceAllocator for PoolAllocator {
             let mut cache = self.cache();
             if cache.bytes + class <= CACHE_LIMIT {
                 // Reused only on this same stream, so the new owner's work follows the old one's.
-                cache.blocks.entry((device_id, class, stream.as_int() as usize)).or_default().push(ptr);
+                cache.blocks.entry((device_id, class, stream.raw() as usize)).or_default().push(ptr);
                 cache.bytes += class;
                 return;
             }

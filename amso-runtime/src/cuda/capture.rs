@@ -32,7 +32,7 @@ use std::sync::Mutex;
 use cudarc::driver::sys;
 
 use super::stream::StreamHandle;
-use crate::device::DeviceId;
+use crate::device::{DeviceId, Stream};
 use crate::error::Error;
 
 /// Whether a stream is capturing work into a CUDA graph.
@@ -84,7 +84,7 @@ pub(crate) fn state_error(stream: StreamHandle, device_id: DeviceId, code: sys::
         sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => Error::Capture(format!(
             "the CUDA graph capture on stream 0x{:x} was invalidated by an earlier call; end the capture \
              (its graph is lost) and capture again",
-            stream.as_int()
+            stream.stream()
         )),
         sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => Error::Capture(
             "the legacy default stream cannot be used while a blocking stream of its device is capturing; \
@@ -93,7 +93,7 @@ pub(crate) fn state_error(stream: StreamHandle, device_id: DeviceId, code: sys::
         ),
         code => Error::InvalidArgument(format!(
             "stream 0x{:x} is not a live CUDA stream of device {device_id} ({code:?})",
-            stream.as_int()
+            stream.stream()
         )),
     }
 }
@@ -160,7 +160,7 @@ pub(crate) fn note(device_id: DeviceId, stream: StreamHandle, id: u64) -> crate:
             let created = super::context::context(device_id)?
                 .new_stream()
                 .map_err(super::driver::cuda_error("cuStreamCreate"))?;
-            let handle = StreamHandle::from_int(created.cu_stream() as i64)?;
+            let handle = StreamHandle::of(Stream::reported(created.cu_stream() as i64))?;
             std::mem::forget(created); // kept for the process: `in_progress` asks it later
             sentinels.push(Sentinel { device_id, stream: handle, capture: 0 });
             sentinels.len() - 1
@@ -206,6 +206,6 @@ pub(crate) fn refused(what: &str, stream: StreamHandle, remedy: &str) -> Error {
     Error::Capture(format!(
         "{what} cannot be captured into a CUDA graph (stream 0x{:x} is capturing); {remedy}. \
          Nothing was queued: the capture is still valid",
-        stream.as_int()
+        stream.stream()
     ))
 }

@@ -5,7 +5,7 @@ use cudarc::driver::{result, sys};
 
 use super::context::Current;
 use super::driver::{cuda_error, map_error};
-use crate::device::DeviceId;
+use crate::device::{DeviceId, Stream};
 use crate::error::Result;
 
 /// An allocation in one device's global memory.
@@ -85,7 +85,7 @@ impl DeviceMemory {
             foreign: None,
             grant,
             request,
-            last_stream: std::sync::atomic::AtomicI64::new(stream.as_int()),
+            last_stream: std::sync::atomic::AtomicI64::new(stream.stream().protocol_value()),
             shared: std::sync::atomic::AtomicBool::new(false),
             managed,
         })
@@ -106,7 +106,7 @@ impl DeviceMemory {
 
     /// Record the stream of the latest work on this memory.
     pub(crate) fn used_on(&self, stream: super::stream::StreamHandle) {
-        self.last_stream.store(stream.as_int(), std::sync::atomic::Ordering::Relaxed);
+        self.last_stream.store(stream.stream().protocol_value(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Mark the memory as handed to a consumer.
@@ -166,8 +166,10 @@ impl Drop for DeviceMemory {
         let Some(grant) = self.grant.take() else {
             return; // nothing allocated, or the foreign owner releases the memory
         };
-        let stream = super::stream::StreamHandle::from_int(self.last_stream.load(std::sync::atomic::Ordering::Relaxed))
-            .unwrap_or(super::stream::StreamHandle::LEGACY);
+        let stream = super::stream::StreamHandle::of(Stream::reported(
+            self.last_stream.load(std::sync::atomic::Ordering::Relaxed),
+        ))
+        .unwrap_or(super::stream::StreamHandle::LEGACY);
         // A consumer may still have work queued on streams amso does not know: the free then
         // waits for the whole device (when the deferred queue runs it, never during a capture).
         let after = if self.shared.load(std::sync::atomic::Ordering::Relaxed) {

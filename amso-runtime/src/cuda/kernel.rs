@@ -86,7 +86,7 @@ pub unsafe fn with_stream<R: Send>(
 ) -> Result<R> {
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
-        let stream = StreamHandle::from_int(stream.protocol_value())?;
+        let stream = StreamHandle::of(stream)?;
         stream.check(device_id)?;
         let borrowed = stream.borrow(device_id)?;
         launch(&borrowed).map_err(cuda_error("cuLaunchKernel"))
@@ -104,7 +104,6 @@ pub unsafe fn order_streams(
     earlier: crate::device::Stream,
     later: crate::device::Stream,
 ) -> Result<()> {
-    let (earlier, later) =
-        (StreamHandle::from_int(earlier.protocol_value())?, StreamHandle::from_int(later.protocol_value())?);
+    let (earlier, later) = (StreamHandle::of(earlier)?, StreamHandle::of(later)?);
     super::stream::order(device_id, earlier, later.check(device_id)?)
 }

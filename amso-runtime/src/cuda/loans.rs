@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use super::alloc::After;
 use super::pool::{self, Client, Grant, Request};
 use super::stream::StreamHandle;
-use crate::device::DeviceId;
+use crate::device::{DeviceId, Stream};
 use crate::error::{Error, Result};
 
 /// One loan.
@@ -30,7 +30,7 @@ struct Loan {
     client: Client,
     /// The stream it was lent for (a protocol value), which its free is ordered after unless
     /// the client names another.
-    stream: i64,
+    stream: Stream,
     /// Told apart from later loans of the same address.
     serial: u64,
 }
@@ -60,7 +60,7 @@ pub(crate) fn lend(
     request: Request,
     device_id: DeviceId,
     bytes: usize,
-    stream: i64,
+    stream: Stream,
     client: Client,
 ) -> Result<(u64, u64)> {
     if bytes == 0 {
@@ -79,12 +79,18 @@ pub(crate) fn lend(
     lent
 }
 
-fn lend_once(request: Request, device_id: DeviceId, bytes: usize, stream: i64, client: Client) -> Result<(u64, u64)> {
+fn lend_once(
+    request: Request,
+    device_id: DeviceId,
+    bytes: usize,
+    stream: Stream,
+    client: Client,
+) -> Result<(u64, u64)> {
     // A caller outside amso (PyTorch's C allocator calls) may come before amso's first CUDA
     // call in the process: the driver is loaded here (its device id was checked where it
     // entered, `DeviceId::new`).
     super::driver::require()?;
-    let handle = StreamHandle::from_int(stream)?;
+    let handle = StreamHandle::of(stream)?;
     let checked = handle.check(device_id)?;
     let grant = if checked.capturing() {
         // A stream being captured into a graph: the memory is allocated outside the capture,
@@ -98,7 +104,7 @@ fn lend_once(request: Request, device_id: DeviceId, bytes: usize, stream: i64, c
     };
     let ptr = grant.ptr;
     let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
-    let loan = Loan { grant, bytes, client, stream: handle.as_int(), serial };
+    let loan = Loan { grant, bytes, client, stream: handle.stream(), serial };
     if with_loans(|loans| loans.insert((device_id, ptr), loan)).is_some() {
         // The pool handed out an address still lent: a loan was freed behind the ledger's back.
         return Err(Error::Cuda {
@@ -152,7 +158,7 @@ pub(crate) struct GiveBack {
     /// The size, when the client says.
     pub(crate) bytes: Option<usize>,
     /// The stream to free after (a protocol value; `None`: the stream it was lent for).
-    pub(crate) stream: Option<i64>,
+    pub(crate) stream: Option<Stream>,
     /// The loan's serial, when the client kept it.
     pub(crate) serial: Option<u64>,
 }
@@ -191,8 +197,8 @@ pub(crate) fn reclaim(
         Client::Numba | Client::CuPy => After::Device,
         _ => After::Stream(
             stream
-                .and_then(|s| StreamHandle::from_int(s).ok())
-                .unwrap_or_else(|| StreamHandle::from_int(loan.stream).unwrap_or(StreamHandle::LEGACY)),
+                .and_then(|s| StreamHandle::of(s).ok())
+                .unwrap_or_else(|| StreamHandle::of(loan.stream).unwrap_or(StreamHandle::LEGACY)),
         ),
     };
     pool::release(loan.grant, device_id, loan.bytes, after, loan.client);

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use super::alloc::{self, After, DeviceAllocator, Source};
 use super::deferred::Limits;
 use super::stream::StreamHandle;
-use crate::device::DeviceId;
+use crate::device::{DeviceId, Stream};
 use crate::error::{Error, Result};
 
 /// Which memory an allocation asks for.
@@ -135,8 +135,8 @@ impl Failure {
 pub(crate) struct ForeignAllocator {
     context: *mut c_void,
     name: *const c_char,
-    allocate: unsafe extern "C" fn(*mut c_void, DeviceId, usize, i64, *mut u64, *mut Failure) -> c_int,
-    free: unsafe extern "C" fn(*mut c_void, DeviceId, u64, usize, i64),
+    allocate: unsafe extern "C" fn(*mut c_void, DeviceId, usize, Stream, *mut u64, *mut Failure) -> c_int,
+    free: unsafe extern "C" fn(*mut c_void, DeviceId, u64, usize, Stream),
     drop: unsafe extern "C" fn(*mut c_void),
 }
 
@@ -145,7 +145,7 @@ pub(crate) struct ForeignAllocator {
 pub(crate) struct PoolTable {
     /// `bytes` (> 0) on a device for `Request` and `Client`, usable in order on a stream
     /// (protocol value): 0 with the address and token written, else -1 with the failure.
-    allocate: unsafe extern "C" fn(u32, DeviceId, usize, i64, u32, *mut u64, *mut u64, *mut Failure) -> c_int,
+    allocate: unsafe extern "C" fn(u32, DeviceId, usize, Stream, u32, *mut u64, *mut u64, *mut Failure) -> c_int,
     /// Give back an allocation (address, bytes and token) of a client on a device, after the
     /// work queued on a stream (protocol value), or -1: after all of the device's work.
     release: unsafe extern "C" fn(u64, DeviceId, u64, usize, i64, u32),
@@ -237,7 +237,7 @@ pub(crate) fn allocate(
             request as u32,
             device_id,
             bytes,
-            stream.as_int(),
+            stream.stream(),
             client as u32,
             &mut ptr,
             &mut token,
@@ -259,7 +259,7 @@ pub(crate) fn allocate(
 /// `after`.
 pub(crate) fn release(grant: Grant, device_id: DeviceId, bytes: usize, after: After, client: Client) {
     let after = match after {
-        After::Stream(stream) => stream.as_int(),
+        After::Stream(stream) => stream.stream().protocol_value(),
         After::Device => -1,
     };
     // SAFETY: a grant of this table, given back once (it is consumed).
@@ -367,7 +367,7 @@ unsafe extern "C" fn own_allocate(
     request: u32,
     device_id: DeviceId,
     bytes: usize,
-    stream: i64,
+    stream: Stream,
     client: u32,
     ptr: *mut u64,
     token: *mut u64,
@@ -379,7 +379,7 @@ unsafe extern "C" fn own_allocate(
             2 => Request::Shareable,
             _ => Request::Current,
         };
-        let stream = StreamHandle::from_int(stream).unwrap_or(StreamHandle::LEGACY);
+        let stream = StreamHandle::of(stream).unwrap_or(StreamHandle::LEGACY);
         match alloc::allocate_for(
             request,
             device_id,
@@ -407,7 +407,7 @@ unsafe extern "C" fn own_allocate(
 
 unsafe extern "C" fn own_release(token: u64, device_id: DeviceId, ptr: u64, bytes: usize, after: i64, client: u32) {
     guarded((), || {
-        let after = match StreamHandle::from_int(after) {
+        let after = match StreamHandle::of(Stream::reported(after)) {
             Ok(stream) if after >= 0 => After::Stream(stream),
             _ => After::Device,
         };
@@ -497,7 +497,7 @@ impl DeviceAllocator for Foreign {
     fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64> {
         let (mut ptr, mut failure) = (0u64, Failure::new());
         // SAFETY: the other copy's function over its own context, with valid out-pointers.
-        match unsafe { (self.0.allocate)(self.0.context, device_id, bytes, stream.as_int(), &mut ptr, &mut failure) } {
+        match unsafe { (self.0.allocate)(self.0.context, device_id, bytes, stream.stream(), &mut ptr, &mut failure) } {
             0 => Ok(ptr),
             _ => Err(failure.error(bytes, "device")),
         }
@@ -505,7 +505,7 @@ impl DeviceAllocator for Foreign {
 
     fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle) {
         // SAFETY: as above.
-        unsafe { (self.0.free)(self.0.context, device_id, ptr, bytes, stream.as_int()) }
+        unsafe { (self.0.free)(self.0.context, device_id, ptr, bytes, stream.stream()) }
     }
 }
 
@@ -523,14 +523,14 @@ unsafe extern "C" fn exported_allocate(
     context: *mut c_void,
     device_id: DeviceId,
     bytes: usize,
-    stream: i64,
+    stream: Stream,
     ptr: *mut u64,
     failure: *mut Failure,
 ) -> c_int {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: the context `plug` boxed, alive until `exported_drop`.
         let (allocator, _) = unsafe { &*context.cast::<Exported>() };
-        let stream = StreamHandle::from_int(stream).unwrap_or(StreamHandle::LEGACY);
+        let stream = StreamHandle::of(stream).unwrap_or(StreamHandle::LEGACY);
         match allocator.allocate(device_id, bytes, stream) {
             Ok(address) => {
                 // SAFETY: the caller's out-pointer.
@@ -547,11 +547,11 @@ unsafe extern "C" fn exported_allocate(
     .unwrap_or_else(|_| panicked(failure))
 }
 
-unsafe extern "C" fn exported_free(context: *mut c_void, device_id: DeviceId, ptr: u64, bytes: usize, stream: i64) {
+unsafe extern "C" fn exported_free(context: *mut c_void, device_id: DeviceId, ptr: u64, bytes: usize, stream: Stream) {
     guarded((), || {
         // SAFETY: as in `exported_allocate`.
         let (allocator, _) = unsafe { &*context.cast::<Exported>() };
-        allocator.free(device_id, ptr, bytes, StreamHandle::from_int(stream).unwrap_or(StreamHandle::LEGACY));
+        allocator.free(device_id, ptr, bytes, StreamHandle::of(stream).unwrap_or(StreamHandle::LEGACY));
     })
 }
 

@@ -10,6 +10,7 @@ use super::capture::{self, Capture};
 use super::context::{context, Current};
 use super::driver::cuda_error;
 use crate::device::DeviceId;
+use crate::device::Stream;
 use crate::error::{Error, Result};
 
 /// A CUDA stream as a raw handle value; `LEGACY` also stands for the null stream.
@@ -26,11 +27,11 @@ impl StreamHandle {
     /// The per-thread default stream.
     pub(crate) const PER_THREAD: StreamHandle = StreamHandle(PER_THREAD_HANDLE);
 
-    /// A stream from the integer callers pass (`move_memory(stream=...)`, `__dlpack__`,
+    /// The driver's handle of `stream` (`move_memory(stream=...)`, `__dlpack__`,
     /// `__cuda_array_interface__`): 0 and 1 the legacy default stream, 2 the per-thread
     /// default stream, anything larger a `cudaStream_t` / `CUstream` handle.
-    pub(crate) fn from_int(value: i64) -> Result<StreamHandle> {
-        match value {
+    pub(crate) fn of(stream: Stream) -> Result<StreamHandle> {
+        match stream.protocol_value() {
             0 | 1 => Ok(StreamHandle::LEGACY),
             2 => Ok(StreamHandle::PER_THREAD),
             v if v > 2 => Ok(StreamHandle(v as usize)),
@@ -53,9 +54,9 @@ impl StreamHandle {
         Ok(unsafe { context(device_id)?.wrap_borrowed_stream(self.raw()) })
     }
 
-    /// The value to publish in protocols (1 legacy, 2 per-thread, else the handle).
-    pub(crate) fn as_int(self) -> i64 {
-        self.0 as i64
+    /// The stream to publish in protocols (1 legacy, 2 per-thread, else the handle).
+    pub(crate) fn stream(self) -> Stream {
+        Stream::reported(self.0 as i64)
     }
 
     /// Check that a handle names a live stream of `device_id`'s context, and whether it is
@@ -145,8 +146,8 @@ fn order_now(device_id: DeviceId, earlier: StreamHandle, later: Checked) -> Resu
         }
         (Capture::Active(a), Capture::Active(b)) if a != b => Err(Error::Capture(format!(
             "streams 0x{:x} and 0x{:x} are capturing two different CUDA graphs; work cannot be ordered across them",
-            earlier.as_int(),
-            later.handle.as_int()
+            earlier.stream(),
+            later.handle.stream()
         ))),
         _ => {
             // The event is destroyed (dropped) after being waited on, which the driver allows.

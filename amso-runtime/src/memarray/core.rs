@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::device::{Device, DeviceId, DeviceType, Residence};
+use crate::device::{Device, DeviceId, DeviceType, Residence, Stream};
 use crate::element::{DType, ElementOps, Scalar};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
@@ -232,7 +232,7 @@ impl ArrayCore {
     pub(crate) fn move_memory(
         &mut self,
         target: Device,
-        stream: i64,
+        stream: Stream,
         async_copy: bool,
         lock: Option<LockId>,
     ) -> Result<()> {
@@ -283,7 +283,7 @@ impl ArrayCore {
 
     /// The MemArray design's kernel (see `MemArray::add_index_tuple`), presenting `lock`.
     #[cfg(any(feature = "python", feature = "cuda"))]
-    pub(crate) fn add_index_tuple(&mut self, stream: i64, lock: Option<LockId>) -> Result<()> {
+    pub(crate) fn add_index_tuple(&mut self, stream: Stream, lock: Option<LockId>) -> Result<()> {
         #[cfg(not(feature = "cuda"))]
         {
             let _ = (stream, lock);
@@ -294,7 +294,7 @@ impl ArrayCore {
     }
 
     #[cfg(feature = "cuda")]
-    fn add_index_tuple_on_device(&mut self, stream: i64, lock: Option<LockId>) -> Result<()> {
+    fn add_index_tuple_on_device(&mut self, stream: Stream, lock: Option<LockId>) -> Result<()> {
         check_access(self.lock, lock)?;
         if self.readonly {
             return Err(Error::ReadOnly);
@@ -337,7 +337,7 @@ impl ArrayCore {
     /// # Safety
     /// `stream` is 0, 1, 2 or a live stream of the array's device.
     #[cfg(feature = "cuda")]
-    pub(crate) unsafe fn begin_on(&mut self, stream: i64) -> Result<()> {
+    pub(crate) unsafe fn begin_on(&mut self, stream: Stream) -> Result<()> {
         self.device.begin(self.device_id, stream).map(drop)
     }
 
@@ -347,10 +347,10 @@ impl ArrayCore {
     /// # Safety
     /// As `begin_on`.
     #[cfg(any(feature = "python", feature = "cuda"))]
-    pub(crate) unsafe fn record_work(&mut self, stream: i64) -> Result<()> {
+    pub(crate) unsafe fn record_work(&mut self, stream: Stream) -> Result<()> {
         #[cfg(feature = "cuda")]
         if self.residence == Residence::Device {
-            let handle = crate::cuda::stream::StreamHandle::from_int(stream)?.check(self.device_id)?;
+            let handle = crate::cuda::stream::StreamHandle::of(stream)?.check(self.device_id)?;
             return self.device.end(self.device_id, handle, false);
         }
         let _ = stream;
@@ -374,7 +374,7 @@ impl ArrayCore {
     /// # Safety
     /// `src` is valid for reads of `nbytes` bytes and does not alias the array.
     #[cfg(feature = "python")]
-    pub(crate) unsafe fn upload_from(&mut self, src: *const u8, nbytes: usize, stream: i64) -> Result<()> {
+    pub(crate) unsafe fn upload_from(&mut self, src: *const u8, nbytes: usize, stream: Stream) -> Result<()> {
         #[cfg(feature = "cuda")]
         if self.residence == Residence::Device {
             if nbytes != self.nbytes() {
@@ -403,10 +403,10 @@ impl ArrayCore {
     }
 
     /// The stream a consumer of the device data must order after; `None` on the host.
-    pub(crate) fn stream(&self) -> Option<i64> {
+    pub(crate) fn stream(&self) -> Option<Stream> {
         #[cfg(feature = "cuda")]
         if self.residence == Residence::Device {
-            return Some(self.device.stream().as_int());
+            return Some(self.device.stream().stream());
         }
         None
     }

@@ -12,7 +12,7 @@ use crate::cuda::device_memory::DeviceMemory;
 use crate::cuda::pool::Request;
 use crate::cuda::stream::{self, Checked, StreamHandle};
 use crate::cuda::transfer;
-use crate::device::{DeviceId, Residence};
+use crate::device::{DeviceId, Residence, Stream};
 use crate::error::{Error, Result};
 
 /// Device memory and stream state of one array.
@@ -46,7 +46,7 @@ impl DeviceSide {
 
     /// Resolve the caller's stream value for work on `device_id`, ordered after earlier work
     /// (under capture: earlier work completed first, see `cuda/capture.rs`).
-    pub(crate) fn begin(&mut self, device_id: DeviceId, stream: i64) -> Result<Checked> {
+    pub(crate) fn begin(&mut self, device_id: DeviceId, stream: Stream) -> Result<Checked> {
         crate::gil::released(|| {
             let stream = checked(device_id, stream)?;
             stream::order(device_id, self.last, stream)?;
@@ -130,11 +130,11 @@ impl DeviceSide {
     }
 
     /// Fresh device memory of `bytes` on `device_id`, zeroed in order on `stream` if `zeroed`.
-    pub(crate) fn allocate(&mut self, device_id: DeviceId, bytes: usize, stream: i64, zeroed: bool) -> Result<()> {
+    pub(crate) fn allocate(&mut self, device_id: DeviceId, bytes: usize, stream: Stream, zeroed: bool) -> Result<()> {
         crate::gil::released(|| self.allocate_now(device_id, bytes, stream, zeroed))
     }
 
-    fn allocate_now(&mut self, device_id: DeviceId, bytes: usize, stream: i64, zeroed: bool) -> Result<()> {
+    fn allocate_now(&mut self, device_id: DeviceId, bytes: usize, stream: Stream, zeroed: bool) -> Result<()> {
         let stream = self.begin(device_id, stream)?;
         let memory = self.ensure(device_id, bytes, stream)?;
         if zeroed {
@@ -154,7 +154,7 @@ impl DeviceSide {
         src: *const u8,
         bytes: usize,
         pinned: bool,
-        stream: i64,
+        stream: Stream,
         synchronize: bool,
     ) -> Result<()> {
         let src = src as usize; // crosses into the GIL-free section as an integer
@@ -179,7 +179,7 @@ impl DeviceSide {
         dst: *mut u8,
         bytes: usize,
         pinned: bool,
-        stream: i64,
+        stream: Stream,
         synchronize: bool,
     ) -> Result<()> {
         let dst = dst as usize; // crosses into the GIL-free section as an integer
@@ -194,11 +194,17 @@ impl DeviceSide {
     }
 
     /// Move the device data to `target` device (a peer copy, complete when this returns).
-    pub(crate) fn change_device(&mut self, from: DeviceId, target: DeviceId, bytes: usize, stream: i64) -> Result<()> {
+    pub(crate) fn change_device(
+        &mut self,
+        from: DeviceId,
+        target: DeviceId,
+        bytes: usize,
+        stream: Stream,
+    ) -> Result<()> {
         crate::gil::released(|| self.change_device_now(from, target, bytes, stream))
     }
 
-    fn change_device_now(&mut self, from: DeviceId, target: DeviceId, bytes: usize, stream: i64) -> Result<()> {
+    fn change_device_now(&mut self, from: DeviceId, target: DeviceId, bytes: usize, stream: Stream) -> Result<()> {
         let source = self.memory.clone().ok_or_else(no_device_memory)?;
         let stream = checked(target, stream)?;
         if stream.capturing() {
@@ -300,9 +306,9 @@ impl DeviceSide {
 }
 
 /// The caller's stream value for work on `device_id`, checked (with the device).
-fn checked(device_id: DeviceId, stream: i64) -> Result<Checked> {
+fn checked(device_id: DeviceId, stream: Stream) -> Result<Checked> {
     crate::cuda::driver::require()?;
-    StreamHandle::from_int(stream)?.check(device_id)
+    StreamHandle::of(stream)?.check(device_id)
 }
 
 /// Refuse, before anything is queued, a host <-> device copy that a capture on `stream`

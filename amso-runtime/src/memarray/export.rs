@@ -35,7 +35,10 @@ impl ArrayCore {
                 #[cfg(feature = "cuda")]
                 (Residence::Device, DeviceType::Cuda) if plan.target.id == raw.device_id => {
                     if let Some(stream) = plan.consumer_stream {
-                        raw.device.hand_to(raw.device_id, crate::cuda::stream::StreamHandle::from_int(stream)?)?;
+                        raw.device.hand_to(
+                            raw.device_id,
+                            crate::cuda::stream::StreamHandle::of(crate::device::Stream::reported(stream))?,
+                        )?;
                     }
                     let memory = if plan.copy {
                         raw.device.duplicate(raw.device_id)?
@@ -109,7 +112,7 @@ impl ArrayCore {
     /// handed to `stream` (its pending work ordered first) and, as with any export, freed only
     /// after the device synchronises. A locked array is refused.
     #[inline]
-    pub(crate) fn hold(&self, stream: i64) -> Result<Held> {
+    pub(crate) fn hold(&self, stream: crate::device::Stream) -> Result<Held> {
         let raw = self.raw_view();
         check_access(raw.holder, None)?;
         let device = raw.device();
@@ -121,7 +124,7 @@ impl ArrayCore {
             }
             #[cfg(feature = "cuda")]
             Residence::Device => {
-                raw.device.hand_to(raw.device_id, crate::cuda::stream::StreamHandle::from_int(stream)?)?;
+                raw.device.hand_to(raw.device_id, crate::cuda::stream::StreamHandle::of(stream)?)?;
                 let memory = Arc::clone(raw.device.memory().expect("resident"));
                 memory.mark_shared();
                 let data = memory.ptr() as usize;

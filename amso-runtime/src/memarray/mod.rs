@@ -371,14 +371,14 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// host memory) instead of done. Device memory is kept after moving back to the host, and
     /// exports keep whatever memory they describe alive.
     pub fn move_memory(&mut self, target: Device, stream: Stream, async_copy: bool) -> Result<()> {
-        self.core.move_memory(target, stream.protocol_value(), async_copy, None)
+        self.core.move_memory(target, stream, async_copy, None)
     }
 
     /// The MemArray design's kernel: add the sum of each element's indices to it, on the
     /// device (moving the data there first, on `stream`). Returns once the kernel is queued.
     #[cfg(feature = "cuda")]
     pub fn add_index_tuple(&mut self, stream: Stream) -> Result<()> {
-        self.core.add_index_tuple(stream.protocol_value(), None)
+        self.core.add_index_tuple(stream, None)
     }
 
     /// What a kernel receives for this array's device data: its device address and shape.
@@ -400,7 +400,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     pub unsafe fn device_indexer_on(&mut self, stream: Stream) -> Result<crate::indexer::DeviceIndexer<'_, T, N>> {
         self.core.check_on_device()?;
         // SAFETY: forwarded from the caller.
-        unsafe { self.core.begin_on(stream.protocol_value()) }?;
+        unsafe { self.core.begin_on(stream) }?;
         Ok(self.device_indexer_unchecked())
     }
 
@@ -413,7 +413,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     #[cfg(feature = "cuda")]
     pub unsafe fn record_work(&mut self, stream: Stream) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.core.record_work(stream.protocol_value()) }
+        unsafe { self.core.record_work(stream) }
     }
 
     #[cfg(feature = "cuda")]
@@ -424,7 +424,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// The stream a consumer of the device data must order after (a default stream, or a
     /// stream amso keeps alive); `None` on the host.
     pub fn stream(&self) -> Option<Stream> {
-        self.core.stream().map(Stream::reported)
+        self.core.stream()
     }
 }
 

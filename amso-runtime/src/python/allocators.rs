@@ -28,7 +28,7 @@ impl DeviceAllocator for PythonAllocator {
     }
 
     fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64> {
-        Python::attach(|py| match self.malloc.call1(py, (bytes, device_id, stream.as_int())) {
+        Python::attach(|py| match self.malloc.call1(py, (bytes, device_id, stream.stream())) {
             Ok(value) => match value.extract::<u64>(py) {
                 Ok(ptr) if ptr != 0 => Ok(ptr),
                 _ => Err(Error::Cuda {
@@ -50,7 +50,7 @@ impl DeviceAllocator for PythonAllocator {
         // Frees can come from any thread (a consumer's deleter); at interpreter shutdown
         // there is no Python left to call, and the process releases the memory anyway.
         let _ = Python::try_attach(|py| {
-            if let Err(error) = self.free.call1(py, (ptr, bytes, device_id, stream.as_int())) {
+            if let Err(error) = self.free.call1(py, (ptr, bytes, device_id, stream.stream())) {
                 error.write_unraisable(py, None);
             }
         });

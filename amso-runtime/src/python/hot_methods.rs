@@ -120,7 +120,7 @@ fn dlpack_def(py: Python<'_>, pyo3_def: *mut ffi::PyMethodDef) -> PyResult<*mut 
 /// fast entry takes them.
 #[derive(Default)]
 struct DlpackArgs {
-    stream: Option<i64>,
+    stream: Option<i64>, // the protocol's raw value (`DlpackRequest::stream`)
     max_version: Option<(u32, u32)>,
     copy: Option<bool>,
 }

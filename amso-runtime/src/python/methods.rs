@@ -254,7 +254,7 @@ impl MemArrayBase {
     fn __dlpack__<'py>(
         &self,
         py: Python<'py>,
-        stream: Option<i64>,
+        stream: Option<i64>, // the protocol's raw value (`DlpackRequest::stream`)
         max_version: Option<&Bound<'py, PyAny>>,
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,

@@ -40,7 +40,7 @@ pub use base::array::{MemArrayBase, TypedMut};
 pub use base::registry::Instantiation;
 pub use export::dlpack_context::DLPackContext;
 
-use crate::device::DeviceId;
+use crate::device::{DeviceId, Stream};
 use crate::object::ArrayType;
 
 /// What generated code and the bundled module need; see the crate's `__private`.
@@ -223,9 +223,9 @@ fn cuda_memory_info(device_id: DeviceId) -> PyResult<(usize, usize)> {
 /// `__cuda_stream__`); returns the previous one.
 #[pyfunction]
 #[pyo3(signature = (stream))]
-fn set_current_stream(stream: base::convert::StreamArg) -> PyResult<Option<i64>> {
+fn set_current_stream(stream: base::convert::StreamArg) -> PyResult<Option<Stream>> {
     let stream = stream.0;
-    if let Some(value) = stream.filter(|&v| v < 0) {
+    if let Some(value) = stream.map(Stream::protocol_value).filter(|&v| v < 0) {
         return Err(crate::error::Error::InvalidArgument(format!("stream {value} is not a CUDA stream")).into());
     }
     Ok(crate::current_stream::replace(stream))

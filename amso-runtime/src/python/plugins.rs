@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use crate::cuda::device_memory::PinnedMemory;
 use crate::cuda::loans;
 use crate::cuda::pool::{Client, Request, CLIENTS};
-use crate::device::DeviceId;
+use crate::device::{DeviceId, Stream};
 use crate::error::Error;
 
 fn client(number: u32) -> PyResult<Client> {
@@ -35,7 +35,7 @@ fn lend_to(
     py: Python<'_>,
     size: usize,
     device_id: DeviceId,
-    stream: i64,
+    stream: Stream,
     client_number: u32,
     shareable: bool,
 ) -> PyResult<(u64, u64, Client)> {
@@ -54,7 +54,7 @@ pub(super) fn lend(
     py: Python<'_>,
     size: usize,
     device_id: DeviceId,
-    stream: i64,
+    stream: Stream,
     client_number: u32,
     shareable: bool,
 ) -> PyResult<u64> {
@@ -72,7 +72,7 @@ pub(super) fn reclaim(
     ptr: u64,
     device_id: DeviceId,
     client_number: u32,
-    stream: Option<i64>,
+    stream: Option<Stream>,
     size: Option<usize>,
 ) -> PyResult<()> {
     let client = client(client_number)?;
@@ -123,7 +123,7 @@ impl Loan {
         py: Python<'_>,
         size: usize,
         device_id: DeviceId,
-        stream: i64,
+        stream: Stream,
         client_number: u32,
         shareable: bool,
     ) -> PyResult<Loan> {
@@ -203,7 +203,9 @@ static REPORTED: AtomicU32 = AtomicU32::new(0);
 #[no_mangle]
 pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, stream: *mut c_void) -> *mut c_void {
     let stream = if stream.is_null() { 1 } else { stream as usize as i64 };
-    let lent = std::panic::catch_unwind(|| loans::lend(Request::Current, DeviceId::new(device)?, size, stream, TORCH));
+    let lent = std::panic::catch_unwind(|| {
+        loans::lend(Request::Current, DeviceId::new(device)?, size, Stream::reported(stream), TORCH)
+    });
     match lent {
         Ok(Ok((ptr, _))) => ptr as usize as *mut c_void,
         Ok(Err(error)) => {
@@ -223,7 +225,7 @@ pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, str
 #[no_mangle]
 pub(crate) unsafe extern "C" fn amso_torch_free(ptr: *mut c_void, size: usize, device: c_int, stream: *mut c_void) {
     let stream = if stream.is_null() { 1 } else { stream as usize as i64 };
-    let back = loans::GiveBack { bytes: Some(size), stream: Some(stream), serial: None };
+    let back = loans::GiveBack { bytes: Some(size), stream: Some(Stream::reported(stream)), serial: None };
     let outcome = std::panic::catch_unwind(|| match DeviceId::new(device) {
         Ok(id) => loans::reclaim(id, ptr as usize as u64, TORCH, back).map_err(|r| r.message(ptr as usize as u64, id)),
         Err(error) => Err(error.to_string()),

@@ -417,7 +417,7 @@ fn open(py: Python<'_>, h: &Handle, device_id: Option<DeviceId>) -> PyResult<Py<
         py.detach(|| folder.remove_pending(h.pending));
         ForeignMemory { address: imported.ptr as usize, device: Device::cuda(local), owner: Box::new(imported) }
     };
-    let stream = crate::cuda::stream::amso_stream(memory.device.id)?.as_int();
+    let stream = crate::cuda::stream::amso_stream(memory.device.id)?.stream();
     // SAFETY: the memory holds the exporter's array, C contiguous elements of this dtype
     // within `nbytes` (the shape check above), mapped while `memory.owner` lives; the mapping
     // covers `nbytes` (the driver's allocation range, checked in `mapping`).

@@ -200,7 +200,7 @@ fn indexer(py: Python<'_>, position: usize, source: &Source) -> PyResult<AnyRank
 /// Pass 1 of a launch: the arrays of frameworks with the exchange API acquired (their current
 /// work stream is the launch stream unless one is given), the device the arrays are on, and
 /// the launch stream: `explicit`, else such a producer's, the stream context's or amso's own.
-fn plan(args: &[Bound<'_, PyAny>], explicit: Option<i64>) -> PyResult<(Vec<Option<Source>>, DeviceId, i64)> {
+fn plan(args: &[Bound<'_, PyAny>], explicit: Option<Stream>) -> PyResult<(Vec<Option<Source>>, DeviceId, Stream)> {
     let mut early: Vec<Option<Source>> = Vec::with_capacity(args.len());
     for arg in args {
         let exchange = arg.cast::<MemArrayBase>().is_err()
@@ -221,7 +221,7 @@ fn plan(args: &[Bound<'_, PyAny>], explicit: Option<i64>) -> PyResult<(Vec<Optio
             Some(producer) => producer,
             None => match crate::current_stream::current() {
                 Some(context) => context,
-                None => crate::cuda::stream::amso_stream(device)?.as_int(),
+                None => crate::cuda::stream::amso_stream(device)?.stream(),
             },
         },
     };
@@ -235,9 +235,9 @@ fn plan(args: &[Bound<'_, PyAny>], explicit: Option<i64>) -> PyResult<(Vec<Optio
 fn after_launch(
     py: Python<'_>,
     device: DeviceId,
-    launch: i64,
+    launch: Stream,
     held: &[Held],
-    producer_streams: &[i64],
+    producer_streams: &[Stream],
     complete_before_release: bool,
 ) -> PyResult<()> {
     for holder in held {
@@ -248,11 +248,11 @@ fn after_launch(
     }
     for &producer in producer_streams {
         // SAFETY: as above.
-        unsafe { crate::cuda::order_streams(device, Stream::reported(launch), Stream::reported(producer)) }?;
+        unsafe { crate::cuda::order_streams(device, launch, producer) }?;
     }
     // Under a CUDA graph capture the kernel has not run: its arguments must outlive the
     // graph's launches (the caller keeps them, as with any captured framework op).
-    let launch = crate::cuda::stream::StreamHandle::from_int(launch)?;
+    let launch = crate::cuda::stream::StreamHandle::of(launch)?;
     if complete_before_release && !launch.check(device)?.capturing() {
         crate::cuda::stream::synchronize(device, launch)?;
     }
@@ -353,7 +353,7 @@ impl UserKernel {
         }
         for &producer in &producer_streams {
             // SAFETY: a stream a producer reported for its live data on this device.
-            unsafe { crate::cuda::order_streams(device, Stream::reported(producer), Stream::reported(launch)) }?;
+            unsafe { crate::cuda::order_streams(device, producer, launch) }?;
         }
         let function = self.kernel.function(device)?;
         let config = LaunchConfig {
@@ -370,7 +370,7 @@ impl UserKernel {
         };
         // SAFETY: the caller's explicit stream (Python callers vouch for handles, as everywhere
         // in amso), a producer's current stream, the stream context's, or amso's own.
-        unsafe { with_stream(device, Stream::reported(launch), queue) }?;
+        unsafe { with_stream(device, launch, queue) }?;
         after_launch(py, device, launch, &held, &producer_streams, complete_before_release)?;
         drop(held);
         Ok(())

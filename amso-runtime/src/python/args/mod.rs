@@ -308,7 +308,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// host. The producer's stream is alive while this argument is: use the value within the
     /// call, not after it.
     pub fn stream(&self) -> Option<crate::device::Stream> {
-        self.source.stream.map(crate::device::Stream::reported)
+        self.source.stream
     }
 
     /// The address of the first element (host or device).

@@ -30,6 +30,7 @@ use std::sync::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::device::Stream;
 use crate::element::{DType, Element};
 use crate::memarray::core::ArrayCore;
 use crate::memarray::MemArray;
@@ -55,7 +56,7 @@ pub struct MemArrayBase {
 }
 
 /// An interface dict and the (data address, stream) it describes.
-pub(in crate::python) type CachedInterface = (usize, Option<i64>, Py<PyDict>);
+pub(in crate::python) type CachedInterface = (usize, Option<Stream>, Py<PyDict>);
 
 /// A registered writer of one array (`MemArrayBase::begin_writing`), ended when it drops, with
 /// the GIL held (a change run detached re-attaches before unwinding past `detach`).
@@ -256,7 +257,7 @@ impl MemArrayBase {
         &self,
         array: &mut ArrayCore,
         target: crate::device::Device,
-        stream: i64,
+        stream: Stream,
         async_copy: bool,
     ) -> crate::error::Result<()> {
         if array.device() != target {
@@ -267,7 +268,7 @@ impl MemArrayBase {
 
     /// The add-index kernel on `array` (this object's, locked for writing), which moves the data
     /// to the device first: refused while buffer exports describe the host copy.
-    pub(crate) fn add_index_locked(&self, array: &mut ArrayCore, stream: i64) -> crate::error::Result<()> {
+    pub(crate) fn add_index_locked(&self, array: &mut ArrayCore, stream: Stream) -> crate::error::Result<()> {
         self.check_unpinned()?;
         array.add_index_tuple(stream, None)
     }
@@ -387,13 +388,13 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
         stream: crate::device::Stream,
         async_copy: bool,
     ) -> crate::error::Result<()> {
-        self.base.move_locked(self.array.core_mut(), target, stream.protocol_value(), async_copy)
+        self.base.move_locked(self.array.core_mut(), target, stream, async_copy)
     }
 
     /// See `MemArray::add_index_tuple`; refused while buffer exports describe the host data.
     #[cfg(feature = "cuda")]
     pub fn add_index_tuple(&mut self, stream: crate::device::Stream) -> crate::error::Result<()> {
-        self.base.add_index_locked(self.array.core_mut(), stream.protocol_value())
+        self.base.add_index_locked(self.array.core_mut(), stream)
     }
 
     /// See `MemArray::device_indexer`.

@@ -7,7 +7,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyComplex, PyDict, PyInt, PyIterator, PyList, PySlice, PyString, PyTuple};
 use pyo3::{intern, Borrowed};
 
-use crate::device::DeviceId;
+use crate::device::{DeviceId, Stream};
 use crate::element::{DType, Scalar};
 use crate::shape::MAX_NDIM;
 
@@ -84,10 +84,10 @@ impl ShapeArg {
 /// streams), which returns `(version, handle)`. A NULL handle (0: CuPy's and PyTorch's
 /// default stream) is the legacy default stream and reads as 1, so that no reader mistakes it
 /// for "no stream given".
-pub(in crate::python) struct StreamArg(pub Option<i64>);
+pub(in crate::python) struct StreamArg(pub Option<Stream>);
 
 fn handle(value: i64) -> StreamArg {
-    StreamArg(Some(if value == 0 { 1 } else { value }))
+    StreamArg(Some(Stream::reported(value)))
 }
 
 impl<'a, 'py> FromPyObject<'a, 'py> for StreamArg {
@@ -489,6 +489,25 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DeviceId {
             .extract::<i32>()
             .map_err(|_| PyTypeError::new_err(format!("device_id must be an int, got {}", type_name(&obj))))?;
         Ok(DeviceId::new(id)?)
+    }
+}
+
+/// A stream from Python as its protocol value (an int; 0 is the legacy default stream).
+impl<'a, 'py> FromPyObject<'a, 'py> for Stream {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Stream::reported(obj.extract::<i64>()?))
+    }
+}
+
+impl<'py> IntoPyObject<'py> for Stream {
+    type Target = PyInt;
+    type Output = Bound<'py, PyInt>;
+    type Error = std::convert::Infallible;
+
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        self.protocol_value().into_pyobject(py)
     }
 }
 

@@ -23,7 +23,7 @@ use pyo3::prelude::*;
 
 use pyo3::exceptions::PyRuntimeError;
 
-use crate::device::DeviceId;
+use crate::device::{DeviceId, Stream};
 use crate::memarray::export::HeldMemory;
 use crate::python::base::array::MemArrayBase;
 use crate::python::base::header::{Header, HEADER_MAGIC, HEADER_VERSION};
@@ -47,7 +47,7 @@ pub(crate) struct ArrayTypeInfo {
     /// Hold an array's memory where it is (device data handed to the stream, a protocol
     /// value): 0, or -1 with a Python exception set (a locked array, not an array of this
     /// runtime). The GIL is held.
-    pub(crate) hold: unsafe extern "C" fn(*mut ffi::PyObject, i64, *mut HeldArray) -> std::ffi::c_int,
+    pub(crate) hold: unsafe extern "C" fn(*mut ffi::PyObject, Stream, *mut HeldArray) -> std::ffi::c_int,
     /// Give back what `hold` took (any thread, with or without the GIL).
     pub(crate) release: unsafe extern "C" fn(usize),
 }
@@ -88,7 +88,7 @@ const DEVICE_TOKEN: usize = 1;
 
 /// # Safety
 /// `object` is a live object, `out` writable, and the GIL is held (the table's contract).
-unsafe extern "C" fn hold(object: *mut ffi::PyObject, stream: i64, out: *mut HeldArray) -> std::ffi::c_int {
+unsafe extern "C" fn hold(object: *mut ffi::PyObject, stream: Stream, out: *mut HeldArray) -> std::ffi::c_int {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> PyResult<HeldArray> {
         // SAFETY: the caller holds the GIL.
         let py = unsafe { Python::assume_attached() };

@@ -7,6 +7,7 @@ use std::ffi::CStr;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
+use crate::device::Stream;
 use crate::dlpack::{plan_export, DlpackRequest, ManagedTensor, RawManaged};
 use crate::lock::LockId;
 use crate::memarray::core::ArrayCore;
@@ -44,7 +45,7 @@ pub(crate) fn export_tensor(
 /// A versioned export of a vector array's memory as its lanes (`a.scalar_view()`): the lane
 /// dtype, and a last axis of `lanes` (float32x4 `(n,)` is float32 `(n, 4)`), handed to `stream`
 /// as `export_for_stream` hands it.
-pub(crate) fn export_lanes(array: &ArrayCore, stream: i64) -> crate::error::Result<ManagedTensor> {
+pub(crate) fn export_lanes(array: &ArrayCore, stream: Stream) -> crate::error::Result<ManagedTensor> {
     let view = array.raw_view();
     let device = view.device();
     let request = stream_request(array, stream);
@@ -70,7 +71,7 @@ pub(crate) fn dlpack_call<'py>(
     py: Python<'py>,
     array: &MemArrayBase,
     lock: Option<LockId>,
-    stream: Option<i64>,
+    stream: Option<i64>, // the protocol's raw value (`DlpackRequest::stream`)
     max_version: Option<(u32, u32)>,
     dl_device: Option<(i32, i32)>,
     copy: Option<bool>,
@@ -92,15 +93,15 @@ pub(crate) fn dlpack_call<'py>(
 
 /// A versioned export of `array` whose device data is handed to `stream` (amso's pending work
 /// on it ordered first); host data has no stream. For the exchange API and kernel launches.
-pub(crate) fn export_for_stream(array: &ArrayCore, stream: i64) -> crate::error::Result<ManagedTensor> {
+pub(crate) fn export_for_stream(array: &ArrayCore, stream: Stream) -> crate::error::Result<ManagedTensor> {
     export_tensor(array, None, &stream_request(array, stream))
 }
 
 /// A versioned export's request that hands device data to `stream` (host data has none).
-fn stream_request(array: &ArrayCore, stream: i64) -> DlpackRequest {
+fn stream_request(array: &ArrayCore, stream: Stream) -> DlpackRequest {
     let on_device = array.raw_view().device().device_type == crate::device::DeviceType::Cuda;
     DlpackRequest {
-        stream: on_device.then_some(stream),
+        stream: on_device.then_some(stream.protocol_value()),
         max_version: Some(crate::dlpack::DLPACK_VERSION),
         ..Default::default()
     }

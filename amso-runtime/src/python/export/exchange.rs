@@ -147,7 +147,7 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
         if let Ok(array) = object.cast::<MemArrayBase>() {
             // "No sync" means the consumer works on `current_work_stream`; amso orders its own
             // pending work on the array before that stream, so the consumer needs nothing else.
-            let work = crate::current_stream::current().unwrap_or(1);
+            let work = crate::current_stream::resolve(None);
             let tensor = array.get().read(py, |array| export_for_stream(array, work))?;
             let RawManaged::Versioned(raw) = tensor.into_raw() else { unreachable!("asked for a versioned tensor") };
             // SAFETY: checked non-null above.
@@ -272,7 +272,7 @@ unsafe extern "C" fn current_work_stream(device_type: DLDeviceType, _device_id: 
         return python_call(|_| Err(PyValueError::new_err("current_work_stream: NULL output pointer")));
     }
     let stream = match (device_type.0, crate::current_stream::current()) {
-        (2, Some(value)) if value > 1 => value as usize as *mut c_void,
+        (2, Some(stream)) if stream.protocol_value() > 1 => stream.protocol_value() as usize as *mut c_void,
         _ => std::ptr::null_mut(),
     };
     // SAFETY: checked non-null.

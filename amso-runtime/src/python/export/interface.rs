@@ -78,11 +78,14 @@ fn record_descr<'py>(py: Python<'py>, dtype: &crate::element::DType) -> PyResult
 /// array's pending work is completed first and no stream is published: a capturing consumer
 /// would otherwise wait on a stream outside its capture, which invalidates it.
 #[cfg(feature = "cuda")]
-fn published_stream(device_id: crate::device::DeviceId, stream: Option<i64>) -> crate::error::Result<Option<i64>> {
+fn published_stream(
+    device_id: crate::device::DeviceId,
+    stream: Option<crate::device::Stream>,
+) -> crate::error::Result<Option<crate::device::Stream>> {
     use crate::cuda::{capture, stream as streams};
     match stream {
         Some(value) if capture::in_progress(Some(device_id)) => {
-            streams::synchronize(device_id, streams::StreamHandle::from_int(value)?)?;
+            streams::synchronize(device_id, streams::StreamHandle::of(value)?)?;
             Ok(None)
         }
         other => Ok(other),

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3::{ffi, intern};
 
-use crate::device::{Device, DeviceId, DeviceType};
+use crate::device::{Device, DeviceId, DeviceType, Stream};
 use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::element::DType;
 use crate::python::source::{work_stream, Described, Holder, Producer, Request, Source};
@@ -20,9 +20,9 @@ use crate::python::source::{work_stream, Described, Holder, Producer, Request, S
 /// over on (device data only).
 pub(crate) fn dlpack_tensor(
     obj: &Bound<'_, PyAny>,
-    stream: Option<i64>,
+    stream: Option<Stream>,
     copy: Option<bool>,
-) -> PyResult<(ManagedTensor, Option<i64>)> {
+) -> PyResult<(ManagedTensor, Option<Stream>)> {
     let py = obj.py();
     let (device_type, device_id): (i32, i32) = match obj.getattr_opt(intern!(py, "__dlpack_device__"))? {
         Some(method) => method.call0()?.extract()?,
@@ -39,7 +39,7 @@ pub(crate) fn dlpack_tensor(
     let kwargs = PyDict::new(py);
     kwargs.set_item(intern!(py, "max_version"), DLPACK_VERSION)?;
     if let Some(stream) = stream {
-        kwargs.set_item(intern!(py, "stream"), stream)?;
+        kwargs.set_item(intern!(py, "stream"), stream.protocol_value())?;
     }
     if let Some(copy) = copy {
         kwargs.set_item(intern!(py, "copy"), copy)?;
@@ -92,7 +92,7 @@ pub(crate) struct Interface {
     /// Byte strides, if given.
     pub(crate) strides: Option<Vec<i64>>,
     /// The producer's stream (v3), which consumers order after.
-    pub(crate) stream: Option<i64>,
+    pub(crate) stream: Option<Stream>,
 }
 
 /// Read and check `obj.__cuda_array_interface__`.
@@ -127,7 +127,7 @@ pub(crate) fn parse_interface(obj: &Bound<'_, PyAny>) -> PyResult<Interface> {
     let (address, readonly): (usize, bool) = typed(field("data")?, "data", "a (pointer, read_only) tuple")?;
     let strides: Option<Vec<i64>> =
         optional("strides")?.map(|s| typed(s, "strides", "None or a tuple of ints")).transpose()?;
-    let stream: Option<i64> = optional("stream")?.map(|s| typed(s, "stream", "None or an int")).transpose()?;
+    let stream: Option<Stream> = optional("stream")?.map(|s| typed(s, "stream", "None or an int")).transpose()?;
     crate::memarray::foreign::check_dims(&dims)?;
     if strides.as_ref().is_some_and(|s| s.len() != dims.len()) {
         return Err(PyValueError::new_err(format!(
@@ -162,7 +162,7 @@ pub(super) fn from_interface(obj: &Bound<'_, PyAny>, request: Request) -> PyResu
     #[cfg(feature = "cuda")]
     if let Some(producer) = interface.stream {
         use crate::cuda::stream::{order, StreamHandle};
-        order(device_id, StreamHandle::from_int(producer)?, StreamHandle::from_int(work)?.check(device_id)?)?;
+        order(device_id, StreamHandle::of(producer)?, StreamHandle::of(work)?.check(device_id)?)?;
     }
     #[cfg(not(feature = "cuda"))]
     let _ = interface.stream; // device memory cannot be reached without the CUDA layer anyway

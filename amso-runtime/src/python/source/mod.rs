@@ -40,7 +40,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::device::{Device, DeviceId, DeviceType};
+use crate::device::{Device, DeviceId, DeviceType, Stream};
 use crate::dlpack::{ManagedTensor, RawManaged};
 use crate::python::base::header::{Header, FLAG_CHANGING, FLAG_ON_DEVICE, FLAG_READONLY};
 use crate::python::base::recognize::{ArrayTypeInfo, HeldArray};
@@ -144,7 +144,7 @@ pub(crate) struct Source {
     pub(crate) device: Device,
     pub(crate) readonly: bool,
     /// For device data: the stream this call works on (see the module docs).
-    pub(crate) stream: Option<i64>,
+    pub(crate) stream: Option<Stream>,
     /// The device data is CUDA managed memory (the producer said kDLCUDAManaged); `device`
     /// is then the CUDA device.
     pub(crate) managed: bool,
@@ -302,7 +302,7 @@ impl Strides<'_> {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Request {
     /// The stream to hand device data over on (default: the stream rule).
-    pub(crate) stream: Option<i64>,
+    pub(crate) stream: Option<Stream>,
     /// Ask a `__dlpack__` producer for a copy (`true`) or for none (`false`).
     pub(crate) copy: Option<bool>,
     /// The caller wraps only C-contiguous memory: refuse other layouts before any driver call.
@@ -319,7 +319,7 @@ pub(crate) struct Request {
 /// `obj`'s memory by the first protocol it speaks (`None`: it speaks none); device data of
 /// producers without the exchange API is handed over on `stream` (default: the stream rule).
 #[inline]
-pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<Option<Source>> {
+pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<Stream>) -> PyResult<Option<Source>> {
     // A user crate whose module only defines typed functions registers no class: join here.
     crate::borrow::process::join(obj.py())?;
     let Some(protocol) = protocol_of(obj)? else { return Ok(None) };
@@ -406,8 +406,8 @@ fn amso_kind(header: &Header) -> Option<std::borrow::Cow<'static, str>> {
 
 /// An amso array of any runtime, held in place by that runtime; device data is handed to the
 /// work stream (`stream`, else the context, else the legacy default).
-fn from_amso(obj: &Bound<'_, PyAny>, runtime: &'static ArrayTypeInfo, stream: Option<i64>) -> PyResult<Source> {
-    let work = stream.or_else(crate::current_stream::current).unwrap_or(1);
+fn from_amso(obj: &Bound<'_, PyAny>, runtime: &'static ArrayTypeInfo, stream: Option<Stream>) -> PyResult<Source> {
+    let work = crate::current_stream::resolve(stream);
     let mut held = HeldArray::default();
     // SAFETY: a live object, a writable output, the GIL held.
     if unsafe { (runtime.hold)(obj.as_ptr(), work, &mut held) } != 0 {
@@ -453,8 +453,8 @@ fn from_exchange(obj: &Bound<'_, PyAny>, table: &'static DLPackExchangeAPI) -> P
 }
 
 /// The producer's current work stream on CUDA device `device_id` (NULL: the legacy default).
-fn producer_stream(py: Python<'_>, table: &DLPackExchangeAPI, device_id: DeviceId) -> PyResult<i64> {
-    let Some(current) = table.current_work_stream else { return Ok(1) };
+fn producer_stream(py: Python<'_>, table: &DLPackExchangeAPI, device_id: DeviceId) -> PyResult<Stream> {
+    let Some(current) = table.current_work_stream else { return Ok(Stream::LEGACY) };
     let mut stream: *mut c_void = std::ptr::null_mut();
     // SAFETY: the producer's function with a writable output; the GIL is held.
     if unsafe { current(DLDeviceType::CUDA, device_id.ordinal(), &mut stream) } != 0 {
@@ -462,26 +462,27 @@ fn producer_stream(py: Python<'_>, table: &DLPackExchangeAPI, device_id: DeviceI
             PyErr::take(py).unwrap_or_else(|| PyValueError::new_err("the producer's current_work_stream failed"))
         );
     }
-    Ok(if stream.is_null() { 1 } else { stream as i64 })
+    // SAFETY: the producer's current stream for its live data, or NULL (the legacy default).
+    Ok(unsafe { Stream::from_handle(stream as usize) })
 }
 
 /// The stream this call works on for a producer without the exchange API (the module's rule).
-pub(crate) fn work_stream(stream: Option<i64>, device_id: DeviceId) -> PyResult<i64> {
+pub(crate) fn work_stream(stream: Option<Stream>, device_id: DeviceId) -> PyResult<Stream> {
     if let Some(stream) = stream.or_else(crate::current_stream::current) {
         return Ok(stream);
     }
     #[cfg(feature = "cuda")]
-    return Ok(crate::cuda::stream::amso_stream(device_id)?.as_int());
+    return Ok(crate::cuda::stream::amso_stream(device_id)?.stream());
     #[cfg(not(feature = "cuda"))]
     {
         let _ = device_id;
-        Ok(1)
+        Ok(Stream::LEGACY)
     }
 }
 
 /// A source over `tensor` (amso's own export, say), whose device data is on `stream`.
 #[cfg(feature = "cuda")]
-pub(crate) fn from_managed(tensor: ManagedTensor, stream: Option<i64>) -> PyResult<Source> {
+pub(crate) fn from_managed(tensor: ManagedTensor, stream: Option<Stream>) -> PyResult<Source> {
     let mut source = from_tensor(tensor)?;
     source.stream = stream.filter(|_| source.device.device_type == DeviceType::Cuda);
     Ok(source)

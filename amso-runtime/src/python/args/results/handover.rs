@@ -11,7 +11,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 use super::framework::Framework;
-use crate::device::{Device, DeviceId, DeviceType};
+use crate::device::{Device, DeviceId, DeviceType, Stream};
 use crate::dlpack::{ExportSource, Format, ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::element::{ArrayElement, DType};
 use crate::python::source::numpy;
@@ -29,7 +29,7 @@ pub(crate) struct Handover<O: Owner> {
     pub(in crate::python::args) owner: O,
     pub(in crate::python::args) readonly: bool,
     /// For device data: the stream its last work was on, which the consumer is ordered after.
-    pub(in crate::python::args) stream: Option<i64>,
+    pub(in crate::python::args) stream: Option<Stream>,
 }
 
 // SAFETY: `data` addresses memory `owner` (which is Send + Sync) keeps alive; the rest is
@@ -235,27 +235,32 @@ pub(in crate::python::args) fn consumer_stream(
     py: Python<'_>,
     table: &DLPackExchangeAPI,
     device_id: DeviceId,
-) -> PyResult<i64> {
-    let Some(current) = table.current_work_stream else { return Ok(1) };
+) -> PyResult<Stream> {
+    let Some(current) = table.current_work_stream else { return Ok(Stream::LEGACY) };
     let mut stream: *mut c_void = std::ptr::null_mut();
     // SAFETY: the framework's function with a writable output; the GIL is held.
     if unsafe { current(DLDeviceType::CUDA, device_id.ordinal(), &mut stream) } != 0 {
         return Err(PyErr::take(py).unwrap_or_else(|| PyRuntimeError::new_err("current_work_stream failed")));
     }
-    Ok(if stream.is_null() { 1 } else { stream as i64 })
+    // SAFETY: the framework's current stream on the device, or NULL (the legacy default).
+    Ok(unsafe { Stream::from_handle(stream as usize) })
 }
 
 /// Order work on `later` after the producer's work on `earlier` (device `device_id`).
-pub(in crate::python::args) fn order(device_id: DeviceId, earlier: Option<i64>, later: Option<i64>) -> PyResult<()> {
+pub(in crate::python::args) fn order(
+    device_id: DeviceId,
+    earlier: Option<Stream>,
+    later: Option<Stream>,
+) -> PyResult<()> {
     let (Some(earlier), Some(later)) = (earlier, later) else { return Ok(()) };
-    if later == -1 || earlier == later {
+    if later.protocol_value() == -1 || earlier == later {
         return Ok(());
     }
     #[cfg(feature = "cuda")]
     {
         use crate::cuda::stream::StreamHandle;
-        let later = StreamHandle::from_int(later)?.check(device_id)?;
-        crate::cuda::stream::order(device_id, StreamHandle::from_int(earlier)?, later)?;
+        let later = StreamHandle::of(later)?.check(device_id)?;
+        crate::cuda::stream::order(device_id, StreamHandle::of(earlier)?, later)?;
         Ok(())
     }
     #[cfg(not(feature = "cuda"))]
@@ -278,7 +283,7 @@ impl Handoff {
     fn __dlpack__<'py>(
         &self,
         py: Python<'py>,
-        stream: Option<i64>,
+        stream: Option<i64>, // the protocol's raw value (`DlpackRequest::stream`)
         max_version: Option<(u32, u32)>,
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
@@ -316,7 +321,8 @@ impl Handoff {
         let handover = slot.take().expect("checked above");
         drop(slot);
         if handover.device.device_type == DeviceType::Cuda {
-            if let Err(error) = order(handover.device.id, handover.stream, Some(stream.unwrap_or(1))) {
+            if let Err(error) = order(handover.device.id, handover.stream, Some(Stream::reported(stream.unwrap_or(1))))
+            {
                 *self.handover.lock().unwrap_or_else(|e| e.into_inner()) = Some(handover);
                 return Err(error);
             }

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 
 use super::framework::Framework;
 use super::into_framework::core_into_framework;
-use crate::device::{Device, DeviceType};
+use crate::device::{Device, DeviceType, Stream};
 use crate::dlpack::{ManagedTensor, RawManaged};
 use crate::element::Element;
 use crate::memarray::core::ArrayCore;
@@ -29,7 +29,7 @@ pub struct NewArray<'py, T: Element, const N: usize> {
     data: usize,
     shape: [usize; N],
     device: Device,
-    stream: Option<i64>,
+    stream: Option<Stream>,
     _element: PhantomData<T>,
 }
 
@@ -74,7 +74,7 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
         framework: Framework,
         shape: [usize; N],
         device: Device,
-        stream: Option<i64>,
+        stream: Option<Stream>,
     ) -> PyResult<Self> {
         framework.check_device(device)?;
         let dims: [i64; N] = shape.map(|d| i64::try_from(d).unwrap_or(i64::MAX));
@@ -100,7 +100,7 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
             let core = ArrayCore::from_dims(&dims, N, crate::element::ElementOps::of::<T>(), options)?;
             #[cfg(feature = "cuda")]
             if let Some(stream) = stream.filter(|_| device.device_type == DeviceType::Cuda) {
-                let handle = crate::cuda::stream::StreamHandle::from_int(stream)?;
+                let handle = crate::cuda::stream::StreamHandle::of(stream)?;
                 core.device_side().hand_to(device.id, handle)?; // the zero fill comes first
             }
             let data = if device.device_type == DeviceType::Cuda {
@@ -136,7 +136,7 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
     /// For device data: the stream it was zeroed on, which work on it should use (a stream of
     /// the result's framework, alive while the result is: use it within the call).
     pub fn stream(&self) -> Option<crate::device::Stream> {
-        self.stream.map(crate::device::Stream::reported)
+        self.stream
     }
 
     /// The address of the first element (host or device).
@@ -278,7 +278,7 @@ pub(in crate::python::args) fn allocate<T: Element, const N: usize>(
 }
 
 /// Zero `bytes` at `data` on `device` (on `stream` for device memory).
-pub(in crate::python::args) fn zero(data: usize, bytes: usize, device: Device, stream: Option<i64>) -> PyResult<()> {
+pub(in crate::python::args) fn zero(data: usize, bytes: usize, device: Device, stream: Option<Stream>) -> PyResult<()> {
     if bytes == 0 {
         return Ok(());
     }
@@ -289,7 +289,7 @@ pub(in crate::python::args) fn zero(data: usize, bytes: usize, device: Device, s
     }
     #[cfg(feature = "cuda")]
     {
-        let stream = crate::cuda::stream::StreamHandle::from_int(stream.unwrap_or(1))?;
+        let stream = crate::cuda::stream::StreamHandle::of(stream.unwrap_or(Stream::LEGACY))?;
         // SAFETY: a fresh device allocation of `bytes`; queued on the stream work will use.
         Ok(unsafe { crate::cuda::transfer::zero(device.id, data as u64, bytes, stream) }?)
     }

@@ -1,5 +1,6 @@
 //! Host memory: a zeroed, aligned allocation shared (through `Arc`) by its array and every
-//! view exported from it, so a view outlives the array that made it.
+//! view exported from it, so a view outlives the array that made it; and the host end of a copy
+//! to or from the device (`HostEnd`).
 
 use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
@@ -183,6 +184,43 @@ impl Drop for HostBuffer {
         let layout = Self::layout(self.bytes).expect("layout was valid at allocation");
         // SAFETY: allocated in `zeroed` with this exact layout and not freed before.
         unsafe { dealloc(self.ptr.as_ptr(), layout) };
+    }
+}
+
+/// The host end of a host <-> device copy, which also says its direction: memory read and
+/// sent to the device, or memory the device's bytes are written to. Held as an address, so
+/// that it crosses into the GIL-free section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostEnd {
+    /// Host memory read and copied to the device.
+    Read(usize),
+    /// Host memory the device's bytes are written to.
+    Write(usize),
+}
+
+impl HostEnd {
+    /// A copy to the device from `src`.
+    pub(crate) fn read(src: *const u8) -> HostEnd {
+        HostEnd::Read(src as usize)
+    }
+
+    /// A copy from the device into `dst`.
+    pub(crate) fn write(dst: *mut u8) -> HostEnd {
+        HostEnd::Write(dst as usize)
+    }
+
+    /// Whether the copy runs to the device.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn to_device(self) -> bool {
+        matches!(self, HostEnd::Read(_))
+    }
+
+    /// The host memory's address.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn address(self) -> usize {
+        match self {
+            HostEnd::Read(address) | HostEnd::Write(address) => address,
+        }
     }
 }
 

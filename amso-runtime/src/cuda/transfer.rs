@@ -18,6 +18,7 @@ use super::driver::cuda_error;
 use super::stream::StreamHandle;
 use crate::device::DeviceId;
 use crate::error::Result;
+use crate::host::HostEnd;
 use crate::staging::crew;
 use crate::staging::streaming_copy::copy_streaming;
 
@@ -142,81 +143,58 @@ impl crew::Engine for Copies<'_> {
     }
 }
 
-/// Copy `bytes` from host `src` to device `dst` on `stream`.
+/// Copy `bytes` between `host` and `device` on `stream`, in the direction `host` says. A copy
+/// into pageable host memory is complete when this returns; a pinned one runs in order on
+/// the stream.
 ///
 /// # Safety
-/// `src` holds `bytes` readable bytes (kept alive until the copy completes when `pinned`),
-/// `dst` holds `bytes` on `device_id`.
-pub(crate) unsafe fn host_to_device(
+/// `host` holds `bytes` bytes, readable or writable as its direction needs (kept alive until
+/// the copy completes when `pinned`); `device` holds `bytes` on `device_id`.
+pub(crate) unsafe fn copy(
     device_id: DeviceId,
-    dst: sys::CUdeviceptr,
-    src: *const u8,
+    host: HostEnd,
+    device: sys::CUdeviceptr,
     bytes: usize,
     pinned: bool,
     stream: StreamHandle,
 ) -> Result<()> {
-    let src = src as usize; // crosses into the GIL-free section as an integer
     crate::gil::released(|| {
         let _ctx = Current::enter(device_id)?;
-        if pinned || bytes < PIPELINE_MIN {
-            // SAFETY: the caller guarantees both ranges.
-            return unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src as *const std::ffi::c_void, bytes, stream.raw()) }
-                .result()
-                .map_err(cuda_error("cuMemcpyHtoDAsync"));
-        }
-        // SAFETY: the caller guarantees both ranges; the context is current.
-        unsafe { staged(dst, src, bytes, true, stream) }
-    })
-}
-
-/// Copy `bytes` from device `src` to host `dst` on `stream`.
-///
-/// # Safety
-/// `dst` holds `bytes` writable bytes (kept alive until the copy completes when `pinned`),
-/// `src` holds `bytes` on `device_id`.
-pub(crate) unsafe fn device_to_host(
-    device_id: DeviceId,
-    dst: *mut u8,
-    src: sys::CUdeviceptr,
-    bytes: usize,
-    pinned: bool,
-    stream: StreamHandle,
-) -> Result<()> {
-    let dst = dst as usize; // crosses into the GIL-free section as an integer
-    crate::gil::released(|| {
-        let _ctx = Current::enter(device_id)?;
-        if pinned || bytes < PIPELINE_MIN {
-            // SAFETY: the caller guarantees both ranges.
-            unsafe { sys::cuMemcpyDtoHAsync_v2(dst as *mut std::ffi::c_void, src, bytes, stream.raw()) }
-                .result()
-                .map_err(cuda_error("cuMemcpyDtoHAsync"))?;
-            if !pinned {
-                // A pageable destination is only written once the copy has run.
-                // SAFETY: the stream was checked by the caller.
-                unsafe { result::stream::synchronize(stream.raw()) }.map_err(cuda_error("cuStreamSynchronize"))?;
+        match host {
+            // SAFETY: the caller guarantees both ranges; the context is current.
+            _ if !pinned && bytes >= PIPELINE_MIN => unsafe { staged(device, host, bytes, stream) },
+            HostEnd::Read(src) => {
+                // SAFETY: the caller guarantees both ranges.
+                unsafe { sys::cuMemcpyHtoDAsync_v2(device, src as *const std::ffi::c_void, bytes, stream.raw()) }
+                    .result()
+                    .map_err(cuda_error("cuMemcpyHtoDAsync"))
             }
-            return Ok(());
+            HostEnd::Write(dst) => {
+                // SAFETY: the caller guarantees both ranges.
+                unsafe { sys::cuMemcpyDtoHAsync_v2(dst as *mut std::ffi::c_void, device, bytes, stream.raw()) }
+                    .result()
+                    .map_err(cuda_error("cuMemcpyDtoHAsync"))?;
+                if !pinned {
+                    // A pageable destination is only written once the copy has run.
+                    // SAFETY: the stream was checked by the caller.
+                    unsafe { result::stream::synchronize(stream.raw()) }.map_err(cuda_error("cuStreamSynchronize"))?;
+                }
+                Ok(())
+            }
         }
-        // SAFETY: the caller guarantees both ranges; the context is current.
-        unsafe { staged(src, dst, bytes, false, stream) }
     })
 }
 
 /// A pageable copy of `bytes` between the caller's host memory at `host` and `device`, through
-/// a staging ring: the crew fills the slots and the engine sends them (`to_device`), or the
+/// a staging ring: the crew fills the slots and the engine sends them (`HostEnd::Read`), or the
 /// engine fills them and the crew drains them into the caller's memory with non-temporal
 /// stores (`staging/streaming_copy.rs`). Returns once the caller's memory may be reused.
 ///
 /// # Safety
 /// `host` holds `bytes` bytes, readable when sending and writable when receiving; `device`
 /// holds `bytes` on the device whose context is current.
-unsafe fn staged(
-    device: sys::CUdeviceptr,
-    host: usize,
-    bytes: usize,
-    to_device: bool,
-    stream: StreamHandle,
-) -> Result<()> {
+unsafe fn staged(device: sys::CUdeviceptr, host: HostEnd, bytes: usize, stream: StreamHandle) -> Result<()> {
+    let (to_device, host) = (host.to_device(), host.address());
     let staging = Staging::take(stream)?;
     let chunks = chunks(bytes);
     let engine = Copies { staging: &staging, chunks: &chunks, device, to_device };

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use crate::device::{Device, DeviceId, DeviceType, Residence, Stream};
 use crate::element::{DType, ElementOps, Scalar};
 use crate::error::{Error, Result};
-use crate::host::HostBuffer;
+use crate::host::{HostBuffer, HostEnd};
 use crate::lock::{check_access, LockId};
+use crate::memarray::device_side::DeviceSide;
 use crate::memarray::ArrayOptions;
 use crate::shape;
 use crate::shape::MAX_NDIM;
@@ -25,8 +26,8 @@ pub(crate) struct ArrayCore {
     device_id: DeviceId,
     lock: Option<LockId>,
     readonly: bool,
-    #[cfg(feature = "cuda")]
-    device: super::device_side::DeviceSide,
+    /// Device memory and stream (`device_side.rs`; `no_device.rs` without the CUDA layer).
+    device: DeviceSide,
 }
 
 impl ArrayCore {
@@ -41,12 +42,8 @@ impl ArrayCore {
         options.check()?;
         let (shape, bytes) = shape::checked_shape(dims, ndim, ops.itemsize())?;
         let host = HostBuffer::zeroed_for(bytes, options.pinned)?;
-        #[allow(unused_mut)] // only changed with the CUDA layer
         let mut array = Self::assemble(&shape[..ndim], ops, Arc::new(host), options, Residence::Host);
-        #[cfg(feature = "cuda")]
-        {
-            array.residence = array.device.start(&options, array.nbytes())?;
-        }
+        array.residence = array.device.start(&options, array.nbytes())?;
         Ok(array)
     }
 
@@ -70,14 +67,14 @@ impl ArrayCore {
             device_id: options.device_id,
             lock: None,
             readonly: options.readonly,
-            #[cfg(feature = "cuda")]
-            device: Default::default(),
+            #[allow(clippy::default_constructed_unit_structs)] // a unit struct without the CUDA layer
+            device: DeviceSide::default(),
         }
     }
 
     /// Take `device` as this array's device side on `device_id`.
     #[cfg(feature = "cuda")]
-    pub(crate) fn adopt_device(&mut self, device_id: DeviceId, device: super::device_side::DeviceSide) {
+    pub(crate) fn adopt_device(&mut self, device_id: DeviceId, device: DeviceSide) {
         self.device_id = device_id;
         self.device = device;
     }
@@ -85,13 +82,10 @@ impl ArrayCore {
     /// A deep copy: new storage with the same contents, unlocked.
     pub(crate) fn try_clone(&self) -> Result<Self> {
         let options = ArrayOptions { device_id: self.device_id, readonly: self.readonly, ..Default::default() };
-        #[allow(unused_mut)] // only mutated with the CUDA layer
         let mut copy =
             Self::assemble(self.shape(), self.ops, Arc::new(self.host.try_clone()?), options, Residence::Host);
-        #[cfg(feature = "cuda")]
         if self.residence == Residence::Device {
-            let memory = self.device.duplicate(self.device_id)?;
-            copy.device = super::device_side::DeviceSide::with_memory(memory);
+            copy.device = self.device.duplicate(self.device_id)?;
             copy.residence = Residence::Device;
         }
         Ok(copy)
@@ -201,11 +195,7 @@ impl ArrayCore {
 
     /// How many exports still hold the array's memory (see `MemArray::export_count`).
     pub(crate) fn export_count(&self) -> usize {
-        let host = Arc::strong_count(&self.host) - 1;
-        #[cfg(feature = "cuda")]
-        return host + self.device.memory().map_or(0, |m| Arc::strong_count(m) - 1);
-        #[cfg(not(feature = "cuda"))]
-        host
+        Arc::strong_count(&self.host) - 1 + self.device.export_holders()
     }
 
     /// Read the element at a Python-style `index` (negative counts from the end).
@@ -247,36 +237,26 @@ impl ArrayCore {
                 "move_memory targets kDLCPU or kDLCUDA; pinned host memory is chosen at construction (pinned=True)"
                     .into(),
             )),
-            #[cfg(feature = "cuda")]
             (DeviceType::Cuda, Residence::Host) => {
                 let (src, bytes, pinned) = (self.host.as_ptr().cast_const(), self.nbytes(), self.host.is_pinned());
                 // SAFETY: the host buffer holds `bytes` and lives as long as the array (and a
                 // pinned asynchronous copy is ordered before any later use of it).
-                unsafe { self.device.upload(target.id, src, bytes, pinned, stream, !async_copy) }?;
+                unsafe { self.device.copy(target.id, HostEnd::read(src), bytes, pinned, stream, !async_copy) }?;
                 self.device_id = target.id;
                 self.residence = Residence::Device;
                 Ok(())
             }
-            #[cfg(feature = "cuda")]
             (DeviceType::Cuda, Residence::Device) => {
                 self.device.change_device(self.device_id, target.id, self.nbytes(), stream)?;
                 self.device_id = target.id;
                 Ok(())
             }
-            #[cfg(feature = "cuda")]
             (DeviceType::Cpu, Residence::Device) => {
                 let (dst, bytes, pinned) = (self.host.as_ptr(), self.nbytes(), self.host.is_pinned());
                 // SAFETY: the host buffer holds `bytes`; see above for asynchronous copies.
-                unsafe { self.device.download(self.device_id, dst, bytes, pinned, stream, !async_copy) }?;
+                unsafe { self.device.copy(self.device_id, HostEnd::write(dst), bytes, pinned, stream, !async_copy) }?;
                 self.residence = Residence::Host;
                 Ok(())
-            }
-            #[cfg(not(feature = "cuda"))]
-            _ => {
-                let _ = (stream, async_copy);
-                Err(Error::Unavailable(
-                    "moving to kDLCUDA needs amso's CUDA layer, which this build does not include".into(),
-                ))
             }
         }
     }
@@ -284,39 +264,18 @@ impl ArrayCore {
     /// The MemArray design's kernel (see `MemArray::add_index_tuple`), presenting `lock`.
     #[cfg(any(feature = "python", feature = "cuda"))]
     pub(crate) fn add_index_tuple(&mut self, stream: Stream, lock: Option<LockId>) -> Result<()> {
-        #[cfg(not(feature = "cuda"))]
-        {
-            let _ = (stream, lock);
-            Err(Error::Unavailable("add_index_tuple runs on CUDA, which this build does not include".into()))
-        }
-        #[cfg(feature = "cuda")]
-        self.add_index_tuple_on_device(stream, lock)
-    }
-
-    #[cfg(feature = "cuda")]
-    fn add_index_tuple_on_device(&mut self, stream: Stream, lock: Option<LockId>) -> Result<()> {
         check_access(self.lock, lock)?;
         if self.readonly {
             return Err(Error::ReadOnly);
         }
         self.move_memory(Device::cuda(self.device_id), stream, true, lock)?;
-        let device_id = self.device_id;
-        let stream = self.device.begin(device_id, stream)?;
-        let mut any_rank = crate::cuda::add_index::AnyRankIndexer { data: self.device_address(), shape: [0; MAX_NDIM] };
-        for (slot, &dim) in any_rank.shape.iter_mut().zip(self.shape()) {
-            *slot = dim as u64;
-        }
-        // SAFETY: the indexer describes this array's live device memory of its dtype on
-        // `device_id`; the launch copies it by value before returning.
-        unsafe {
-            crate::cuda::add_index::launch_add_index(self.dtype(), self.ndim, &any_rank, device_id, stream.handle)
-        }?;
-        self.device.end(device_id, stream, false)
+        let shape = &self.shape[..self.ndim];
+        self.device.add_index(self.device_id, self.ops.dtype, shape, stream)
     }
 
     /// The device side (memory and stream), for exports.
     #[cfg(feature = "cuda")]
-    pub(crate) fn device_side(&self) -> &super::device_side::DeviceSide {
+    pub(crate) fn device_side(&self) -> &DeviceSide {
         &self.device
     }
 
@@ -348,13 +307,10 @@ impl ArrayCore {
     /// As `begin_on`.
     #[cfg(any(feature = "python", feature = "cuda"))]
     pub(crate) unsafe fn record_work(&mut self, stream: Stream) -> Result<()> {
-        #[cfg(feature = "cuda")]
-        if self.residence == Residence::Device {
-            let handle = crate::cuda::stream::StreamHandle::of(stream)?.check(self.device_id)?;
-            return self.device.end(self.device_id, handle, false);
+        match self.residence {
+            Residence::Device => self.device.record_work(self.device_id, stream),
+            Residence::Host => Ok(()),
         }
-        let _ = stream;
-        Ok(())
     }
 
     /// Overwrite the whole current data from host memory `src` of `nbytes` bytes.
@@ -375,16 +331,14 @@ impl ArrayCore {
     /// `src` is valid for reads of `nbytes` bytes and does not alias the array.
     #[cfg(feature = "python")]
     pub(crate) unsafe fn upload_from(&mut self, src: *const u8, nbytes: usize, stream: Stream) -> Result<()> {
-        #[cfg(feature = "cuda")]
         if self.residence == Residence::Device {
             if nbytes != self.nbytes() {
                 return Err(Error::InvalidArgument(format!("{nbytes} bytes for an array of {}", self.nbytes())));
             }
             check_access(self.lock, None)?;
             // SAFETY: forwarded from the caller; the device memory is this array's.
-            return unsafe { self.device.upload(self.device_id, src, nbytes, false, stream, false) };
+            return unsafe { self.device.copy(self.device_id, HostEnd::read(src), nbytes, false, stream, false) };
         }
-        let _ = stream;
         // SAFETY: forwarded from the caller.
         unsafe { self.copy_from(src, nbytes, None) }
     }
@@ -404,11 +358,7 @@ impl ArrayCore {
 
     /// The stream a consumer of the device data must order after; `None` on the host.
     pub(crate) fn stream(&self) -> Option<Stream> {
-        #[cfg(feature = "cuda")]
-        if self.residence == Residence::Device {
-            return Some(self.device.stream().stream());
-        }
-        None
+        (self.residence == Residence::Device).then(|| self.device.last_stream())
     }
 }
 

@@ -13,7 +13,10 @@ use crate::cuda::pool::Request;
 use crate::cuda::stream::{self, Checked, StreamHandle};
 use crate::cuda::transfer;
 use crate::device::{DeviceId, Residence, Stream};
+use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::host::HostEnd;
+use crate::shape::MAX_NDIM;
 
 /// Device memory and stream state of one array.
 #[derive(Debug)]
@@ -42,6 +45,42 @@ impl DeviceSide {
     /// The stream the last work on the array was ordered on.
     pub(crate) fn stream(&self) -> StreamHandle {
         self.last
+    }
+
+    /// That stream as amso publishes it (`MemArray::stream`).
+    pub(crate) fn last_stream(&self) -> Stream {
+        self.last.stream()
+    }
+
+    /// How many exports still hold the device memory.
+    pub(crate) fn export_holders(&self) -> usize {
+        self.memory.as_ref().map_or(0, |memory| Arc::strong_count(memory) - 1)
+    }
+
+    /// Note work the caller queued on `stream` over the device data (`MemArray::record_work`).
+    pub(crate) fn record_work(&mut self, device_id: DeviceId, stream: Stream) -> Result<()> {
+        let handle = StreamHandle::of(stream)?.check(device_id)?;
+        self.end(device_id, handle, false)
+    }
+
+    /// The MemArray design's kernel over the device data of `dtype` and `shape`, on `stream`.
+    pub(crate) fn add_index(
+        &mut self,
+        device_id: DeviceId,
+        dtype: &DType,
+        shape: &[usize],
+        stream: Stream,
+    ) -> Result<()> {
+        let stream = self.begin(device_id, stream)?;
+        let data = self.memory.as_ref().map_or(0, |memory| memory.ptr());
+        let mut any_rank = crate::cuda::add_index::AnyRankIndexer { data, shape: [0; MAX_NDIM] };
+        for (slot, &dim) in any_rank.shape.iter_mut().zip(shape) {
+            *slot = dim as u64;
+        }
+        // SAFETY: the indexer describes this array's live device memory of its dtype on
+        // `device_id`; the launch copies it by value before returning.
+        unsafe { crate::cuda::add_index::launch_add_index(dtype, shape.len(), &any_rank, device_id, stream.handle) }?;
+        self.end(device_id, stream, false)
     }
 
     /// Resolve the caller's stream value for work on `device_id`, ordered after earlier work
@@ -144,51 +183,31 @@ impl DeviceSide {
         self.end(device_id, stream, false)
     }
 
-    /// Copy host bytes to the device memory on `stream` (value from the caller).
+    /// Copy between host memory and the device memory on `stream` (the caller's), in the
+    /// direction `host` says; a copy to the device allocates the memory on first use.
     ///
     /// # Safety
-    /// `src` holds `bytes` bytes, alive until the copy completes when `pinned` and asynchronous.
-    pub(crate) unsafe fn upload(
+    /// `host` holds `bytes` bytes, readable or writable as its direction needs, alive until the
+    /// copy completes when `pinned` and asynchronous.
+    pub(crate) unsafe fn copy(
         &mut self,
         device_id: DeviceId,
-        src: *const u8,
+        host: HostEnd,
         bytes: usize,
         pinned: bool,
         stream: Stream,
         synchronize: bool,
     ) -> Result<()> {
-        let src = src as usize; // crosses into the GIL-free section as an integer
         crate::gil::released(|| {
             let stream = self.begin(device_id, stream)?;
             refuse_uncapturable(stream, pinned, synchronize)?;
-            let dst = self.ensure(device_id, bytes, stream)?.ptr();
-            // SAFETY: `dst` holds `bytes` (ensured); the caller vouches for `src`.
-            unsafe { transfer::host_to_device(device_id, dst, src as *const u8, bytes, pinned, stream.handle) }?;
-            self.end(device_id, stream, synchronize)
-        })
-    }
-
-    /// Copy the device memory to host bytes on `stream`.
-    ///
-    /// # Safety
-    /// `dst` holds `bytes` writable bytes, alive until the copy completes when `pinned` and
-    /// asynchronous.
-    pub(crate) unsafe fn download(
-        &mut self,
-        device_id: DeviceId,
-        dst: *mut u8,
-        bytes: usize,
-        pinned: bool,
-        stream: Stream,
-        synchronize: bool,
-    ) -> Result<()> {
-        let dst = dst as usize; // crosses into the GIL-free section as an integer
-        crate::gil::released(|| {
-            let stream = self.begin(device_id, stream)?;
-            refuse_uncapturable(stream, pinned, synchronize)?;
-            let src = self.memory.as_ref().ok_or_else(no_device_memory)?.ptr();
-            // SAFETY: the device memory holds `bytes`; the caller vouches for `dst`.
-            unsafe { transfer::device_to_host(device_id, dst as *mut u8, src, bytes, pinned, stream.handle) }?;
+            let device = match host {
+                HostEnd::Read(_) => self.ensure(device_id, bytes, stream)?.ptr(),
+                HostEnd::Write(_) => self.memory.as_ref().ok_or_else(no_device_memory)?.ptr(),
+            };
+            // SAFETY: the device memory holds `bytes` (ensured, or the array's own); the caller
+            // vouches for the host end.
+            unsafe { transfer::copy(device_id, host, device, bytes, pinned, stream.handle) }?;
             self.end(device_id, stream, synchronize)
         })
     }
@@ -227,8 +246,13 @@ impl DeviceSide {
         self.end(target, stream, true)
     }
 
+    /// A device side over a copy of the device memory (`duplicate_memory`).
+    pub(crate) fn duplicate(&self, device_id: DeviceId) -> Result<DeviceSide> {
+        self.duplicate_memory(device_id).map(DeviceSide::with_memory)
+    }
+
     /// A copy of the device memory (on the same device), complete when this returns.
-    pub(crate) fn duplicate(&self, device_id: DeviceId) -> Result<Arc<DeviceMemory>> {
+    pub(crate) fn duplicate_memory(&self, device_id: DeviceId) -> Result<Arc<DeviceMemory>> {
         crate::gil::released(|| {
             let source = self.memory.as_ref().ok_or_else(no_device_memory)?;
             let copy = Arc::new(DeviceMemory::alloc_on(device_id, source.bytes(), self.last)?);
@@ -277,14 +301,9 @@ impl DeviceSide {
             // another stream stays valid (they see the data as it is, see `cuda/capture.rs`).
             let _relaxed = capture::Relaxed::enter();
             stream::synchronize(device_id, self.last)?;
+            let host = if write { HostEnd::Read(host) } else { HostEnd::Write(host) };
             // SAFETY: the caller guarantees both ranges; the copies are synchronous.
-            unsafe {
-                if write {
-                    transfer::host_to_device(device_id, address, host as *const u8, len, false, StreamHandle::LEGACY)?;
-                } else {
-                    transfer::device_to_host(device_id, host as *mut u8, address, len, false, StreamHandle::LEGACY)?;
-                }
-            }
+            unsafe { transfer::copy(device_id, host, address, len, false, StreamHandle::LEGACY) }?;
             stream::synchronize(device_id, StreamHandle::LEGACY)
         })
     }

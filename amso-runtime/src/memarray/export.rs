@@ -41,7 +41,7 @@ impl ArrayCore {
                         )?;
                     }
                     let memory = if plan.copy {
-                        raw.device.duplicate(raw.device_id)?
+                        raw.device.duplicate_memory(raw.device_id)?
                     } else {
                         Arc::clone(raw.device.memory().expect("resident"))
                     };
@@ -148,6 +148,7 @@ fn copy_to_device(
 ) -> Result<(*mut u8, Arc<dyn Any + Send + Sync>, bool)> {
     use crate::cuda::{device_memory::DeviceMemory, stream, transfer};
     use crate::host::HostBuffer;
+    use crate::host::HostEnd;
     let bytes = raw.nbytes;
     match (raw.residence, target.device_type) {
         (Residence::Device, DeviceType::Cpu) => {
@@ -156,7 +157,14 @@ fn copy_to_device(
             // SAFETY: both hold `bytes`; ordered after the array's last work; pageable
             // destinations are complete on return.
             unsafe {
-                transfer::device_to_host(raw.device_id, buffer.as_ptr(), source, bytes, false, raw.device.stream())
+                transfer::copy(
+                    raw.device_id,
+                    HostEnd::write(buffer.as_ptr()),
+                    source,
+                    bytes,
+                    false,
+                    raw.device.stream(),
+                )
             }?;
             Ok((buffer.as_ptr(), buffer, true))
         }
@@ -166,7 +174,7 @@ fn copy_to_device(
             let own = stream::amso_stream(target.id)?;
             if residence == Residence::Host {
                 // SAFETY: both hold `bytes`; synchronised below before the host buffer can change.
-                unsafe { transfer::host_to_device(target.id, memory.ptr(), raw.host, bytes, raw.pinned, own) }?;
+                unsafe { transfer::copy(target.id, HostEnd::read(raw.host), memory.ptr(), bytes, raw.pinned, own) }?;
             } else {
                 stream::synchronize(raw.device_id, raw.device.stream())?;
                 // SAFETY: both hold `bytes`; the source's earlier work is complete.

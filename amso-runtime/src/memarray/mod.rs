@@ -13,7 +13,7 @@
 pub(crate) mod access;
 pub(crate) mod buffer_claim;
 pub(crate) mod core;
-#[cfg(feature = "cuda")]
+#[cfg_attr(not(feature = "cuda"), path = "no_device.rs")]
 pub(crate) mod device_side;
 pub(crate) mod export;
 pub(crate) mod foreign;

@@ -296,7 +296,7 @@ PYTHON_API = [
     ("read-wrong-dtype", lambda a: a.read_numpy_array(np.zeros((2, 3), np.complex128)), TypeError, "cannot cast complex128 to float64"),
     ("read-not-an-array", lambda a: a.read_numpy_array("abc"), ValueError, "shape mismatch"),
     ("move-unknown-device", lambda a: a.move_memory(42), ValueError, "unsupported device type 42"),
-    ("move-negative-id", lambda a: a.move_memory(1, -1), ValueError, "device_id must be >= 0, got -1"),
+    ("move-negative-id", lambda a: a.move_memory(1, -1), ValueError, "device id 0 only, got -1"),
     ("set-array-value", lambda a: a.__setitem__((0, 0), np.zeros(2)), TypeError, "expected a number"),
     ("set-string-index", lambda a: a.__setitem__("x", 1.0), TypeError, "NumPy's basic indices"),
     ("asarray-ragged", lambda a: amso.asarray([[1.0, 2.0], [3.0]]), ValueError, "inhomogeneous shape"),

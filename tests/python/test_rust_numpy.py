@@ -216,6 +216,22 @@ def test_untyped_arguments_dispatch_on_the_dtype(array):
     assert ue.sum_any(array) == float(array.sum())
 
 
+def test_typed_errors_are_matched_in_rust_and_raised_as_before():
+    """`ArgumentError` is a value Rust code matches on (`sum_or_why` in the user crate), as
+    rust-numpy's `TypeError` and `NotContiguousError` are; unmatched, it is the Python exception
+    extraction raises."""
+    assert ue.sum_or_why(np.arange(4.0)) == (6.0, "contiguous")
+    assert ue.sum_or_why(amso.asarray(np.arange(4.0))) == (6.0, "contiguous")
+    assert ue.sum_or_why(np.zeros((2, 3), np.int32)) == (None, "int32 in 2-D")
+    assert ue.sum_or_why(np.ones(3, np.float32)) == (None, "float32 in 1-D")
+    assert ue.sum_or_why(np.arange(8.0)[::2]) == (None, "strides [2]")
+    assert ue.sum_or_why(np.arange(6.0).reshape(2, 3).T) == (None, "strides [1, 3]")
+    with pytest.raises(TypeError, match="expected a float32 array with 1 dimension, got an int32 array"):
+        ue.extract_one(np.zeros(3, np.int32))
+    with pytest.raises(ValueError, match=r"as_slice\(\) needs a C-contiguous array; this one has strides \[2\]"):
+        ue.min_max(np.arange(8.0)[::2])
+
+
 def test_untyped_arguments_report_what_they_cannot_take():
     with pytest.raises(TypeError, match="sum_any\\(\\): unsupported dtype complex64"):
         ue.sum_any(np.zeros(3, np.complex64))

@@ -22,7 +22,7 @@ impl<'py> Borrow<'py> {
         strides: &[isize],
         itemsize: usize,
         exclusive: bool,
-    ) -> PyResult<Borrow<'py>> {
+    ) -> Result<Borrow<'py>, crate::python::ArgumentError> {
         let key = BorrowKey {
             start: data.wrapping_add_signed(lowest),
             end: data.wrapping_add_signed(end),
@@ -31,15 +31,10 @@ impl<'py> Borrow<'py> {
             itemsize,
             exclusive: exclusive as u32,
         };
-        crate::borrow::process::acquire_borrow(py, &key).map_err(|other| {
-            PyBufferError::new_err(format!(
-                "the array overlaps another array argument that is borrowed {} (bytes 0x{:x}..0x{:x}), in this \
-                 call or in another one still running; a writable argument cannot share memory with any other \
-                 argument",
-                if other.exclusive != 0 { "for writing" } else { "for reading" },
-                other.start,
-                other.end
-            ))
+        crate::borrow::process::acquire_borrow(py, &key).map_err(|other| crate::python::ArgumentError::Borrowed {
+            exclusive: other.exclusive != 0,
+            start: other.start,
+            end: other.end,
         })?;
         Ok(Borrow(key, py))
     }

@@ -190,9 +190,7 @@ pub(crate) fn reclaim(
         }
         Ok(loans.remove(&(device_id, ptr)).expect("found above"))
     });
-    let loan = loan.inspect_err(|_| {
-        REFUSED.fetch_add(1, Ordering::Relaxed);
-    })?;
+    let loan = loan.inspect_err(|_| count_refused())?;
     let after = match loan.client {
         Client::Numba | Client::CuPy => After::Device,
         _ => After::Stream(
@@ -221,6 +219,11 @@ pub(crate) fn reset(client: Client, device_id: DeviceId) -> usize {
         pool::release(loan.grant, device_id, loan.bytes, After::Device, loan.client);
     }
     count
+}
+
+/// Count a give-back refused (here, or where its device id was refused on the way in).
+pub(crate) fn count_refused() {
+    REFUSED.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Gives-back refused so far.

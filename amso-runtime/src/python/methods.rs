@@ -19,22 +19,24 @@ use crate::python::export::capsule::dlpack_call;
 use crate::python::export::dlpack_context::DLPackContext;
 use crate::python::views::ArrayIterator;
 
-/// Parse a `(device_type, device_id)` request against an array's defaults.
-fn target_device(array: &RawView<'_>, device_type: Option<i32>, device_id: Option<DeviceId>) -> PyResult<Device> {
+/// Parse a `(device_type, device_id)` request against an array's defaults. The caller's raw
+/// id is checked here, after the device type's own rule (kDLCPU has id 0 only).
+fn target_device(array: &RawView<'_>, device_type: Option<i32>, device_id: Option<i32>) -> PyResult<Device> {
     let device_type = match device_type {
         None => array.device().device_type,
         Some(code) => DeviceType::from_code(code)?,
     };
     Ok(match device_type {
         DeviceType::Cpu => {
-            if let Some(id) = device_id.filter(|&id| id != DeviceId::ZERO) {
+            if let Some(id) = device_id.filter(|&id| id != 0) {
                 return Err(pyo3::exceptions::PyValueError::new_err(format!("kDLCPU has device id 0 only, got {id}")));
             }
             Device::CPU
         }
-        DeviceType::Cuda => Device { device_type, id: device_id.unwrap_or(array.device_id()) },
         // Managed memory is device memory: the array stays (or goes) there.
-        DeviceType::CudaManaged => Device::cuda(device_id.unwrap_or(array.device_id())),
+        DeviceType::Cuda | DeviceType::CudaManaged => {
+            Device::cuda(device_id.map_or(Ok(array.device_id()), DeviceId::new)?)
+        }
         DeviceType::CudaHost => {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "arrays move to kDLCPU or kDLCUDA; for pinned host memory create the array with pinned=True",
@@ -45,7 +47,7 @@ fn target_device(array: &RawView<'_>, device_type: Option<i32>, device_id: Optio
 
 /// Parse `move_memory`'s `(device_type, device_id)`, where the device may be named (`'cpu'`,
 /// `'cuda'`, `'cuda:N'`) as well as given as a DLPack code.
-fn named_target(array: &RawView<'_>, device: DeviceArg, device_id: Option<DeviceId>) -> PyResult<Device> {
+fn named_target(array: &RawView<'_>, device: DeviceArg, device_id: Option<i32>) -> PyResult<Device> {
     match device {
         DeviceArg::Code(code) => target_device(array, Some(code), device_id),
         DeviceArg::Cpu => target_device(array, Some(DeviceType::Cpu as i32), device_id),
@@ -285,7 +287,7 @@ impl MemArrayBase {
     fn get_dlpack(
         slf: &Bound<'_, Self>,
         device_type: Option<i32>,
-        device_id: Option<DeviceId>,
+        device_id: Option<i32>, // checked by `target_device`
         stream: StreamArg,
     ) -> PyResult<DLPackContext> {
         let (py, this) = (slf.py(), slf.get());
@@ -308,7 +310,7 @@ impl MemArrayBase {
         &self,
         py: Python<'_>,
         device_type: DeviceArg,
-        device_id: Option<DeviceId>,
+        device_id: Option<i32>, // checked by `target_device`
         stream: StreamArg,
         async_copy: bool,
     ) -> PyResult<()> {

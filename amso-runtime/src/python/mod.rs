@@ -30,9 +30,9 @@ use pyo3::types::{PyDict, PyModule, PyTuple};
 use pyo3::PyClassInitializer;
 
 pub use args::{
-    Access, AllowTypeChange, ArrayLike, ArrayLikeDyn, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Coerce, Dimensions,
-    DynRank, Framework, IntoFramework, NewArray, Rank, Read, TypeMustMatch, TypedArray, TypedArrayLike, UntypedArray,
-    Write,
+    Access, AllowTypeChange, ArgumentError, ArrayLike, ArrayLikeDyn, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn,
+    Coerce, Dimensions, DynRank, Framework, IntoFramework, NewArray, Rank, Read, TypeMustMatch, TypedArray,
+    TypedArrayLike, UntypedArray, Write,
 };
 #[cfg(feature = "ndarray")]
 pub use args::{NdDimensions, OwnedView};

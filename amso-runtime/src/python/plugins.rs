@@ -228,7 +228,10 @@ pub(crate) unsafe extern "C" fn amso_torch_free(ptr: *mut c_void, size: usize, d
     let back = loans::GiveBack { bytes: Some(size), stream: Some(Stream::reported(stream)), serial: None };
     let outcome = std::panic::catch_unwind(|| match DeviceId::new(device) {
         Ok(id) => loans::reclaim(id, ptr as usize as u64, TORCH, back).map_err(|r| r.message(ptr as usize as u64, id)),
-        Err(error) => Err(error.to_string()),
+        Err(error) => {
+            loans::count_refused();
+            Err(error.to_string())
+        }
     });
     if let Ok(Err(message)) = outcome {
         report(&format!("amso_torch_free: {message}"));

@@ -347,12 +347,14 @@ impl SharedHandle {
     /// (`device_id`, if given, must be that device). In the exporting process itself, a plain
     /// reference to the same memory.
     #[pyo3(signature = (device_id = None))]
-    fn open(&self, py: Python<'_>, device_id: Option<DeviceId>) -> PyResult<Py<PyAny>> {
+    fn open(&self, py: Python<'_>, device_id: Option<i32>) -> PyResult<Py<PyAny>> {
         open(py, &self.handle, device_id)
     }
 }
 
-fn open(py: Python<'_>, h: &Handle, device_id: Option<DeviceId>) -> PyResult<Py<PyAny>> {
+/// `device_id` is the caller's raw id: only compared with the device the memory is on, so an
+/// id this process lacks is refused as any other mismatch is.
+fn open(py: Python<'_>, h: &Handle, device_id: Option<i32>) -> PyResult<Py<PyAny>> {
     let registration = registry::find_name(&h.dtype, h.dims.len()).ok_or_else(|| {
         PyTypeError::new_err(format!("cannot open the shared array: {}", registry::uncompiled(&h.dtype, h.dims.len())))
     })?;
@@ -376,7 +378,7 @@ fn open(py: Python<'_>, h: &Handle, device_id: Option<DeviceId>) -> PyResult<Py<
     let memory = if let Some((export, event, folder)) = own {
         // This process shared it: the same memory, referenced, after the work its handle
         // was shared after (the event `share()` recorded).
-        if let Some(wanted) = device_id.filter(|&d| d != export.device_id()) {
+        if let Some(wanted) = device_id.filter(|&d| d != export.device_id().ordinal()) {
             return Err(PyValueError::new_err(format!(
                 "the shared memory is on device {}, not on device {wanted}; open it there, or copy it afterwards",
                 export.device_id()
@@ -402,7 +404,7 @@ fn open(py: Python<'_>, h: &Handle, device_id: Option<DeviceId>) -> PyResult<Py<
                 uuid_text(&h.uuid)
             ))
         })?;
-        if let Some(wanted) = device_id.filter(|&d| d != local) {
+        if let Some(wanted) = device_id.filter(|&d| d != local.ordinal()) {
             return Err(PyValueError::new_err(format!(
                 "the shared memory is on device {local} of this process (GPU {}), not on device {wanted}; open it \
                  there, or copy it afterwards",

@@ -101,12 +101,12 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
         if D::NDIM.is_none_or(|n| n == 1) {
             if let Some(array) = flat_sequence::<T>(&object)? {
                 let source = source::acquire(&array, None)?.expect("a NumPy array amso made");
-                return TypedArray::check(array, source).map(|array| like(array, true));
+                return Ok(like(TypedArray::check(array, source)?, true));
             }
         }
         if let Some(source) = source::acquire(&object, None)? {
             if source.dtype == T::DTYPE.dlpack() {
-                return TypedArray::check(object, source).map(|array| like(array, false));
+                return Ok(like(TypedArray::check(object, source)?, false));
             }
             let ndim = source.extents(py).dims.len();
             let arrived = format!(
@@ -159,7 +159,7 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
                 if ndim == 1 { "" } else { "s" }
             )));
         }
-        TypedArray::check(array, source).map(|array| like(array, true))
+        Ok(like(TypedArray::check(array, source)?, true))
     }
 }
 

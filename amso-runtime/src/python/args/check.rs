@@ -5,11 +5,10 @@
 
 use std::marker::PhantomData;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::{record, staged, Access, Dimensions, TypedArray};
+use super::{record, staged, Access, ArgumentError, Dimensions, TypedArray};
 use crate::borrow::guard::Borrow;
 use crate::device::{Device, DeviceType};
 use crate::element::{dlpack_type_name, ArrayElement};
@@ -103,7 +102,7 @@ pub(super) fn describe(object: &Bound<'_, PyAny>, device: Option<Device>) -> Str
 
 impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// Check what `source` describes against `T`, `D` and `A`, and take hold of its memory.
-    pub(super) fn check(object: Bound<'py, PyAny>, source: Source) -> PyResult<Self> {
+    pub(super) fn check(object: Bound<'py, PyAny>, source: Source) -> Result<Self, ArgumentError> {
         let mut lane_strides = Vec::new();
         let (extents, dtype) = fold_lanes::<T>(&source, source.extents(object.py()), &mut lane_strides);
         let ndim = extents.dims.len();
@@ -217,7 +216,7 @@ enum Refusal<'a> {
     NullObjects,
 }
 
-/// The exception for `refusal` of argument `object` (read as `source`) of `T`, `D` and `A`. What
+/// The error for `refusal` of argument `object` (read as `source`) of `T`, `D` and `A`. What
 /// arrived is described here, on the error path only (it costs Python calls, so it comes after
 /// the extents were copied: NumPy's can change under Python code).
 #[cold]
@@ -226,47 +225,31 @@ fn refuse<T: ArrayElement, D: Dimensions, A: Access>(
     refusal: Refusal<'_>,
     object: &Bound<'_, PyAny>,
     source: &Source,
-) -> PyErr {
-    let here = describe(object, Some(source.device));
+) -> ArgumentError {
+    let arrived = describe(object, Some(source.device));
     match refusal {
-        Refusal::Kind { numpy_kind, dtype, ndim } => {
-            let arrived = numpy_kind.map_or_else(|| dlpack_type_name(dtype), str::to_owned);
-            PyTypeError::new_err(format!(
-                "expected {}, got {} array with {ndim} dimension{} ({here})",
-                wanted::<T, D, A>(),
-                with_article(arrived),
-                if ndim == 1 { "" } else { "s" }
-            ))
+        Refusal::Kind { numpy_kind, dtype, ndim } => ArgumentError::Kind {
+            expected: wanted::<T, D, A>(),
+            dtype: numpy_kind.map_or_else(|| dlpack_type_name(dtype), str::to_owned),
+            ndim,
+            arrived,
+        },
+        Refusal::ReadOnly => ArgumentError::ReadOnly { expected: wanted::<T, D, A>(), arrived },
+        Refusal::TooManyElements { shape } => ArgumentError::TooManyElements { shape: shape.to_vec(), arrived },
+        Refusal::PastAddressSpace { shape, strides } => {
+            ArgumentError::PastAddressSpace { shape: shape.to_vec(), strides: strides.to_vec(), arrived }
         }
-        Refusal::ReadOnly => PyValueError::new_err(format!(
-            "expected {}, got a read-only one ({here}); pass a writable array",
-            wanted::<T, D, A>()
-        )),
-        Refusal::TooManyElements { shape } => PyValueError::new_err(format!(
-            "the array's shape {shape:?} has more elements than an address space holds ({here})"
-        )),
-        Refusal::PastAddressSpace { shape, strides } => PyValueError::new_err(format!(
-            "the array's shape {shape:?} and strides {strides:?} reach past the address space ({here})"
-        )),
-        Refusal::Address { data } => PyValueError::new_err(format!(
-            "the array's data address 0x{data:x} is NULL or not aligned for {} ({here}); pass a copy",
-            T::DTYPE.name
-        )),
-        Refusal::Overlap { axis, shape, strides } => PyValueError::new_err(format!(
-            "expected {}, got one whose strides {strides:?} reach some elements twice (axis {axis}, shape {shape:?}; \
-             a broadcast?) ({here}); pass a contiguous copy",
-            wanted::<T, D, A>()
-        )),
-        Refusal::Bools => PyValueError::new_err(format!(
-            "the bool array holds bytes other than 0 and 1 ({here}); convert it with x.astype(bool) first"
-        )),
-        Refusal::RecordBools => PyValueError::new_err(format!(
-            "a bool field of the records holds bytes other than 0 and 1 ({here}); fix the data first"
-        )),
-        Refusal::NullObjects => PyValueError::new_err(format!(
-            "the object array holds NULL entries (made by C code without filling it) ({here}); fill it, e.g. \
-             x[...] = None, or pass a copy"
-        )),
+        Refusal::Address { data } => ArgumentError::Address { data, dtype: T::DTYPE.name, arrived },
+        Refusal::Overlap { axis, shape, strides } => ArgumentError::Overlap {
+            expected: wanted::<T, D, A>(),
+            axis,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            arrived,
+        },
+        Refusal::Bools => ArgumentError::Bools { arrived },
+        Refusal::RecordBools => ArgumentError::RecordBools { arrived },
+        Refusal::NullObjects => ArgumentError::NullObjects { arrived },
     }
 }
 

@@ -29,6 +29,7 @@
 
 mod array_like;
 mod check;
+mod error;
 #[cfg(any(feature = "nalgebra", feature = "faer"))]
 mod linalg;
 #[cfg(feature = "ndarray")]
@@ -41,7 +42,7 @@ mod untyped;
 
 use std::marker::PhantomData;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::Borrowed;
 
@@ -54,6 +55,7 @@ use crate::strided::{self, Dims};
 use self::check::{describe, wanted};
 
 pub use array_like::{AllowTypeChange, ArrayLike, ArrayLikeDyn, Coerce, TypeMustMatch, TypedArrayLike};
+pub use error::ArgumentError;
 #[cfg(feature = "ndarray")]
 pub use owned_view::OwnedView;
 pub use results::{Framework, IntoFramework, NewArray};
@@ -211,7 +213,7 @@ impl<'a, 'py, T: ArrayElement, D: Dimensions, A: Access> FromPyObject<'a, 'py> f
         // spec's types).
         crate::element::own::register::<T>();
         let extracted = match source::acquire_argument(&object) {
-            Ok(Some(source)) => Self::check(object, source),
+            Ok(Some(source)) => Self::check(object, source).map_err(PyErr::from),
             Ok(None) => Err(PyTypeError::new_err(format!(
                 "expected {} (an object with __dlpack__, __cuda_array_interface__, the buffer protocol or the DLPack C \
                  exchange API), got {}",
@@ -322,7 +324,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     }
 
     /// The first element on the host (dangling, but aligned, for an empty array), for reads.
-    fn host_ptr(&self) -> PyResult<*mut T> {
+    fn host_ptr(&self) -> Result<*mut T, ArgumentError> {
         self.require_host()?;
         Ok(match &self.staged {
             _ if self.is_empty() => std::ptr::NonNull::dangling().as_ptr(),
@@ -333,7 +335,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
 
     /// The first element on the host, for writes (a pointer into the aligned copy of a
     /// misaligned array is taken from `&mut`).
-    fn host_ptr_mut(&mut self) -> PyResult<*mut T> {
+    fn host_ptr_mut(&mut self) -> Result<*mut T, ArgumentError> {
         self.require_host()?;
         let empty = self.is_empty();
         Ok(match &mut self.staged {
@@ -343,30 +345,22 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         })
     }
 
-    fn require_host(&self) -> PyResult<()> {
+    fn require_host(&self) -> Result<(), ArgumentError> {
         if self.source.device.device_type == DeviceType::Cuda {
-            return Err(PyValueError::new_err(format!(
-                "the array is in CUDA device memory ({}); host views need host data",
-                describe(&self.object, Some(self.source.device))
-            )));
+            return Err(ArgumentError::DeviceData { arrived: describe(&self.object, Some(self.source.device)) });
         }
         Ok(())
     }
 
-    fn require_c_contiguous(&self, what: &str) -> PyResult<()> {
+    fn require_c_contiguous(&self, what: &'static str) -> Result<(), ArgumentError> {
         if self.is_c_contiguous() {
             return Ok(());
         }
-        Err(PyValueError::new_err(format!(
-            "{what} needs a C-contiguous array; this one has strides {:?} for shape {:?} (a transposed, reversed or \
-             strided view); use as_array() for strided views, or pass np.ascontiguousarray(x)",
-            self.strides(),
-            self.shape()
-        )))
+        Err(ArgumentError::NotContiguous { what, shape: self.shape().to_vec(), strides: self.strides().to_vec() })
     }
 
     /// The elements in C order: host data that is C-contiguous.
-    pub fn as_slice(&self) -> PyResult<&[T]> {
+    pub fn as_slice(&self) -> Result<&[T], ArgumentError> {
         let data = self.host_ptr()?;
         self.require_c_contiguous("as_slice()")?;
         // SAFETY: `len` initialised, aligned, valid elements of host memory this argument holds
@@ -424,7 +418,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
 
 impl<'py, T: ArrayElement, D: Dimensions> TypedArray<'py, T, D, Write> {
     /// The elements in C order, writable: host data that is C-contiguous.
-    pub fn as_slice_mut(&mut self) -> PyResult<&mut [T]> {
+    pub fn as_slice_mut(&mut self) -> Result<&mut [T], ArgumentError> {
         let data = self.host_ptr_mut()?;
         self.require_c_contiguous("as_slice_mut()")?;
         // SAFETY: as `as_slice`, and the borrow registered at extraction is exclusive.
@@ -461,12 +455,9 @@ impl<'py, T: Element, const N: usize, A: Access> TypedArray<'py, T, Rank<N>, A> 
     /// What a CUDA kernel receives for this argument's device data (C order); launch it on
     /// `stream()`.
     #[cfg(feature = "cuda")]
-    pub fn device_indexer(&self) -> PyResult<crate::indexer::DeviceIndexer<'_, T, N>> {
+    pub fn device_indexer(&self) -> Result<crate::indexer::DeviceIndexer<'_, T, N>, ArgumentError> {
         if self.source.device.device_type != DeviceType::Cuda {
-            return Err(PyValueError::new_err(format!(
-                "a device indexer needs CUDA device data; this array is in host memory ({})",
-                describe(&self.object, Some(self.source.device))
-            )));
+            return Err(ArgumentError::HostData { arrived: describe(&self.object, Some(self.source.device)) });
         }
         self.require_c_contiguous("device_indexer()")?;
         Ok(crate::indexer::DeviceIndexer::new(self.source.data as u64, self.shape))

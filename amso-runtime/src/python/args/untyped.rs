@@ -8,7 +8,7 @@ use pyo3::Borrowed;
 
 use crate::device::Device;
 use crate::element::{DType, Element};
-use crate::python::args::{describe, name_the_argument, Access, Dimensions, Framework, TypedArray};
+use crate::python::args::{describe, name_the_argument, Access, ArgumentError, Dimensions, Framework, TypedArray};
 use crate::python::source::{self, Source};
 
 /// An array argument of any element type and rank, from any framework, holding its memory.
@@ -135,7 +135,7 @@ impl<'py> UntypedArray<'py> {
     /// The typed argument (any of `ArrayRef`, `ArrayMut`, `ArrayRefDyn`, `ArrayMutDyn`, named
     /// by the type it is assigned to), checked as extraction checks it: a mismatch is the same
     /// `TypeError` or `ValueError`.
-    pub fn into_typed<T: Element, D: Dimensions, A: Access>(self) -> PyResult<TypedArray<'py, T, D, A>> {
+    pub fn into_typed<T: Element, D: Dimensions, A: Access>(self) -> Result<TypedArray<'py, T, D, A>, ArgumentError> {
         TypedArray::check(self.object, self.source)
     }
 }

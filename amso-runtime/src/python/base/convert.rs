@@ -124,7 +124,7 @@ pub(in crate::python) enum DeviceArg {
     /// `'cpu'`.
     Cpu,
     /// `'cuda'` (no device number) or `'cuda:N'`.
-    Cuda(Option<DeviceId>),
+    Cuda(Option<i32>),
 }
 
 const DEVICE_FORMS: &str = "'cpu', 'cuda', 'cuda:N' (N a device number, as a.device gives it), or a DLPack \
@@ -148,7 +148,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DeviceArg {
                             let given = obj.repr().map(|r| r.to_string()).unwrap_or_default();
                             PyValueError::new_err(format!("unknown device {given}; accepted: {DEVICE_FORMS}"))
                         })?;
-                    Ok(DeviceArg::Cuda(Some(DeviceId::new(id)?)))
+                    Ok(DeviceArg::Cuda(Some(id))) // checked by `target_device`
                 }
             };
         }

@@ -8,7 +8,9 @@ use amso_macros::amso_array;
 use amso_runtime::cuda::{order_streams, with_stream, Kernel, LaunchConfig, PushKernelArg};
 use amso_runtime::dtypes::float8_e4m3fn;
 use amso_runtime::ndarray::{Array2, ShapeBuilder};
-use amso_runtime::python::{ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Framework, IntoFramework, UntypedArray};
+use amso_runtime::python::{
+    ArgumentError, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Framework, IntoFramework, UntypedArray,
+};
 use amso_runtime::records::Particle;
 use amso_runtime::{DeviceIndexer, DeviceType, Element, Stream};
 use pyo3::exceptions::PyValueError;
@@ -200,6 +202,22 @@ fn count_true(flags: ArrayRef<'_, bool, 1>) -> PyResult<usize> {
     Ok(flags.as_array()?.iter().filter(|&&flag| flag).count())
 }
 
+/// The sum of a float64 array, or what kept it from one, matched in Rust on the typed error
+/// (`ArgumentError`), as rust-numpy's `TypeError` and `NotContiguousError` are matched.
+#[pyfunction]
+fn sum_or_why(x: UntypedArray<'_>) -> PyResult<(Option<f64>, String)> {
+    let x: ArrayRefDyn<'_, f64> = match x.into_typed() {
+        Ok(x) => x,
+        Err(ArgumentError::Kind { dtype, ndim, .. }) => return Ok((None, format!("{dtype} in {ndim}-D"))),
+        Err(other) => return Err(other.into()),
+    };
+    match x.as_slice() {
+        Ok(values) => Ok((Some(values.iter().sum()), "contiguous".into())),
+        Err(ArgumentError::NotContiguous { strides, .. }) => Ok((None, format!("strides {strides:?}"))),
+        Err(other) => Err(other.into()),
+    }
+}
+
 /// The sum of any real array (bool, integer or floating point, any number of dimensions),
 /// dispatching on the dtype it arrives with.
 #[pyfunction]
@@ -328,6 +346,7 @@ fn amso_user_example(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(add_index_sum, module)?)?;
     module.add_function(wrap_pyfunction!(count_true, module)?)?;
     module.add_function(wrap_pyfunction!(sum_any, module)?)?;
+    module.add_function(wrap_pyfunction!(sum_or_why, module)?)?;
     module.add_function(wrap_pyfunction!(while_writing, module)?)?;
     module.add_function(wrap_pyfunction!(min_max, module)?)?;
     module.add_function(wrap_pyfunction!(float8_sum, module)?)?;

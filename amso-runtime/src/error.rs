@@ -85,15 +85,76 @@ pub enum Error {
         /// The driver's name and description of the code, or what went wrong.
         message: String,
     },
-    /// A kernel's source did not compile (the message carries NVRTC's log).
-    #[error("{0}")]
-    Compile(String),
+    /// A kernel's source did not compile: which kernel, for which architecture, NVRTC's
+    /// status and its log.
+    #[error("NVRTC could not compile kernel `{kernel}` for {arch} ({status}):\n{log}")]
+    Compile {
+        /// The kernel's entry point.
+        kernel: String,
+        /// The architecture compiled for (`sm_90`).
+        arch: String,
+        /// NVRTC's status (`NVRTC_ERROR_COMPILATION`).
+        status: String,
+        /// NVRTC's log.
+        log: String,
+    },
     /// An argument of a valid type but an invalid value.
     #[error("{0}")]
     InvalidArgument(String),
-    /// An operation a CUDA graph capture in progress does not allow (`cuda/capture.rs`).
-    #[error("{0}")]
-    Capture(String),
+    /// An operation a CUDA graph capture in progress does not allow (`cuda/capture.rs`): on
+    /// which stream, and why.
+    #[error("{}", problem.describe(*stream))]
+    Capture {
+        /// The capturing stream (or the one the problem is about).
+        stream: crate::device::Stream,
+        /// What the capture does not allow.
+        problem: CaptureProblem,
+    },
+}
+
+/// What a CUDA graph capture in progress does not allow (`Error::Capture`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CaptureProblem {
+    /// An operation a capture cannot hold (nothing was queued; the capture is still valid).
+    Uncapturable {
+        /// The operation.
+        operation: &'static str,
+        /// What to do instead.
+        remedy: &'static str,
+    },
+    /// The capture was invalidated by an earlier call.
+    Invalidated,
+    /// The legacy default stream, used while a blocking stream of its device captures.
+    LegacyStream,
+    /// Work ordered between two streams that capture different graphs.
+    TwoGraphs {
+        /// The other capturing stream.
+        other: crate::device::Stream,
+    },
+}
+
+impl CaptureProblem {
+    fn describe(&self, stream: crate::device::Stream) -> String {
+        match self {
+            CaptureProblem::Uncapturable { operation, remedy } => format!(
+                "{operation} cannot be captured into a CUDA graph (stream 0x{stream:x} is capturing); {remedy}. \
+                 Nothing was queued: the capture is still valid"
+            ),
+            CaptureProblem::Invalidated => format!(
+                "the CUDA graph capture on stream 0x{stream:x} was invalidated by an earlier call; end the capture \
+                 (its graph is lost) and capture again"
+            ),
+            CaptureProblem::LegacyStream => "the legacy default stream cannot be used while a blocking stream of its \
+                                             device is capturing; pass the capturing stream (stream=...) or a \
+                                             non-blocking one"
+                .into(),
+            CaptureProblem::TwoGraphs { other } => format!(
+                "streams 0x{stream:x} and 0x{other:x} are capturing two different CUDA graphs; work cannot be \
+                 ordered across them"
+            ),
+        }
+    }
 }
 
 /// What a too-big message adds for an empty shape (`empty`): why it can be too big at all.
@@ -163,7 +224,7 @@ impl Error {
             Error::WrongValueType(_) => code::TYPE,
             Error::OutOfMemory { .. } | Error::Cuda { code: Some(OUT_OF_MEMORY), .. } => code::MEMORY,
             Error::Locked { .. } | Error::StaleLock { .. } | Error::ExportRefused(_) => code::BUFFER,
-            Error::Unavailable(_) | Error::Cuda { .. } | Error::Compile(_) | Error::Capture(_) => code::RUNTIME,
+            Error::Unavailable(_) | Error::Cuda { .. } | Error::Compile { .. } | Error::Capture { .. } => code::RUNTIME,
         }
     }
 }
@@ -191,6 +252,58 @@ mod tests {
         assert_eq!(context.code(), code::RUNTIME, "an invalid context is not a memory error, whatever the text");
         let no_code = Error::Cuda { call: "the allocator's malloc", code: None, message: "it raised".into() };
         assert_eq!(no_code.code(), code::RUNTIME);
+    }
+
+    #[test]
+    fn a_compile_error_keeps_the_kernel_the_arch_and_the_log() {
+        let error = Error::Compile {
+            kernel: "scale".into(),
+            arch: "sm_90".into(),
+            status: "NVRTC_ERROR_COMPILATION".into(),
+            log: "amso_kernel.cu(3): error: identifier \"undefined_name\" is undefined".into(),
+        };
+        assert_eq!(error.code(), code::RUNTIME);
+        assert_eq!(
+            error.to_string(),
+            "NVRTC could not compile kernel `scale` for sm_90 (NVRTC_ERROR_COMPILATION):\n\
+             amso_kernel.cu(3): error: identifier \"undefined_name\" is undefined"
+        );
+        assert!(matches!(error, Error::Compile { ref kernel, .. } if kernel == "scale"));
+    }
+
+    #[test]
+    fn a_capture_error_keeps_the_stream_and_the_problem() {
+        use super::CaptureProblem;
+        use crate::device::Stream;
+        // SAFETY: these values are formatted, never given to the driver.
+        let (stream, other) = unsafe { (Stream::from_handle(0x7f00), Stream::from_handle(0x7f10)) };
+        let problem = CaptureProblem::Uncapturable { operation: "a synchronous move", remedy: "pass async_copy=True" };
+        let cases = [
+            (
+                problem,
+                "a synchronous move cannot be captured into a CUDA graph (stream 0x7f00 is capturing); pass \
+                 async_copy=True. Nothing was queued: the capture is still valid",
+            ),
+            (
+                CaptureProblem::Invalidated,
+                "the CUDA graph capture on stream 0x7f00 was invalidated by an earlier call; end the capture (its \
+                 graph is lost) and capture again",
+            ),
+            (
+                CaptureProblem::LegacyStream,
+                "the legacy default stream cannot be used while a blocking stream of its device is capturing; pass \
+                 the capturing stream (stream=...) or a non-blocking one",
+            ),
+            (
+                CaptureProblem::TwoGraphs { other },
+                "streams 0x7f00 and 0x7f10 are capturing two different CUDA graphs; work cannot be ordered across \
+                 them",
+            ),
+        ];
+        for (problem, text) in cases {
+            let error = Error::Capture { stream, problem };
+            assert_eq!((error.to_string().as_str(), error.code()), (text, code::RUNTIME));
+        }
     }
 
     #[test]

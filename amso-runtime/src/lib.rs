@@ -72,7 +72,7 @@ pub mod records;
 
 pub use device::{Device, DeviceId, DeviceType, Residence, Stream};
 pub use element::{dtypes, ArrayElement, DType, Element, Field, Float4E2M1FnX2, Scalar};
-pub use error::{Error, Result};
+pub use error::{CaptureProblem, Error, Result};
 pub use indexer::{DeviceIndexer, HostIndexer, HostIndexerMut};
 pub use kinds::{datetime, FixedBytes, FixedUnicode};
 pub use memarray::{ArrayOptions, ForeignMemory, LockGuard, MemArray};

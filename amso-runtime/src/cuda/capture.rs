@@ -33,7 +33,7 @@ use cudarc::driver::sys;
 
 use super::stream::StreamHandle;
 use crate::device::{DeviceId, Stream};
-use crate::error::Error;
+use crate::error::{CaptureProblem, Error};
 
 /// Whether a stream is capturing work into a CUDA graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,16 +81,12 @@ pub(crate) fn state(stream: StreamHandle) -> std::result::Result<Capture, sys::C
 /// The error for a stream whose state could not be used.
 pub(crate) fn state_error(stream: StreamHandle, device_id: DeviceId, code: sys::CUresult) -> Error {
     match code {
-        sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => Error::Capture(format!(
-            "the CUDA graph capture on stream 0x{:x} was invalidated by an earlier call; end the capture \
-             (its graph is lost) and capture again",
-            stream.stream()
-        )),
-        sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => Error::Capture(
-            "the legacy default stream cannot be used while a blocking stream of its device is capturing; \
-             pass the capturing stream (stream=...) or a non-blocking one"
-                .into(),
-        ),
+        sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => {
+            Error::Capture { stream: stream.stream(), problem: CaptureProblem::Invalidated }
+        }
+        sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => {
+            Error::Capture { stream: stream.stream(), problem: CaptureProblem::LegacyStream }
+        }
         code => Error::InvalidArgument(format!(
             "stream 0x{:x} is not a live CUDA stream of device {device_id} ({code:?})",
             stream.stream()
@@ -202,10 +198,6 @@ pub(crate) fn in_progress(device_id: Option<DeviceId>) -> bool {
 }
 
 /// The error for `what`, refused on capturing `stream` before anything was queued.
-pub(crate) fn refused(what: &str, stream: StreamHandle, remedy: &str) -> Error {
-    Error::Capture(format!(
-        "{what} cannot be captured into a CUDA graph (stream 0x{:x} is capturing); {remedy}. \
-         Nothing was queued: the capture is still valid",
-        stream.stream()
-    ))
+pub(crate) fn refused(operation: &'static str, stream: StreamHandle, remedy: &'static str) -> Error {
+    Error::Capture { stream: stream.stream(), problem: CaptureProblem::Uncapturable { operation, remedy } }
 }

@@ -135,10 +135,12 @@ fn compile(source: &str, name: &str, options: &[String], device_id: DeviceId) ->
             let _ = nvrtc::nvrtcGetProgramLogSize(program, &mut size);
             let mut log = vec![0u8; size.max(1)];
             let _ = nvrtc::nvrtcGetProgramLog(program, log.as_mut_ptr().cast());
-            Err(Error::Compile(format!(
-                "NVRTC could not compile kernel `{name}` for sm_{major}{minor} ({compiled:?}):\n{}",
-                String::from_utf8_lossy(&log).trim_end_matches('\0').trim_end()
-            )))
+            Err(Error::Compile {
+                kernel: name.to_owned(),
+                arch: format!("sm_{major}{minor}"),
+                status: format!("{compiled:?}"),
+                log: String::from_utf8_lossy(&log).trim_end_matches('\0').trim_end().to_owned(),
+            })
         };
         let _ = nvrtc::nvrtcDestroyProgram(&mut program);
         result

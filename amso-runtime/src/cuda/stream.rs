@@ -144,11 +144,10 @@ fn order_now(device_id: DeviceId, earlier: StreamHandle, later: Checked) -> Resu
             let _relaxed = capture::Relaxed::enter();
             earlier.borrow(device_id)?.synchronize().map_err(cuda_error("cuStreamSynchronize"))
         }
-        (Capture::Active(a), Capture::Active(b)) if a != b => Err(Error::Capture(format!(
-            "streams 0x{:x} and 0x{:x} are capturing two different CUDA graphs; work cannot be ordered across them",
-            earlier.stream(),
-            later.handle.stream()
-        ))),
+        (Capture::Active(a), Capture::Active(b)) if a != b => Err(Error::Capture {
+            stream: earlier.stream(),
+            problem: crate::error::CaptureProblem::TwoGraphs { other: later.handle.stream() },
+        }),
         _ => {
             // The event is destroyed (dropped) after being waited on, which the driver allows.
             let event = earlier.borrow(device_id)?.record_event(None).map_err(cuda_error("cuEventRecord"))?;

@@ -98,12 +98,12 @@ fuzz_target!(|bytes: &[u8]| {
         && !pinned_here
         && (readonly || !data_readonly)
         && address.is_multiple_of(CLASSES[plan.class].align);
-    let expected = match on_device {
-        Some(device_id) => RebuildMemory::Upload { device_id },
-        None if adopt => RebuildMemory::Adopt,
-        None => RebuildMemory::Copy { pinned: pinned_here },
-    };
-    assert_eq!(plan.memory, expected);
+    match (plan.memory, on_device) {
+        (RebuildMemory::Upload { device_id }, Some(id)) => assert_eq!(device_id.ordinal(), id),
+        (memory, None) if adopt => assert_eq!(memory, RebuildMemory::Adopt),
+        (memory, None) => assert_eq!(memory, RebuildMemory::Copy { pinned: pinned_here }),
+        (memory, Some(id)) => panic!("expected an upload to device {id}, planned {memory:?}"),
+    }
     let lost_device = device.is_some() && on_device.is_none();
     assert_eq!(plan.notes.len(), usize::from(lost_device) + usize::from(pinned && cuda_devices <= 0));
 

@@ -78,11 +78,18 @@ pub fn plan_export(current: Device, pinned: bool, request: &DlpackRequest) -> Re
                     "host devices have id 0 only, got dl_device=({device_type}, {device_id})"
                 )))
             }
-            // Managed memory is device memory: an export to it is an export from the device
-            // (a managed array's says kDLCUDAManaged).
-            Ok(DeviceType::CudaManaged) => Device::cuda(DeviceId::new(device_id)?),
             Ok(kind @ (DeviceType::Cpu | DeviceType::CudaHost)) => Device { device_type: kind, id: DeviceId::ZERO },
-            Ok(kind) => Device { device_type: kind, id: DeviceId::new(device_id)? },
+            // Managed memory is device memory: an export to it is an export from the device
+            // (a managed array's says kDLCUDAManaged). A device this machine lacks is one the
+            // producer cannot export to (BufferError, as the standard asks).
+            Ok(DeviceType::Cuda | DeviceType::CudaManaged) => match DeviceId::new(device_id) {
+                Ok(id) => Device::cuda(id),
+                Err(error) => {
+                    return Err(Error::ExportRefused(format!(
+                        "cannot export to dl_device=({device_type}, {device_id}): {error}"
+                    )))
+                }
+            },
             Err(_) => {
                 return Err(Error::ExportRefused(format!(
                     "cannot export to dl_device=({device_type}, {device_id}): amso exports to kDLCPU (1), kDLCUDA (2) \

@@ -268,7 +268,6 @@ mod tests {
             "NVRTC could not compile kernel `scale` for sm_90 (NVRTC_ERROR_COMPILATION):\n\
              amso_kernel.cu(3): error: identifier \"undefined_name\" is undefined"
         );
-        assert!(matches!(error, Error::Compile { ref kernel, .. } if kernel == "scale"));
     }
 
     #[test]

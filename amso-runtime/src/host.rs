@@ -187,39 +187,39 @@ impl Drop for HostBuffer {
     }
 }
 
-/// The host end of a host <-> device copy, which also says its direction: memory read and
-/// sent to the device, or memory the device's bytes are written to. Held as an address, so
+/// The host end of a host <-> device copy, which also says its direction: host memory copied
+/// to the device, or host memory the device's bytes are copied into. Held as an address, so
 /// that it crosses into the GIL-free section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HostEnd {
     /// Host memory read and copied to the device.
-    Read(usize),
+    ToDevice(usize),
     /// Host memory the device's bytes are written to.
-    Write(usize),
+    FromDevice(usize),
 }
 
 impl HostEnd {
-    /// A copy to the device from `src`.
-    pub(crate) fn read(src: *const u8) -> HostEnd {
-        HostEnd::Read(src as usize)
+    /// A copy of `src` to the device.
+    pub(crate) fn to_device(src: *const u8) -> HostEnd {
+        HostEnd::ToDevice(src as usize)
     }
 
     /// A copy from the device into `dst`.
-    pub(crate) fn write(dst: *mut u8) -> HostEnd {
-        HostEnd::Write(dst as usize)
+    pub(crate) fn from_device(dst: *mut u8) -> HostEnd {
+        HostEnd::FromDevice(dst as usize)
     }
 
     /// Whether the copy runs to the device.
     #[cfg(feature = "cuda")]
-    pub(crate) fn to_device(self) -> bool {
-        matches!(self, HostEnd::Read(_))
+    pub(crate) fn is_to_device(self) -> bool {
+        matches!(self, HostEnd::ToDevice(_))
     }
 
     /// The host memory's address.
     #[cfg(feature = "cuda")]
     pub(crate) fn address(self) -> usize {
         match self {
-            HostEnd::Read(address) | HostEnd::Write(address) => address,
+            HostEnd::ToDevice(address) | HostEnd::FromDevice(address) => address,
         }
     }
 }

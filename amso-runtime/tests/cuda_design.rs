@@ -112,8 +112,16 @@ fn your_own_kernel_through_the_rust_api() {
         assert_eq!(value, expected, "at ({i}, {j})");
     }
     let broken = Kernel::from_source("extern \"C\" __global__ void broken() { undefined_name; }", "broken");
-    let error = broken.function(DeviceId::ZERO).unwrap_err().to_string();
-    assert!(error.contains("could not compile kernel `broken`") && error.contains("undefined_name"), "{error}");
+    let error = broken.function(DeviceId::ZERO).unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("could not compile kernel `broken` for sm_") && text.contains("undefined_name"), "{text}");
+    // The facts, apart: which kernel, for which architecture, NVRTC's status and log.
+    let amso_runtime::Error::Compile { kernel, arch, status, log } = error else {
+        panic!("not a compile error: {text}")
+    };
+    assert_eq!((kernel.as_str(), status.as_str()), ("broken", "NVRTC_ERROR_COMPILATION"));
+    assert!(arch.starts_with("sm_") && arch[3..].bytes().all(|b| b.is_ascii_digit()), "{arch}");
+    assert!(log.contains("undefined_name") && !log.contains("NVRTC could not compile"), "{log}");
 }
 
 /// CUDA graph capture without any framework: `cuStreamBeginCapture` (cudarc) on a stream of

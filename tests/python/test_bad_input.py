@@ -49,6 +49,21 @@ def test_bad_device_ids_and_types():
     with pytest.raises(ValueError, match="device id 0 only"):
         a.move_memory(amso.dlpack.kDLCPU, 3)
     assert not a.on_device and not a.locked
+    for too_large in (lambda: amso.MemArray(2, np.float32, device_id=2**40), lambda: amso.memory_info(2**40)):
+        with pytest.raises(OverflowError):
+            too_large()
+    with pytest.raises(TypeError, match="device_id must be an int, got str"):
+        amso.memory_info("0")
+
+
+def test_a_give_back_naming_no_device_is_refused_and_counted():
+    """A plug-in's give-back (`_reclaim`) of a device id that names no device is refused and
+    counted as every refused give-back is; a reset of such a device takes back nothing."""
+    before = amso._amso._refused_frees()
+    with pytest.raises(ValueError, match="device_id must be >= 0, got -1"):
+        amso._amso._reclaim(0xDEAD0000, -1, 2)
+    assert amso._amso._refused_frees() == before + 1
+    assert amso._amso._reset_loans(2, -1) == 0
 
 
 @pytest.mark.skipif(amso.cuda.is_available(), reason="needs a machine without a CUDA driver")

@@ -100,7 +100,7 @@ def test_ordering_after_amso_work_and_before_a_torch_consumer():
 
 def test_compile_errors_and_wrong_arguments():
     broken = amso.cuda.Kernel('extern "C" __global__ void broken() { undefined_name; }', "broken")
-    with pytest.raises(RuntimeError, match="could not compile kernel `broken`(.|\n)*undefined_name"):
+    with pytest.raises(RuntimeError, match=r"could not compile kernel `broken` for sm_\d+ \(NVRTC_ERROR_COMPILATION\):\n(.|\n)*undefined_name"):
         broken(1, 1, ())
     missing = amso.cuda.Kernel('extern "C" __global__ void present() {}', "absent")
     with pytest.raises(ValueError, match="no kernel named `absent`"):

@@ -46,7 +46,7 @@ pub(crate) fn require() -> Result<()> {
     driver().map(drop)
 }
 
-/// Whether a CUDA driver is loaded and sees at least one device (every new array asks: without
+/// Whether a CUDA driver is loaded and sees at least one device (`DeviceId::new` asks: without
 /// building the error `driver` would).
 pub fn is_available() -> bool {
     loaded().as_ref().is_ok_and(|d| d.device_count > 0)

@@ -163,13 +163,13 @@ pub(crate) unsafe fn copy(
         match host {
             // SAFETY: the caller guarantees both ranges; the context is current.
             _ if !pinned && bytes >= PIPELINE_MIN => unsafe { staged(device, host, bytes, stream) },
-            HostEnd::Read(src) => {
+            HostEnd::ToDevice(src) => {
                 // SAFETY: the caller guarantees both ranges.
                 unsafe { sys::cuMemcpyHtoDAsync_v2(device, src as *const std::ffi::c_void, bytes, stream.raw()) }
                     .result()
                     .map_err(cuda_error("cuMemcpyHtoDAsync"))
             }
-            HostEnd::Write(dst) => {
+            HostEnd::FromDevice(dst) => {
                 // SAFETY: the caller guarantees both ranges.
                 unsafe { sys::cuMemcpyDtoHAsync_v2(dst as *mut std::ffi::c_void, device, bytes, stream.raw()) }
                     .result()
@@ -186,7 +186,7 @@ pub(crate) unsafe fn copy(
 }
 
 /// A pageable copy of `bytes` between the caller's host memory at `host` and `device`, through
-/// a staging ring: the crew fills the slots and the engine sends them (`HostEnd::Read`), or the
+/// a staging ring: the crew fills the slots and the engine sends them (`HostEnd::ToDevice`), or the
 /// engine fills them and the crew drains them into the caller's memory with non-temporal
 /// stores (`staging/streaming_copy.rs`). Returns once the caller's memory may be reused.
 ///
@@ -194,7 +194,7 @@ pub(crate) unsafe fn copy(
 /// `host` holds `bytes` bytes, readable when sending and writable when receiving; `device`
 /// holds `bytes` on the device whose context is current.
 unsafe fn staged(device: sys::CUdeviceptr, host: HostEnd, bytes: usize, stream: StreamHandle) -> Result<()> {
-    let (to_device, host) = (host.to_device(), host.address());
+    let (to_device, host) = (host.is_to_device(), host.address());
     let staging = Staging::take(stream)?;
     let chunks = chunks(bytes);
     let engine = Copies { staging: &staging, chunks: &chunks, device, to_device };

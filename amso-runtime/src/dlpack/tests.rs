@@ -42,7 +42,10 @@ fn device_copy_and_stream_rules_on_the_host() {
     let to_gpu = plan(with(Some((2, 0)), None, Some(7))).unwrap();
     assert_eq!((to_gpu.copy, to_gpu.target, to_gpu.consumer_stream), (true, Device::cuda(DeviceId::ZERO), None));
     let negative = plan(with(Some((2, -1)), None, None)).unwrap_err();
-    assert!(matches!(negative, Error::InvalidArgument(ref m) if m.contains("device_id must be >= 0")), "{negative}");
+    assert!(
+        matches!(negative, Error::ExportRefused(ref m) if m.contains("dl_device=(2, -1): device_id must be >= 0")),
+        "{negative}"
+    );
     assert!(plan(with(None, None, Some(-1))).is_ok());
     assert!(matches!(plan(with(None, None, Some(0))), Err(Error::InvalidArgument(_))));
     assert!(matches!(plan(with(None, None, Some(-7))), Err(Error::InvalidArgument(_))));

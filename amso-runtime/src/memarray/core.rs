@@ -241,7 +241,7 @@ impl ArrayCore {
                 let (src, bytes, pinned) = (self.host.as_ptr().cast_const(), self.nbytes(), self.host.is_pinned());
                 // SAFETY: the host buffer holds `bytes` and lives as long as the array (and a
                 // pinned asynchronous copy is ordered before any later use of it).
-                unsafe { self.device.copy(target.id, HostEnd::read(src), bytes, pinned, stream, !async_copy) }?;
+                unsafe { self.device.copy(target.id, HostEnd::to_device(src), bytes, pinned, stream, !async_copy) }?;
                 self.device_id = target.id;
                 self.residence = Residence::Device;
                 Ok(())
@@ -254,7 +254,9 @@ impl ArrayCore {
             (DeviceType::Cpu, Residence::Device) => {
                 let (dst, bytes, pinned) = (self.host.as_ptr(), self.nbytes(), self.host.is_pinned());
                 // SAFETY: the host buffer holds `bytes`; see above for asynchronous copies.
-                unsafe { self.device.copy(self.device_id, HostEnd::write(dst), bytes, pinned, stream, !async_copy) }?;
+                unsafe {
+                    self.device.copy(self.device_id, HostEnd::from_device(dst), bytes, pinned, stream, !async_copy)
+                }?;
                 self.residence = Residence::Host;
                 Ok(())
             }
@@ -337,7 +339,7 @@ impl ArrayCore {
             }
             check_access(self.lock, None)?;
             // SAFETY: forwarded from the caller; the device memory is this array's.
-            return unsafe { self.device.copy(self.device_id, HostEnd::read(src), nbytes, false, stream, false) };
+            return unsafe { self.device.copy(self.device_id, HostEnd::to_device(src), nbytes, false, stream, false) };
         }
         // SAFETY: forwarded from the caller.
         unsafe { self.copy_from(src, nbytes, None) }

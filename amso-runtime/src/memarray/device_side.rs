@@ -202,8 +202,8 @@ impl DeviceSide {
             let stream = self.begin(device_id, stream)?;
             refuse_uncapturable(stream, pinned, synchronize)?;
             let device = match host {
-                HostEnd::Read(_) => self.ensure(device_id, bytes, stream)?.ptr(),
-                HostEnd::Write(_) => self.memory.as_ref().ok_or_else(no_device_memory)?.ptr(),
+                HostEnd::ToDevice(_) => self.ensure(device_id, bytes, stream)?.ptr(),
+                HostEnd::FromDevice(_) => self.memory.as_ref().ok_or_else(no_device_memory)?.ptr(),
             };
             // SAFETY: the device memory holds `bytes` (ensured, or the array's own); the caller
             // vouches for the host end.
@@ -301,7 +301,7 @@ impl DeviceSide {
             // another stream stays valid (they see the data as it is, see `cuda/capture.rs`).
             let _relaxed = capture::Relaxed::enter();
             stream::synchronize(device_id, self.last)?;
-            let host = if write { HostEnd::Read(host) } else { HostEnd::Write(host) };
+            let host = if write { HostEnd::ToDevice(host) } else { HostEnd::FromDevice(host) };
             // SAFETY: the caller guarantees both ranges; the copies are synchronous.
             unsafe { transfer::copy(device_id, host, address, len, false, StreamHandle::LEGACY) }?;
             stream::synchronize(device_id, StreamHandle::LEGACY)

@@ -159,7 +159,7 @@ fn copy_to_device(
             unsafe {
                 transfer::copy(
                     raw.device_id,
-                    HostEnd::write(buffer.as_ptr()),
+                    HostEnd::from_device(buffer.as_ptr()),
                     source,
                     bytes,
                     false,
@@ -174,7 +174,9 @@ fn copy_to_device(
             let own = stream::amso_stream(target.id)?;
             if residence == Residence::Host {
                 // SAFETY: both hold `bytes`; synchronised below before the host buffer can change.
-                unsafe { transfer::copy(target.id, HostEnd::read(raw.host), memory.ptr(), bytes, raw.pinned, own) }?;
+                unsafe {
+                    transfer::copy(target.id, HostEnd::to_device(raw.host), memory.ptr(), bytes, raw.pinned, own)
+                }?;
             } else {
                 stream::synchronize(raw.device_id, raw.device.stream())?;
                 // SAFETY: both hold `bytes`; the source's earlier work is complete.

@@ -15,6 +15,7 @@ use crate::cuda::loans;
 use crate::cuda::pool::{Client, Request, CLIENTS};
 use crate::device::{DeviceId, Stream};
 use crate::error::Error;
+use crate::python::base::convert::StreamValue;
 
 fn client(number: u32) -> PyResult<Client> {
     Client::from_number(number).ok_or_else(|| {
@@ -54,11 +55,11 @@ pub(super) fn lend(
     py: Python<'_>,
     size: usize,
     device_id: DeviceId,
-    stream: Stream,
+    stream: StreamValue,
     client_number: u32,
     shareable: bool,
 ) -> PyResult<u64> {
-    Ok(lend_to(py, size, device_id, stream, client_number, shareable)?.0)
+    Ok(lend_to(py, size, device_id, stream.0, client_number, shareable)?.0)
 }
 
 /// `_reclaim(ptr, device_id, client, stream=None, size=None)`: give back a loan, freed after
@@ -70,13 +71,14 @@ pub(super) fn lend(
 pub(super) fn reclaim(
     py: Python<'_>,
     ptr: u64,
-    device_id: DeviceId,
+    device_id: i32, // a plug-in's; a device this machine lacks is a refused give-back, counted
     client_number: u32,
-    stream: Option<Stream>,
+    stream: Option<StreamValue>,
     size: Option<usize>,
 ) -> PyResult<()> {
     let client = client(client_number)?;
-    let back = loans::GiveBack { bytes: size, stream, serial: None };
+    let device_id = DeviceId::new(device_id).inspect_err(|_| loans::count_refused())?;
+    let back = loans::GiveBack { bytes: size, stream: stream.map(|StreamValue(stream)| stream), serial: None };
     py.detach(|| loans::reclaim(device_id, ptr, client, back))
         .map_err(|refusal| PyValueError::new_err(refusal.message(ptr, device_id)))
 }
@@ -85,9 +87,10 @@ pub(super) fn reclaim(
 /// context was reset); how many.
 #[pyfunction]
 #[pyo3(name = "_reset_loans")]
-pub(super) fn reset_loans(py: Python<'_>, client_number: u32, device_id: DeviceId) -> PyResult<usize> {
+pub(super) fn reset_loans(py: Python<'_>, client_number: u32, device_id: i32) -> PyResult<usize> {
     let client = client(client_number)?;
-    Ok(py.detach(|| loans::reset(client, device_id)))
+    // A device this machine lacks holds no loans (a plug-in's id, raw).
+    Ok(DeviceId::new(device_id).map_or(0, |device_id| py.detach(|| loans::reset(client, device_id))))
 }
 
 /// `_refused_frees()`: gives-back refused so far (double frees, foreign addresses, ...).
@@ -123,11 +126,11 @@ impl Loan {
         py: Python<'_>,
         size: usize,
         device_id: DeviceId,
-        stream: Stream,
+        stream: StreamValue,
         client_number: u32,
         shareable: bool,
     ) -> PyResult<Loan> {
-        let (ptr, serial, client) = lend_to(py, size, device_id, stream, client_number, shareable)?;
+        let (ptr, serial, client) = lend_to(py, size, device_id, stream.0, client_number, shareable)?;
         Ok(Loan { ptr, serial, size, device_id, client, released: AtomicBool::new(false) })
     }
 

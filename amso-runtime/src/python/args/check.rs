@@ -173,8 +173,10 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                 if source.numpy_kind.as_deref() == Some("object") {
                     // `Py<PyAny>` is never NULL; NumPy reads NULL entries (of arrays C code made
                     // without filling them) as None.
-                    let filled = if aligned && strided::is_c_contiguous(shape_ref, strides_ref) {
-                        // SAFETY: `size` aligned, readable pointers (the extent was checked above).
+                    let words = source.data.is_multiple_of(align_of::<usize>());
+                    let filled = if words && strided::is_c_contiguous(shape_ref, strides_ref) {
+                        // SAFETY: `size` readable pointers, aligned as `usize` (the extent was
+                        // checked above; an object array's elements are pointers).
                         let entries = unsafe { std::slice::from_raw_parts(source.data as *const usize, size) };
                         // Without stopping at the first NULL (a refusal is rare), so that the
                         // compiler reads several entries per instruction.

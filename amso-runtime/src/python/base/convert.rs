@@ -485,19 +485,28 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DeviceId {
     type Error = PyErr;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let id = obj
-            .extract::<i32>()
-            .map_err(|_| PyTypeError::new_err(format!("device_id must be an int, got {}", type_name(&obj))))?;
+        let id = obj.extract::<i32>().map_err(|error| match error.is_instance_of::<PyOverflowError>(obj.py()) {
+            true => error, // an int, too large for a device id
+            false => PyTypeError::new_err(format!("device_id must be an int, got {}", type_name(&obj))),
+        })?;
         Ok(DeviceId::new(id)?)
     }
 }
 
-/// A stream from Python as its protocol value (an int; 0 is the legacy default stream).
-impl<'a, 'py> FromPyObject<'a, 'py> for Stream {
+/// A stream a Python caller names by its protocol value (an int; 0 is the legacy default
+/// stream), for amso's own Python functions only: making a `Stream` from a handle is `unsafe`
+/// in Rust, and this type is not public, so no other crate's function gets one this way.
+pub(in crate::python) struct StreamValue(pub(in crate::python) Stream);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for StreamValue {
     type Error = PyErr;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        Ok(Stream::reported(obj.extract::<i64>()?))
+        let value = obj.extract::<i64>()?;
+        // SAFETY: Python callers vouch for the handles they pass, as everywhere in amso (a
+        // made-up handle is refused where the driver reports it, or is the caller's fault, as
+        // in every CUDA library).
+        Ok(StreamValue(unsafe { Stream::from_protocol(value) }))
     }
 }
 

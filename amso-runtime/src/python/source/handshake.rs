@@ -11,6 +11,7 @@ use pyo3::{ffi, intern};
 use crate::device::{Device, DeviceId, DeviceType, Stream};
 use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::element::DType;
+use crate::python::base::convert::StreamValue;
 use crate::python::source::{work_stream, Described, Holder, Producer, Request, Source};
 
 /// Take `obj`'s tensor through `__dlpack__`: versioned (`max_version`), with the stream
@@ -127,7 +128,8 @@ pub(crate) fn parse_interface(obj: &Bound<'_, PyAny>) -> PyResult<Interface> {
     let (address, readonly): (usize, bool) = typed(field("data")?, "data", "a (pointer, read_only) tuple")?;
     let strides: Option<Vec<i64>> =
         optional("strides")?.map(|s| typed(s, "strides", "None or a tuple of ints")).transpose()?;
-    let stream: Option<Stream> = optional("stream")?.map(|s| typed(s, "stream", "None or an int")).transpose()?;
+    let stream: Option<StreamValue> = optional("stream")?.map(|s| typed(s, "stream", "None or an int")).transpose()?;
+    let stream = stream.map(|StreamValue(stream)| stream);
     crate::memarray::foreign::check_dims(&dims)?;
     if strides.as_ref().is_some_and(|s| s.len() != dims.len()) {
         return Err(PyValueError::new_err(format!(

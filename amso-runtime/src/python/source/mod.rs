@@ -36,7 +36,7 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 
 use dlpark::ffi::{DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
@@ -447,22 +447,24 @@ fn from_exchange(obj: &Bound<'_, PyAny>, table: &'static DLPackExchangeAPI) -> P
     let tensor = unsafe { ManagedTensor::from_raw(RawManaged::Versioned(tensor)) };
     let mut source = from_tensor(tensor)?;
     if source.device.device_type == DeviceType::Cuda {
-        source.stream = Some(producer_stream(obj.py(), table, source.device.id)?);
+        source.stream = Some(framework_stream(obj.py(), table, source.device.id)?);
     }
     Ok(source)
 }
 
-/// The producer's current work stream on CUDA device `device_id` (NULL: the legacy default).
-fn producer_stream(py: Python<'_>, table: &DLPackExchangeAPI, device_id: DeviceId) -> PyResult<Stream> {
+/// The current work stream a framework's exchange API reports on CUDA device `device_id`
+/// (NULL: the legacy default stream): where a producer's data is ready (acquiring an argument)
+/// or where a consumer works (handing a result over).
+pub(crate) fn framework_stream(py: Python<'_>, table: &DLPackExchangeAPI, device_id: DeviceId) -> PyResult<Stream> {
     let Some(current) = table.current_work_stream else { return Ok(Stream::LEGACY) };
     let mut stream: *mut c_void = std::ptr::null_mut();
-    // SAFETY: the producer's function with a writable output; the GIL is held.
+    // SAFETY: the framework's function with a writable output; the GIL is held.
     if unsafe { current(DLDeviceType::CUDA, device_id.ordinal(), &mut stream) } != 0 {
-        return Err(
-            PyErr::take(py).unwrap_or_else(|| PyValueError::new_err("the producer's current_work_stream failed"))
-        );
+        return Err(PyErr::take(py).unwrap_or_else(|| {
+            PyRuntimeError::new_err("the framework's current_work_stream failed without saying why")
+        }));
     }
-    // SAFETY: the producer's current stream for its live data, or NULL (the legacy default).
+    // SAFETY: the framework's current stream on the device, alive while its data is, or NULL.
     Ok(unsafe { Stream::from_handle(stream as usize) })
 }
 

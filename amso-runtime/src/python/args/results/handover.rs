@@ -5,7 +5,7 @@ use std::any::Any;
 use std::ffi::{c_void, CStr};
 use std::sync::{Arc, Mutex};
 
-use dlpark::ffi::{DLDeviceType, DLPackExchangeAPI, DLPackVersion};
+use dlpark::ffi::DLPackVersion;
 use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -74,7 +74,7 @@ impl<O: Owner> Handover<O> {
         if let Some(table) = framework.exchange_table(py)? {
             if let Some(to_object) = table.managed_tensor_to_py_object_no_sync {
                 if self.device.device_type == DeviceType::Cuda {
-                    let consumer = consumer_stream(py, table, self.device.id)?;
+                    let consumer = crate::python::source::framework_stream(py, table, self.device.id)?;
                     order(self.device.id, self.stream, Some(consumer))?;
                 }
                 let RawManaged::Versioned(raw) = self.into_tensor(VERSIONED).into_raw() else {
@@ -228,22 +228,6 @@ impl Owner for Arc<dyn Any + Send + Sync> {
     fn into_arc(self) -> Arc<dyn Any + Send + Sync> {
         self
     }
-}
-
-/// The framework's current stream on CUDA device `device_id` (NULL: the legacy default).
-pub(in crate::python::args) fn consumer_stream(
-    py: Python<'_>,
-    table: &DLPackExchangeAPI,
-    device_id: DeviceId,
-) -> PyResult<Stream> {
-    let Some(current) = table.current_work_stream else { return Ok(Stream::LEGACY) };
-    let mut stream: *mut c_void = std::ptr::null_mut();
-    // SAFETY: the framework's function with a writable output; the GIL is held.
-    if unsafe { current(DLDeviceType::CUDA, device_id.ordinal(), &mut stream) } != 0 {
-        return Err(PyErr::take(py).unwrap_or_else(|| PyRuntimeError::new_err("current_work_stream failed")));
-    }
-    // SAFETY: the framework's current stream on the device, or NULL (the legacy default).
-    Ok(unsafe { Stream::from_handle(stream as usize) })
 }
 
 /// Order work on `later` after the producer's work on `earlier` (device `device_id`).

@@ -170,26 +170,12 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                     check_each(source.data, shape_ref, strides_ref, itemsize, valid)
                         .map_err(|()| refuse::<T, D, A>(Refusal::RecordBools, &object, &source))?;
                 }
+                // `Py<PyAny>` is never NULL; NumPy reads NULL entries (of arrays C code made
+                // without filling them) as None.
                 if source.numpy_kind.as_deref() == Some("object") {
-                    // `Py<PyAny>` is never NULL; NumPy reads NULL entries (of arrays C code made
-                    // without filling them) as None.
-                    let words = source.data.is_multiple_of(align_of::<usize>());
-                    let filled = if words && strided::is_c_contiguous(shape_ref, strides_ref) {
-                        // SAFETY: `size` readable pointers, aligned as `usize` (the extent was
-                        // checked above; an object array's elements are pointers).
-                        let entries = unsafe { std::slice::from_raw_parts(source.data as *const usize, size) };
-                        // Without stopping at the first NULL (a refusal is rare), so that the
-                        // compiler reads several entries per instruction.
-                        entries.iter().fold(0, |nulls, &entry| nulls | usize::from(entry == 0)) == 0
-                    } else {
-                        let non_null = |entry: *const u8| {
-                            // SAFETY: one readable pointer per element (the extent was checked
-                            // above), read unaligned: a misaligned array is staged below.
-                            !unsafe { entry.cast::<*const ffi::PyObject>().read_unaligned() }.is_null()
-                        };
-                        check_each(source.data, shape_ref, strides_ref, itemsize, non_null).is_ok()
-                    };
-                    if !filled {
+                    // SAFETY: an object array's elements are pointers, readable (the extent was
+                    // checked above).
+                    if !unsafe { objects_filled(source.data, shape_ref, strides_ref, size) } {
                         return Err(refuse::<T, D, A>(Refusal::NullObjects, &object, &source));
                     }
                 }
@@ -285,6 +271,26 @@ fn device_alignment<T: ArrayElement>() -> usize {
         true => size_of::<T>(),
         false => align_of::<T>(),
     }
+}
+
+/// Whether no entry of an object array (`size` pointers at `data`, strides in elements) is
+/// NULL. An aligned C-contiguous one is read as one slice, without stopping at the first NULL
+/// (a refusal is rare), so that the compiler reads several entries per instruction.
+///
+/// # Safety
+/// Every element's pointer is readable.
+unsafe fn objects_filled(data: usize, shape: &[usize], strides: &[isize], size: usize) -> bool {
+    if data.is_multiple_of(align_of::<usize>()) && strided::is_c_contiguous(shape, strides) {
+        // SAFETY: `size` readable pointers (the caller's contract), aligned as `usize`.
+        let entries = unsafe { std::slice::from_raw_parts(data as *const usize, size) };
+        return entries.iter().fold(0, |nulls, &entry| nulls | usize::from(entry == 0)) == 0;
+    }
+    let non_null = |entry: *const u8| {
+        // SAFETY: one readable pointer per element (the caller's contract), read unaligned: a
+        // misaligned array is staged after the check.
+        !unsafe { entry.cast::<*const ffi::PyObject>().read_unaligned() }.is_null()
+    };
+    check_each(data, shape, strides, size_of::<usize>(), non_null).is_ok()
 }
 
 /// Whether `valid` holds for the address of every element of a strided array (strides in

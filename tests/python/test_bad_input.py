@@ -54,6 +54,9 @@ def test_bad_device_ids_and_types():
             too_large()
     with pytest.raises(TypeError, match="device_id must be an int, got str"):
         amso.memory_info("0")
+    # A device no machine has is one the producer cannot export to: DLPack's BufferError.
+    with pytest.raises(BufferError, match=r"cannot export to dl_device=\(2, -1\): device_id must be >= 0, got -1"):
+        a.__dlpack__(dl_device=(2, -1))
 
 
 def test_a_give_back_naming_no_device_is_refused_and_counted():

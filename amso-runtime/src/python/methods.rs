@@ -46,7 +46,8 @@ fn target_device(array: &RawView<'_>, device_type: Option<i32>, device_id: Optio
 }
 
 /// Parse `move_memory`'s `(device_type, device_id)`, where the device may be named (`'cpu'`,
-/// `'cuda'`, `'cuda:N'`) as well as given as a DLPack code.
+/// `'cuda'`, `'cuda:N'`) as well as given as a DLPack code. The raw id (the caller's) is
+/// checked by `target_device`, after the conflict with a named device.
 fn named_target(array: &RawView<'_>, device: DeviceArg, device_id: Option<i32>) -> PyResult<Device> {
     match device {
         DeviceArg::Code(code) => target_device(array, Some(code), device_id),

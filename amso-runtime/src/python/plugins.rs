@@ -202,7 +202,8 @@ static REPORTED: AtomicU32 = AtomicU32::new(0);
 /// of memory (PyTorch then reports it; see docs/memory.md for its limits). Never unwinds.
 ///
 /// # Safety
-/// Called by PyTorch with a device it manages and one of its streams.
+/// Called by PyTorch with a device it manages and one of its streams. (`device` is PyTorch's C
+/// ABI, a raw id: checked here with `DeviceId::new`.)
 #[no_mangle]
 pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, stream: *mut c_void) -> *mut c_void {
     let stream = if stream.is_null() { 1 } else { stream as usize as i64 };
@@ -224,7 +225,8 @@ pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, str
 /// refused and reported on stderr (the first 10), never freed. Never unwinds.
 ///
 /// # Safety
-/// Called by PyTorch with what `amso_torch_alloc` returned and the same size and device.
+/// Called by PyTorch with what `amso_torch_alloc` returned and the same size and device. (A
+/// `device` this machine lacks is a refused give-back, counted.)
 #[no_mangle]
 pub(crate) unsafe extern "C" fn amso_torch_free(ptr: *mut c_void, size: usize, device: c_int, stream: *mut c_void) {
     let stream = if stream.is_null() { 1 } else { stream as usize as i64 };

@@ -345,7 +345,7 @@ impl SharedHandle {
 
     /// An amso array over the shared memory, on this process's device with the memory's GPU
     /// (`device_id`, if given, must be that device). In the exporting process itself, a plain
-    /// reference to the same memory.
+    /// reference to the same memory. (`device_id` stays the caller's raw id: see `open` below.)
     #[pyo3(signature = (device_id = None))]
     fn open(&self, py: Python<'_>, device_id: Option<i32>) -> PyResult<Py<PyAny>> {
         open(py, &self.handle, device_id)

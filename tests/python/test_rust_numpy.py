@@ -230,6 +230,10 @@ def test_typed_errors_are_matched_in_rust_and_raised_as_before():
         ue.extract_one(np.zeros(3, np.int32))
     with pytest.raises(ValueError, match=r"as_slice\(\) needs a C-contiguous array; this one has strides \[2\]"):
         ue.min_max(np.arange(8.0)[::2])
+    bools = np.array([True, False, True])
+    bools.view(np.uint8)[1] = 2  # a bool byte other than 0 and 1: refused by into_typed (sum_any)
+    with pytest.raises(ValueError, match="the bool array holds bytes other than 0 and 1"):
+        ue.sum_any(bools)
 
 
 def test_untyped_arguments_report_what_they_cannot_take():

@@ -41,6 +41,13 @@ fn device_copy_and_stream_rules_on_the_host() {
     assert!(matches!(refused, Error::ExportRefused(ref m) if m.contains("copy=False")), "{refused}");
     let to_gpu = plan(with(Some((2, 0)), None, Some(7))).unwrap();
     assert_eq!((to_gpu.copy, to_gpu.target, to_gpu.consumer_stream), (true, Device::cuda(DeviceId::ZERO), None));
+    // Device 1: the plan's target where this machine has it (always without a driver, which
+    // checks no range), a BufferError where it does not.
+    match (DeviceId::new(1), plan(with(Some((2, 1)), None, None))) {
+        (Ok(one), Ok(to_one)) => assert_eq!((to_one.copy, to_one.target), (true, Device::cuda(one))),
+        (Err(_), Err(refused)) => assert!(matches!(refused, Error::ExportRefused(ref m) if m.contains("(2, 1)"))),
+        (id, planned) => panic!("device 1 is {id:?}, and its plan {planned:?}"),
+    }
     let negative = plan(with(Some((2, -1)), None, None)).unwrap_err();
     assert!(
         matches!(negative, Error::ExportRefused(ref m) if m.contains("dl_device=(2, -1): device_id must be >= 0")),

@@ -86,8 +86,25 @@ impl ShapeArg {
 /// for "no stream given".
 pub(in crate::python) struct StreamArg(pub Option<Stream>);
 
-fn handle(value: i64) -> StreamArg {
-    StreamArg(Some(Stream::reported(value)))
+/// The stream a Python caller names by its protocol value: the one place where a Python int
+/// becomes a `Stream` (making one from a handle is `unsafe` in Rust; these types are amso's
+/// own, so no other crate's function gets one this way).
+fn python_stream(value: i64) -> Stream {
+    // SAFETY: Python callers vouch for the handles they pass, as everywhere in amso (a made-up
+    // handle is refused where the driver reports it, or is the caller's fault, as in every
+    // CUDA library).
+    unsafe { Stream::from_protocol(value) }
+}
+
+/// A stream an amso Python function takes as an int only (`_lend`, the interface's `stream`).
+pub(in crate::python) struct StreamValue(pub(in crate::python) Stream);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for StreamValue {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(StreamValue(python_stream(obj.extract::<i64>()?)))
+    }
 }
 
 impl<'a, 'py> FromPyObject<'a, 'py> for StreamArg {
@@ -98,7 +115,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for StreamArg {
             return Ok(StreamArg(None));
         }
         if let Ok(value) = obj.extract::<i64>() {
-            return Ok(handle(value));
+            return Ok(StreamArg(Some(python_stream(value))));
         }
         let wanted = "a stream: None, an int handle, or an object with __cuda_stream__ (a torch or cuda.core stream)";
         let protocol = obj
@@ -112,7 +129,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for StreamArg {
                 returned.repr().map(|r| r.to_string()).unwrap_or_default()
             ))
         })?;
-        Ok(handle(value))
+        Ok(StreamArg(Some(python_stream(value))))
     }
 }
 
@@ -490,23 +507,6 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DeviceId {
             false => PyTypeError::new_err(format!("device_id must be an int, got {}", type_name(&obj))),
         })?;
         Ok(DeviceId::new(id)?)
-    }
-}
-
-/// A stream a Python caller names by its protocol value (an int; 0 is the legacy default
-/// stream), for amso's own Python functions only: making a `Stream` from a handle is `unsafe`
-/// in Rust, and this type is not public, so no other crate's function gets one this way.
-pub(in crate::python) struct StreamValue(pub(in crate::python) Stream);
-
-impl<'a, 'py> FromPyObject<'a, 'py> for StreamValue {
-    type Error = PyErr;
-
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let value = obj.extract::<i64>()?;
-        // SAFETY: Python callers vouch for the handles they pass, as everywhere in amso (a
-        // made-up handle is refused where the driver reports it, or is the caller's fault, as
-        // in every CUDA library).
-        Ok(StreamValue(unsafe { Stream::from_protocol(value) }))
     }
 }
 

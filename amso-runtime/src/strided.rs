@@ -6,44 +6,40 @@
 use std::ops::{Deref, DerefMut};
 
 /// How many dimensions `Dims` holds without allocating.
-const INLINE: usize = 8;
+const INLINE: usize = 4;
 
-/// A short list of dimensions or strides, inline up to 8 entries (every amso array; NumPy
-/// allows 64, which then take one allocation).
+/// A short list of dimensions or strides, inline up to 4 entries (NumPy allows 64; more than 4
+/// take one allocation). Small, since a typed argument of any rank carries two and moves
+/// several times on its way into a function.
 #[derive(Clone)]
-pub struct Dims<T: Copy + Default> {
-    len: usize,
-    inline: [T; INLINE],
-    heap: Option<Box<[T]>>,
+pub struct Dims<T: Copy + Default>(Storage<T>);
+
+#[derive(Clone)]
+enum Storage<T: Copy + Default> {
+    Inline { len: u8, values: [T; INLINE] },
+    Heap(Box<[T]>),
 }
 
 impl<T: Copy + Default> Dims<T> {
     /// The entries `values` yields, `len` of them (missing ones are `T::default()`).
     #[inline]
     pub(crate) fn collect(len: usize, values: impl IntoIterator<Item = T>) -> Self {
-        let mut dims = Dims { len, inline: [T::default(); INLINE], heap: None };
         if len <= INLINE {
-            for (slot, value) in dims.inline[..len].iter_mut().zip(values) {
+            let mut inline = [T::default(); INLINE];
+            for (slot, value) in inline[..len].iter_mut().zip(values) {
                 *slot = value;
             }
-        } else {
-            let mut heap: Vec<T> = values.into_iter().take(len).collect();
-            heap.resize(len, T::default());
-            dims.heap = Some(heap.into_boxed_slice());
+            return Dims(Storage::Inline { len: len as u8, values: inline });
         }
-        dims
+        let mut heap: Vec<T> = values.into_iter().take(len).collect();
+        heap.resize(len, T::default());
+        Dims(Storage::Heap(heap.into_boxed_slice()))
     }
 
     /// A copy of `values`.
     #[inline]
     pub(crate) fn from_slice(values: &[T]) -> Self {
-        let len = values.len();
-        if len <= INLINE {
-            let mut inline = [T::default(); INLINE];
-            inline[..len].copy_from_slice(values);
-            return Dims { len, inline, heap: None };
-        }
-        Dims { len, inline: [T::default(); INLINE], heap: Some(values.into()) }
+        Dims::collect(values.len(), values.iter().copied())
     }
 }
 
@@ -52,9 +48,9 @@ impl<T: Copy + Default> Deref for Dims<T> {
 
     #[inline]
     fn deref(&self) -> &[T] {
-        match &self.heap {
-            None => &self.inline[..self.len],
-            Some(heap) => heap,
+        match &self.0 {
+            Storage::Inline { len, values } => &values[..usize::from(*len)],
+            Storage::Heap(heap) => heap,
         }
     }
 }
@@ -62,9 +58,9 @@ impl<T: Copy + Default> Deref for Dims<T> {
 impl<T: Copy + Default> DerefMut for Dims<T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut [T] {
-        match &mut self.heap {
-            None => &mut self.inline[..self.len],
-            Some(heap) => heap,
+        match &mut self.0 {
+            Storage::Inline { len, values } => &mut values[..usize::from(*len)],
+            Storage::Heap(heap) => heap,
         }
     }
 }

@@ -259,6 +259,51 @@ def test_two_extension_modules_cannot_alias_one_array_mutably():
     assert amso._amso._live_borrows() == 0
 
 
+def _held_layouts():
+    base = np.arange(720.0)
+    misaligned = np.frombuffer(bytearray(8 * 720 + 1), dtype=np.float64, offset=1)
+    misaligned[:] = base
+    return {
+        "c-order": base.reshape(20, 36),
+        "reversed": base[::-1],
+        "strided": base.reshape(20, 36)[::3, 1::5],
+        "six-dims": base.reshape(2, 3, 4, 5, 3, 2),  # more than 4 dimensions: kept on the heap
+        "six-dims-transposed": base.reshape(2, 3, 4, 5, 3, 2).transpose(4, 2, 0, 5, 1, 3),
+        "zero-d": base[3:4].reshape(()),
+        "empty": base[:0],
+        "misaligned": misaligned.reshape(20, 36),  # an aligned copy, written back
+        "amso-array": amso.asarray(base.reshape(20, 36).copy()),  # read in place from its header
+    }
+
+
+@pytest.mark.parametrize("layout", list(_held_layouts()))
+def test_each_layout_holds_its_borrow_for_the_call_and_releases_it(layout):
+    """An argument read in place keeps no copy of its registry entry: it makes the key again
+    from its data, shape and strides when it drops. For each layout, a writable argument holds
+    the memory for its call (another argument over it is refused meanwhile), writes through,
+    and leaves the registry empty when the call returns; a reader after it is free."""
+    x = _held_layouts()[layout]
+    expected = np.asarray(x).copy()
+    seen = []
+
+    def reader():
+        try:
+            seen.append(ue.sum_any(x))
+        except BufferError as error:
+            seen.append(str(error))
+
+    ue.while_writing(x, reader)
+    if np.asarray(x).size:
+        assert "borrowed for writing" in seen[0]
+    else:  # nothing to borrow
+        assert seen == [0.0]
+    assert amso._amso._live_borrows() == 0
+    ext.mult(2.0, x)  # a writer, free again
+    np.testing.assert_array_equal(np.asarray(x), 2 * expected)
+    assert ue.sum_any(x) == 2 * expected.sum()
+    assert amso._amso._live_borrows() == 0
+
+
 def test_disjoint_and_interleaved_views_may_be_held_at_once():
     x = np.arange(8.0)
     ue.while_writing(x[:4], lambda: ext.mult(2.0, x[4:]))

@@ -11,32 +11,48 @@ use crate::borrow::registry::BorrowKey;
 /// A registered borrow; released on drop, with the GIL its `'py` says is held.
 pub(crate) struct Borrow<'py>(BorrowKey, Python<'py>);
 
+/// The registry key of the elements of a non-empty strided array (strides in elements, bytes
+/// from `data + lowest` to `data + end`), shared or `exclusive`. A typed argument read in place
+/// makes it again from the same facts to release its borrow (`Borrow::release`), rather than
+/// carrying it.
+pub(crate) fn key(
+    data: usize,
+    (lowest, end): (isize, isize),
+    shape: &[usize],
+    strides: &[isize],
+    itemsize: usize,
+    exclusive: bool,
+) -> BorrowKey {
+    BorrowKey {
+        start: data.wrapping_add_signed(lowest),
+        end: data.wrapping_add_signed(end),
+        data,
+        stride_gcd: crate::strided::stride_gcd(shape, strides, itemsize),
+        itemsize,
+        exclusive: exclusive as u32,
+    }
+}
+
 impl<'py> Borrow<'py> {
-    /// Borrow the elements of a non-empty strided array (strides in elements, bytes from
-    /// `data + lowest` to `data + end`), shared or `exclusive`.
-    pub(crate) fn new(
-        py: Python<'py>,
-        data: usize,
-        (lowest, end): (isize, isize),
-        shape: &[usize],
-        strides: &[isize],
-        itemsize: usize,
-        exclusive: bool,
-    ) -> Result<Borrow<'py>, crate::python::ArgumentError> {
-        let key = BorrowKey {
-            start: data.wrapping_add_signed(lowest),
-            end: data.wrapping_add_signed(end),
-            data,
-            stride_gcd: crate::strided::stride_gcd(shape, strides, itemsize),
-            itemsize,
-            exclusive: exclusive as u32,
-        };
+    /// Register `key` (`key`'s array), or say which borrow it conflicts with.
+    pub(crate) fn new(py: Python<'py>, key: BorrowKey) -> Result<Borrow<'py>, crate::python::ArgumentError> {
         crate::borrow::process::acquire_borrow(py, &key).map_err(|other| crate::python::ArgumentError::Borrowed {
             exclusive: other.exclusive != 0,
             start: other.start,
             end: other.end,
         })?;
         Ok(Borrow(key, py))
+    }
+
+    /// Keep the registration past this guard: its owner releases it with `release`, from a key
+    /// made again from the same facts.
+    pub(crate) fn keep(self) {
+        std::mem::forget(self);
+    }
+
+    /// Release a registration that `keep` kept.
+    pub(crate) fn release(py: Python<'_>, key: &BorrowKey) {
+        crate::borrow::process::release_borrow(py, key);
     }
 
     /// Borrow `len` contiguous bytes at `data` for writing, on behalf of amso itself changing

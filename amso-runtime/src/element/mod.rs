@@ -88,14 +88,14 @@ impl DType {
     /// Whether NumPy alone has this kind (`object`, `datetime64[s]`, `timedelta64[ms]`, `S8`,
     /// `U4`): DLPack has no such type (its DLPack fields only size it), so typed arguments take
     /// it from NumPy arrays of exactly that dtype, and results go to NumPy only.
-    pub fn numpy_only(&self) -> bool {
+    pub const fn numpy_only(&self) -> bool {
         self.is_record() || numpy_only_name(self.numpy)
     }
 
     /// Whether this is a vector of whole lanes (CUDA's `float4`: 4 lanes of float32), which
     /// NumPy, the array interfaces and the buffer protocol show as a trailing axis of
     /// `lanes` values of the lane's dtype (`numpy`).
-    pub fn is_vector(&self) -> bool {
+    pub const fn is_vector(&self) -> bool {
         vector_type(self.dlpack()) && !self.numpy_only()
     }
 
@@ -162,12 +162,35 @@ pub(crate) const fn vector_type((_, bits, lanes): (u8, u8, u16)) -> bool {
 /// Whether `numpy` is the canonical name of a NumPy kind DLPack lacks: `object`,
 /// `datetime64[UNIT]`, `timedelta64[UNIT]`, `S<n>` (bytes) or `U<n>` (unicode), as typed
 /// arguments name the arrays they meet.
-pub(crate) fn numpy_only_name(numpy: &str) -> bool {
-    let counted = |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit());
-    numpy == "object"
-        || (numpy.starts_with("datetime64[") || numpy.starts_with("timedelta64[")) && numpy.ends_with(']')
-        || numpy.strip_prefix('S').is_some_and(counted)
-        || numpy.strip_prefix('U').is_some_and(counted)
+pub(crate) const fn numpy_only_name(numpy: &str) -> bool {
+    // Byte by byte, so that a typed argument's check knows the answer at compile time.
+    const fn starts(name: &[u8], prefix: &[u8]) -> bool {
+        if name.len() < prefix.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < prefix.len() {
+            if name[i] != prefix[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+    const fn counted(name: &[u8]) -> bool {
+        let mut i = 1;
+        while i < name.len() {
+            if !name[i].is_ascii_digit() {
+                return false;
+            }
+            i += 1;
+        }
+        name.len() > 1
+    }
+    let name = numpy.as_bytes();
+    (starts(name, b"object") && name.len() == 6)
+        || (starts(name, b"datetime64[") || starts(name, b"timedelta64[")) && name[name.len() - 1] == b']'
+        || (starts(name, b"S") || starts(name, b"U")) && counted(name)
 }
 
 /// The spec's element types, then the extension's own that it has met.

@@ -29,7 +29,7 @@ pub(crate) fn registered() -> impl Iterator<Item = &'static DType> {
 #[inline]
 pub(crate) fn register<T: ArrayElement>() {
     // NumPy's own kinds are matched by their NumPy name, never looked up.
-    if T::IN_SPEC || T::DTYPE.numpy_only() || registered().any(|d| *d == T::DTYPE) {
+    if T::IN_SPEC || const { T::DTYPE.numpy_only() } || registered().any(|d| *d == T::DTYPE) {
         return;
     }
     note(DTypeOf::<T>::REF);

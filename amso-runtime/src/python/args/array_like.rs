@@ -16,7 +16,8 @@ use pyo3::{intern, Borrowed};
 use crate::device::DeviceType;
 use crate::element::{dlpack_code, dlpack_type_name, Element, Scalar};
 use crate::python::args::{
-    describe, name_the_argument, wanted, Dimensions, DynRank, Framework, IntoFramework, Rank, Read, TypedArray,
+    describe, name_the_argument, wanted, ArgumentError, Dimensions, DynRank, Framework, IntoFramework, Rank, Read,
+    TypedArray,
 };
 use crate::python::base::convert;
 use crate::python::source;
@@ -101,12 +102,12 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
         if D::NDIM.is_none_or(|n| n == 1) {
             if let Some(array) = flat_sequence::<T>(&object)? {
                 let source = source::acquire(&array, None)?.expect("a NumPy array amso made");
-                return Ok(like(TypedArray::check(array, source)?, true));
+                return Ok(like(TypedArray::check(array, source).map_err(ArgumentError::raise)?, true));
             }
         }
         if let Some(source) = source::acquire(&object, None)? {
             if source.dtype == T::DTYPE.dlpack() {
-                return Ok(like(TypedArray::check(object, source)?, false));
+                return Ok(like(TypedArray::check(object, source).map_err(ArgumentError::raise)?, false));
             }
             let ndim = source.extents(py).dims.len();
             let arrived = format!(
@@ -159,7 +160,7 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
                 if ndim == 1 { "" } else { "s" }
             )));
         }
-        Ok(like(TypedArray::check(array, source)?, true))
+        Ok(like(TypedArray::check(array, source).map_err(ArgumentError::raise)?, true))
     }
 }
 

@@ -9,7 +9,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 use super::{record, staged, Access, ArgumentError, Dimensions, TypedArray};
-use crate::borrow::guard::Borrow;
+use crate::borrow::guard::{self, Borrow};
 use crate::device::{Device, DeviceType};
 use crate::element::{dlpack_type_name, ArrayElement};
 use crate::error::with_article;
@@ -68,12 +68,11 @@ fn fold_lanes<'a, T: ArrayElement>(
 ) -> (source::Extents<'a>, (u8, u8, u16)) {
     let dtype = &T::DTYPE;
     let lanes = i64::from(dtype.lanes);
-    let candidate = const { crate::element::vector_type(T::DTYPE.dlpack()) }
+    let candidate = const { T::DTYPE.is_vector() }
         && source.dtype == (dtype.code, dtype.bits, 1)
         && source.numpy_kind.is_none()
         && extents.dims.len() >= 2
-        && extents.dims.last() == Some(&lanes)
-        && dtype.is_vector();
+        && extents.dims.last() == Some(&lanes);
     if !candidate {
         return (extents, source.dtype);
     }
@@ -101,17 +100,19 @@ pub(super) fn describe(object: &Bound<'_, PyAny>, device: Option<Device>) -> Str
 }
 
 impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
-    /// Check what `source` describes against `T`, `D` and `A`, and take hold of its memory.
-    pub(super) fn check(object: Bound<'py, PyAny>, source: Source) -> Result<Self, ArgumentError> {
+    /// Check what `source` describes against `T`, `D` and `A`, and take hold of its memory. The
+    /// refusal is boxed: a result as small as the argument moves in a few words.
+    pub(super) fn check(object: Bound<'py, PyAny>, source: Source) -> Result<Self, Box<ArgumentError>> {
         let mut lane_strides = Vec::new();
         let (extents, dtype) = fold_lanes::<T>(&source, source.extents(object.py()), &mut lane_strides);
         let ndim = extents.dims.len();
-        check_record::<T>(&object, &source)?;
+        check_record::<T>(&object, &source).map_err(|error| Box::new(error.into()))?;
         // A kind DLPack lacks matches by its NumPy name alone (datetime64[s] and int64 share
         // DLPack's fields); every other kind by DLPack's fields, from any producer.
+        let numpy_only = const { T::DTYPE.numpy_only() };
         let same_kind = match &source.numpy_kind {
-            Some(name) => T::DTYPE.numpy_only() && *name == T::DTYPE.numpy,
-            None => !T::DTYPE.numpy_only(),
+            Some(name) => numpy_only && *name == T::DTYPE.numpy,
+            None => !numpy_only,
         };
         if !same_kind || dtype != T::DTYPE.dlpack() || D::NDIM.is_some_and(|n| n != ndim) {
             let kind = Refusal::Kind { numpy_kind: source.numpy_kind.as_deref(), dtype, ndim };
@@ -119,7 +120,10 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         }
         let shape = D::shape(extents.dims);
         let mut strides = D::zero_strides(ndim);
-        extents.strides.fill(shape.as_ref(), size_of::<T>(), strides.as_mut())?;
+        extents
+            .strides
+            .fill(shape.as_ref(), size_of::<T>(), strides.as_mut())
+            .map_err(|error| Box::new(error.into()))?;
         if A::WRITABLE && source.readonly {
             return Err(refuse::<T, D, A>(Refusal::ReadOnly, &object, &source));
         }
@@ -158,7 +162,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         }
         let borrow = match extent {
             Some(extent) if host => {
-                if T::DTYPE.code == crate::element::dlpack_code::BOOL && !T::DTYPE.numpy_only() {
+                if T::DTYPE.code == crate::element::dlpack_code::BOOL && !numpy_only {
                     // SAFETY: one readable byte per element (the extent was checked above).
                     check_each(source.data, shape_ref, strides_ref, 1, |byte| unsafe { *byte } <= 1)
                         .map_err(|()| refuse::<T, D, A>(Refusal::Bools, &object, &source))?;
@@ -179,24 +183,35 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                         return Err(refuse::<T, D, A>(Refusal::NullObjects, &object, &source));
                     }
                 }
-                Some(Borrow::new(object.py(), source.data, extent, shape_ref, strides_ref, itemsize, A::WRITABLE)?)
+                let key = guard::key(source.data, extent, shape_ref, strides_ref, itemsize, A::WRITABLE);
+                Some(Borrow::new(object.py(), key)?)
             }
             _ => None,
         };
         let staged = match borrow {
             Some(_) if !aligned => {
                 // SAFETY: host memory whose extent was checked, held by `object` and `source`
-                // and borrowed (exclusively when writable) by `borrow`, which the struct drops
-                // after `staged`.
-                Some(Box::new(unsafe { staged::Staged::new(source.data, shape_ref, strides_ref, A::WRITABLE) }))
+                // and borrowed (exclusively when writable) by `borrow`, which `Held` drops after
+                // `staged`.
+                Some(unsafe { staged::Staged::new(source.data, shape_ref, strides_ref, A::WRITABLE) })
             }
             _ => None,
         };
+        let data = source.data;
+        // Host data read in place needs nothing more than its borrow, whose key `Drop` makes
+        // again.
+        if staged.is_none() && matches!(source.holder, source::Holder::NumPy(_) | source::Holder::AmsoInPlace(_)) {
+            if let Some(borrow) = borrow {
+                borrow.keep();
+            }
+            return Ok(TypedArray { object, data, shape, strides, held: None, _element: PhantomData });
+        }
         let mut strides = strides;
         if staged.is_some() {
             strided::fill_c_strides(shape.as_ref(), strides.as_mut());
         }
-        Ok(TypedArray { staged, object, shape, strides, source, _borrow: borrow, _element: PhantomData })
+        let held = Some(Box::new(super::Held { staged, _borrow: borrow, source }));
+        Ok(TypedArray { object, data, shape, strides, held, _element: PhantomData })
     }
 }
 
@@ -223,9 +238,9 @@ fn refuse<T: ArrayElement, D: Dimensions, A: Access>(
     refusal: Refusal<'_>,
     object: &Bound<'_, PyAny>,
     source: &Source,
-) -> ArgumentError {
+) -> Box<ArgumentError> {
     let arrived = describe(object, Some(source.device));
-    match refusal {
+    Box::new(match refusal {
         Refusal::Kind { numpy_kind, dtype, ndim } => ArgumentError::Kind {
             expected: wanted::<T, D, A>(),
             dtype: numpy_kind.map_or_else(|| dlpack_type_name(dtype), str::to_owned),
@@ -248,14 +263,14 @@ fn refuse<T: ArrayElement, D: Dimensions, A: Access>(
         Refusal::Bools => ArgumentError::Bools { arrived },
         Refusal::RecordBools => ArgumentError::RecordBools { arrived },
         Refusal::NullObjects => ArgumentError::NullObjects { arrived },
-    }
+    })
 }
 
 /// A record argument's layout against `T`'s, field by field (a NumPy structured array's, or an
 /// amso record array's of another runtime copy); nothing for other kinds.
 #[inline]
 fn check_record<T: ArrayElement>(object: &Bound<'_, PyAny>, source: &Source) -> PyResult<()> {
-    if T::DTYPE.is_record() && source.numpy_kind.as_deref() == Some(crate::element::RECORD) {
+    if const { T::DTYPE.is_record() } && source.numpy_kind.as_deref() == Some(crate::element::RECORD) {
         let numpy = matches!(source.holder, source::Holder::NumPy(_));
         // SAFETY: `numpy` says whether `object` is a NumPy array (else an amso record array).
         unsafe { record::check_layout(object, numpy, crate::element::DTypeOf::<T>::REF) }?;
@@ -267,7 +282,7 @@ fn check_record<T: ArrayElement>(object: &Bound<'_, PyAny>, source: &Source) -> 
 /// `T`'s alignment.
 #[inline]
 fn device_alignment<T: ArrayElement>() -> usize {
-    match const { crate::element::vector_type(T::DTYPE.dlpack()) } && T::DTYPE.is_vector() {
+    match const { T::DTYPE.is_vector() } {
         true => size_of::<T>(),
         false => align_of::<T>(),
     }

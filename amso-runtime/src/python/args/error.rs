@@ -198,6 +198,14 @@ impl From<ArgumentError> for PyErr {
     }
 }
 
+impl ArgumentError {
+    /// The exception for a boxed refusal (`TypedArray::check`'s).
+    #[allow(clippy::boxed_local)] // `check` boxes its refusals; this unboxes one for `map_err`
+    pub(super) fn raise(self: Box<Self>) -> PyErr {
+        PyErr::from(*self)
+    }
+}
+
 impl From<PyErr> for ArgumentError {
     fn from(error: PyErr) -> ArgumentError {
         ArgumentError::Python(error)

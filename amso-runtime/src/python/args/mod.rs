@@ -46,7 +46,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::Borrowed;
 
-use crate::borrow::guard::Borrow;
+use crate::borrow::guard::{self, Borrow};
 use crate::device::{Device, DeviceType};
 use crate::element::{ArrayElement, Element};
 use crate::python::source::{self, Source};
@@ -65,16 +65,42 @@ pub use untyped::UntypedArray;
 /// `A` ([`Read`] or [`Write`]). Written through its aliases: [`ArrayRef`], [`ArrayMut`],
 /// [`ArrayRefDyn`], [`ArrayMutDyn`].
 pub struct TypedArray<'py, T: ArrayElement, D: Dimensions, A: Access> {
+    object: Bound<'py, PyAny>,
+    /// The producer's first element (host or device).
+    data: usize,
+    shape: D::Shape,
+    /// Strides in elements (negative for reversed axes); C order's for an aligned copy.
+    strides: D::Strides,
+    /// `None` for host data read in place (a NumPy array, an amso array's header): what keeps
+    /// it is the caller's object and, unless it is empty, a borrow in the registry whose key
+    /// `Drop` makes again from `data`, the shape and the strides. Anything more to hold (device
+    /// data, a producer's hold to release, an aligned copy) is boxed here, so that an argument
+    /// moves as a few words: PyO3 moves it several times on the way into a function, and each
+    /// copy of a large struct, read back just after it was written, costs more than the rest
+    /// of the call.
+    held: Option<Box<Held<'py, T>>>,
+    _element: PhantomData<(T, A)>,
+}
+
+/// What holds an argument's memory beyond the caller's object and the registry.
+struct Held<'py, T> {
     /// For a misaligned host array: the aligned copy the views read (first, so that its
     /// write-back runs while the borrow and the producer's memory below are still held).
-    staged: Option<Box<staged::Staged<T>>>,
-    object: Bound<'py, PyAny>,
-    source: Source,
-    shape: D::Shape,
-    /// Strides in elements (negative for reversed axes).
-    strides: D::Strides,
+    staged: Option<staged::Staged<T>>,
     _borrow: Option<Borrow<'py>>,
-    _element: PhantomData<(T, A)>,
+    source: Source,
+}
+
+impl<T: ArrayElement, D: Dimensions, A: Access> Drop for TypedArray<'_, T, D, A> {
+    fn drop(&mut self) {
+        if self.held.is_none() && !self.is_empty() {
+            let axes = self.shape().iter().copied().zip(self.strides().iter().copied());
+            if let Some(extent) = crate::shape::byte_extent(axes, size_of::<T>(), size_of::<T>()) {
+                let key = guard::key(self.data, extent, self.shape(), self.strides(), size_of::<T>(), A::WRITABLE);
+                Borrow::release(self.object.py(), &key);
+            }
+        }
+    }
 }
 
 /// A read-only array argument with elements `T` and `N` dimensions, from any framework.
@@ -213,7 +239,7 @@ impl<'a, 'py, T: ArrayElement, D: Dimensions, A: Access> FromPyObject<'a, 'py> f
         // spec's types).
         crate::element::own::register::<T>();
         let extracted = match source::acquire_argument(&object) {
-            Ok(Some(source)) => Self::check(object, source).map_err(PyErr::from),
+            Ok(Some(source)) => Self::check(object, source).map_err(ArgumentError::raise),
             Ok(None) => Err(PyTypeError::new_err(format!(
                 "expected {} (an object with __dlpack__, __cuda_array_interface__, the buffer protocol or the DLPack C \
                  exchange API), got {}",
@@ -302,7 +328,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
 
     /// Where the data lives.
     pub fn device(&self) -> Device {
-        self.source.device
+        self.held.as_ref().map_or(Device::CPU, |held| held.source.device)
     }
 
     /// For device data: the stream to work on (the caller's current stream for producers with
@@ -310,26 +336,26 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// host. The producer's stream is alive while this argument is: use the value within the
     /// call, not after it.
     pub fn stream(&self) -> Option<crate::device::Stream> {
-        self.source.stream
+        self.held.as_ref().and_then(|held| held.source.stream)
     }
 
     /// The address of the first element (host or device).
     pub fn data_address(&self) -> usize {
-        self.source.data
+        self.data
     }
 
     /// The framework the argument came from: results made for this caller go there.
     pub fn framework(&self) -> PyResult<Framework> {
-        Framework::of(&self.object, self.source.device)
+        Framework::of(&self.object, self.device())
     }
 
     /// The first element on the host (dangling, but aligned, for an empty array), for reads.
     fn host_ptr(&self) -> Result<*mut T, ArgumentError> {
         self.require_host()?;
-        Ok(match &self.staged {
+        Ok(match self.held.as_ref().and_then(|held| held.staged.as_ref()) {
             _ if self.is_empty() => std::ptr::NonNull::dangling().as_ptr(),
             Some(staged) => staged.copy.as_ptr().cast::<T>().cast_mut(),
-            None => self.source.data as *mut T,
+            None => self.data as *mut T,
         })
     }
 
@@ -338,16 +364,16 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     fn host_ptr_mut(&mut self) -> Result<*mut T, ArgumentError> {
         self.require_host()?;
         let empty = self.is_empty();
-        Ok(match &mut self.staged {
+        Ok(match self.held.as_mut().and_then(|held| held.staged.as_mut()) {
             _ if empty => std::ptr::NonNull::dangling().as_ptr(),
             Some(staged) => staged.copy.as_mut_ptr().cast::<T>(),
-            None => self.source.data as *mut T,
+            None => self.data as *mut T,
         })
     }
 
     fn require_host(&self) -> Result<(), ArgumentError> {
-        if self.source.device.device_type == DeviceType::Cuda {
-            return Err(ArgumentError::DeviceData { arrived: describe(&self.object, Some(self.source.device)) });
+        if self.device().device_type == DeviceType::Cuda {
+            return Err(ArgumentError::DeviceData { arrived: describe(&self.object, Some(self.device())) });
         }
         Ok(())
     }
@@ -406,7 +432,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// A new zeroed array of `shape` on this argument's device, in the caller's framework:
     /// NumPy in gives NumPy out, torch in gives torch out, CuPy gives CuPy, JAX gives JAX.
     pub fn new_array<U: Element, const M: usize>(&self, shape: [usize; M]) -> PyResult<NewArray<'py, U, M>> {
-        NewArray::zeros_in(self.object.py(), self.framework()?, shape, self.source.device, self.source.stream)
+        NewArray::zeros_in(self.object.py(), self.framework()?, shape, self.device(), self.stream())
     }
 
     /// Hand `value` (a `Vec`, an `ndarray::Array`, a `MemArray`) to the caller's framework
@@ -456,10 +482,10 @@ impl<'py, T: Element, const N: usize, A: Access> TypedArray<'py, T, Rank<N>, A> 
     /// `stream()`.
     #[cfg(feature = "cuda")]
     pub fn device_indexer(&self) -> Result<crate::indexer::DeviceIndexer<'_, T, N>, ArgumentError> {
-        if self.source.device.device_type != DeviceType::Cuda {
-            return Err(ArgumentError::HostData { arrived: describe(&self.object, Some(self.source.device)) });
+        if self.device().device_type != DeviceType::Cuda {
+            return Err(ArgumentError::HostData { arrived: describe(&self.object, Some(self.device())) });
         }
         self.require_c_contiguous("device_indexer()")?;
-        Ok(crate::indexer::DeviceIndexer::new(self.source.data as u64, self.shape))
+        Ok(crate::indexer::DeviceIndexer::new(self.data as u64, self.shape))
     }
 }

@@ -136,7 +136,7 @@ impl<'py> UntypedArray<'py> {
     /// by the type it is assigned to), checked as extraction checks it: a mismatch is the same
     /// `TypeError` or `ValueError`.
     pub fn into_typed<T: Element, D: Dimensions, A: Access>(self) -> Result<TypedArray<'py, T, D, A>, ArgumentError> {
-        TypedArray::check(self.object, self.source)
+        TypedArray::check(self.object, self.source).map_err(|error| *error)
     }
 }
 

@@ -503,7 +503,11 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DeviceId {
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let id = obj.extract::<i32>().map_err(|error| match error.is_instance_of::<PyOverflowError>(obj.py()) {
-            true => error, // an int, too large for a device id
+            true => PyOverflowError::new_err(format!(
+                "device_id must be a device ordinal (0 to {}), got {}; pass the index of a CUDA device of this machine",
+                i32::MAX,
+                obj.str().map_or_else(|_| "?".to_owned(), |text| text.to_string())
+            )),
             false => PyTypeError::new_err(format!("device_id must be an int, got {}", type_name(&obj))),
         })?;
         Ok(DeviceId::new(id)?)

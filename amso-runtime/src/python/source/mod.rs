@@ -253,7 +253,7 @@ impl Strides<'_> {
     /// Write the element strides of an array of `shape` with `itemsize`-byte elements into
     /// `out` (as long as `shape`). An empty array gets C-order strides whatever it came with;
     /// otherwise a byte stride must be a multiple of the itemsize.
-    #[inline]
+    #[inline(always)] // into each typed argument's check, where `itemsize` is a constant
     pub(crate) fn fill(self, shape: &[usize], itemsize: usize, out: &mut [isize]) -> PyResult<()> {
         match self {
             _ if shape.contains(&0) => crate::strided::fill_c_strides(shape, out),

@@ -92,8 +92,19 @@ const BUILTIN: [(c_int, (u8, u8, u16)); 16] = {
 
 /// The DLPack type of a builtin NumPy type number (long double, object, strings, dates and
 /// structured types have none).
+#[inline]
 fn builtin_dtype(type_num: c_int) -> Option<(u8, u8, u16)> {
-    BUILTIN.iter().find(|(number, _)| *number == type_num).map(|&(_, dtype)| dtype)
+    // `BUILTIN` by type number, for the lookup every NumPy argument makes.
+    const BY_NUMBER: [Option<(u8, u8, u16)>; 24] = {
+        let mut table = [None; 24];
+        let mut row = 0;
+        while row < BUILTIN.len() {
+            table[BUILTIN[row].0 as usize] = Some(BUILTIN[row].1);
+            row += 1;
+        }
+        table
+    };
+    *BY_NUMBER.get(usize::try_from(type_num).ok()?)?
 }
 
 /// The builtin NumPy type number of a DLPack type (the first: `long` before `long long`).

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -301,6 +302,53 @@ def test_each_layout_holds_its_borrow_for_the_call_and_releases_it(layout):
     ext.mult(2.0, x)  # a writer, free again
     np.testing.assert_array_equal(np.asarray(x), 2 * expected)
     assert ue.sum_any(x) == 2 * expected.sum()
+    assert amso._amso._live_borrows() == 0
+
+
+def _flagged(n):
+    x = np.zeros(n, np.dtype({"names": ["alive", "weight"], "formats": ["?", "<f8"], "offsets": [0, 8], "itemsize": 16}))
+    x["alive"], x["weight"] = [True, False] * (n // 2), np.arange(n)
+    return x
+
+
+def _particles(n):
+    return np.zeros(n, [("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])
+
+
+KIND_CALLS = {  # a typed argument of each kind of element, read in place and then released
+    "vector-lanes": lambda: peers.vector_norms(np.ones((6, 4), np.float32)),  # (n, 4) float32 read as [f32; 4]
+    "vector-lanes-writable": lambda: peers.vector_bump_w(np.ones((6, 4), np.float32)[::-1]),
+    "record-bool-fields": lambda: peers.flagged_live_weight(_flagged(6)[::-2]),
+    "record": lambda: peers.record_scale_mass(_particles(6), 2.0),
+    "objects": lambda: peers.amso_swap_objects(np.array([1, "two", None, 4.0], dtype=object)),
+    "objects-dyn": lambda: peers.amso_head(np.array([1, "two", None, 4.0], dtype=object)[::-1]),
+    "amso-array-shared": lambda: peers.amso_noop3(*[amso.asarray(np.ones((4, 3), np.float32))] * 3),
+    "numpy-shared": lambda: peers.amso_noop3(*[np.ones((4, 3), np.float32)[::-1]] * 3),
+}
+
+
+@pytest.mark.parametrize("kind", list(KIND_CALLS))
+def test_each_element_kind_releases_what_it_read_in_place(kind):
+    KIND_CALLS[kind]()
+    assert amso._amso._live_borrows() == 0
+
+
+def test_a_misaligned_array_is_written_back_before_its_last_reference_goes():
+    """The function holds the only reference to a misaligned view (its base array dies with
+    it): the doubled values reach the memory before the base goes, as its finalizer sees."""
+    buf = bytearray(8 * 4 + 1)
+    seen = []
+
+    def make():
+        base = np.frombuffer(buf, np.uint8)
+        view = base[1:].view(np.float64)
+        view[:] = [1.0, 2.0, 3.0, 4.0]
+        weakref.finalize(base, lambda: seen.append(np.frombuffer(buf, np.float64, offset=1).tolist()))
+        return view
+
+    ue.double_sole_reference(make)
+    gc.collect()
+    assert seen == [[2.0, 4.0, 6.0, 8.0]]
     assert amso._amso._live_borrows() == 0
 
 

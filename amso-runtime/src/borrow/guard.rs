@@ -13,8 +13,8 @@ pub(crate) struct Borrow<'py>(BorrowKey, Python<'py>);
 
 /// The registry key of the elements of a non-empty strided array (strides in elements, bytes
 /// from `data + lowest` to `data + end`), shared or `exclusive`. A typed argument read in place
-/// makes it again from the same facts to release its borrow (`Borrow::release`), rather than
-/// carrying it.
+/// makes it again from the same facts to release its borrow (`release`), rather than carrying
+/// it.
 pub(crate) fn key(
     data: usize,
     (lowest, end): (isize, isize),
@@ -34,7 +34,7 @@ pub(crate) fn key(
 }
 
 impl<'py> Borrow<'py> {
-    /// Register `key` (`key`'s array), or say which borrow it conflicts with.
+    /// Register `key`, or say which borrow it conflicts with.
     pub(crate) fn new(py: Python<'py>, key: BorrowKey) -> Result<Borrow<'py>, crate::python::ArgumentError> {
         crate::borrow::process::acquire_borrow(py, &key).map_err(|other| crate::python::ArgumentError::Borrowed {
             exclusive: other.exclusive != 0,
@@ -44,15 +44,10 @@ impl<'py> Borrow<'py> {
         Ok(Borrow(key, py))
     }
 
-    /// Keep the registration past this guard: its owner releases it with `release`, from a key
-    /// made again from the same facts.
-    pub(crate) fn keep(self) {
+    /// Drop this guard but not the registration: its owner releases it with `release`, from a
+    /// key made again from the same facts.
+    pub(crate) fn leave_registered(self) {
         std::mem::forget(self);
-    }
-
-    /// Release a registration that `keep` kept.
-    pub(crate) fn release(py: Python<'_>, key: &BorrowKey) {
-        crate::borrow::process::release_borrow(py, key);
     }
 
     /// Borrow `len` contiguous bytes at `data` for writing, on behalf of amso itself changing
@@ -70,6 +65,11 @@ impl<'py> Borrow<'py> {
         })?;
         Ok(Borrow(key, py))
     }
+}
+
+/// Release a registration that `Borrow::leave_registered` left (the GIL held: `py`).
+pub(crate) fn release(py: Python<'_>, key: &BorrowKey) {
+    crate::borrow::process::release_borrow(py, key);
 }
 
 impl Drop for Borrow<'_> {

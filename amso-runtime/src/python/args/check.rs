@@ -198,20 +198,21 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
             _ => None,
         };
         let data = source.data;
-        // Host data read in place needs nothing more than its borrow, whose key `Drop` makes
-        // again.
-        if staged.is_none() && matches!(source.holder, source::Holder::NumPy(_) | source::Holder::AmsoInPlace(_)) {
+        // Host data read in place needs nothing more than its borrow (registered exactly when it
+        // is not empty), whose key `Drop` makes again.
+        let in_place = matches!(source.holder, source::Holder::NumPy(_) | source::Holder::AmsoInPlace(_));
+        if in_place && staged.is_none() && borrow.is_some() == extent.is_some() {
             if let Some(borrow) = borrow {
-                borrow.keep();
+                borrow.leave_registered();
             }
-            return Ok(TypedArray { object, data, shape, strides, held: None, _element: PhantomData });
+            return Ok(TypedArray { held: None, object, data, shape, strides, _element: PhantomData });
         }
         let mut strides = strides;
         if staged.is_some() {
             strided::fill_c_strides(shape.as_ref(), strides.as_mut());
         }
         let held = Some(Box::new(super::Held { staged, _borrow: borrow, source }));
-        Ok(TypedArray { object, data, shape, strides, held, _element: PhantomData })
+        Ok(TypedArray { held, object, data, shape, strides, _element: PhantomData })
     }
 }
 

@@ -65,39 +65,47 @@ pub use untyped::UntypedArray;
 /// `A` ([`Read`] or [`Write`]). Written through its aliases: [`ArrayRef`], [`ArrayMut`],
 /// [`ArrayRefDyn`], [`ArrayMutDyn`].
 pub struct TypedArray<'py, T: ArrayElement, D: Dimensions, A: Access> {
-    object: Bound<'py, PyAny>,
-    /// The producer's first element (host or device).
-    data: usize,
-    shape: D::Shape,
-    /// Strides in elements (negative for reversed axes); C order's for an aligned copy.
-    strides: D::Strides,
     /// `None` for host data read in place (a NumPy array, an amso array's header): what keeps
     /// it is the caller's object and, unless it is empty, a borrow in the registry whose key
     /// `Drop` makes again from `data`, the shape and the strides. Anything more to hold (device
     /// data, a producer's hold to release, an aligned copy) is boxed here, so that an argument
     /// moves as a few words: PyO3 moves it several times on the way into a function, and each
     /// copy of a large struct, read back just after it was written, costs more than the rest
-    /// of the call.
+    /// of the call. First, so that an aligned copy is written back while `object` (which may
+    /// be the last reference to the producer's memory) is alive.
     held: Option<Box<Held<'py, T>>>,
+    object: Bound<'py, PyAny>,
+    /// The producer's first element (host or device).
+    data: usize,
+    shape: D::Shape,
+    /// Strides in elements (negative for reversed axes); C order's for an aligned copy.
+    strides: D::Strides,
     _element: PhantomData<(T, A)>,
 }
 
-/// What holds an argument's memory beyond the caller's object and the registry.
+/// What holds an argument's memory beyond the caller's object and the registry, dropped in
+/// this order.
 struct Held<'py, T> {
-    /// For a misaligned host array: the aligned copy the views read (first, so that its
-    /// write-back runs while the borrow and the producer's memory below are still held).
+    /// For a misaligned host array: the aligned copy the views read, written back while the
+    /// borrow and the producer's memory below are still held.
     staged: Option<staged::Staged<T>>,
     _borrow: Option<Borrow<'py>>,
     source: Source,
 }
 
+// An argument read in place is seven words at rank 2: keep it so (see `held`).
+const _: () = assert!(size_of::<ArrayRef<'static, f64, 2>>() == 7 * size_of::<usize>());
+
 impl<T: ArrayElement, D: Dimensions, A: Access> Drop for TypedArray<'_, T, D, A> {
     fn drop(&mut self) {
+        // Read in place and not empty: `check` registered a borrow under this key.
         if self.held.is_none() && !self.is_empty() {
             let axes = self.shape().iter().copied().zip(self.strides().iter().copied());
-            if let Some(extent) = crate::shape::byte_extent(axes, size_of::<T>(), size_of::<T>()) {
+            let extent = crate::shape::byte_extent(axes, size_of::<T>(), size_of::<T>());
+            debug_assert!(extent.is_some(), "the extent `check` registered is made again");
+            if let Some(extent) = extent {
                 let key = guard::key(self.data, extent, self.shape(), self.strides(), size_of::<T>(), A::WRITABLE);
-                Borrow::release(self.object.py(), &key);
+                guard::release(self.object.py(), &key);
             }
         }
     }

@@ -266,6 +266,15 @@ fn while_writing(mut x: ArrayMutDyn<'_, f64>, callback: &Bound<'_, PyAny>) -> Py
     Ok(callback.call0()?.unbind())
 }
 
+/// Double the float64 array `make()` returns, holding the only reference to it: a misaligned
+/// one is written back from its aligned copy before that reference goes.
+#[pyfunction]
+fn double_sole_reference(make: &Bound<'_, PyAny>) -> PyResult<()> {
+    let mut x: ArrayMut<'_, f64, 1> = make.call0()?.extract()?;
+    x.as_array_mut()?.mapv_inplace(|v| 2.0 * v);
+    Ok(())
+}
+
 /// `0, 1, ..., n - 1` (float64) as a Rust `Vec` handed to `framework` without a copy, with the
 /// vector's address (the tests check the framework's array uses that memory).
 #[pyfunction]
@@ -346,6 +355,7 @@ fn amso_user_example(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(add_index_sum, module)?)?;
     module.add_function(wrap_pyfunction!(count_true, module)?)?;
     module.add_function(wrap_pyfunction!(sum_any, module)?)?;
+    module.add_function(wrap_pyfunction!(double_sole_reference, module)?)?;
     module.add_function(wrap_pyfunction!(sum_or_why, module)?)?;
     module.add_function(wrap_pyfunction!(while_writing, module)?)?;
     module.add_function(wrap_pyfunction!(min_max, module)?)?;

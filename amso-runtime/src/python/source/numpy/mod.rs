@@ -94,9 +94,10 @@ const BUILTIN: [(c_int, (u8, u8, u16)); 16] = {
 /// structured types have none).
 #[inline]
 fn builtin_dtype(type_num: c_int) -> Option<(u8, u8, u16)> {
-    // `BUILTIN` by type number, for the lookup every NumPy argument makes.
-    const BY_NUMBER: [Option<(u8, u8, u16)>; 24] = {
-        let mut table = [None; 24];
+    // `BUILTIN` by type number (its last row has the largest), for the lookup every NumPy
+    // argument makes.
+    const BY_NUMBER: [Option<(u8, u8, u16)>; BUILTIN[BUILTIN.len() - 1].0 as usize + 1] = {
+        let mut table = [None; BUILTIN[BUILTIN.len() - 1].0 as usize + 1];
         let mut row = 0;
         while row < BUILTIN.len() {
             table[BUILTIN[row].0 as usize] = Some(BUILTIN[row].1);

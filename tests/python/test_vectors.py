@@ -337,6 +337,30 @@ def test_device_vectors_meet_cupy_and_torch_through_their_lanes():
 
 
 @on_gpu
+@pytest.mark.parametrize("consumer", ["cupy", "jax"])
+def test_cupy_and_jax_refuse_the_lanes_and_take_the_scalar_view(consumer):
+    """CuPy's and JAX's `from_dlpack` read lanes == 1 only and raise their own error, which
+    names the lanes (docs/dtypes.md); the scalar view, the same memory as float32 (n, 4), they
+    take."""
+    module = pytest.importorskip(consumer)
+    if consumer == "jax":
+        module = pytest.importorskip("jax.dlpack")
+    a = vectors(64, on_device=True)
+    with pytest.raises(Exception) as refused:
+        module.from_dlpack(a)
+    assert "lanes" in str(refused.value)
+    taken = module.from_dlpack(a.scalar_view())
+    address = a.__cuda_array_interface__["data"][0]
+    assert tuple(taken.shape) == (64, 4)
+    if consumer == "cupy":  # in place
+        assert taken.data.ptr == address
+        np.testing.assert_array_equal(module.asnumpy(taken), lanes(64))
+    else:
+        assert taken.unsafe_buffer_pointer() == address
+        np.testing.assert_array_equal(np.asarray(taken), lanes(64))
+
+
+@on_gpu
 def test_moves_keep_the_vectors():
     a = vectors(10)
     a.move_memory(amso.dlpack.kDLCUDA)

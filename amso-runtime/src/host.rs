@@ -208,20 +208,6 @@ impl HostEnd {
     pub(crate) fn from_device(dst: *mut u8) -> HostEnd {
         HostEnd::FromDevice(dst as usize)
     }
-
-    /// Whether the copy runs to the device.
-    #[cfg(feature = "cuda")]
-    pub(crate) fn is_to_device(self) -> bool {
-        matches!(self, HostEnd::ToDevice(_))
-    }
-
-    /// The host memory's address.
-    #[cfg(feature = "cuda")]
-    pub(crate) fn address(self) -> usize {
-        match self {
-            HostEnd::ToDevice(address) | HostEnd::FromDevice(address) => address,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -194,7 +194,10 @@ pub(crate) unsafe fn copy(
 /// `host` holds `bytes` bytes, readable when sending and writable when receiving; `device`
 /// holds `bytes` on the device whose context is current.
 unsafe fn staged(device: sys::CUdeviceptr, host: HostEnd, bytes: usize, stream: StreamHandle) -> Result<()> {
-    let (to_device, host) = (host.is_to_device(), host.address());
+    let (to_device, host) = match host {
+        HostEnd::ToDevice(address) => (true, address),
+        HostEnd::FromDevice(address) => (false, address),
+    };
     let staging = Staging::take(stream)?;
     let chunks = chunks(bytes);
     let engine = Copies { staging: &staging, chunks: &chunks, device, to_device };

@@ -206,10 +206,9 @@ static REPORTED: AtomicU32 = AtomicU32::new(0);
 /// ABI, a raw id: checked here with `DeviceId::new`.)
 #[no_mangle]
 pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, stream: *mut c_void) -> *mut c_void {
-    let stream = if stream.is_null() { 1 } else { stream as usize as i64 };
-    let lent = std::panic::catch_unwind(|| {
-        loans::lend(Request::Current, DeviceId::new(device)?, size, Stream::reported(stream), TORCH)
-    });
+    // SAFETY: PyTorch's stream of `device` (NULL: the legacy default stream), alive for the call.
+    let stream = unsafe { Stream::from_handle(stream as usize) };
+    let lent = std::panic::catch_unwind(|| loans::lend(Request::Current, DeviceId::new(device)?, size, stream, TORCH));
     match lent {
         Ok(Ok((ptr, _))) => ptr as usize as *mut c_void,
         Ok(Err(error)) => {
@@ -229,8 +228,9 @@ pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, str
 /// `device` this machine lacks is a refused give-back, counted.)
 #[no_mangle]
 pub(crate) unsafe extern "C" fn amso_torch_free(ptr: *mut c_void, size: usize, device: c_int, stream: *mut c_void) {
-    let stream = if stream.is_null() { 1 } else { stream as usize as i64 };
-    let back = loans::GiveBack { bytes: Some(size), stream: Some(Stream::reported(stream)), serial: None };
+    // SAFETY: as in `amso_torch_alloc`.
+    let stream = unsafe { Stream::from_handle(stream as usize) };
+    let back = loans::GiveBack { bytes: Some(size), stream: Some(stream), serial: None };
     let outcome = std::panic::catch_unwind(|| match DeviceId::new(device) {
         Ok(id) => loans::reclaim(id, ptr as usize as u64, TORCH, back).map_err(|r| r.message(ptr as usize as u64, id)),
         Err(error) => {

@@ -237,7 +237,7 @@ pub(in crate::python::args) fn order(
     later: Option<Stream>,
 ) -> PyResult<()> {
     let (Some(earlier), Some(later)) = (earlier, later) else { return Ok(()) };
-    if later.protocol_value() == -1 || earlier == later {
+    if earlier == later {
         return Ok(());
     }
     #[cfg(feature = "cuda")]
@@ -304,9 +304,13 @@ impl Handoff {
         // for the slot's lock holding the GIL; back in if the ordering fails.
         let handover = slot.take().expect("checked above");
         drop(slot);
+        // DLPack's -1: the consumer asks for no ordering.
+        let consumer = match stream {
+            Some(-1) => None,
+            other => Some(Stream::reported(other.unwrap_or(1))),
+        };
         if handover.device.device_type == DeviceType::Cuda {
-            if let Err(error) = order(handover.device.id, handover.stream, Some(Stream::reported(stream.unwrap_or(1))))
-            {
+            if let Err(error) = order(handover.device.id, handover.stream, consumer) {
                 *self.handover.lock().unwrap_or_else(|e| e.into_inner()) = Some(handover);
                 return Err(error);
             }

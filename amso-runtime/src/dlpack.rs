@@ -3,17 +3,21 @@
 //! releases its hold on the array's memory. ABI structs come from `dlpark::ffi`.
 
 use std::alloc::Layout;
-use std::any::Any;
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 use dlpark::ffi::{
     DLDataType, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
 };
 use dlpark::DlpackFlags;
+
+// Pure Rust (and so under Miri), though only the Python layer makes hubs.
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+pub(crate) mod export_hub;
+
+pub(crate) use export_hub::Owner;
 
 use crate::device::{Device, DeviceId, DeviceType};
 use crate::error::{Error, Result};
@@ -145,7 +149,7 @@ pub struct ExportSource<'a> {
     /// Strides in elements; `None` for C order (copied into the tensor).
     pub strides: Option<&'a [isize]>,
     /// Keeps the memory alive until the consumer calls the deleter.
-    pub owner: Arc<dyn Any + Send + Sync>,
+    pub(crate) owner: Owner,
     /// Consumers must not write (DLPack READ_ONLY flag).
     pub readonly: bool,
     /// The memory is a copy made for this export (IS_COPIED flag).
@@ -160,7 +164,7 @@ struct Exported<M> {
     managed: M,
     shape: [MaybeUninit<i64>; MAX_NDIM],
     strides: [MaybeUninit<i64>; MAX_NDIM],
-    owner: Arc<dyn Any + Send + Sync>,
+    owner: Owner,
 }
 
 /// An owned DLPack managed tensor, amso's or a producer's: dropping it calls its deleter
@@ -194,7 +198,7 @@ impl ManagedTensor {
                 let managed = DLManagedTensor {
                     dl_tensor: tensor,
                     manager_ctx: std::ptr::null_mut(),
-                    deleter: Some(delete_exported::<DLManagedTensor>),
+                    deleter: Some(delete_legacy),
                 };
                 RawManaged::Legacy(boxed(managed, source, |m| &mut m.dl_tensor, |m, ctx| m.manager_ctx = ctx))
             }
@@ -206,7 +210,7 @@ impl ManagedTensor {
                 let managed = DLManagedTensorVersioned {
                     version,
                     manager_ctx: std::ptr::null_mut(),
-                    deleter: Some(delete_exported::<DLManagedTensorVersioned>),
+                    deleter: Some(delete_versioned),
                     flags,
                     dl_tensor: tensor,
                 };
@@ -234,8 +238,17 @@ impl ManagedTensor {
     /// version it declares (legacy: amso's).
     pub fn describe(&self) -> (&DLTensor, DlpackFlags, u32) {
         // SAFETY: a live tensor this value owns, borrowed for as long as `self` is.
+        unsafe { Self::describe_raw(self.raw) }
+    }
+
+    /// `describe` of a raw tensor.
+    ///
+    /// # Safety
+    /// `raw` is live for `'a`.
+    pub(crate) unsafe fn describe_raw<'a>(raw: RawManaged) -> (&'a DLTensor, DlpackFlags, u32) {
+        // SAFETY: live for `'a` (the caller's contract).
         unsafe {
-            match self.raw {
+            match raw {
                 RawManaged::Versioned(p) => {
                     let m: &DLManagedTensorVersioned = &*p.as_ptr();
                     (&m.dl_tensor, m.flags, m.version.major)
@@ -357,13 +370,17 @@ fn dl_tensor(source: &ExportSource) -> DLTensor {
 #[inline]
 fn boxed<M>(
     managed: M,
-    source: ExportSource<'_>,
+    mut source: ExportSource<'_>,
     tensor: fn(&mut M) -> &mut DLTensor,
     set_ctx: fn(&mut M, *mut c_void),
 ) -> NonNull<M> {
-    // Built in place: an export is a block (the thread's spare, else a malloc) and a few
+    // Built in place: an export is a block (its hub's spare, the thread's, else a malloc) and a few
     // stores, with no struct moved after.
-    let raw = take_block().cast::<Exported<M>>();
+    let block = match &mut source.owner {
+        Owner::Hub(hub) => hub.take_block().map(NonNull::as_ptr),
+        Owner::Shared(_) => None,
+    };
+    let raw = block.unwrap_or_else(take_block).cast::<Exported<M>>();
     // SAFETY: `raw` is a live, exclusive block that fits an `Exported<M>`; every field is
     // written before anything reads it (the shape and strides up to `ndim`, which is all a
     // consumer reads). The shape and strides pointers are derived from `raw` itself, so no
@@ -450,8 +467,24 @@ fn give_block(block: *mut u8) {
     }
 }
 
-/// The deleter of every tensor amso exports: drops the owner and gives the block back.
-unsafe extern "C" fn delete_exported<M>(managed: *mut M) {
+/// The deleter of every legacy tensor amso exports. (Not generic, so that it has one address:
+/// `release_attached` recognises amso's tensors by it.)
+unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
+    // SAFETY: the deleter's contract, passed on.
+    unsafe { delete_exported(managed) }
+}
+
+/// The deleter of every versioned tensor amso exports (one address, as `delete_legacy`).
+unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
+    // SAFETY: the deleter's contract, passed on.
+    unsafe { delete_exported(managed) }
+}
+
+/// What amso's deleters do: drop the owner and give the block back.
+///
+/// # Safety
+/// `managed` is NULL or a tensor amso made with `boxed`, whose deleter has not run.
+unsafe fn delete_exported<M>(managed: *mut M) {
     if managed.is_null() {
         return;
     }
@@ -465,6 +498,61 @@ unsafe extern "C" fn delete_exported<M>(managed: *mut M) {
         unsafe { std::ptr::drop_in_place(std::ptr::addr_of_mut!((*exported).owner)) };
         give_block(exported.cast());
     }));
+}
+
+/// Free a managed tensor nobody consumed, with the GIL held (a capsule's destructor): one of
+/// amso's exports releases its hub reference without a locked instruction
+/// (`export_hub`); any other tensor is dropped through its deleter.
+///
+/// # Safety
+/// `raw` points to a live managed tensor whose deleter has not run and that nobody else will
+/// delete, and the GIL is held.
+#[cfg(feature = "python")]
+pub(crate) unsafe fn release_attached(raw: RawManaged) {
+    // SAFETY: a live tensor (the caller's contract); its deleter field is read only. Addresses
+    // compared as numbers: each of amso's deleters is one non-generic function.
+    let (ours, block) = unsafe {
+        match raw {
+            RawManaged::Legacy(p) => (
+                (*p.as_ptr()).deleter.map(|d| d as usize)
+                    == Some(delete_legacy as unsafe extern "C" fn(*mut DLManagedTensor) as usize),
+                p.as_ptr().cast::<u8>(),
+            ),
+            RawManaged::Versioned(p) => (
+                (*p.as_ptr()).deleter.map(|d| d as usize)
+                    == Some(delete_versioned as unsafe extern "C" fn(*mut DLManagedTensorVersioned) as usize),
+                p.as_ptr().cast::<u8>(),
+            ),
+        }
+    };
+    if !ours {
+        // SAFETY: as the caller's contract says.
+        drop(unsafe { ManagedTensor::from_raw(raw) });
+        return;
+    }
+    // SAFETY: amso's deleter, so amso made the tensor with `boxed`: the first field of an
+    // `Exported<M>` in a block of its own, whose owner (the one field with a destructor) is
+    // moved out once here instead of the deleter dropping it.
+    let owner = unsafe {
+        match raw {
+            RawManaged::Legacy(p) => {
+                std::ptr::read(std::ptr::addr_of!((*p.as_ptr().cast::<Exported<DLManagedTensor>>()).owner))
+            }
+            RawManaged::Versioned(p) => {
+                std::ptr::read(std::ptr::addr_of!((*p.as_ptr().cast::<Exported<DLManagedTensorVersioned>>()).owner))
+            }
+        }
+    };
+    match owner {
+        // SAFETY: the GIL is held (the caller's contract); the block is ours, its contents
+        // moved out.
+        Owner::Hub(hub) => unsafe { hub.release_attached(NonNull::new(block)) },
+        shared => {
+            give_block(block);
+            // An owner's drop is Rust code inside a capsule's destructor: it must not unwind out.
+            drop(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(shared))));
+        }
+    }
 }
 
 #[cfg(test)]

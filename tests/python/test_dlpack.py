@@ -18,6 +18,7 @@ pythonapi.PyCapsule_GetName.restype = ctypes.c_char_p
 pythonapi.PyCapsule_GetName.argtypes = [ctypes.py_object]
 pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
 pythonapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+pythonapi.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
 class DLTensor(ctypes.Structure):
@@ -237,3 +238,76 @@ def test_memarray_outlives_the_view():
     assert a.to_numpy().tolist() == [0, 1, 2, 3, 4]
     a[0] = 10
     assert a[0] == 10
+
+
+USED_VERSIONED = b"used_dltensor_versioned"  # kept alive: a renamed capsule points at it
+
+
+def consume_in_c(capsule):
+    """Take the tensor as a C consumer does (rename the capsule, keep the pointer) and return a
+    call of its deleter through ctypes, which releases the GIL for the call: the release an
+    export gets from a consumer's own thread."""
+    pointer = pythonapi.PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+    pythonapi.PyCapsule_SetName(capsule, USED_VERSIONED)
+    deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(DLManagedTensorVersioned.from_address(pointer).deleter)
+    return lambda: deleter(pointer)
+
+
+def test_host_exports_are_counted_exactly_across_changes_consumers_and_releases():
+    """In-place host exports share one count per array (dlpack/export_hub.rs): released as
+    capsules (with the GIL), by consumers (NumPy) and by C code without the GIL, before and
+    after a change of the array, each is counted once and the memory lives while any does."""
+    a = amso.MemArray(32, np.float64)
+    capsules = [a.__dlpack__(max_version=(1, 0)) for _ in range(3)]
+    views = [np.from_dlpack(a) for _ in range(2)]
+    in_c = [consume_in_c(a.__dlpack__(max_version=(1, 0))) for _ in range(2)]
+    assert a.export_count == 7
+    in_c.pop()()  # released without the GIL, before any change
+    assert a.export_count == 6
+    a[0] = 5.0  # a change: the count moves to the buffer's own, export by export
+    assert a.export_count == 6
+    assert views[0][0] == 5.0
+    capsules.append(a.__dlpack__(max_version=(1, 0)))  # a new count after the change
+    assert a.export_count == 7
+    del capsules[:2]  # two from before the change, one from after it...
+    capsules.pop()
+    gc.collect()
+    assert a.export_count == 4
+    in_c.pop()()  # ...and one in C after the change
+    assert a.export_count == 3
+    del a
+    gc.collect()
+    views[1][1] = 7.0  # the memory outlives the array
+    assert views[0][:2].tolist() == [5.0, 7.0]
+    del capsules, views
+    gc.collect()
+
+
+def test_exports_released_on_other_threads_race_changes_without_losing_a_count():
+    import threading
+
+    a = amso.MemArray(256, np.int64)
+    barrier = threading.Barrier(5)
+
+    def release(deleters):
+        barrier.wait()
+        for deleter in deleters:
+            deleter()  # the GIL is released for each call
+
+    for _ in range(20):
+        batches = [[consume_in_c(a.__dlpack__(max_version=(1, 0))) for _ in range(50)] for _ in range(4)]
+        kept = [np.from_dlpack(a) for _ in range(3)]
+        threads = [threading.Thread(target=release, args=(batch,)) for batch in batches]
+        for thread in threads:
+            thread.start()
+        barrier.wait()
+        for i in range(20):  # changes and exports on this thread meanwhile
+            a[i] = i
+            np.from_dlpack(a)
+        for thread in threads:
+            thread.join()
+        assert a.export_count == 3
+        del kept
+        gc.collect()
+        assert a.export_count == 0
+    assert a.to_numpy()[:20].tolist() == list(range(20))

@@ -1,6 +1,7 @@
 use super::*;
 use crate::memarray::MemArray;
 use crate::object::ArrayObject;
+use std::sync::Arc;
 
 fn plan<T: crate::element::Element, const N: usize>(a: &MemArray<T, N>) -> ExportPlan {
     plan_export(a.device(), a.pinned(), &DlpackRequest::default()).unwrap()
@@ -81,7 +82,7 @@ fn managed_tensor_describes_the_array_and_holds_it() {
     let mut a = MemArray::<i16, 2>::new([2, 3]).unwrap();
     a.write([1, 2], 42).unwrap();
     let source = a.export_source(&plan(&a), None).unwrap();
-    let owner = Arc::clone(&source.owner);
+    let owner = Arc::clone(a.core().host_buffer());
     let tensor = ManagedTensor::new(source, Format::Versioned(DLPackVersion { major: 1, minor: 3 }));
     let RawManaged::Versioned(ptr) = tensor.into_raw() else { panic!("asked for versioned") };
     // SAFETY: the pointer is live until the deleter below.
@@ -162,7 +163,7 @@ fn a_panic_while_freeing_an_export_stays_inside_the_deleter() {
             dtype: <f32 as crate::element::ArrayElement>::DTYPE.dl_data_type(),
             shape: &[0],
             strides: None,
-            owner: std::sync::Arc::new(PanicsOnDrop(dropped.clone())),
+            owner: std::sync::Arc::new(PanicsOnDrop(dropped.clone())).into(),
             readonly: false,
             copied: false,
         };

@@ -2,14 +2,13 @@
 //! after the consumer's stream was made to wait for pending work), or a private copy on the
 //! device the consumer asked for. Written once, over the untyped array.
 
-use std::any::Any;
 use std::sync::Arc;
 
 #[cfg(feature = "cuda")]
 use super::access::RawView;
 use super::core::ArrayCore;
 use crate::device::{Device, DeviceType, Residence};
-use crate::dlpack::{ExportPlan, ExportSource};
+use crate::dlpack::{ExportPlan, ExportSource, Owner};
 use crate::error::{Error, Result};
 use crate::lock::{check_access, LockId};
 
@@ -17,47 +16,57 @@ impl ArrayCore {
     /// Describe the data for the export `plan`, presenting `lock`.
     #[inline]
     pub(crate) fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>> {
+        self.export_source_with(plan, lock, |buffer| Arc::clone(buffer).into())
+    }
+
+    /// `export_source`, with host memory exported where it is held by `host_owner`'s `Owner`
+    /// (a Python array's hub: `dlpack::export_hub`).
+    #[inline]
+    pub(crate) fn export_source_with(
+        &self,
+        plan: &ExportPlan,
+        lock: Option<LockId>,
+        host_owner: impl FnOnce(&Arc<crate::host::HostBuffer>) -> Owner,
+    ) -> Result<ExportSource<'_>> {
         let raw = self.raw_view();
         check_access(raw.holder, lock)?;
         if raw.dtype.is_record() {
             return Err(Error::ExportRefused(record_refusal(raw.dtype)));
         }
-        let (data, owner, copied): (*mut u8, Arc<dyn Any + Send + Sync>, bool) =
-            match (raw.residence, plan.target.device_type) {
-                (Residence::Host, DeviceType::Cpu | DeviceType::CudaHost) => {
-                    let buffer = if plan.copy {
-                        Arc::new(self.host_buffer().try_clone()?)
-                    } else {
-                        Arc::clone(self.host_buffer())
-                    };
-                    (buffer.as_ptr(), buffer, plan.copy)
+        let (data, owner, copied): (*mut u8, Owner, bool) = match (raw.residence, plan.target.device_type) {
+            (Residence::Host, DeviceType::Cpu | DeviceType::CudaHost) => match plan.copy {
+                true => {
+                    let buffer = Arc::new(self.host_buffer().try_clone()?);
+                    (buffer.as_ptr(), buffer.into(), true)
                 }
-                #[cfg(feature = "cuda")]
-                (Residence::Device, DeviceType::Cuda) if plan.target.id == raw.device_id => {
-                    if let Some(stream) = plan.consumer_stream {
-                        raw.device.hand_to(
-                            raw.device_id,
-                            crate::cuda::stream::StreamHandle::of(crate::device::Stream::reported(stream))?,
-                        )?;
-                    }
-                    let memory = if plan.copy {
-                        raw.device.duplicate_memory(raw.device_id)?
-                    } else {
-                        Arc::clone(raw.device.memory().expect("resident"))
-                    };
-                    memory.mark_shared();
-                    (memory.ptr() as usize as *mut u8, memory, plan.copy)
+                false => (self.host_buffer().as_ptr(), host_owner(self.host_buffer()), false),
+            },
+            #[cfg(feature = "cuda")]
+            (Residence::Device, DeviceType::Cuda) if plan.target.id == raw.device_id => {
+                if let Some(stream) = plan.consumer_stream {
+                    raw.device.hand_to(
+                        raw.device_id,
+                        crate::cuda::stream::StreamHandle::of(crate::device::Stream::reported(stream))?,
+                    )?;
                 }
-                #[cfg(feature = "cuda")]
-                _ => copy_to_device(&raw, plan.target)?,
-                #[cfg(not(feature = "cuda"))]
-                _ => {
-                    return Err(Error::ExportRefused(format!(
-                        "exporting to dl_device=({}, {}) needs amso's CUDA layer, which this build does not include",
-                        plan.target.device_type as i32, plan.target.id
-                    )))
-                }
-            };
+                let memory = if plan.copy {
+                    raw.device.duplicate_memory(raw.device_id)?
+                } else {
+                    Arc::clone(raw.device.memory().expect("resident"))
+                };
+                memory.mark_shared();
+                (memory.ptr() as usize as *mut u8, memory.into(), plan.copy)
+            }
+            #[cfg(feature = "cuda")]
+            _ => copy_to_device(&raw, plan.target)?,
+            #[cfg(not(feature = "cuda"))]
+            _ => {
+                return Err(Error::ExportRefused(format!(
+                    "exporting to dl_device=({}, {}) needs amso's CUDA layer, which this build does not include",
+                    plan.target.device_type as i32, plan.target.id
+                )))
+            }
+        };
         // Managed memory is exported as what it is (kDLCUDAManaged); a copy of it is not.
         let managed = raw.managed() && !copied && plan.target.device_type == DeviceType::Cuda;
         let device = if managed { Device { device_type: DeviceType::CudaManaged, ..plan.target } } else { plan.target };
@@ -142,10 +151,7 @@ impl ArrayCore {
 /// A private copy of the current data on `target` (another device, or the host), complete when
 /// this returns.
 #[cfg(feature = "cuda")]
-fn copy_to_device(
-    raw: &RawView<'_>,
-    target: crate::device::Device,
-) -> Result<(*mut u8, Arc<dyn Any + Send + Sync>, bool)> {
+fn copy_to_device(raw: &RawView<'_>, target: crate::device::Device) -> Result<(*mut u8, Owner, bool)> {
     use crate::cuda::{device_memory::DeviceMemory, stream, transfer};
     use crate::host::HostBuffer;
     use crate::host::HostEnd;
@@ -166,7 +172,7 @@ fn copy_to_device(
                     raw.device.stream(),
                 )
             }?;
-            Ok((buffer.as_ptr(), buffer, true))
+            Ok((buffer.as_ptr(), buffer.into(), true))
         }
         (residence, DeviceType::Cuda) => {
             crate::cuda::driver::require()?;
@@ -193,7 +199,7 @@ fn copy_to_device(
             }
             stream::synchronize(target.id, own)?;
             memory.mark_shared();
-            Ok((memory.ptr() as usize as *mut u8, memory, true))
+            Ok((memory.ptr() as usize as *mut u8, memory.into(), true))
         }
         _ => Err(Error::ExportRefused(format!(
             "cannot export data in {:?} memory to dl_device=({}, {})",

@@ -99,12 +99,7 @@ fn dlpack_def(py: Python<'_>, pyo3_def: *mut ffi::PyMethodDef) -> PyResult<*mut 
     }
     let def = Box::leak(Box::new(ffi::PyMethodDef {
         ml_name: pyo3_def.ml_name,
-        ml_meth: ffi::PyMethodDefPointer {
-            PyCFunctionFastWithKeywords: pyo3::impl_::trampoline::get_trampoline_function!(
-                fastcall_cfunction_with_keywords,
-                dlpack_body
-            ),
-        },
+        ml_meth: ffi::PyMethodDefPointer { PyCFunctionFastWithKeywords: dlpack_entry },
         ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
         // The same docstring, so `__text_signature__` and `help` read as before.
         ml_doc: pyo3_def.ml_doc,
@@ -125,8 +120,36 @@ struct DlpackArgs {
     copy: Option<bool>,
 }
 
-/// `__dlpack__`'s body on the generated classes, behind PyO3's trampoline for METH_FASTCALL |
-/// METH_KEYWORDS entries (the GIL count, panics caught, errors restored, as PyO3's own entry).
+/// `__dlpack__`'s entry on the generated classes: `dlpack_body` with panics caught and errors
+/// restored, as PyO3's trampoline does, without the trampoline's thread-local GIL count (two
+/// `__tls_get_addr` calls in a shared library) and pending-decref check, which nothing in the
+/// body needs: it makes no `Python::attach` (which would still work, counting the GIL as not
+/// held) and drops no `Py<T>`.
+///
+/// # Safety
+/// As `dlpack_body`.
+unsafe extern "C" fn dlpack_entry(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    let outcome = std::panic::catch_unwind(|| {
+        // SAFETY: CPython calls a method entry with the GIL held; the rest is the contract.
+        unsafe { dlpack_body(Python::assume_attached(), slf, args, nargs, kwnames) }
+    });
+    // SAFETY: as above.
+    let py = unsafe { Python::assume_attached() };
+    let error = match outcome {
+        Ok(Ok(result)) => return result,
+        Ok(Err(error)) => error,
+        Err(_) => pyo3::exceptions::PyRuntimeError::new_err("internal error (panic) inside amso; please report it"),
+    };
+    error.restore(py);
+    std::ptr::null_mut()
+}
+
+/// `__dlpack__`'s body on the generated classes.
 ///
 /// # Safety
 /// Called by CPython's method descriptor: the GIL is held, `slf` is an instance of the class

@@ -24,14 +24,18 @@
 //! - every change goes through `modify` or `modify_detached`, which republish the header
 //!   (with the GIL held) once the change is complete.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::device::Stream;
+use crate::dlpack::export_hub::ExportHub;
+use crate::dlpack::Owner;
 use crate::element::{DType, Element};
+use crate::host::HostBuffer;
 use crate::memarray::core::ArrayCore;
 use crate::memarray::MemArray;
 use crate::python::base::header::Header;
@@ -53,6 +57,22 @@ pub struct MemArrayBase {
     /// The last `__cuda_array_interface__` built, with the (address, stream) it describes;
     /// each access hands out a copy, never this dict itself.
     pub(in crate::python) interface_cache: Mutex<Option<CachedInterface>>,
+    /// The hub that in-place host exports share (`dlpack::export_hub`), or NULL; read and
+    /// written with the GIL held. Let go before any change, so a hub only ever describes the
+    /// buffer the array holds.
+    export_hub: AtomicPtr<ExportHub>,
+}
+
+impl Drop for MemArrayBase {
+    fn drop(&mut self) {
+        if let Some(hub) = NonNull::new(*self.export_hub.get_mut()) {
+            // SAFETY: a hub is only made by `hub_owner`, with the GIL held, for an array that is
+            // a Python object; such an array is freed by Python, with the GIL held. The
+            // array's reference is given up once, while its core (dropped after this) still
+            // holds the buffer.
+            unsafe { ExportHub::merge(hub) };
+        }
+    }
 }
 
 /// An interface dict and the (data address, stream) it describes.
@@ -87,6 +107,7 @@ impl MemArrayBase {
             waiting_readers: AtomicUsize::new(0),
             buffer_exports: AtomicUsize::new(0),
             interface_cache: Mutex::new(None),
+            export_hub: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
@@ -122,6 +143,7 @@ impl MemArrayBase {
     /// Register a writer (see the module docs): the header says the array is changing until
     /// the registration drops.
     fn begin_writing<'py>(&self, py: Python<'py>) -> Writing<'_, 'py> {
+        self.let_hub_go(py);
         // SAFETY: the GIL is held (`py`); `Writing` ends the registration once, with the GIL,
         // after the caller's write guard (declared after it) dropped.
         if unsafe { self.state.begin_write() } {
@@ -138,6 +160,36 @@ impl MemArrayBase {
             }
             // SAFETY: as above; the guard is dropped at once.
             py.detach(|| drop(unsafe { self.state.write_locked() }));
+        }
+    }
+
+    /// What an in-place host export of `buffer` (the array's, read with the GIL held and no
+    /// writer registered) holds: a count in the array's hub, made at the first such export.
+    #[inline]
+    pub(crate) fn hub_owner(&self, py: Python<'_>, buffer: &Arc<HostBuffer>) -> Owner {
+        let mut hub = NonNull::new(self.export_hub.load(Ordering::Relaxed));
+        // SAFETY: the array's current hub, the GIL held (`py`).
+        if hub.is_some_and(|hub| !unsafe { ExportHub::holds(hub, buffer) }) {
+            self.let_hub_go(py); // (not reached: a change lets the hub go before it begins)
+            hub = None;
+        }
+        let hub = hub.unwrap_or_else(|| {
+            let hub = ExportHub::new(Arc::clone(buffer));
+            self.export_hub.store(hub.as_ptr(), Ordering::Relaxed);
+            hub
+        });
+        // SAFETY: the array's current hub, the GIL held.
+        Owner::Hub(unsafe { ExportHub::acquire(hub) })
+    }
+
+    /// Give up the array's reference to its hub, if it has one: the exports counted there are
+    /// released atomically from now on. Before any change, and before exports are counted.
+    pub(crate) fn let_hub_go(&self, _attached: Python<'_>) {
+        let hub = self.export_hub.load(Ordering::Relaxed);
+        if let Some(hub) = NonNull::new(hub) {
+            self.export_hub.store(std::ptr::null_mut(), Ordering::Relaxed);
+            // SAFETY: the array's current hub, given up once; the GIL is held (`_attached`).
+            unsafe { ExportHub::merge(hub) };
         }
     }
 
@@ -295,6 +347,7 @@ impl MemArrayBase {
         py: Python<'_>,
         f: impl FnOnce(&MemArray<T, N>) -> R + Send,
     ) -> Option<R> {
+        self.let_hub_go(py); // so that `export_count` counts each export
         self.read(py, |array| MemArray::view(array).map(f))
     }
 

@@ -27,6 +27,7 @@ use crate::device::{DeviceId, Stream};
 use crate::memarray::export::HeldMemory;
 use crate::python::base::array::MemArrayBase;
 use crate::python::base::header::{Header, HEADER_MAGIC, HEADER_VERSION};
+use crate::python::base::identity_cache::IdentityCache;
 
 /// The oldest header version (and `ArrayTypeInfo` layout) this runtime reads: version 1 has the
 /// same layout without `FLAG_CHANGING`.
@@ -206,6 +207,51 @@ pub(crate) fn runtime_of_type(ty: &Bound<'_, pyo3::types::PyType>) -> Option<&'s
     }
     // SAFETY: a live type object, the GIL held; its runtime checks the type itself.
     type_info(ty.as_any()).filter(|info| unsafe { (info.is_array_type)(ty.as_ptr()) } == 1)
+}
+
+/// Where other runtime copies keep the header inside their arrays, by exact type: the offset
+/// from the object's address that the runtime's `header_of` gave for the first instance seen.
+/// Every instance of a type has the type's layout, so later calls read the header there with
+/// no call into that runtime (the call, its type check and its `catch_unwind` are about 50
+/// instructions: a tenth of a typed argument's cost).
+static HEADER_OFFSETS: IdentityCache<16> = IdentityCache::new();
+
+/// The header of `object`, an instance of a class of `runtime` (another copy), borrowed for as
+/// long as `object` is.
+///
+/// # Safety
+/// `object`'s type was classified as one of `runtime`'s array classes (`runtime_of_type`),
+/// and the GIL is held.
+#[inline]
+pub(crate) unsafe fn foreign_header<'a>(object: &'a Bound<'_, PyAny>, runtime: &ArrayTypeInfo) -> Option<&'a Header> {
+    let address = object.as_ptr() as usize;
+    if let Some(offset) = HEADER_OFFSETS.get_raw(object.get_type_ptr() as usize, 0) {
+        // SAFETY: an instance of a type whose instances keep a header `offset` bytes in, inside
+        // the part of the object every instance has (checked below), alive while it is.
+        return Some(unsafe { &*((address + offset) as *const Header) });
+    }
+    // SAFETY: a live object, the GIL held; that runtime checks the type itself.
+    let header = unsafe { (runtime.header_of)(object.as_ptr()).as_ref() }?;
+    let known = (OLDEST_HEADER_VERSION..=HEADER_VERSION).contains(&header.version);
+    if header.magic != HEADER_MAGIC || !known {
+        return None;
+    }
+    // Only a header inside the fixed-size part of the object is at one offset for every
+    // instance: the type's own `tp_basicsize` (read through `type`'s descriptor, which a
+    // metaclass cannot override) bounds it.
+    let offset = (header as *const Header as usize).wrapping_sub(address);
+    let py = object.py();
+    let ty = object.get_type();
+    let basicsize = py
+        .get_type::<pyo3::types::PyType>()
+        .getattr(intern!(py, "__dict__"))
+        .and_then(|d| d.get_item(intern!(py, "__basicsize__")))
+        .and_then(|descriptor| descriptor.call_method1(intern!(py, "__get__"), (&ty,)))
+        .and_then(|size| size.extract::<usize>());
+    if basicsize.is_ok_and(|size| offset.checked_add(size_of::<Header>()).is_some_and(|end| end <= size)) {
+        HEADER_OFFSETS.insert(ty.as_any(), 0, offset);
+    }
+    Some(header)
 }
 
 /// The header of `object` if it is an amso array of any runtime copy, borrowed for as long

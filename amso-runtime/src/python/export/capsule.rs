@@ -7,8 +7,11 @@ use std::ffi::CStr;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
+use std::sync::Arc;
+
 use crate::device::Stream;
-use crate::dlpack::{plan_export, DlpackRequest, ManagedTensor, RawManaged};
+use crate::dlpack::{plan_export, DlpackRequest, ManagedTensor, Owner, RawManaged};
+use crate::host::HostBuffer;
 use crate::lock::LockId;
 use crate::memarray::core::ArrayCore;
 use crate::python::base::array::MemArrayBase;
@@ -28,11 +31,22 @@ pub(crate) fn export_tensor(
     lock: Option<LockId>,
     request: &DlpackRequest,
 ) -> crate::error::Result<ManagedTensor> {
+    export_tensor_with(array, lock, request, |buffer| Arc::clone(buffer).into())
+}
+
+/// `export_tensor`, with host memory exported where it is held by `host_owner`'s `Owner`.
+#[inline]
+fn export_tensor_with(
+    array: &ArrayCore,
+    lock: Option<LockId>,
+    request: &DlpackRequest,
+    host_owner: impl FnOnce(&Arc<HostBuffer>) -> Owner,
+) -> crate::error::Result<ManagedTensor> {
     let view = array.raw_view();
     let device = view.device();
     let plan = plan_export(device, view.pinned(), request)?;
     crate::dlpack::check_format(&plan, view.dtype.dl_data_type(), view.readonly())?;
-    let source = array.export_source(&plan, lock).map_err(|error| match error {
+    let source = array.export_source_with(&plan, lock, host_owner).map_err(|error| match error {
         // A device the producer cannot reach is DLPack's BufferError, whatever the cause.
         crate::error::Error::Unavailable(message) if plan.target != device => {
             crate::error::Error::ExportRefused(message)
@@ -78,16 +92,27 @@ pub(crate) fn dlpack_call<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let request = DlpackRequest { stream, max_version, dl_device, copy };
     warn_ambiguous_stream(py, array, &request)?;
-    // Host data exported where it is (no copy, no device named) is an `Arc` clone and an
-    // allocation: no Python code, no driver call, so the GIL stays held and the array's lock
-    // can be skipped while no writer is registered. Everything else takes the lock. (`export_tensor`
-    // runs in one closure of a function of its own, as under the lock, so that thin LTO
-    // inlines its steps.)
+    // Host data exported where it is (no copy, no device named) is a count in the array's
+    // hub and a block: no Python code, no driver call, so the GIL stays held and the array's
+    // lock can be skipped while no writer is registered. Everything else takes the lock and
+    // holds the memory through an `Arc` of its own. (`export_tensor_with` runs in one closure
+    // of a function of its own, as under the lock, so that thin LTO inlines its steps.)
     let in_place = request.dl_device.is_none() && request.copy != Some(true);
-    let unlocked = |core: &ArrayCore| in_place && core.residence() == crate::device::Residence::Host;
-    // SAFETY: `export_tensor` reads without the lock only host data that stays where it is,
-    // which releases nothing and runs no Python code.
-    let tensor = unsafe { array.read_unlocked_if(py, unlocked, |core| export_tensor(core, lock, &request)) }?;
+    let unlocked = std::cell::Cell::new(false);
+    let read_unlocked = |core: &ArrayCore| {
+        unlocked.set(in_place && core.residence() == crate::device::Residence::Host);
+        unlocked.get()
+    };
+    let host_owner = |buffer: &Arc<HostBuffer>| match unlocked.get() {
+        // Read with the GIL held and no writer registered: the hub's contract.
+        true => array.hub_owner(py, buffer),
+        false => Arc::clone(buffer).into(),
+    };
+    // SAFETY: `export_tensor_with` reads without the lock only host data that stays where it
+    // is, which releases nothing and runs no Python code (the hub is counted with the GIL).
+    let tensor = unsafe {
+        array.read_unlocked_if(py, read_unlocked, |core| export_tensor_with(core, lock, &request, host_owner))
+    }?;
     into_capsule(py, tensor)
 }
 
@@ -188,14 +213,15 @@ unsafe fn destroy<const VECTOR: bool>(
     // SAFETY: the capsule still carries `name`, so this returns its non-null pointer.
     let pointer = unsafe { ffi::PyCapsule_GetPointer(capsule, name.as_ptr()) };
     if let Some(pointer) = std::ptr::NonNull::new(pointer) {
-        // SAFETY: an unconsumed capsule still owns its tensor; this runs once, at the
-        // capsule's destruction. Dropping it runs the deleter, catching any unwinding.
-        let tensor = unsafe { ManagedTensor::from_raw(raw(pointer)) };
+        let raw = raw(pointer);
         if VECTOR {
-            // SAFETY: Python destroys capsules with the GIL held.
-            unsafe { note_lanes_refusal(tensor.describe().0.dtype) };
+            // SAFETY: an unconsumed capsule still owns its live tensor; Python destroys
+            // capsules with the GIL held.
+            unsafe { note_lanes_refusal(ManagedTensor::describe_raw(raw).0.dtype) };
         }
-        drop(tensor);
+        // SAFETY: an unconsumed capsule still owns its tensor; this runs once, at the
+        // capsule's destruction, with the GIL held.
+        unsafe { crate::dlpack::release_attached(raw) };
     }
 }
 

@@ -377,9 +377,8 @@ fn in_place(obj: &Bound<'_, PyAny>, runtime: &'static ArrayTypeInfo) -> Option<S
     }
     let header = match std::ptr::eq(runtime, &crate::python::base::recognize::INFO) {
         true => obj.cast::<crate::python::base::array::MemArrayBase>().ok()?.get().header(),
-        // SAFETY: a live object, the GIL held; that runtime checks the type itself, and a
-        // header it returns lives as long as `obj`.
-        false => unsafe { (runtime.header_of)(obj.as_ptr()).as_ref() }?,
+        // SAFETY: `obj`'s type is one of `runtime`'s classes (its protocol), the GIL held.
+        false => unsafe { crate::python::base::recognize::foreign_header(obj, runtime) }?,
     };
     let placement = header.placement();
     let moving = placement.flags & (FLAG_CHANGING | FLAG_ON_DEVICE) != 0;

@@ -117,7 +117,7 @@ impl<O: Owner> Handover<O> {
             dtype: self.dtype.dl_data_type(),
             shape: &self.shape,
             strides: self.strides.as_deref(),
-            owner: self.owner.into_arc(),
+            owner: self.owner.into_arc().into(),
             readonly: self.readonly,
             copied: false,
         };

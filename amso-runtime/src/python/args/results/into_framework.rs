@@ -89,7 +89,7 @@ pub(in crate::python::args) fn core_into_framework(
     let request = crate::dlpack::DlpackRequest { max_version: Some(DLPACK_VERSION), ..Default::default() };
     let plan = crate::dlpack::plan_export(device, core.pinned(), &request)?;
     let source = core.export_source(&plan, None)?;
-    let owner: Arc<dyn Any + Send + Sync> = source.owner;
+    let owner: Arc<dyn Any + Send + Sync> = source.owner.into();
     Handover {
         data: source.data,
         device: source.device,

@@ -127,3 +127,22 @@ def test_a_runtime_with_an_old_header_version_is_held_through_its_table():
         assert seen == [held], cls.__name__
         assert ue.min_max(a) == (0.0, 3.0)
         assert a.export_count == 0
+
+
+def test_each_class_of_another_runtime_is_read_at_its_header_after_the_first_call():
+    """The first typed read of an instance of another runtime's class asks that runtime where
+    the header is; later reads of the type go straight to that offset. Subclasses (with and
+    without a `__dict__`) have the base's layout first: each reads its own data, call after
+    call, in any order."""
+    base = type(amso.asarray(np.zeros(1)))
+    classes = [base, type("WithDict", (base,), {}), type("Slotted", (base,), {"__slots__": ("tag",)})]
+    arrays = []
+    for i, cls in enumerate(classes * 2):
+        a = cls((5,))
+        a.read_numpy_array(np.arange(5.0) + 10 * i)
+        arrays.append(a)
+    for _ in range(3):
+        for i, a in enumerate(reversed(arrays)):
+            i = len(arrays) - 1 - i
+            assert ue.min_max(a) == (10.0 * i, 10.0 * i + 4), type(a).__name__
+            a[0] = 10.0 * i  # the header stays current after a change

@@ -103,6 +103,18 @@ def test_object_array_null_entry_anywhere_is_refused(layout):
         peers.amso_reprs(x)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 24, 33])
+def test_a_null_at_any_index_of_a_contiguous_object_array_is_refused(n):
+    """The contiguous scan reads several entries per instruction: a NULL in the first, the
+    last, or any lane in between is found, at every length (vector tails included)."""
+    for index in range(n):
+        x = np.array([object()] * n, dtype=object)
+        assert peers.amso_head(x) is x[0]
+        _null_at(x, (index,))
+        with pytest.raises(ValueError, match=r"NULL entries"):
+            peers.amso_head(x)
+
+
 def test_object_array_null_outside_the_view_is_not_read():
     base = np.array([1, None, 2, None], dtype=object)
     view = base[::2]

@@ -291,7 +291,10 @@ fn device_alignment<T: ArrayElement>() -> usize {
 
 /// Whether no entry of an object array (`size` pointers at `data`, strides in elements) is
 /// NULL. An aligned C-contiguous one is read as one slice, without stopping at the first NULL
-/// (a refusal is rare), so that the compiler reads several entries per instruction.
+/// (a refusal is rare), so that the compiler reads several entries per instruction: `e | -e`
+/// has its top bit set exactly when `e` is not zero, and the AND of those over the entries
+/// keeps it only if none is (subtraction, OR and AND of 64-bit lanes are all in SSE2, which
+/// has no 64-bit compare).
 ///
 /// # Safety
 /// Every element's pointer is readable.
@@ -299,7 +302,8 @@ unsafe fn objects_filled(data: usize, shape: &[usize], strides: &[isize], size: 
     if data.is_multiple_of(align_of::<usize>()) && strided::is_c_contiguous(shape, strides) {
         // SAFETY: `size` readable pointers (the caller's contract), aligned as `usize`.
         let entries = unsafe { std::slice::from_raw_parts(data as *const usize, size) };
-        return entries.iter().fold(0, |nulls, &entry| nulls | usize::from(entry == 0)) == 0;
+        let all = entries.iter().fold(usize::MAX, |all, &entry| all & (entry | entry.wrapping_neg()));
+        return all.leading_zeros() == 0;
     }
     let non_null = |entry: *const u8| {
         // SAFETY: one readable pointer per element (the caller's contract), read unaligned: a

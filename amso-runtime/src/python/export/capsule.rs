@@ -46,14 +46,14 @@ fn export_tensor_with(
     let device = view.device();
     let plan = plan_export(device, view.pinned(), request)?;
     crate::dlpack::check_format(&plan, view.dtype.dl_data_type(), view.readonly())?;
-    let source = array.export_source_with(&plan, lock, host_owner).map_err(|error| match error {
+    match array.export_source_with(&plan, lock, host_owner) {
+        Ok(source) => Ok(ManagedTensor::new(source, plan.format)),
         // A device the producer cannot reach is DLPack's BufferError, whatever the cause.
-        crate::error::Error::Unavailable(message) if plan.target != device => {
-            crate::error::Error::ExportRefused(message)
+        Err(crate::error::Error::Unavailable(message)) if plan.target != device => {
+            Err(crate::error::Error::ExportRefused(message))
         }
-        other => other,
-    })?;
-    Ok(ManagedTensor::new(source, plan.format))
+        Err(other) => Err(other),
+    }
 }
 
 /// A versioned export of a vector array's memory as its lanes (`a.scalar_view()`): the lane

@@ -543,16 +543,18 @@ pub(crate) unsafe fn release_attached(raw: RawManaged) {
             }
         }
     };
-    match owner {
+    // Dropping an owner may drop the buffer's last reference, and with it Rust code of a user's
+    // (a foreign buffer's owner): inside a capsule's destructor, it must not unwind out.
+    let release = std::panic::AssertUnwindSafe(|| match owner {
         // SAFETY: the GIL is held (the caller's contract); the block is ours, its contents
         // moved out.
         Owner::Hub(hub) => unsafe { hub.release_attached(NonNull::new(block)) },
         shared => {
             give_block(block);
-            // An owner's drop is Rust code inside a capsule's destructor: it must not unwind out.
-            drop(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(shared))));
+            drop(shared);
         }
-    }
+    });
+    drop(std::panic::catch_unwind(release));
 }
 
 #[cfg(test)]

@@ -13,9 +13,12 @@
 //!   the same way (`release_attached`): a loop of exports and drops runs no locked instruction.
 //! - Any other release (a consumer's deleter, on any thread, with or without the GIL) subtracts
 //!   one from `shared` atomically: below zero while the array still holds the hub.
-//! - When the array lets the hub go (`merge`: before any change of the array, or when it is
-//!   freed), the GIL side adds what it counted to `shared`, and from then on every release is
-//!   atomic. Whoever brings `shared` to zero frees the hub, and with it its `Arc`.
+//! - When the array lets the hub go (`merge`: when it is freed, or before Rust code reads its
+//!   `MemArray`, whose `export_count` counts the buffer's references), the GIL side adds what it
+//!   counted to `shared`, and each export left takes a reference to the buffer of its own; from
+//!   then on every release is atomic. Whoever brings `shared` to zero frees the hub.
+//! - A core keeps its host buffer for life, so a hub describes the array's buffer as long as the
+//!   array holds it, across moves and writes.
 
 use std::any::Any;
 use std::ptr::NonNull;
@@ -131,6 +134,17 @@ impl ExportHub {
         HubRef { hub, block }
     }
 
+    /// The exports counted against `hub` and not yet released.
+    ///
+    /// # Safety
+    /// `hub` is an array's current hub (not merged), and the GIL is held.
+    pub(crate) unsafe fn outstanding(hub: NonNull<ExportHub>) -> usize {
+        // SAFETY: alive while the array holds it; `local` is the GIL's (the caller's contract).
+        let hub = unsafe { hub.as_ref() };
+        let released_elsewhere = hub.shared.load(Ordering::Acquire);
+        (hub.local.load(Ordering::Relaxed) - 1).saturating_add_signed(released_elsewhere)
+    }
+
     /// The array lets `hub` go. Each export left then holds a reference to the buffer of its
     /// own, as a cloned `Arc` would (so the buffer's count is the array's plus its exports'),
     /// and every later release is atomic; the last one frees the hub.
@@ -189,7 +203,13 @@ impl HubRef {
     /// caller owns.
     #[inline]
     pub(crate) unsafe fn release_attached(mut self, block: Option<NonNull<u8>>) {
-        let block = block.or_else(|| self.block.take());
+        let block = match (block, self.block.take()) {
+            (Some(given), Some(unused)) => {
+                super::give_block(unused.as_ptr());
+                Some(given)
+            }
+            (given, unused) => given.or(unused),
+        };
         // SAFETY: this reference keeps the hub alive; the GIL is held (the caller's contract).
         let hub = unsafe { self.hub.as_ref() };
         let merged = hub.merged.load(Ordering::Relaxed);
@@ -262,13 +282,13 @@ mod tests {
         let hub = ExportHub::new(Arc::clone(&array));
         // SAFETY: as above.
         let mut exports: Vec<HubRef> = unsafe { (0..4).map(|_| ExportHub::acquire(hub)).collect() };
-        drop(exports.pop()); // released elsewhere before the merge
-                             // SAFETY: as above.
+        // One released elsewhere before the merge, one on the GIL side.
+        drop(exports.pop());
+        // SAFETY: as above.
         unsafe { exports.pop().unwrap().release_attached(None) };
         // SAFETY: as above; the array gives the hub up once.
         unsafe { ExportHub::merge(hub) };
         assert_eq!(Arc::strong_count(&array), 1 + 2, "the array's and one for each export left");
-        drop(array.clone());
         // SAFETY: the GIL side, after the merge: an atomic release.
         unsafe { exports.pop().unwrap().release_attached(None) };
         assert_eq!(Arc::strong_count(&array), 2);

@@ -175,3 +175,49 @@ fn a_panic_while_freeing_an_export_stays_inside_the_deleter() {
     }
     std::panic::set_hook(previous);
 }
+
+#[cfg(feature = "python")]
+#[test]
+fn a_panic_while_a_capsule_releases_the_last_reference_stays_inside() {
+    // A capsule destroyed unconsumed after its array went drops the buffer's last reference,
+    // and with it a foreign buffer's owner: Rust code of a user's, which must not unwind out of
+    // the capsule's destructor.
+    struct PanicsOnDrop(Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            panic!("forced internal error in a foreign buffer's owner");
+        }
+    }
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {})); // keep the test output quiet
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut memory = [0u8; 8];
+    // SAFETY: 8 bytes that outlive the buffer; the owner is dropped with it.
+    let buffer = Arc::new(unsafe {
+        crate::host::HostBuffer::foreign(memory.as_mut_ptr(), 8, Box::new(PanicsOnDrop(dropped.clone())))
+    });
+    let hub = export_hub::ExportHub::new(buffer.clone());
+    // SAFETY: this thread stands for the GIL's holder; the hub is the array's current one.
+    let export = unsafe { export_hub::ExportHub::acquire(hub) };
+    let source = ExportSource {
+        data: memory.as_mut_ptr().cast(),
+        device: Device::CPU,
+        dtype: <u8 as crate::element::ArrayElement>::DTYPE.dl_data_type(),
+        shape: &[8],
+        strides: None,
+        owner: Owner::Hub(export),
+        readonly: false,
+        copied: false,
+    };
+    let raw = ManagedTensor::new(source, Format::Legacy).into_raw();
+    drop(buffer);
+    // SAFETY: the array goes: its reference is given up once.
+    unsafe { export_hub::ExportHub::merge(hub) };
+    assert!(!dropped.load(std::sync::atomic::Ordering::SeqCst), "the export still holds the buffer");
+    // SAFETY: a live tensor nobody consumed, released once, on "the GIL's" thread.
+    let outcome = std::panic::catch_unwind(|| unsafe { release_attached(raw) });
+    std::panic::set_hook(previous);
+    assert!(outcome.is_ok(), "the release let a panic escape");
+    assert!(dropped.load(std::sync::atomic::Ordering::SeqCst), "the owner's drop ran");
+}

@@ -122,9 +122,12 @@ struct DlpackArgs {
 
 /// `__dlpack__`'s entry on the generated classes: `dlpack_body` with panics caught and errors
 /// restored, as PyO3's trampoline does, without the trampoline's thread-local GIL count (two
-/// `__tls_get_addr` calls in a shared library) and pending-decref check, which nothing in the
-/// body needs: it makes no `Python::attach` (which would still work, counting the GIL as not
-/// held) and drops no `Py<T>`.
+/// `__tls_get_addr` calls in a shared library) and pending-decref check. The host path needs
+/// neither: it makes no `Python::attach` and drops no `Py<T>` (errors are restored, not
+/// dropped). Other paths still work with the count at zero: a `Python::attach` on them (a
+/// device copy through a Python allocator) takes the GIL again through `PyGILState_Ensure`, and
+/// a `Py<T>` dropped there has its reference given back at PyO3's next entry. A panic is a
+/// `RuntimeError`, as at amso's other C entries.
 ///
 /// # Safety
 /// As `dlpack_body`.

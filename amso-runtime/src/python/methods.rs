@@ -148,8 +148,7 @@ impl MemArrayBase {
     /// the memory.
     #[getter]
     fn export_count(&self, py: Python<'_>) -> usize {
-        self.let_hub_go(py); // its exports are then counted by the buffer's `Arc`
-        self.read(py, |array| array.export_count())
+        self.live_exports(py)
     }
 
     /// Whether writes are refused.

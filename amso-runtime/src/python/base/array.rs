@@ -58,8 +58,7 @@ pub struct MemArrayBase {
     /// each access hands out a copy, never this dict itself.
     pub(in crate::python) interface_cache: Mutex<Option<CachedInterface>>,
     /// The hub that in-place host exports share (`dlpack::export_hub`), or NULL; read and
-    /// written with the GIL held. Let go before any change, so a hub only ever describes the
-    /// buffer the array holds.
+    /// written with the GIL held.
     export_hub: AtomicPtr<ExportHub>,
 }
 
@@ -143,7 +142,6 @@ impl MemArrayBase {
     /// Register a writer (see the module docs): the header says the array is changing until
     /// the registration drops.
     fn begin_writing<'py>(&self, py: Python<'py>) -> Writing<'_, 'py> {
-        self.let_hub_go(py);
         // SAFETY: the GIL is held (`py`); `Writing` ends the registration once, with the GIL,
         // after the caller's write guard (declared after it) dropped.
         if unsafe { self.state.begin_write() } {
@@ -169,8 +167,10 @@ impl MemArrayBase {
     pub(crate) fn hub_owner(&self, py: Python<'_>, buffer: &Arc<HostBuffer>) -> Owner {
         let mut hub = NonNull::new(self.export_hub.load(Ordering::Relaxed));
         // SAFETY: the array's current hub, the GIL held (`py`).
+        // A core keeps its buffer for life, so this holds; were a change ever to give the array
+        // a new buffer, the hub of the old one (which its exports keep) is let go here.
         if hub.is_some_and(|hub| !unsafe { ExportHub::holds(hub, buffer) }) {
-            self.let_hub_go(py); // (not reached: a change lets the hub go before it begins)
+            self.let_hub_go(py);
             hub = None;
         }
         let hub = hub.unwrap_or_else(|| {
@@ -182,8 +182,9 @@ impl MemArrayBase {
         Owner::Hub(unsafe { ExportHub::acquire(hub) })
     }
 
-    /// Give up the array's reference to its hub, if it has one: the exports counted there are
-    /// released atomically from now on. Before any change, and before exports are counted.
+    /// Give up the array's reference to its hub, if it has one: the exports counted there hold
+    /// the buffer's `Arc` themselves from now on (so that Rust code counting a `MemArray`'s
+    /// exports sees each), and are released atomically. The next export makes a new hub.
     pub(crate) fn let_hub_go(&self, _attached: Python<'_>) {
         let hub = self.export_hub.load(Ordering::Relaxed);
         if let Some(hub) = NonNull::new(hub) {
@@ -191,6 +192,20 @@ impl MemArrayBase {
             // SAFETY: the array's current hub, given up once; the GIL is held (`_attached`).
             unsafe { ExportHub::merge(hub) };
         }
+    }
+
+    /// Live exports of the array's memory (`export_count`): the buffer's references beside the
+    /// array's own, where the hub's one reference stands for the exports it counts.
+    pub(crate) fn live_exports(&self, py: Python<'_>) -> usize {
+        self.read(py, |array| {
+            let count = array.export_count();
+            match NonNull::new(self.export_hub.load(Ordering::Relaxed)) {
+                // SAFETY: the array's current hub, the GIL held (`py`, kept: `read`'s `f` runs
+                // no Python code).
+                Some(hub) => count - 1 + unsafe { ExportHub::outstanding(hub) },
+                None => count,
+            }
+        })
     }
 
     /// Read the array through `f` (no Python code in `f`).
@@ -347,8 +362,10 @@ impl MemArrayBase {
         py: Python<'_>,
         f: impl FnOnce(&MemArray<T, N>) -> R + Send,
     ) -> Option<R> {
-        self.let_hub_go(py); // so that `export_count` counts each export
-        self.read(py, |array| MemArray::view(array).map(f))
+        self.read(py, |array| {
+            self.let_hub_go(py); // so that `f` sees each export in `export_count`
+            MemArray::view(array).map(f)
+        })
     }
 
     /// Change the typed array through `f`, if this object holds a `MemArray<T, N>` (`Send`, as
@@ -366,6 +383,7 @@ impl MemArrayBase {
         f: impl FnOnce(&mut TypedMut<'_, T, N>) -> R + Send,
     ) -> Option<PyResult<R>> {
         self.modify(py, |array| {
+            self.let_hub_go(py); // so that `f` sees each export in `export_count`
             let array = MemArray::view_mut(array)?;
             Some(write_borrow(py, array.core(), true).map(|_borrow| f(&mut TypedMut { array, base: self })))
         })

@@ -61,6 +61,17 @@ impl<const SLOTS: usize> IdentityCache<SLOTS> {
         }
     }
 
+    /// Remember `value` for the address of something that lives for the process (a static
+    /// table: nothing is held for it).
+    pub(crate) fn insert_static<T>(&self, object: &'static T, tag: usize, value: usize) {
+        self.claim(object as *const T as usize, tag, value);
+    }
+
+    /// Whether no entry can be stored any more.
+    pub(crate) fn is_full(&self) -> bool {
+        self.len() == SLOTS
+    }
+
     /// Store the entry unless it is there already or the cache is full; whether it was stored.
     fn claim(&self, object: usize, tag: usize, value: usize) -> bool {
         let _append = self.append.lock().unwrap_or_else(|e| e.into_inner());

@@ -41,7 +41,9 @@ const TYPE_CAPSULE: &CStr = c"amso.array_type.v2";
 pub(crate) struct ArrayTypeInfo {
     header_version: u32,
     header_size: u32,
-    /// The object's header, or NULL if it is not an array of this runtime.
+    /// The object's header, or NULL if it is not an array of this runtime. A header is a field
+    /// of the runtime's base class, so it lies at one offset in every instance of the runtime's
+    /// classes (what `foreign_header` caches).
     pub(crate) header_of: unsafe extern "C" fn(*mut ffi::PyObject) -> *const Header,
     /// 1 if the type is this runtime's base class or a subclass of it, else 0.
     is_array_type: unsafe extern "C" fn(*mut ffi::PyObject) -> std::ffi::c_int,
@@ -209,12 +211,17 @@ pub(crate) fn runtime_of_type(ty: &Bound<'_, pyo3::types::PyType>) -> Option<&'s
     type_info(ty.as_any()).filter(|info| unsafe { (info.is_array_type)(ty.as_ptr()) } == 1)
 }
 
-/// Where other runtime copies keep the header inside their arrays, by exact type: the offset
-/// from the object's address that the runtime's `header_of` gave for the first instance seen.
-/// Every instance of a type has the type's layout, so later calls read the header there with
-/// no call into that runtime (the call, its type check and its `catch_unwind` are about 50
-/// instructions: a tenth of a typed argument's cost).
-static HEADER_OFFSETS: IdentityCache<16> = IdentityCache::new();
+/// Where other runtime copies keep the header inside their arrays: the offset from an object's
+/// address that the runtime's `header_of` gave for the first instance seen, by runtime. Every
+/// class of a runtime has its base class's layout first, and the header is a field of that
+/// base, so one offset serves all of them: later calls read the header there, with no call
+/// into that runtime (the call, its type check and its `catch_unwind` are about 50
+/// instructions, a tenth of a typed argument's cost). `NOT_INLINE` marks a runtime whose
+/// header is not inside the fixed-size part of its objects: it is asked every time.
+static HEADER_OFFSETS: IdentityCache<8> = IdentityCache::new();
+
+/// `HEADER_OFFSETS`'s mark of a runtime asked every time.
+const NOT_INLINE: usize = usize::MAX;
 
 /// The header of `object`, an instance of a class of `runtime` (another copy), borrowed for as
 /// long as `object` is.
@@ -223,33 +230,38 @@ static HEADER_OFFSETS: IdentityCache<16> = IdentityCache::new();
 /// `object`'s type was classified as one of `runtime`'s array classes (`runtime_of_type`),
 /// and the GIL is held.
 #[inline]
-pub(crate) unsafe fn foreign_header<'a>(object: &'a Bound<'_, PyAny>, runtime: &ArrayTypeInfo) -> Option<&'a Header> {
+pub(crate) unsafe fn foreign_header<'a>(
+    object: &'a Bound<'_, PyAny>,
+    runtime: &'static ArrayTypeInfo,
+) -> Option<&'a Header> {
     let address = object.as_ptr() as usize;
-    if let Some(offset) = HEADER_OFFSETS.get_raw(object.get_type_ptr() as usize, 0) {
-        // SAFETY: an instance of a type whose instances keep a header `offset` bytes in, inside
-        // the part of the object every instance has (checked below), alive while it is.
+    let known = HEADER_OFFSETS.get_raw(runtime as *const ArrayTypeInfo as usize, 0);
+    if let Some(offset) = known.filter(|&offset| offset != NOT_INLINE) {
+        // SAFETY: an instance of a class of `runtime`, whose instances keep a header `offset`
+        // bytes in, inside the part of the object every instance has (checked below), alive
+        // while it is.
         return Some(unsafe { &*((address + offset) as *const Header) });
     }
     // SAFETY: a live object, the GIL held; that runtime checks the type itself.
     let header = unsafe { (runtime.header_of)(object.as_ptr()).as_ref() }?;
-    let known = (OLDEST_HEADER_VERSION..=HEADER_VERSION).contains(&header.version);
-    if header.magic != HEADER_MAGIC || !known {
+    let version = (OLDEST_HEADER_VERSION..=HEADER_VERSION).contains(&header.version);
+    if header.magic != HEADER_MAGIC || !version {
         return None;
     }
-    // Only a header inside the fixed-size part of the object is at one offset for every
-    // instance: the type's own `tp_basicsize` (read through `type`'s descriptor, which a
-    // metaclass cannot override) bounds it.
-    let offset = (header as *const Header as usize).wrapping_sub(address);
-    let py = object.py();
-    let ty = object.get_type();
-    let basicsize = py
-        .get_type::<pyo3::types::PyType>()
-        .getattr(intern!(py, "__dict__"))
-        .and_then(|d| d.get_item(intern!(py, "__basicsize__")))
-        .and_then(|descriptor| descriptor.call_method1(intern!(py, "__get__"), (&ty,)))
-        .and_then(|size| size.extract::<usize>());
-    if basicsize.is_ok_and(|size| offset.checked_add(size_of::<Header>()).is_some_and(|end| end <= size)) {
-        HEADER_OFFSETS.insert(ty.as_any(), 0, offset);
+    if known.is_none() && !HEADER_OFFSETS.is_full() {
+        // Only a header inside the fixed-size part of the object is at one offset for every
+        // instance: the type's own `tp_basicsize` (read through `type`'s descriptor, which a
+        // metaclass cannot override) bounds it.
+        let offset = (header as *const Header as usize).wrapping_sub(address);
+        let py = object.py();
+        let basicsize = py
+            .get_type::<pyo3::types::PyType>()
+            .getattr(intern!(py, "__dict__"))
+            .and_then(|d| d.get_item(intern!(py, "__basicsize__")))
+            .and_then(|descriptor| descriptor.call_method1(intern!(py, "__get__"), (object.get_type(),)))
+            .and_then(|size| size.extract::<usize>());
+        let inline = basicsize.is_ok_and(|size| offset.checked_add(size_of::<Header>()).is_some_and(|end| end <= size));
+        HEADER_OFFSETS.insert_static(runtime, 0, if inline { offset } else { NOT_INLINE });
     }
     Some(header)
 }

@@ -298,8 +298,11 @@ fn device_alignment<T: ArrayElement>() -> usize {
 ///
 /// # Safety
 /// Every element's pointer is readable.
+#[inline]
 unsafe fn objects_filled(data: usize, shape: &[usize], strides: &[isize], size: usize) -> bool {
-    if data.is_multiple_of(align_of::<usize>()) && strided::is_c_contiguous(shape, strides) {
+    // (A 1-D array of unit stride, the common case, is told apart without the general test.)
+    let contiguous = matches!(strides, [1]) || strided::is_c_contiguous(shape, strides);
+    if data.is_multiple_of(align_of::<usize>()) && contiguous {
         // SAFETY: `size` readable pointers (the caller's contract), aligned as `usize`.
         let entries = unsafe { std::slice::from_raw_parts(data as *const usize, size) };
         let all = entries.iter().fold(usize::MAX, |all, &entry| all & (entry | entry.wrapping_neg()));

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import subprocess
 import sys
 import weakref
 
@@ -79,6 +80,23 @@ def test_object_arrays_are_refused_elsewhere():
 def test_object_array_with_null_entries_is_refused():
     x = np.array([None, None], dtype=object)
     ctypes.memset(x.ctypes.data, 0, x.nbytes)  # what C code leaves in an unfilled object array
+    with pytest.raises(ValueError, match=r"NULL entries"):
+        peers.amso_head(x)
+
+
+def test_rust_numpy_reads_null_entries_unchecked_where_amso_refuses():
+    """What amso's NULL check buys: rust-numpy's `head` reads the NULL entry as a reference and
+    the interpreter dies (run in a child process); amso's raises."""
+    script = (
+        "import ctypes, numpy as np, amso_peers as p\n"
+        "x = np.array([None, None], dtype=object)\n"
+        "ctypes.memset(x.ctypes.data, 0, x.nbytes)\n"
+        "p.numpy_head(x)\n"
+    )
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert child.returncode < 0, f"rust-numpy's head returned ({child.returncode}): {child.stderr[-500:]!r}"
+    x = np.array([None, None], dtype=object)
+    ctypes.memset(x.ctypes.data, 0, x.nbytes)
     with pytest.raises(ValueError, match=r"NULL entries"):
         peers.amso_head(x)
 

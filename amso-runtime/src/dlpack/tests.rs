@@ -142,17 +142,21 @@ fn readonly_flag_and_locked_export() {
     assert!(b.export_source(&plan(&b), Some(id)).is_ok());
 }
 
+/// An owner whose drop records that it ran and then panics: an internal error in Rust code that
+/// a release runs.
+struct PanicsOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        panic!("forced internal error in an export's owner");
+    }
+}
+
 #[test]
 fn a_panic_while_freeing_an_export_stays_inside_the_deleter() {
     // The deleter runs in the consumer's C code; an internal error there (here, an owner
     // whose drop panics) must not unwind into it.
-    struct PanicsOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
-    impl Drop for PanicsOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-            panic!("forced internal error in an export's owner");
-        }
-    }
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {})); // keep the test output quiet
     for format in [Format::Legacy, Format::Versioned(DLPackVersion { major: 1, minor: 3 })] {
@@ -182,13 +186,6 @@ fn a_panic_while_a_capsule_releases_the_last_reference_stays_inside() {
     // A capsule destroyed unconsumed after its array went drops the buffer's last reference,
     // and with it a foreign buffer's owner: Rust code of a user's, which must not unwind out of
     // the capsule's destructor.
-    struct PanicsOnDrop(Arc<std::sync::atomic::AtomicBool>);
-    impl Drop for PanicsOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-            panic!("forced internal error in a foreign buffer's owner");
-        }
-    }
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {})); // keep the test output quiet
     let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));

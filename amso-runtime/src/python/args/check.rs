@@ -298,7 +298,6 @@ fn device_alignment<T: ArrayElement>() -> usize {
 ///
 /// # Safety
 /// Every element's pointer is readable.
-#[inline]
 unsafe fn objects_filled(data: usize, shape: &[usize], strides: &[isize], size: usize) -> bool {
     // (A 1-D array of unit stride, the common case, is told apart without the general test.)
     let contiguous = matches!(strides, [1]) || strided::is_c_contiguous(shape, strides);

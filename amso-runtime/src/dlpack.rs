@@ -509,39 +509,17 @@ unsafe fn delete_exported<M>(managed: *mut M) {
 /// delete, and the GIL is held.
 #[cfg(feature = "python")]
 pub(crate) unsafe fn release_attached(raw: RawManaged) {
-    // SAFETY: a live tensor (the caller's contract); its deleter field is read only. Addresses
-    // compared as numbers: each of amso's deleters is one non-generic function.
-    let (ours, block) = unsafe {
+    // SAFETY: a live tensor (the caller's contract), released once here or by its deleter.
+    let taken = unsafe {
         match raw {
-            RawManaged::Legacy(p) => (
-                (*p.as_ptr()).deleter.map(|d| d as usize)
-                    == Some(delete_legacy as unsafe extern "C" fn(*mut DLManagedTensor) as usize),
-                p.as_ptr().cast::<u8>(),
-            ),
-            RawManaged::Versioned(p) => (
-                (*p.as_ptr()).deleter.map(|d| d as usize)
-                    == Some(delete_versioned as unsafe extern "C" fn(*mut DLManagedTensorVersioned) as usize),
-                p.as_ptr().cast::<u8>(),
-            ),
+            RawManaged::Legacy(p) => take_owner(p.as_ptr(), (*p.as_ptr()).deleter, delete_legacy),
+            RawManaged::Versioned(p) => take_owner(p.as_ptr(), (*p.as_ptr()).deleter, delete_versioned),
         }
     };
-    if !ours {
-        // SAFETY: as the caller's contract says.
+    let Some((owner, block)) = taken else {
+        // SAFETY: not one of amso's: dropped through its own deleter, as the contract allows.
         drop(unsafe { ManagedTensor::from_raw(raw) });
         return;
-    }
-    // SAFETY: amso's deleter, so amso made the tensor with `boxed`: the first field of an
-    // `Exported<M>` in a block of its own, whose owner (the one field with a destructor) is
-    // moved out once here instead of the deleter dropping it.
-    let owner = unsafe {
-        match raw {
-            RawManaged::Legacy(p) => {
-                std::ptr::read(std::ptr::addr_of!((*p.as_ptr().cast::<Exported<DLManagedTensor>>()).owner))
-            }
-            RawManaged::Versioned(p) => {
-                std::ptr::read(std::ptr::addr_of!((*p.as_ptr().cast::<Exported<DLManagedTensorVersioned>>()).owner))
-            }
-        }
     };
     // Dropping an owner may drop the buffer's last reference, and with it Rust code of a user's
     // (a foreign buffer's owner): inside a capsule's destructor, it must not unwind out.
@@ -555,6 +533,27 @@ pub(crate) unsafe fn release_attached(raw: RawManaged) {
         }
     });
     drop(std::panic::catch_unwind(release));
+}
+
+/// The owner and block of `managed` if amso made it (its deleter is `ours`, compared by
+/// address: each of amso's deleters is one non-generic function), moved out instead of the
+/// deleter dropping it; `None` for another producer's tensor, left as it is.
+///
+/// # Safety
+/// `managed` is a live tensor whose deleter is `deleter` and has not run; if this returns the
+/// owner, the caller gives the block back and releases the owner, once.
+#[cfg(feature = "python")]
+unsafe fn take_owner<M>(
+    managed: *mut M,
+    deleter: Option<unsafe extern "C" fn(*mut M)>,
+    ours: unsafe extern "C" fn(*mut M),
+) -> Option<(Owner, *mut u8)> {
+    (deleter.map(|d| d as usize) == Some(ours as usize)).then(|| {
+        // SAFETY: amso's deleter, so amso made the tensor with `boxed`: the first field of an
+        // `Exported<M>` in a block of its own, whose owner is the one field with a destructor.
+        let owner = unsafe { std::ptr::read(std::ptr::addr_of!((*managed.cast::<Exported<M>>()).owner)) };
+        (owner, managed.cast::<u8>())
+    })
 }
 
 #[cfg(test)]

@@ -35,6 +35,13 @@ pub(crate) enum Owner {
     Hub(HubRef),
 }
 
+impl Owner {
+    /// A host export's own reference to `buffer`.
+    pub(crate) fn own(buffer: &Arc<HostBuffer>) -> Owner {
+        Owner::Shared(Arc::clone(buffer) as Arc<dyn Any + Send + Sync>)
+    }
+}
+
 impl<T: Any + Send + Sync> From<Arc<T>> for Owner {
     fn from(owner: Arc<T>) -> Owner {
         Owner::Shared(owner)

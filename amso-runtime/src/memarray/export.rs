@@ -16,7 +16,7 @@ impl ArrayCore {
     /// Describe the data for the export `plan`, presenting `lock`.
     #[inline]
     pub(crate) fn export_source(&self, plan: &ExportPlan, lock: Option<LockId>) -> Result<ExportSource<'_>> {
-        self.export_source_with(plan, lock, |buffer| Arc::clone(buffer).into())
+        self.export_source_with(plan, lock, Owner::own)
     }
 
     /// `export_source`, with host memory exported where it is held by `host_owner`'s `Owner`

@@ -137,19 +137,10 @@ unsafe extern "C" fn dlpack_entry(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    let outcome = std::panic::catch_unwind(|| {
-        // SAFETY: CPython calls a method entry with the GIL held; the rest is the contract.
-        unsafe { dlpack_body(Python::assume_attached(), slf, args, nargs, kwnames) }
-    });
-    // SAFETY: as above.
-    let py = unsafe { Python::assume_attached() };
-    let error = match outcome {
-        Ok(Ok(result)) => return result,
-        Ok(Err(error)) => error,
-        Err(_) => pyo3::exceptions::PyRuntimeError::new_err("internal error (panic) inside amso; please report it"),
-    };
-    error.restore(py);
-    std::ptr::null_mut()
+    // SAFETY: CPython calls a method entry with the GIL held; the rest is the contract.
+    unsafe {
+        crate::python::base::error::at_c_entry(std::ptr::null_mut(), |py| dlpack_body(py, slf, args, nargs, kwnames))
+    }
 }
 
 /// `__dlpack__`'s body on the generated classes.

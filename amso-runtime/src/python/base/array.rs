@@ -214,7 +214,8 @@ impl MemArrayBase {
     }
 
     /// Read the array through `f`, without the lock if no writer is registered and `unlocked`
-    /// says so of the array, else under it.
+    /// says so of the array, else under it; `f` is told which (true: without the lock, the GIL
+    /// held and no writer registered).
     ///
     /// # Safety
     /// When `unlocked` is true, `f` keeps the GIL until it returns: it runs no Python code,
@@ -224,19 +225,14 @@ impl MemArrayBase {
         &self,
         py: Python<'_>,
         unlocked: impl FnOnce(&ArrayCore) -> bool,
-        f: impl FnOnce(&ArrayCore) -> R,
+        f: impl FnOnce(&ArrayCore, bool) -> R,
     ) -> R {
-        let locked;
         // SAFETY: the GIL is held (`py`) and kept while the reference is used, by `unlocked`
         // and (when it says so) by `f` (the caller's contract).
-        let core = match unsafe { self.state.attached() }.filter(|core| unlocked(core)) {
-            Some(core) => core,
-            None => {
-                locked = self.read_guard(py);
-                &*locked
-            }
-        };
-        f(core)
+        match unsafe { self.state.attached() }.filter(|core| unlocked(core)) {
+            Some(core) => f(core, true),
+            None => f(&self.read_guard(py), false),
+        }
     }
 
     /// Read the array through `f` once no writer is registered (a typed argument's hold: a

@@ -21,8 +21,6 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use pyo3::exceptions::PyRuntimeError;
-
 use crate::device::{DeviceId, Stream};
 use crate::memarray::export::HeldMemory;
 use crate::python::base::array::MemArrayBase;
@@ -92,45 +90,35 @@ const DEVICE_TOKEN: usize = 1;
 /// # Safety
 /// `object` is a live object, `out` writable, and the GIL is held (the table's contract).
 unsafe extern "C" fn hold(object: *mut ffi::PyObject, stream: Stream, out: *mut HeldArray) -> std::ffi::c_int {
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> PyResult<HeldArray> {
-        // SAFETY: the caller holds the GIL.
-        let py = unsafe { Python::assume_attached() };
-        // SAFETY: a live object, borrowed.
-        let object = unsafe { Bound::from_borrowed_ptr(py, object) };
-        let array = object.cast::<MemArrayBase>().map_err(|_| {
-            pyo3::exceptions::PyTypeError::new_err("the object is not an amso array of the runtime asked to hold it")
-        })?;
-        // Once no writer is registered: a change borrows the memory until it ends, and waiting for
-        // its end (not only for its lock) keeps the caller's borrow from meeting that one.
-        let held = array.get().read_when_idle(py, |core| core.hold(stream))?;
-        let token = match held.memory {
-            HeldMemory::Host(buffer) => std::sync::Arc::into_raw(buffer) as usize,
-            #[cfg(feature = "cuda")]
-            HeldMemory::Device(memory) => std::sync::Arc::into_raw(memory) as usize | DEVICE_TOKEN,
-        };
-        Ok(HeldArray {
-            header: array.get().header() as *const Header as usize,
-            data: held.data,
-            device_type: held.device.device_type as i32,
-            device_id: held.device.id,
-            readonly: held.readonly as u32,
-            token,
-        })
-    }));
-    // SAFETY: the caller holds the GIL.
-    let py = unsafe { Python::assume_attached() };
-    match outcome
-        .unwrap_or_else(|_| Err(PyRuntimeError::new_err("internal error (panic) inside amso; please report it")))
-    {
-        Ok(held) => {
+    // SAFETY: the caller holds the GIL (the table's contract).
+    unsafe {
+        crate::python::base::error::at_c_entry(-1, |py| {
+            // SAFETY: a live object, borrowed.
+            let object = Bound::from_borrowed_ptr(py, object);
+            let array = object.cast::<MemArrayBase>().map_err(|_| {
+                pyo3::exceptions::PyTypeError::new_err(
+                    "the object is not an amso array of the runtime asked to hold it",
+                )
+            })?;
+            // Once no writer is registered: a change borrows the memory until it ends, and waiting
+            // for its end (not only for its lock) keeps the caller's borrow from meeting that one.
+            let held = array.get().read_when_idle(py, |core| core.hold(stream))?;
+            let token = match held.memory {
+                HeldMemory::Host(buffer) => std::sync::Arc::into_raw(buffer) as usize,
+                #[cfg(feature = "cuda")]
+                HeldMemory::Device(memory) => std::sync::Arc::into_raw(memory) as usize | DEVICE_TOKEN,
+            };
             // SAFETY: the caller's writable output.
-            unsafe { out.write(held) };
-            0
-        }
-        Err(error) => {
-            error.restore(py);
-            -1
-        }
+            out.write(HeldArray {
+                header: array.get().header() as *const Header as usize,
+                data: held.data,
+                device_type: held.device.device_type as i32,
+                device_id: held.device.id,
+                readonly: held.readonly as u32,
+                token,
+            });
+            Ok(0)
+        })
     }
 }
 

@@ -31,7 +31,7 @@ pub(crate) fn export_tensor(
     lock: Option<LockId>,
     request: &DlpackRequest,
 ) -> crate::error::Result<ManagedTensor> {
-    export_tensor_with(array, lock, request, |buffer| Arc::clone(buffer).into())
+    export_tensor_with(array, lock, request, Owner::own)
 }
 
 /// `export_tensor`, with host memory exported where it is held by `host_owner`'s `Owner`.
@@ -98,20 +98,18 @@ pub(crate) fn dlpack_call<'py>(
     // holds the memory through an `Arc` of its own. (`export_tensor_with` runs in one closure
     // of a function of its own, as under the lock, so that thin LTO inlines its steps.)
     let in_place = request.dl_device.is_none() && request.copy != Some(true);
-    let unlocked = std::cell::Cell::new(false);
-    let read_unlocked = |core: &ArrayCore| {
-        unlocked.set(in_place && core.residence() == crate::device::Residence::Host);
-        unlocked.get()
-    };
-    let host_owner = |buffer: &Arc<HostBuffer>| match unlocked.get() {
-        // Read with the GIL held and no writer registered: the hub's contract.
-        true => array.hub_owner(py, buffer),
-        false => Arc::clone(buffer).into(),
-    };
+    let read_unlocked = |core: &ArrayCore| in_place && core.residence() == crate::device::Residence::Host;
     // SAFETY: `export_tensor_with` reads without the lock only host data that stays where it
     // is, which releases nothing and runs no Python code (the hub is counted with the GIL).
     let tensor = unsafe {
-        array.read_unlocked_if(py, read_unlocked, |core| export_tensor_with(core, lock, &request, host_owner))
+        array.read_unlocked_if(py, read_unlocked, |core, unlocked| {
+            // Read with the GIL held and no writer registered (the hub's contract), or not.
+            let host_owner = |buffer: &Arc<HostBuffer>| match unlocked {
+                true => array.hub_owner(py, buffer),
+                false => Owner::own(buffer),
+            };
+            export_tensor_with(core, lock, &request, host_owner)
+        })
     }?;
     into_capsule(py, tensor)
 }

@@ -10,7 +10,7 @@ use dlpark::ffi::{
     DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI,
     DLPackExchangeAPIHeader, DLPackVersion, DLTensor,
 };
-use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -57,16 +57,7 @@ pub(in crate::python) fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
 /// and -1.
 fn python_call(body: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
     // SAFETY: the exchange API's Python-object functions are called with the GIL held.
-    let py = unsafe { Python::assume_attached() };
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(py)))
-        .unwrap_or_else(|_| Err(PyRuntimeError::new_err("internal error (panic) inside amso; please report it")));
-    match outcome {
-        Ok(()) => 0,
-        Err(error) => {
-            error.restore(py);
-            -1
-        }
-    }
+    unsafe { crate::python::base::error::at_c_entry(-1, |py| body(py).map(|()| 0)) }
 }
 
 /// The header of the amso array `object`, borrowed for as long as `object` is; a locked array

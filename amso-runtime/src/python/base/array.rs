@@ -227,12 +227,18 @@ impl MemArrayBase {
         unlocked: impl FnOnce(&ArrayCore) -> bool,
         f: impl FnOnce(&ArrayCore, bool) -> R,
     ) -> R {
+        let locked;
         // SAFETY: the GIL is held (`py`) and kept while the reference is used, by `unlocked`
         // and (when it says so) by `f` (the caller's contract).
-        match unsafe { self.state.attached() }.filter(|core| unlocked(core)) {
-            Some(core) => f(core, true),
-            None => f(&self.read_guard(py), false),
-        }
+        let (core, unlocked) = match unsafe { self.state.attached() }.filter(|core| unlocked(core)) {
+            Some(core) => (core, true),
+            None => {
+                locked = self.read_guard(py);
+                (&*locked, false)
+            }
+        };
+        // One call of `f`, so that it is inlined here (two would keep it a function of its own).
+        f(core, unlocked)
     }
 
     /// Read the array through `f` once no writer is registered (a typed argument's hold: a

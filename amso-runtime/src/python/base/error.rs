@@ -29,6 +29,7 @@ impl From<Error> for PyErr {
 ///
 /// # Safety
 /// The GIL is held.
+#[inline]
 pub(crate) unsafe fn at_c_entry<R>(failed: R, body: impl FnOnce(Python<'_>) -> PyResult<R>) -> R {
     // SAFETY: the caller holds the GIL.
     let py = unsafe { Python::assume_attached() };

@@ -291,10 +291,12 @@ fn device_alignment<T: ArrayElement>() -> usize {
 
 /// Whether no entry of an object array (`size` pointers at `data`, strides in elements) is
 /// NULL. An aligned C-contiguous one is read as one slice, without stopping at the first NULL
-/// (a refusal is rare), so that the compiler reads several entries per instruction: `e | -e`
-/// has its top bit set exactly when `e` is not zero, and the AND of those over the entries
-/// keeps it only if none is (subtraction, OR and AND of 64-bit lanes are all in SSE2, which
-/// has no 64-bit compare).
+/// (a refusal is rare), so that the compiler reads several entries per instruction: `e - 1`
+/// has its top bit set when `e` is NULL (it wraps around), so if the OR of those over the
+/// entries has it clear, no entry is NULL (two SSE2 operations per pair of entries: an add and
+/// an OR). A set bit is a NULL, or an address in the upper half of the address space (user
+/// space never is on 64-bit systems, but may be on 32-bit ones), which the exact per-entry
+/// test then tells apart.
 ///
 /// # Safety
 /// Every element's pointer is readable.
@@ -304,8 +306,8 @@ unsafe fn objects_filled(data: usize, shape: &[usize], strides: &[isize], size: 
     if data.is_multiple_of(align_of::<usize>()) && contiguous {
         // SAFETY: `size` readable pointers (the caller's contract), aligned as `usize`.
         let entries = unsafe { std::slice::from_raw_parts(data as *const usize, size) };
-        let all = entries.iter().fold(usize::MAX, |all, &entry| all & (entry | entry.wrapping_neg()));
-        return all.leading_zeros() == 0;
+        let suspects = entries.iter().fold(0, |suspects, &entry| suspects | entry.wrapping_sub(1));
+        return suspects.leading_zeros() > 0 || !entries.contains(&0);
     }
     let non_null = |entry: *const u8| {
         // SAFETY: one readable pointer per element (the caller's contract), read unaligned: a
@@ -339,4 +341,35 @@ fn check_each(
         all
     };
     all.then_some(()).ok_or(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::objects_filled;
+
+    /// The scan's verdict on `entries` read as a 1-D object array, with its strides in elements.
+    fn filled(entries: &[usize], stride: isize) -> bool {
+        let size = entries.len().div_ceil(stride.unsigned_abs());
+        // SAFETY: every element the shape and stride reach is an entry of `entries`.
+        unsafe { objects_filled(entries.as_ptr() as usize, &[size], &[stride], size) }
+    }
+
+    #[test]
+    fn a_null_entry_anywhere_is_found_and_high_addresses_are_not_one() {
+        let high = 1usize << (usize::BITS - 1); // an upper-half address: suspect, but not NULL
+        for len in [1, 2, 3, 8, 24, 25] {
+            let mut entries = vec![0x1000usize; len];
+            assert!(filled(&entries, 1));
+            for at in 0..len {
+                entries[at] = 0;
+                assert!(!filled(&entries, 1), "NULL at {at} of {len}");
+                entries[at] = high | 8;
+                assert!(filled(&entries, 1), "upper-half address at {at} of {len}");
+                entries[at] = 0x1000;
+            }
+        }
+        // A strided array reads only its own entries: a NULL between them is not one of them.
+        assert!(filled(&[0x1000, 0, 0x2000, 0], 2));
+        assert!(!filled(&[0x1000, 8, 0, 8], 2));
+    }
 }

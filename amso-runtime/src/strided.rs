@@ -16,38 +16,20 @@ pub struct Dims<T: Copy + Default>(Storage<T>);
 
 #[derive(Clone)]
 enum Storage<T: Copy + Default> {
-    Inline { len: InlineLen, values: [T; INLINE] },
+    Inline { len: u8, values: [T; INLINE] },
     Heap(Box<[T]>),
-}
-
-/// How many of the inline entries are in use. An enum rather than a `u8`, so that the compiler
-/// knows it is at most `INLINE`: reading the entries then needs no bounds check (a typed
-/// argument reads its shape and strides several times per call), and `Storage`'s tag shares
-/// the length's byte.
-#[derive(Clone, Copy)]
-#[repr(u8)]
-enum InlineLen {
-    Zero,
-    One,
-    Two,
-    Three,
-    Four,
-}
-
-impl InlineLen {
-    const ALL: [InlineLen; INLINE + 1] = [Self::Zero, Self::One, Self::Two, Self::Three, Self::Four];
 }
 
 impl<T: Copy + Default> Dims<T> {
     /// The entries `values` yields, `len` of them (missing ones are `T::default()`).
     #[inline]
     pub(crate) fn collect(len: usize, values: impl IntoIterator<Item = T>) -> Self {
-        if let Some(&inline_len) = InlineLen::ALL.get(len) {
+        if len <= INLINE {
             let mut inline = [T::default(); INLINE];
             for (slot, value) in inline[..len].iter_mut().zip(values) {
                 *slot = value;
             }
-            return Dims(Storage::Inline { len: inline_len, values: inline });
+            return Dims(Storage::Inline { len: len as u8, values: inline });
         }
         let mut heap: Vec<T> = values.into_iter().take(len).collect();
         heap.resize(len, T::default());
@@ -67,7 +49,7 @@ impl<T: Copy + Default> Deref for Dims<T> {
     #[inline]
     fn deref(&self) -> &[T] {
         match &self.0 {
-            Storage::Inline { len, values } => &values[..*len as usize],
+            Storage::Inline { len, values } => &values[..usize::from(*len)],
             Storage::Heap(heap) => heap,
         }
     }
@@ -77,7 +59,7 @@ impl<T: Copy + Default> DerefMut for Dims<T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut [T] {
         match &mut self.0 {
-            Storage::Inline { len, values } => &mut values[..*len as usize],
+            Storage::Inline { len, values } => &mut values[..usize::from(*len)],
             Storage::Heap(heap) => heap,
         }
     }

@@ -480,7 +480,8 @@ unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     unsafe { delete_exported(managed) }
 }
 
-/// What amso's deleters do: drop the owner and give the block back.
+/// What amso's deleters do: release the owner and give the block back (an export counted in
+/// an array's hub, on the hub's GIL side when this thread holds that GIL: `HubRef::release`).
 ///
 /// # Safety
 /// `managed` is NULL or a tensor amso made with `boxed`, whose deleter has not run.
@@ -489,14 +490,24 @@ unsafe fn delete_exported<M>(managed: *mut M) {
         return;
     }
     // No panic may cross into the consumer's C code; dropping an Arc does not panic, and
-    // if it ever did, leaking is the safe outcome.
+    // if it ever did (a foreign owner's drop), leaking that owner is the safe outcome.
     let exported = managed.cast::<Exported<M>>();
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: amso made `managed` with `boxed`, as the first field of an `Exported<M>`
         // in a block of its own, and the consumer calls the deleter once. The owner is the
         // one field with a destructor (the managed struct and the shape are plain data).
-        unsafe { std::ptr::drop_in_place(std::ptr::addr_of_mut!((*exported).owner)) };
-        give_block(exported.cast());
+        let owner = unsafe { std::ptr::read(std::ptr::addr_of!((*exported).owner)) };
+        // SAFETY: not NULL (checked above).
+        let block = unsafe { NonNull::new_unchecked(exported.cast::<u8>()) };
+        match owner {
+            // SAFETY: a block of `BLOCK`'s layout, ours from here, its owner moved out above.
+            #[cfg(feature = "python")]
+            Owner::Hub(hub) => unsafe { hub.release(block) },
+            owner => {
+                give_block(block.as_ptr()); // first: an owner whose drop panics loses nothing more
+                drop(owner);
+            }
+        }
     }));
 }
 

@@ -174,7 +174,9 @@ impl MemArrayBase {
             hub = None;
         }
         let hub = hub.unwrap_or_else(|| {
-            let hub = ExportHub::new(Arc::clone(buffer));
+            // SAFETY: the GIL is held (`py`).
+            let interpreter = unsafe { pyo3::ffi::PyInterpreterState_Get() } as usize;
+            let hub = ExportHub::new(Arc::clone(buffer), interpreter);
             self.export_hub.store(hub.as_ptr(), Ordering::Relaxed);
             hub
         });

@@ -480,8 +480,7 @@ unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     unsafe { delete_exported(managed) }
 }
 
-/// What amso's deleters do: release the owner and give the block back (an export counted in
-/// an array's hub, on the hub's GIL side when this thread holds that GIL: `HubRef::release`).
+/// What amso's deleters do: give the block back and drop the owner.
 ///
 /// # Safety
 /// `managed` is NULL or a tensor amso made with `boxed`, whose deleter has not run.
@@ -497,17 +496,8 @@ unsafe fn delete_exported<M>(managed: *mut M) {
         // in a block of its own, and the consumer calls the deleter once. The owner is the
         // one field with a destructor (the managed struct and the shape are plain data).
         let owner = unsafe { std::ptr::read(std::ptr::addr_of!((*exported).owner)) };
-        // SAFETY: not NULL (checked above).
-        let block = unsafe { NonNull::new_unchecked(exported.cast::<u8>()) };
-        match owner {
-            // SAFETY: a block of `BLOCK`'s layout, ours from here, its owner moved out above.
-            #[cfg(feature = "python")]
-            Owner::Hub(hub) => unsafe { hub.release(block) },
-            owner => {
-                give_block(block.as_ptr()); // first: an owner whose drop panics loses nothing more
-                drop(owner);
-            }
-        }
+        give_block(exported.cast()); // first: an owner whose drop panics loses nothing more
+        drop(owner);
     }));
 }
 

@@ -43,7 +43,7 @@ mod device;
 pub(crate) mod dlpack;
 mod element;
 mod error;
-#[cfg(any(feature = "python", feature = "cuda"))]
+#[cfg(feature = "cuda")]
 pub(crate) mod gil;
 pub(crate) mod host;
 mod indexer;

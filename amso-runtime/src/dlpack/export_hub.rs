@@ -11,11 +11,8 @@
 //!   in `local`, read and written only with the GIL held (plain loads and stores).
 //! - A capsule destroyed unconsumed is destroyed with the GIL held, so its export is released
 //!   the same way (`release_attached`): a loop of exports and drops runs no locked instruction.
-//! - A consumer's deleter run by a thread that holds the GIL of the array's interpreter (NumPy's
-//!   `from_dlpack` arrays call it as they are freed) releases the same way (`release`, which
-//!   asks `gil::attached_interpreter`).
-//! - Any other release (a deleter on a thread without that GIL) subtracts one from `shared`
-//!   atomically: below zero while the array still holds the hub.
+//! - Any other release (a consumer's deleter, on any thread, with or without the GIL) subtracts
+//!   one from `shared` atomically: below zero while the array still holds the hub.
 //! - When the array lets the hub go (`merge`: when it is freed, or before Rust code reads its
 //!   `MemArray`, whose `export_count` counts the buffer's references), the GIL side adds what it
 //!   counted to `shared`, and each export left takes a reference to the buffer of its own; from
@@ -80,9 +77,6 @@ pub(crate) struct ExportHub {
     merged: AtomicBool,
     /// Releases elsewhere (negative) until the merge; after it, the exports left.
     shared: AtomicIsize,
-    /// The interpreter whose GIL serialises the GIL side (`PyInterpreterState *`, as a number;
-    /// 0 for none): the one the array lives in.
-    interpreter: usize,
     /// A spare export block (`dlpack::BLOCK`), or NULL: what the last export released on the
     /// GIL side gave back, for the next one (no allocation, no thread-local lookup); touched
     /// with the GIL held, or by whoever frees the hub.
@@ -111,15 +105,13 @@ unsafe impl Send for HubRef {}
 unsafe impl Sync for HubRef {}
 
 impl ExportHub {
-    /// A hub over `buffer`, holding the array's reference, whose GIL side is serialised by
-    /// the GIL of `interpreter` (0: by none a deleter can tell it holds).
-    pub(crate) fn new(buffer: Arc<HostBuffer>, interpreter: usize) -> NonNull<ExportHub> {
+    /// A hub over `buffer`, holding the array's reference.
+    pub(crate) fn new(buffer: Arc<HostBuffer>) -> NonNull<ExportHub> {
         let hub = ExportHub {
             buffer,
             local: AtomicUsize::new(1),
             merged: AtomicBool::new(false),
             shared: 0.into(),
-            interpreter,
             spare: AtomicPtr::new(std::ptr::null_mut()),
         };
         NonNull::from(Box::leak(Box::new(hub)))
@@ -243,29 +235,6 @@ impl HubRef {
     }
 }
 
-impl HubRef {
-    /// Release this reference from any thread, with the export's `block` (its contents
-    /// dropped): on the GIL side when this thread holds the GIL of the hub's interpreter, else
-    /// atomically (and the block to the thread's spare).
-    ///
-    /// # Safety
-    /// `block` is a block of `dlpack::BLOCK`'s layout that the caller owns.
-    #[cfg(feature = "python")]
-    #[inline]
-    pub(crate) unsafe fn release(self, block: NonNull<u8>) {
-        // SAFETY: this reference keeps the hub alive.
-        let interpreter = unsafe { self.hub.as_ref() }.interpreter;
-        if interpreter != 0 && crate::gil::attached_interpreter().is_some_and(|i| i.as_ptr() as usize == interpreter) {
-            // SAFETY: this thread holds the GIL that serialises the hub's GIL side (checked just
-            // above); the block is the caller's.
-            unsafe { self.release_attached(Some(block)) };
-        } else {
-            super::give_block(block.as_ptr()); // first: the release may drop a foreign owner that panics
-            drop(self);
-        }
-    }
-}
-
 impl Drop for HubRef {
     /// Release this reference from any thread: before the merge, one more release counted in
     /// `shared`; after it, this export's reference to the buffer given back, or, by the last
@@ -303,7 +272,7 @@ mod tests {
     #[test]
     fn exports_released_on_the_gil_side_leave_the_buffer_to_the_array() {
         let array = buffer();
-        let hub = ExportHub::new(Arc::clone(&array), 0);
+        let hub = ExportHub::new(Arc::clone(&array));
         // SAFETY: the array's current hub; this thread is the only GIL side.
         unsafe {
             let exports: Vec<HubRef> = (0..3).map(|_| ExportHub::acquire(hub)).collect();
@@ -317,7 +286,7 @@ mod tests {
     #[test]
     fn after_the_merge_each_export_holds_the_buffer_and_the_last_frees_the_hub() {
         let array = buffer();
-        let hub = ExportHub::new(Arc::clone(&array), 0);
+        let hub = ExportHub::new(Arc::clone(&array));
         // SAFETY: as above.
         let mut exports: Vec<HubRef> = unsafe { (0..4).map(|_| ExportHub::acquire(hub)).collect() };
         // One released elsewhere before the merge, one on the GIL side.
@@ -338,7 +307,7 @@ mod tests {
     fn exports_outlive_the_array_and_the_last_release_frees_the_buffer() {
         let array = buffer();
         let weak = Arc::downgrade(&array);
-        let hub = ExportHub::new(array, 0);
+        let hub = ExportHub::new(array);
         // SAFETY: as above.
         let exports: Vec<HubRef> = unsafe { (0..2).map(|_| ExportHub::acquire(hub)).collect() };
         // SAFETY: the array gives the hub up (it is freed) and only the exports hold the buffer.
@@ -351,7 +320,7 @@ mod tests {
     #[test]
     fn a_block_released_on_the_gil_side_is_the_next_exports_and_none_is_lost() {
         let array = buffer();
-        let hub = ExportHub::new(Arc::clone(&array), 0);
+        let hub = ExportHub::new(Arc::clone(&array));
         // SAFETY: the GIL side, as above; blocks come from `take_block` and are given once.
         unsafe {
             let mut first = ExportHub::acquire(hub);
@@ -374,7 +343,7 @@ mod tests {
     fn releases_on_other_threads_race_the_merge_without_losing_a_count() {
         for round in 0..50 {
             let array = buffer();
-            let hub = ExportHub::new(Arc::clone(&array), 0);
+            let hub = ExportHub::new(Arc::clone(&array));
             // SAFETY: as above.
             let exports: Vec<HubRef> = unsafe { (0..8).map(|_| ExportHub::acquire(hub)).collect() };
             let threads: Vec<_> = exports

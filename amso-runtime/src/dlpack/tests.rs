@@ -194,7 +194,7 @@ fn a_panic_while_a_capsule_releases_the_last_reference_stays_inside() {
     let buffer = Arc::new(unsafe {
         crate::host::HostBuffer::foreign(memory.as_mut_ptr(), 8, Box::new(PanicsOnDrop(dropped.clone())))
     });
-    let hub = export_hub::ExportHub::new(buffer.clone(), 0);
+    let hub = export_hub::ExportHub::new(buffer.clone());
     // SAFETY: this thread stands for the GIL's holder; the hub is the array's current one.
     let export = unsafe { export_hub::ExportHub::acquire(hub) };
     let source = ExportSource {

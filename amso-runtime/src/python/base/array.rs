@@ -174,9 +174,7 @@ impl MemArrayBase {
             hub = None;
         }
         let hub = hub.unwrap_or_else(|| {
-            // SAFETY: the GIL is held (`py`).
-            let interpreter = unsafe { pyo3::ffi::PyInterpreterState_Get() } as usize;
-            let hub = ExportHub::new(Arc::clone(buffer), interpreter);
+            let hub = ExportHub::new(Arc::clone(buffer));
             self.export_hub.store(hub.as_ptr(), Ordering::Relaxed);
             hub
         });

@@ -447,7 +447,7 @@ fn take_block() -> *mut u8 {
     block
 }
 
-/// Give back a block from `take_block` (its contents already dropped): kept as the thread's
+/// Give back a block from `take_block` (its contents already dropped or moved out): kept as the thread's
 /// spare if it has none (and its slot still lives: a deleter may run while the thread ends),
 /// else freed.
 #[inline]

@@ -172,10 +172,30 @@ fn a_panic_while_freeing_an_export_stays_inside_the_deleter() {
             copied: false,
         };
         let raw = ManagedTensor::new(source, format).into_raw();
+        let address = |raw: &RawManaged| match raw {
+            RawManaged::Legacy(p) => p.as_ptr() as usize,
+            RawManaged::Versioned(p) => p.as_ptr() as usize,
+        };
+        let block = address(&raw);
         // SAFETY: a live tensor whose deleter has not run; called the way a consumer would.
         let outcome = std::panic::catch_unwind(|| unsafe { call_deleter(raw) });
         assert!(outcome.is_ok(), "the deleter let a panic escape");
         assert!(dropped.load(std::sync::atomic::Ordering::SeqCst), "the owner's drop ran");
+        // The block came back before the owner's drop panicked: this thread's next export has it.
+        let next = ExportSource {
+            data: std::ptr::null_mut(),
+            device: Device::CPU,
+            dtype: <f32 as crate::element::ArrayElement>::DTYPE.dl_data_type(),
+            shape: &[0],
+            strides: None,
+            owner: std::sync::Arc::new(()).into(),
+            readonly: false,
+            copied: false,
+        };
+        let next = ManagedTensor::new(next, format).into_raw();
+        assert_eq!(address(&next), block, "the panicking owner's block was lost");
+        // SAFETY: as above.
+        unsafe { call_deleter(next) };
     }
     std::panic::set_hook(previous);
 }

@@ -368,8 +368,27 @@ mod tests {
                 entries[at] = 0x1000;
             }
         }
+        assert!(filled(&[], 1), "an empty array has no NULL");
         // A strided array reads only its own entries: a NULL between them is not one of them.
         assert!(filled(&[0x1000, 0, 0x2000, 0], 2));
         assert!(!filled(&[0x1000, 8, 0, 8], 2));
+    }
+
+    #[test]
+    fn a_misaligned_array_is_read_entry_by_entry() {
+        let width = size_of::<usize>();
+        for null_at in [None, Some(0), Some(2)] {
+            // Three entries at an address that is not a multiple of the pointer size.
+            let mut bytes = vec![0u8; 3 * width + 2];
+            let offset = if (bytes.as_ptr() as usize + 1).is_multiple_of(width) { 2 } else { 1 };
+            for (at, chunk) in bytes[offset..].chunks_exact_mut(width).take(3).enumerate() {
+                let entry = if Some(at) == null_at { 0usize } else { 0x1000 };
+                chunk.copy_from_slice(&entry.to_ne_bytes());
+            }
+            let data = bytes.as_ptr() as usize + offset;
+            // SAFETY: three entries' bytes from `data`, read unaligned.
+            let verdict = unsafe { objects_filled(data, &[3], &[1], 3) };
+            assert_eq!(verdict, null_at.is_none(), "NULL at {null_at:?}");
+        }
     }
 }

@@ -22,6 +22,8 @@
 //! needs no atomic read-modify-write: relaxed loads and stores are ordered by that lock.
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
@@ -41,23 +43,29 @@ unsafe impl<T: Send> Send for StateCell<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send + Sync> Sync for StateCell<T> {}
 
-/// Shared access under the read lock.
+/// Shared access under the read lock. The value is a pointer, not a `&T`, as in std's
+/// `Ref`: a guard passed by value into a function that drops it releases the lock before the
+/// function returns, and a reference field would stay protected (by the aliasing rules) for
+/// the whole call, while a writer may already hold the value (Miri reports it).
 pub(crate) struct ReadGuard<'a, T> {
     _lock: RwLockReadGuard<'a, ()>,
-    value: &'a T,
+    value: NonNull<T>,
+    _value: PhantomData<&'a T>,
 }
 
-/// Exclusive access under the write lock.
+/// Exclusive access under the write lock (a pointer, for the reason `ReadGuard` gives).
 pub(crate) struct WriteGuard<'a, T> {
     _lock: RwLockWriteGuard<'a, ()>,
-    value: &'a mut T,
+    value: NonNull<T>,
+    _value: PhantomData<&'a mut T>,
 }
 
 impl<T> std::ops::Deref for ReadGuard<'_, T> {
     type Target = T;
 
     fn deref(&self) -> &T {
-        self.value
+        // SAFETY: the read lock, held while the guard lives, excludes every writer.
+        unsafe { self.value.as_ref() }
     }
 }
 
@@ -65,13 +73,15 @@ impl<T> std::ops::Deref for WriteGuard<'_, T> {
     type Target = T;
 
     fn deref(&self) -> &T {
-        self.value
+        // SAFETY: the write lock, held while the guard lives, excludes every other access.
+        unsafe { self.value.as_ref() }
     }
 }
 
 impl<T> std::ops::DerefMut for WriteGuard<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
-        self.value
+        // SAFETY: as `deref`; `&mut self` makes this the one reference the guard gives.
+        unsafe { self.value.as_mut() }
     }
 }
 
@@ -132,16 +142,30 @@ impl<T> StateCell<T> {
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
-        // SAFETY: under the read lock no write guard exists; readers without the lock only
-        // share.
-        Some(ReadGuard { _lock: lock, value: unsafe { &*self.value.get() } })
+        Some(self.read_guard(lock))
     }
 
     /// The read lock, waiting for it (without the GIL: callers detach first).
     pub(crate) fn read_locked(&self) -> ReadGuard<'_, T> {
         let lock = self.lock.read().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: as `try_read`.
-        ReadGuard { _lock: lock, value: unsafe { &*self.value.get() } }
+        self.read_guard(lock)
+    }
+
+    /// Shared access under `lock`: no write guard exists under the read lock, and readers
+    /// without the lock only share.
+    fn read_guard<'a>(&'a self, lock: RwLockReadGuard<'a, ()>) -> ReadGuard<'a, T> {
+        let value = NonNull::new(self.value.get()).expect("an UnsafeCell's pointer is not null");
+        ReadGuard { _lock: lock, value, _value: PhantomData }
+    }
+
+    /// Exclusive access under `lock`: the write lock excludes every locked reader, and the
+    /// registration every reader without the lock.
+    ///
+    /// # Safety
+    /// The caller registered with `begin_write` and ends only after the guard dropped.
+    unsafe fn write_guard<'a>(&'a self, lock: RwLockWriteGuard<'a, ()>) -> WriteGuard<'a, T> {
+        let value = NonNull::new(self.value.get()).expect("an UnsafeCell's pointer is not null");
+        WriteGuard { _lock: lock, value, _value: PhantomData }
     }
 
     /// Wait, without taking it, until no writer holds the write lock.
@@ -159,9 +183,8 @@ impl<T> StateCell<T> {
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
-        // SAFETY: the write lock excludes every locked reader, and the registration (the
-        // caller's contract) every reader without the lock.
-        Some(WriteGuard { _lock: lock, value: unsafe { &mut *self.value.get() } })
+        // SAFETY: the caller's contract, passed on.
+        Some(unsafe { self.write_guard(lock) })
     }
 
     /// The write lock, waiting for it (without the GIL: callers detach first).
@@ -170,8 +193,8 @@ impl<T> StateCell<T> {
     /// As `try_write`.
     pub(crate) unsafe fn write_locked(&self) -> WriteGuard<'_, T> {
         let lock = self.lock.write().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: as `try_write`.
-        WriteGuard { _lock: lock, value: unsafe { &mut *self.value.get() } }
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.write_guard(lock) }
     }
 }
 

@@ -333,11 +333,14 @@ def fuzz_smoke() -> None:
 
 
 def hardening_job() -> None:
-    """The long runs behind a flag: Miri over the runtime's host unit tests, each fuzz
-    target coverage-guided for AMSO_FUZZ_SECONDS (default 300), the 1,000,000-cycle soak.
+    """The long runs behind a flag: Miri over the runtime's host unit tests (with and without
+    the python feature), each fuzz target coverage-guided for AMSO_FUZZ_SECONDS (default 300),
+    the 1,000,000-cycle soak.
     Needs the nightly toolchain with miri and rust-src, and cargo-fuzz."""
     ensure_venv()
     cargo("+nightly", "miri", "test", "-p", "amso-runtime", "--lib")
+    # The Python layer's pure-Rust parts too (StateCell, strided layouts, the argument checks).
+    cargo("+nightly", "miri", "test", "-p", "amso-runtime", "--lib", "--features", "python")
     seconds = os.environ.get("AMSO_FUZZ_SECONDS", "300")
     env = dict(os.environ, RUSTC_BOOTSTRAP="1")
     for target in FUZZ_TARGETS:

@@ -154,8 +154,7 @@ impl<T> StateCell<T> {
     /// Shared access under `lock`: no write guard exists under the read lock, and readers
     /// without the lock only share.
     fn read_guard<'a>(&'a self, lock: RwLockReadGuard<'a, ()>) -> ReadGuard<'a, T> {
-        let value = NonNull::new(self.value.get()).expect("an UnsafeCell's pointer is not null");
-        ReadGuard { _lock: lock, value, _value: PhantomData }
+        ReadGuard { _lock: lock, value: NonNull::from(&self.value).cast(), _value: PhantomData }
     }
 
     /// Exclusive access under `lock`: the write lock excludes every locked reader, and the
@@ -164,8 +163,8 @@ impl<T> StateCell<T> {
     /// # Safety
     /// The caller registered with `begin_write` and ends only after the guard dropped.
     unsafe fn write_guard<'a>(&'a self, lock: RwLockWriteGuard<'a, ()>) -> WriteGuard<'a, T> {
-        let value = NonNull::new(self.value.get()).expect("an UnsafeCell's pointer is not null");
-        WriteGuard { _lock: lock, value, _value: PhantomData }
+        // From the `UnsafeCell` itself, as `UnsafeCell::get` makes it: writes through it are allowed.
+        WriteGuard { _lock: lock, value: NonNull::from(&self.value).cast(), _value: PhantomData }
     }
 
     /// Wait, without taking it, until no writer holds the write lock.

@@ -153,6 +153,21 @@ impl Drop for PanicsOnDrop {
     }
 }
 
+/// A host export of no float32 elements, held by `owner`, as a raw tensor to delete.
+fn empty_export(owner: Owner, format: Format) -> RawManaged {
+    let source = ExportSource {
+        data: std::ptr::null_mut(),
+        device: Device::CPU,
+        dtype: <f32 as crate::element::ArrayElement>::DTYPE.dl_data_type(),
+        shape: &[0],
+        strides: None,
+        owner,
+        readonly: false,
+        copied: false,
+    };
+    ManagedTensor::new(source, format).into_raw()
+}
+
 #[test]
 fn a_panic_while_freeing_an_export_stays_inside_the_deleter() {
     // The deleter runs in the consumer's C code; an internal error there (here, an owner
@@ -161,17 +176,7 @@ fn a_panic_while_freeing_an_export_stays_inside_the_deleter() {
     std::panic::set_hook(Box::new(|_| {})); // keep the test output quiet
     for format in [Format::Legacy, Format::Versioned(DLPackVersion { major: 1, minor: 3 })] {
         let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let source = ExportSource {
-            data: std::ptr::null_mut(),
-            device: Device::CPU,
-            dtype: <f32 as crate::element::ArrayElement>::DTYPE.dl_data_type(),
-            shape: &[0],
-            strides: None,
-            owner: std::sync::Arc::new(PanicsOnDrop(dropped.clone())).into(),
-            readonly: false,
-            copied: false,
-        };
-        let raw = ManagedTensor::new(source, format).into_raw();
+        let raw = empty_export(std::sync::Arc::new(PanicsOnDrop(dropped.clone())).into(), format);
         let address = |raw: &RawManaged| match raw {
             RawManaged::Legacy(p) => p.as_ptr() as usize,
             RawManaged::Versioned(p) => p.as_ptr() as usize,
@@ -182,17 +187,7 @@ fn a_panic_while_freeing_an_export_stays_inside_the_deleter() {
         assert!(outcome.is_ok(), "the deleter let a panic escape");
         assert!(dropped.load(std::sync::atomic::Ordering::SeqCst), "the owner's drop ran");
         // The block came back before the owner's drop panicked: this thread's next export has it.
-        let next = ExportSource {
-            data: std::ptr::null_mut(),
-            device: Device::CPU,
-            dtype: <f32 as crate::element::ArrayElement>::DTYPE.dl_data_type(),
-            shape: &[0],
-            strides: None,
-            owner: std::sync::Arc::new(()).into(),
-            readonly: false,
-            copied: false,
-        };
-        let next = ManagedTensor::new(next, format).into_raw();
+        let next = empty_export(std::sync::Arc::new(()).into(), format);
         assert_eq!(address(&next), block, "the panicking owner's block was lost");
         // SAFETY: as above.
         unsafe { call_deleter(next) };

@@ -114,6 +114,48 @@ def test_the_max_version_cache_holds_one_reference_and_reads_each_tuple():
     assert capsule_name(a.__dlpack__(max_version=first)) == "dltensor_versioned"
 
 
+VALUES = [None, (1, 0), (0, 9), [1, 0], True, False, 1, "yes", 5, -1]
+
+
+def test_one_call_site_reads_each_calls_values():
+    """One call site passes one `kwnames` tuple (a constant of its code), which the entry reads
+    once and caches: every value passed through it is still read afresh."""
+    a = amso.MemArray(4, np.float32)
+    for version in VALUES:
+        for copy in VALUES:
+            fast = outcome(lambda: a.__dlpack__(max_version=version, copy=copy))
+            assert fast == outcome(lambda: PYO3_DLPACK(a, max_version=version, copy=copy)), (version, copy)
+            fast = outcome(lambda: a.__dlpack__(copy=copy, stream=version))
+            assert fast == outcome(lambda: PYO3_DLPACK(a, copy=copy, stream=version)), (version, copy)
+
+
+def test_keyword_orders_are_told_apart():
+    """Two call sites with the same names in another order, alternating: each value is read as
+    the keyword it was passed for (a cache keyed by the names alone would swap them)."""
+    a = amso.MemArray(4, np.float32)
+    for _ in range(3):
+        assert capsule_name(a.__dlpack__(max_version=(1, 0), stream=None)) == "dltensor_versioned"
+        with pytest.raises(TypeError):
+            a.__dlpack__(stream=(1, 0), max_version=None)
+        assert capsule_name(a.__dlpack__(stream=None, max_version=(1, 0))) == "dltensor_versioned"
+        assert capsule_name(a.__dlpack__(max_version=None, stream=None)) == "dltensor"
+
+
+def test_the_keyword_cache_gives_back_each_tuple_it_replaces():
+    """`f(**d)` builds a new `kwnames` tuple per call: the cache takes each and gives the one
+    before back, so no tuple is kept beyond the last."""
+    a = amso.MemArray(4, np.float32)
+    orders = [{"max_version": (1, 0), "copy": False}, {"copy": False, "max_version": (1, 0)}]
+    for kwargs in orders * 100:
+        a.__dlpack__(**kwargs)
+    gc.collect()
+    before = sys.getallocatedblocks()
+    for kwargs in orders * 5000:
+        assert capsule_name(a.__dlpack__(**kwargs)) == "dltensor_versioned"
+    gc.collect()
+    assert sys.getallocatedblocks() - before < 100
+
+
 def test_the_max_version_cache_is_per_thread():
     a = amso.MemArray(4, np.float32)
     names = {}

@@ -9,7 +9,8 @@
 //! than the export itself. The entry (`dlpack_body`) takes the forms consumers send (keyword names the
 //! compiler or NumPy interned, found by pointer; `None`, ints, bools, an exact `max_version`
 //! tuple) and hands every other call, unchanged, to PyO3's entry, so that every error reads as
-//! it did.
+//! it did. A call site passes the same `kwnames` and `max_version` tuples on every call, so
+//! each is read once per thread and then known by its address (`LastCall`).
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -184,30 +185,48 @@ unsafe fn dlpack_args(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> Option<DlpackArgs> {
-    let mut parsed = DlpackArgs::default();
     if nargs != 0 {
         return None;
     }
     if kwnames.is_null() {
-        return Some(parsed);
+        return Some(DlpackArgs::default());
     }
-    // SAFETY: `kwnames` is a tuple of str, `args` holds one value per name (the contract).
+    // The cache is written back on every path: a tuple it took a reference to stays named.
+    LAST_CALL.with(|cell| {
+        let mut last = cell.get();
+        // SAFETY: the caller's contract, forwarded.
+        let parsed = unsafe { keyword_values(entry, &mut last, args, kwnames) };
+        cell.set(last);
+        parsed
+    })
+}
+
+/// The keyword values of a call with `kwnames`, read through (and into) `last`.
+///
+/// # Safety
+/// As `dlpack_body`, with `kwnames` not NULL.
+#[inline]
+unsafe fn keyword_values(
+    entry: &DlpackEntry,
+    last: &mut LastCall,
+    args: *const *mut ffi::PyObject,
+    kwnames: *mut ffi::PyObject,
+) -> Option<DlpackArgs> {
+    let mut parsed = DlpackArgs::default();
+    // SAFETY: `kwnames` is a tuple of str, `args` holds one value per name (the contract); the
+    // GIL is held.
     unsafe {
+        if last.kwnames != kwnames as usize {
+            last.replace_kwnames(kwnames, keyword_slots(entry, kwnames)?);
+        }
         let none = ffi::Py_None();
-        let mut seen = 0u8;
-        for index in 0..ffi::PyTuple_Size(kwnames) {
-            let name = ffi::PyTuple_GetItem(kwnames, index) as usize;
-            let value = *args.offset(index);
-            let which = entry.keywords.iter().position(|&keyword| keyword == name)?;
-            // CPython refuses a keyword given twice before calling, but a C caller might not.
-            if seen & (1 << which) != 0 {
-                return None;
-            }
-            seen |= 1 << which;
+        let KeywordSlots { count, slots } = last.slots;
+        for index in 0..count {
+            let value = *args.add(index);
             if value == none {
                 continue;
             }
-            match which {
+            match slots >> (2 * index) & 3 {
                 0 if ffi::Py_IS_TYPE(value, &raw mut ffi::PyLong_Type) != 0 => {
                     let stream = ffi::PyLong_AsLongLong(value);
                     if stream == -1 && !ffi::PyErr_Occurred().is_null() {
@@ -216,7 +235,7 @@ unsafe fn dlpack_args(
                     }
                     parsed.stream = Some(stream);
                 }
-                1 => parsed.max_version = Some(max_version(value)?),
+                1 => parsed.max_version = Some(max_version(last, value)?),
                 3 if value == ffi::Py_True() => parsed.copy = Some(true),
                 3 if value == ffi::Py_False() => parsed.copy = Some(false),
                 _ => return None,
@@ -226,26 +245,88 @@ unsafe fn dlpack_args(
     Some(parsed)
 }
 
+/// Which keyword each name of a `kwnames` tuple is: `count` names, the `index`-th one's
+/// position in `DlpackEntry::keywords` in bits `2 * index` and up.
+#[derive(Clone, Copy)]
+struct KeywordSlots {
+    count: usize,
+    slots: u8,
+}
+
+/// The keyword names of one call, if each is one of the entry's interned names, once: `None`
+/// for any other name, or one given twice (CPython refuses that before calling, but a C caller
+/// might not).
+///
+/// # Safety
+/// `kwnames` is a live tuple of str, and the GIL is held.
+unsafe fn keyword_slots(entry: &DlpackEntry, kwnames: *mut ffi::PyObject) -> Option<KeywordSlots> {
+    // SAFETY: the caller's contract; a tuple's items are live while it is.
+    let count = usize::try_from(unsafe { ffi::PyTuple_Size(kwnames) }).ok()?;
+    if count > entry.keywords.len() {
+        return None;
+    }
+    let mut slots = 0u8;
+    let mut seen = 0u8;
+    for index in 0..count {
+        // SAFETY: as above, `index` within the tuple.
+        let name = unsafe { ffi::PyTuple_GetItem(kwnames, index as ffi::Py_ssize_t) } as usize;
+        let which = entry.keywords.iter().position(|&keyword| keyword == name)?;
+        if seen & (1 << which) != 0 {
+            return None;
+        }
+        seen |= 1 << which;
+        slots |= (which as u8) << (2 * index);
+    }
+    Some(KeywordSlots { count, slots })
+}
+
+/// The last `kwnames` tuple and `max_version` tuple this thread's calls passed (each a strong
+/// reference, so that its address names it while cached), and what they read as. A consumer
+/// passes the same tuples on every call (constants of its code, NumPy's static ones), so reading
+/// them is a pointer compare. A thread that ends keeps its last tuples alive: releasing them
+/// needs the GIL, which a thread's end does not hold.
+#[derive(Clone, Copy)]
+struct LastCall {
+    kwnames: usize,
+    slots: KeywordSlots,
+    version_tuple: usize,
+    version: (u32, u32),
+}
+
+impl LastCall {
+    /// Cache `kwnames` as read into `slots`: a reference taken for the cache, the previous one
+    /// given back (a tuple of str: freeing it runs no Python code).
+    ///
+    /// # Safety
+    /// `kwnames` is a live tuple, and the GIL is held.
+    unsafe fn replace_kwnames(&mut self, kwnames: *mut ffi::PyObject, slots: KeywordSlots) {
+        // SAFETY: the caller's contract; the previous tuple is alive through the cache's reference.
+        unsafe {
+            ffi::Py_IncRef(kwnames);
+            if self.kwnames != 0 {
+                ffi::Py_DecRef(self.kwnames as *mut ffi::PyObject);
+            }
+        }
+        (self.kwnames, self.slots) = (kwnames as usize, slots);
+    }
+}
+
 thread_local! {
-    /// The last `max_version` tuple this thread parsed (a strong reference, so that its
-    /// address names it while cached) and its value. Consumers pass the same tuple on every
-    /// call (a constant of their code, NumPy's static one), so reading it is a pointer
-    /// compare. A thread that ends keeps its last tuple alive: releasing it needs the GIL,
-    /// which a thread's end does not hold.
-    static LAST_VERSION: Cell<(usize, (u32, u32))> = const { Cell::new((0, (0, 0))) };
+    static LAST_CALL: Cell<LastCall> = const {
+        Cell::new(LastCall { kwnames: 0, slots: KeywordSlots { count: 0, slots: 0 }, version_tuple: 0, version: (0, 0) })
+    };
 }
 
 /// `max_version` as `(major, minor)`, if `value` is an exact tuple of two exact ints that fit:
 /// any other form goes to PyO3's entry, which reads it (or says what is wrong) with
-/// `convert::dlpack_version`.
+/// `convert::dlpack_version`. Read once per tuple (`last`).
 ///
 /// # Safety
 /// `value` is a live object and the GIL is held.
 #[inline]
-unsafe fn max_version(value: *mut ffi::PyObject) -> Option<(u32, u32)> {
-    let (cached, version) = LAST_VERSION.get();
-    if cached == value as usize {
-        return Some(version);
+unsafe fn max_version(last: &mut LastCall, value: *mut ffi::PyObject) -> Option<(u32, u32)> {
+    if last.version_tuple == value as usize {
+        return Some(last.version);
     }
     // SAFETY: a live object, the GIL held; a tuple's items are live while it is.
     unsafe {
@@ -265,13 +346,13 @@ unsafe fn max_version(value: *mut ffi::PyObject) -> Option<(u32, u32)> {
             u32::try_from(part).ok()
         };
         let version = (part(0)?, part(1)?);
-        // Cache it: a reference taken for the cache, the previous one given back after the
-        // swap (a tuple of exact ints: freeing it runs no Python code).
+        // Cache it: a reference taken for the cache, the previous one given back (a tuple of
+        // exact ints: freeing it runs no Python code).
         ffi::Py_IncRef(value);
-        LAST_VERSION.set((value as usize, version));
-        if cached != 0 {
-            ffi::Py_DecRef(cached as *mut ffi::PyObject);
+        if last.version_tuple != 0 {
+            ffi::Py_DecRef(last.version_tuple as *mut ffi::PyObject);
         }
+        (last.version_tuple, last.version) = (value as usize, version);
         Some(version)
     }
 }

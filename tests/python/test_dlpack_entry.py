@@ -1,11 +1,13 @@
 """The generated classes' own `__dlpack__` entry (hot_methods.rs): the forms it takes itself
-(interned keyword names, None, ints, bools, an exact `max_version` tuple, cached) and every
-other call handed to PyO3's entry, so each outcome is the one the base class's PyO3 method
-gives; and the exports' per-thread spare block (dlpack.rs)."""
+(interned keyword names, None, ints, bools, an exact `max_version` tuple; the `kwnames` and
+`max_version` tuples cached by address) and every other call handed to PyO3's entry, so each
+outcome is the one the base class's PyO3 method gives; and the exports' per-thread spare block
+(dlpack.rs)."""
 
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
 
@@ -156,20 +158,57 @@ def test_the_keyword_cache_gives_back_each_tuple_it_replaces():
     assert sys.getallocatedblocks() - before < 100
 
 
-def test_the_max_version_cache_is_per_thread():
+def test_threads_taking_turns_each_read_their_own_max_version():
+    """Threads switching often, each with its own call site (keyword order) and `max_version`
+    tuple: the one cache, replaced at each switch, never answers for another thread's call."""
     a = amso.MemArray(4, np.float32)
     names = {}
 
     def export(version, key):
         for _ in range(2000):
-            names.setdefault(key, set()).add(capsule_name(a.__dlpack__(max_version=version)))
+            if key % 2:
+                capsule = a.__dlpack__(max_version=version, copy=None)
+            else:
+                capsule = a.__dlpack__(copy=None, stream=None, max_version=version)
+            names.setdefault(key, set()).add(capsule_name(capsule))
 
-    threads = [threading.Thread(target=export, args=(tuple([v, 0]), v)) for v in (0, 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert names == {0: {"dltensor"}, 1: {"dltensor_versioned"}}
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=export, args=(tuple([v % 2, 0]), v)) for v in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert names == {0: {"dltensor"}, 1: {"dltensor_versioned"}, 2: {"dltensor"}, 3: {"dltensor_versioned"}}
+
+
+def test_the_extension_refuses_a_second_interpreter():
+    """The keyword cache is one per process, behind the GIL: sound because the extension does
+    not load in a subinterpreter (PyO3's check), which may have a GIL of its own."""
+    try:
+        import _xxsubinterpreters as interpreters  # Python 3.11 and 3.12
+    except ImportError:
+        interpreters = pytest.importorskip("_interpreters")
+    read, write = os.pipe()
+    code = (
+        "import os\n"
+        "try:\n"
+        "    import amso._amso\n"
+        f"    os.write({write}, b'imported')\n"
+        "except ImportError as error:\n"
+        f"    os.write({write}, f'ImportError: {{error}}'.encode())\n"
+    )
+    interpreter = interpreters.create()
+    try:
+        interpreters.run_string(interpreter, code)
+    finally:
+        interpreters.destroy(interpreter)
+        os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        assert pipe.read().decode() == "ImportError: cannot load module more than once per process"
 
 
 def test_spare_blocks_describe_each_export_afresh():

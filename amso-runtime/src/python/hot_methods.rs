@@ -191,24 +191,18 @@ unsafe fn dlpack_args(
     if kwnames.is_null() {
         return Some(DlpackArgs::default());
     }
-    // The cache is written back on every path: a tuple it took a reference to stays named.
-    LAST_CALL.with(|cell| {
-        let mut last = cell.get();
-        // SAFETY: the caller's contract, forwarded.
-        let parsed = unsafe { keyword_values(entry, &mut last, args, kwnames) };
-        cell.set(last);
-        parsed
-    })
+    // SAFETY: the caller's contract, forwarded; the GIL is held.
+    unsafe { keyword_values(entry, &LAST_CALL, args, kwnames) }
 }
 
 /// The keyword values of a call with `kwnames`, read through (and into) `last`.
 ///
 /// # Safety
 /// As `dlpack_body`, with `kwnames` not NULL.
-#[inline]
+#[inline(always)]
 unsafe fn keyword_values(
     entry: &DlpackEntry,
-    last: &mut LastCall,
+    last: &LastCall,
     args: *const *mut ffi::PyObject,
     kwnames: *mut ffi::PyObject,
 ) -> Option<DlpackArgs> {
@@ -216,12 +210,12 @@ unsafe fn keyword_values(
     // SAFETY: `kwnames` is a tuple of str, `args` holds one value per name (the contract); the
     // GIL is held.
     unsafe {
-        if last.kwnames != kwnames as usize {
-            last.replace_kwnames(kwnames, keyword_slots(entry, kwnames)?);
+        if last.kwnames.get() != kwnames as usize {
+            last.learn_kwnames(entry, kwnames)?;
         }
         let none = ffi::Py_None();
-        let KeywordSlots { count, slots } = last.slots;
-        for index in 0..count {
+        let KeywordSlots { count, slots } = last.slots.get();
+        for index in 0..usize::from(count) {
             let value = *args.add(index);
             if value == none {
                 continue;
@@ -249,7 +243,7 @@ unsafe fn keyword_values(
 /// position in `DlpackEntry::keywords` in bits `2 * index` and up.
 #[derive(Clone, Copy)]
 struct KeywordSlots {
-    count: usize,
+    count: u8,
     slots: u8,
 }
 
@@ -277,45 +271,55 @@ unsafe fn keyword_slots(entry: &DlpackEntry, kwnames: *mut ffi::PyObject) -> Opt
         seen |= 1 << which;
         slots |= (which as u8) << (2 * index);
     }
-    Some(KeywordSlots { count, slots })
+    Some(KeywordSlots { count: count as u8, slots })
 }
 
-/// The last `kwnames` tuple and `max_version` tuple this thread's calls passed (each a strong
-/// reference, so that its address names it while cached), and what they read as. A consumer
-/// passes the same tuples on every call (constants of its code, NumPy's static ones), so reading
-/// them is a pointer compare. A thread that ends keeps its last tuples alive: releasing them
-/// needs the GIL, which a thread's end does not hold.
-#[derive(Clone, Copy)]
+/// The last `kwnames` tuple and `max_version` tuple a call passed (each a strong reference, so
+/// that its address names it while cached), and what they read as. A consumer passes the same
+/// tuples on every call (constants of its code, NumPy's static ones), so reading them is a
+/// pointer compare. One for the process, behind the GIL: no thread-local lookup per call.
 struct LastCall {
-    kwnames: usize,
-    slots: KeywordSlots,
-    version_tuple: usize,
-    version: (u32, u32),
+    kwnames: Cell<usize>,
+    slots: Cell<KeywordSlots>,
+    version_tuple: Cell<usize>,
+    version: Cell<(u32, u32)>,
 }
 
 impl LastCall {
-    /// Cache `kwnames` as read into `slots`: a reference taken for the cache, the previous one
-    /// given back (a tuple of str: freeing it runs no Python code).
+    /// Read `kwnames` (`keyword_slots`) and cache it: a reference taken for the cache, the
+    /// previous one given back (a tuple of str: freeing it runs no Python code). `None`, and
+    /// nothing cached, if the entry does not take these names.
     ///
     /// # Safety
-    /// `kwnames` is a live tuple, and the GIL is held.
-    unsafe fn replace_kwnames(&mut self, kwnames: *mut ffi::PyObject, slots: KeywordSlots) {
-        // SAFETY: the caller's contract; the previous tuple is alive through the cache's reference.
+    /// `kwnames` is a live tuple of str, and the GIL is held.
+    #[cold]
+    #[inline(never)]
+    unsafe fn learn_kwnames(&self, entry: &DlpackEntry, kwnames: *mut ffi::PyObject) -> Option<()> {
+        // SAFETY: the caller's contract. The cache names `kwnames` before the previous tuple is
+        // given back, so it never names a freed one.
         unsafe {
+            let slots = keyword_slots(entry, kwnames)?;
             ffi::Py_IncRef(kwnames);
-            if self.kwnames != 0 {
-                ffi::Py_DecRef(self.kwnames as *mut ffi::PyObject);
+            let previous = self.kwnames.replace(kwnames as usize);
+            self.slots.set(slots);
+            if previous != 0 {
+                ffi::Py_DecRef(previous as *mut ffi::PyObject);
             }
         }
-        (self.kwnames, self.slots) = (kwnames as usize, slots);
+        Some(())
     }
 }
 
-thread_local! {
-    static LAST_CALL: Cell<LastCall> = const {
-        Cell::new(LastCall { kwnames: 0, slots: KeywordSlots { count: 0, slots: 0 }, version_tuple: 0, version: (0, 0) })
-    };
-}
+// SAFETY: reached only by `dlpack_args`, whose callers hold the GIL, which serialises them (an
+// abi3 extension runs on builds with a GIL, and PyO3 refuses to load it in a subinterpreter).
+unsafe impl Sync for LastCall {}
+
+static LAST_CALL: LastCall = LastCall {
+    kwnames: Cell::new(0),
+    slots: Cell::new(KeywordSlots { count: 0, slots: 0 }),
+    version_tuple: Cell::new(0),
+    version: Cell::new((0, 0)),
+};
 
 /// `max_version` as `(major, minor)`, if `value` is an exact tuple of two exact ints that fit:
 /// any other form goes to PyO3's entry, which reads it (or says what is wrong) with
@@ -323,11 +327,22 @@ thread_local! {
 ///
 /// # Safety
 /// `value` is a live object and the GIL is held.
-#[inline]
-unsafe fn max_version(last: &mut LastCall, value: *mut ffi::PyObject) -> Option<(u32, u32)> {
-    if last.version_tuple == value as usize {
-        return Some(last.version);
+#[inline(always)]
+unsafe fn max_version(last: &LastCall, value: *mut ffi::PyObject) -> Option<(u32, u32)> {
+    if last.version_tuple.get() == value as usize {
+        return Some(last.version.get());
     }
+    // SAFETY: the caller's contract, forwarded.
+    unsafe { learn_version(last, value) }
+}
+
+/// `max_version` read and cached (the cache missed).
+///
+/// # Safety
+/// As `max_version`.
+#[cold]
+#[inline(never)]
+unsafe fn learn_version(last: &LastCall, value: *mut ffi::PyObject) -> Option<(u32, u32)> {
     // SAFETY: a live object, the GIL held; a tuple's items are live while it is.
     unsafe {
         if ffi::Py_IS_TYPE(value, &raw mut ffi::PyTuple_Type) == 0 || ffi::PyTuple_Size(value) != 2 {
@@ -346,13 +361,14 @@ unsafe fn max_version(last: &mut LastCall, value: *mut ffi::PyObject) -> Option<
             u32::try_from(part).ok()
         };
         let version = (part(0)?, part(1)?);
-        // Cache it: a reference taken for the cache, the previous one given back (a tuple of
-        // exact ints: freeing it runs no Python code).
+        // Cache it: a reference taken for the cache, the previous one given back after the
+        // cache names this one (a tuple of exact ints: freeing it runs no Python code).
         ffi::Py_IncRef(value);
-        if last.version_tuple != 0 {
-            ffi::Py_DecRef(last.version_tuple as *mut ffi::PyObject);
+        let previous = last.version_tuple.replace(value as usize);
+        last.version.set(version);
+        if previous != 0 {
+            ffi::Py_DecRef(previous as *mut ffi::PyObject);
         }
-        (last.version_tuple, last.version) = (value as usize, version);
         Some(version)
     }
 }

@@ -310,8 +310,10 @@ impl LastCall {
     }
 }
 
-// SAFETY: reached only by `dlpack_args`, whose callers hold the GIL, which serialises them (an
-// abi3 extension runs on builds with a GIL, and PyO3 refuses to load it in a subinterpreter).
+// SAFETY: reached only by `dlpack_args`, whose callers hold the GIL, and one GIL serialises
+// them all: an abi3 extension runs only on builds with a GIL, and an interpreter with a GIL of
+// its own (isolated, 3.12 on) refuses to load it (CPython's check of a module that declares no
+// support; tested). Legacy subinterpreters share the main GIL.
 unsafe impl Sync for LastCall {}
 
 static LAST_CALL: LastCall = LastCall {

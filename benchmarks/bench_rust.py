@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import amso
-from protocols import paired
+from protocols import paired, spread_cell
 
 ROWS = ["no-op, 1 argument", "no-op, 3 arguments", "sum", "in-place scale", "new 1-D float64 result",
         "no-op, 1 amso array argument", "object array: head", "timedelta: add minutes to seconds",
@@ -116,11 +116,13 @@ def instructions() -> dict[str, dict[str, int]]:
 
 
 def markdown(report: dict, counts: dict | None = None) -> str:
+    spread = report.get("spread")
     lines = ["The same `#[pyfunction]`s written against amso and against rust-numpy 0.30 (`benchmarks/peers`), "
              "called with NumPy float32 (1024, 3) arrays (ns per call; goal: amso / rust-numpy <= 1.0). "
              "\"PyO3 alone\" takes the same arguments as `&Bound<PyAny>`: the floor under both.", "",
-             "| call | amso | rust-numpy | amso / rust-numpy | PyO3 alone |" + (" amso instr. | rust-numpy instr. |" if counts else ""),
-             "|---|---|---|---|---|" + ("---|---|" if counts else "")]
+             "| call | amso | rust-numpy | amso / rust-numpy | PyO3 alone |" + (" amso instr. | rust-numpy instr. |" if counts else "")
+             + (" spread |" if spread else ""),
+             "|---|---|---|---|---|" + ("---|---|" if counts else "") + ("---|" if spread else "")]
     for name in ROWS:
         row = report["rows"].get(name)
         if not row:
@@ -131,7 +133,7 @@ def markdown(report: dict, counts: dict | None = None) -> str:
             line += f" {counts[name]['amso']} | {counts[name]['rust-numpy']} |"
         elif counts:
             line += " - | - |"
-        lines.append(line)
+        lines.append(line + (spread_cell(spread.get(name)) if spread else ""))
     if counts:
         lines += ["", "Instructions per call, the Python loop that makes the call included (callgrind, "
                   "`bench_rust.py --instructions`, on the CI-kind x86-64 host: the GPU hosts have no valgrind; in the "
@@ -156,16 +158,18 @@ def pair_table(report: dict, counts: dict | None, names: list[str], prefix: str,
     if not rows:
         return []
     first, second = pair
+    spread = report.get("spread")
     lines = ["", caption, "",
-             f"| call | {first} | {second} | {first} / {second} |" + (f" {first} instr. | {second} instr. |" if counts else ""),
-             "|---|---|---|---|" + ("---|---|" if counts else "")]
+             f"| call | {first} | {second} | {first} / {second} |" + (f" {first} instr. | {second} instr. |" if counts else "")
+             + (" spread |" if spread else ""),
+             "|---|---|---|---|" + ("---|---|" if counts else "") + ("---|" if spread else "")]
     for name, row in rows:
         line = f"| {name.removeprefix(prefix)} | {row[first]:.0f} | {row[second]:.0f} | {row[first] / row[second]:.2f} |"
         if counts and name in counts:
             line += f" {counts[name][first]} | {counts[name][second]} |"
         elif counts:
             line += " - | - |"
-        lines.append(line)
+        lines.append(line + (spread_cell(spread.get(name)) if spread else ""))
     return lines
 
 

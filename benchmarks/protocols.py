@@ -76,14 +76,21 @@ def collect() -> dict[str, dict[str, float]]:
     return rows
 
 
-def markdown(rows: dict[str, dict[str, float]]) -> str:
+def spread_cell(ratios: list[float] | None) -> str:
+    """A row's ratio over the processes it was timed in: lowest-highest."""
+    return f" {min(ratios):.2f}-{max(ratios):.2f} |" if ratios else " - |"
+
+
+def markdown(rows: dict[str, dict[str, float]], spread: dict[str, list[float]] | None = None) -> str:
     peers = sorted({k for r in rows.values() for k in r if k != "amso"})
-    lines = ["| call | amso (ns) | " + " | ".join(f"{p} (ns)" for p in peers) + " | amso / best peer |", "|---" * (len(peers) + 3) + "|"]
+    lines = ["| call | amso (ns) | " + " | ".join(f"{p} (ns)" for p in peers) + " | amso / best peer |"
+             + (" spread |" if spread else ""), "|---" * (len(peers) + 3 + bool(spread)) + "|"]
     for call, values in rows.items():
         others = [values[p] for p in peers if p in values]
         ratio = f"{values['amso'] / min(others):.2f}" if others else "-"
         cells = [f"{values[p]:.0f}" if p in values else "-" for p in peers]
-        lines.append(f"| `{call}` | {values['amso']:.0f} | " + " | ".join(cells) + f" | {ratio} |")
+        lines.append(f"| `{call}` | {values['amso']:.0f} | " + " | ".join(cells) + f" | {ratio} |"
+                     + (spread_cell(spread.get(call)) if spread else ""))
     lines += ["", "ns per call, every contender timed in the same rounds (goal: amso / best peer <= 1.0; on the host, "
               "NumPy's own arrays are the peer)."]
     return "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@ outcome is the one the base class's PyO3 method gives; and the exports' per-thre
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 import sys
@@ -69,6 +70,7 @@ FORMS = [
     {"copy": False, "dl_device": None, "max_version": (1, 0)},
     {"unknown": 1},
     {"max_version": (1, 0), "unknown": 1},
+    {"stream": None, "max_version": (1, 0), "dl_device": None, "copy": None, "unknown": 1},
 ]
 
 
@@ -143,6 +145,22 @@ def test_keyword_orders_are_told_apart():
         assert capsule_name(a.__dlpack__(max_version=None, stream=None)) == "dltensor"
 
 
+def test_a_kwnames_tuple_subclass_from_c_is_read_by_pyo3_and_not_kept():
+    """CPython passes exact tuples; a C caller might pass a subclass, whose release could run
+    Python code (a `__del__` calling `__dlpack__` while the cache is being replaced): the fast
+    entry leaves it to PyO3's and keeps no reference to it."""
+    vectorcall = ctypes.pythonapi.PyObject_Vectorcall
+    vectorcall.restype = ctypes.py_object
+    vectorcall.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.c_size_t, ctypes.py_object]
+    a = amso.MemArray(4, np.float32)
+    values = (ctypes.py_object * 1)((1, 0))
+    kwnames = TupleSubclass(("max_version",))
+    before = sys.getrefcount(kwnames)
+    capsule = vectorcall(a.__dlpack__, ctypes.cast(values, ctypes.c_void_p), 0, kwnames)
+    assert capsule_name(capsule) == "dltensor_versioned"
+    assert sys.getrefcount(kwnames) == before
+
+
 def test_the_keyword_cache_gives_back_each_tuple_it_replaces():
     """`f(**d)` builds a new `kwnames` tuple per call: the cache takes each and gives the one
     before back, so no tuple is kept beyond the last."""
@@ -195,6 +213,7 @@ def test_an_interpreter_with_a_gil_of_its_own_refuses_the_extension():
         import _xxsubinterpreters as interpreters  # Python 3.12
     except ImportError:
         interpreters = pytest.importorskip("_interpreters")
+    interpreter = interpreters.create()  # isolated: a GIL of its own
     read, write = os.pipe()
     code = (
         "import importlib.util, os\n"
@@ -205,13 +224,12 @@ def test_an_interpreter_with_a_gil_of_its_own_refuses_the_extension():
         "except ImportError as error:\n"
         f"    os.write({write}, f'ImportError: {{error}}'.encode())\n"
     )
-    interpreter = interpreters.create()  # isolated: a GIL of its own
-    try:
-        interpreters.run_string(interpreter, code)
-    finally:
-        interpreters.destroy(interpreter)
-        os.close(write)
     with os.fdopen(read, "rb") as pipe:
+        try:
+            interpreters.run_string(interpreter, code)
+        finally:
+            interpreters.destroy(interpreter)
+            os.close(write)
         outcome = pipe.read().decode()
     assert outcome == "ImportError: module amso._amso does not support loading in subinterpreters"
 

@@ -35,6 +35,13 @@ def test_the_best_peer_is_the_protocol_rows_reference():
     assert run.protocol_ratio({"amso": 100.0, "cupy": 400.0, "torch": 200.0}) == 0.5
 
 
+def test_a_row_without_a_peer_is_the_first_runs_without_a_spread():
+    runs = [{"device": {"amso": float(t)}, "host": {"amso": float(t), "numpy": 100.0}} for t in (90, 80, 70)]
+    chosen, spread = run.median_rows(runs, run.protocol_ratio)
+    assert chosen["device"] == {"amso": 90.0} and "device" not in spread
+    assert chosen["host"]["amso"] == 80.0 and spread["host"] == [0.7, 0.8, 0.9]
+
+
 def test_the_tables_show_the_spread_in_a_last_column():
     rows = {"__dlpack__() host": {"amso": 90.0, "numpy": 100.0}}
     text = protocols.markdown(rows, {"__dlpack__() host": [0.85, 0.9, 1.2]})

@@ -10,7 +10,7 @@
 //! compiler or NumPy interned, found by pointer; `None`, ints, bools, an exact `max_version`
 //! tuple) and hands every other call, unchanged, to PyO3's entry, so that every error reads as
 //! it did. A call site passes the same `kwnames` and `max_version` tuples on every call, so
-//! each is read once per thread and then known by its address (`LastCall`).
+//! each is read when the call site changes and then known by its address (`LastCall`).
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -210,17 +210,17 @@ unsafe fn keyword_values(
     // SAFETY: `kwnames` is a tuple of str, `args` holds one value per name (the contract); the
     // GIL is held.
     unsafe {
-        if last.kwnames.get() != kwnames as usize {
-            last.learn_kwnames(entry, kwnames)?;
-        }
+        let KeywordSlots { count, slots } = match last.kwnames.get() == kwnames as usize {
+            true => last.slots.get(),
+            false => last.learn_kwnames(entry, kwnames)?,
+        };
         let none = ffi::Py_None();
-        let KeywordSlots { count, slots } = last.slots.get();
         for index in 0..usize::from(count) {
             let value = *args.add(index);
             if value == none {
                 continue;
             }
-            match slots >> (2 * index) & 3 {
+            match (slots >> (2 * index)) & 3 {
                 0 if ffi::Py_IS_TYPE(value, &raw mut ffi::PyLong_Type) != 0 => {
                     let stream = ffi::PyLong_AsLongLong(value);
                     if stream == -1 && !ffi::PyErr_Occurred().is_null() {
@@ -247,14 +247,19 @@ struct KeywordSlots {
     slots: u8,
 }
 
-/// The keyword names of one call, if each is one of the entry's interned names, once: `None`
-/// for any other name, or one given twice (CPython refuses that before calling, but a C caller
-/// might not).
+/// The keyword names of one call, if `kwnames` is an exact tuple (CPython's; a C caller might
+/// pass a subclass, whose release could run Python code) and each name is one of the entry's
+/// interned names, once: `None` for any other name, or one given twice (CPython refuses that
+/// before calling, but a C caller might not).
 ///
 /// # Safety
 /// `kwnames` is a live tuple of str, and the GIL is held.
 unsafe fn keyword_slots(entry: &DlpackEntry, kwnames: *mut ffi::PyObject) -> Option<KeywordSlots> {
     // SAFETY: the caller's contract; a tuple's items are live while it is.
+    if unsafe { ffi::Py_IS_TYPE(kwnames, &raw mut ffi::PyTuple_Type) } == 0 {
+        return None;
+    }
+    // SAFETY: as above.
     let count = usize::try_from(unsafe { ffi::PyTuple_Size(kwnames) }).ok()?;
     if count > entry.keywords.len() {
         return None;
@@ -271,7 +276,7 @@ unsafe fn keyword_slots(entry: &DlpackEntry, kwnames: *mut ffi::PyObject) -> Opt
         seen |= 1 << which;
         slots |= (which as u8) << (2 * index);
     }
-    Some(KeywordSlots { count: count as u8, slots })
+    Some(KeywordSlots { count: u8::try_from(count).ok()?, slots })
 }
 
 /// The last `kwnames` tuple and `max_version` tuple a call passed (each a strong reference, so
@@ -287,14 +292,14 @@ struct LastCall {
 
 impl LastCall {
     /// Read `kwnames` (`keyword_slots`) and cache it: a reference taken for the cache, the
-    /// previous one given back (a tuple of str: freeing it runs no Python code). `None`, and
-    /// nothing cached, if the entry does not take these names.
+    /// previous one given back (an exact tuple of the entry's interned names: freeing it runs no
+    /// Python code). `None`, and nothing cached, if the entry does not take these names.
     ///
     /// # Safety
     /// `kwnames` is a live tuple of str, and the GIL is held.
     #[cold]
     #[inline(never)]
-    unsafe fn learn_kwnames(&self, entry: &DlpackEntry, kwnames: *mut ffi::PyObject) -> Option<()> {
+    unsafe fn learn_kwnames(&self, entry: &DlpackEntry, kwnames: *mut ffi::PyObject) -> Option<KeywordSlots> {
         // SAFETY: the caller's contract. The cache names `kwnames` before the previous tuple is
         // given back, so it never names a freed one.
         unsafe {
@@ -305,8 +310,8 @@ impl LastCall {
             if previous != 0 {
                 ffi::Py_DecRef(previous as *mut ffi::PyObject);
             }
+            Some(slots)
         }
-        Some(())
     }
 }
 

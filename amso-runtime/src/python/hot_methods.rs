@@ -300,17 +300,30 @@ impl LastCall {
     #[cold]
     #[inline(never)]
     unsafe fn learn_kwnames(&self, entry: &DlpackEntry, kwnames: *mut ffi::PyObject) -> Option<KeywordSlots> {
-        // SAFETY: the caller's contract. The cache names `kwnames` before the previous tuple is
-        // given back, so it never names a freed one.
+        // SAFETY: the caller's contract; an exact tuple of exact str (`keyword_slots`).
         unsafe {
             let slots = keyword_slots(entry, kwnames)?;
-            ffi::Py_IncRef(kwnames);
-            let previous = self.kwnames.replace(kwnames as usize);
-            self.slots.set(slots);
-            if previous != 0 {
-                ffi::Py_DecRef(previous as *mut ffi::PyObject);
-            }
+            cache(&self.kwnames, &self.slots, kwnames, slots);
             Some(slots)
+        }
+    }
+}
+
+/// Name `object` in `name` with a reference of the cache's own, and what it reads as in `read`;
+/// then give back the reference to the object named before (so the cache never names a freed
+/// object, nor a read of another).
+///
+/// # Safety
+/// `object` is live, the GIL is held, and freeing `object` or the one named before runs no
+/// Python code (it could re-enter the entry).
+unsafe fn cache<T: Copy>(name: &Cell<usize>, read: &Cell<T>, object: *mut ffi::PyObject, value: T) {
+    // SAFETY: the caller's contract; the previous object is alive through the cache's reference.
+    unsafe {
+        ffi::Py_IncRef(object);
+        let previous = name.replace(object as usize);
+        read.set(value);
+        if previous != 0 {
+            ffi::Py_DecRef(previous as *mut ffi::PyObject);
         }
     }
 }
@@ -368,14 +381,8 @@ unsafe fn learn_version(last: &LastCall, value: *mut ffi::PyObject) -> Option<(u
             u32::try_from(part).ok()
         };
         let version = (part(0)?, part(1)?);
-        // Cache it: a reference taken for the cache, the previous one given back after the
-        // cache names this one (a tuple of exact ints: freeing it runs no Python code).
-        ffi::Py_IncRef(value);
-        let previous = last.version_tuple.replace(value as usize);
-        last.version.set(version);
-        if previous != 0 {
-            ffi::Py_DecRef(previous as *mut ffi::PyObject);
-        }
+        // An exact tuple of exact ints, as the one named before: freeing either runs no Python code.
+        cache(&last.version_tuple, &last.version, value, version);
         Some(version)
     }
 }

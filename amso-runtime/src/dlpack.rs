@@ -447,9 +447,9 @@ fn take_block() -> *mut u8 {
     block
 }
 
-/// Give back a block from `take_block` (its contents already dropped or moved out): kept as the thread's
-/// spare if it has none (and its slot still lives: a deleter may run while the thread ends),
-/// else freed.
+/// Give back a block from `take_block` (its contents already dropped or moved out): kept as the
+/// thread's spare if it has none (and its slot still lives: a deleter may run while the thread
+/// ends), else freed.
 #[inline]
 fn give_block(block: *mut u8) {
     let kept = SPARE

@@ -185,28 +185,14 @@ unsafe fn dlpack_args(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> Option<DlpackArgs> {
+    let mut parsed = DlpackArgs::default();
     if nargs != 0 {
         return None;
     }
     if kwnames.is_null() {
-        return Some(DlpackArgs::default());
+        return Some(parsed);
     }
-    // SAFETY: the caller's contract, forwarded; the GIL is held.
-    unsafe { keyword_values(entry, &LAST_CALL, args, kwnames) }
-}
-
-/// The keyword values of a call with `kwnames`, read through (and into) `last`.
-///
-/// # Safety
-/// As `dlpack_body`, with `kwnames` not NULL.
-#[inline(always)]
-unsafe fn keyword_values(
-    entry: &DlpackEntry,
-    last: &LastCall,
-    args: *const *mut ffi::PyObject,
-    kwnames: *mut ffi::PyObject,
-) -> Option<DlpackArgs> {
-    let mut parsed = DlpackArgs::default();
+    let last = &LAST_CALL;
     // SAFETY: `kwnames` is a tuple of str, `args` holds one value per name (the contract); the
     // GIL is held.
     unsafe {
@@ -229,7 +215,7 @@ unsafe fn keyword_values(
                     }
                     parsed.stream = Some(stream);
                 }
-                1 => parsed.max_version = Some(max_version(last, value)?),
+                1 => parsed.max_version = Some(last.max_version(value)?),
                 3 if value == ffi::Py_True() => parsed.copy = Some(true),
                 3 if value == ffi::Py_False() => parsed.copy = Some(false),
                 _ => return None,
@@ -307,6 +293,52 @@ impl LastCall {
             Some(slots)
         }
     }
+
+    /// `max_version` as `(major, minor)`, if `value` is an exact tuple of two exact ints that fit:
+    /// any other form goes to PyO3's entry, which reads it (or says what is wrong) with
+    /// `convert::dlpack_version`. Read once per tuple.
+    ///
+    /// # Safety
+    /// `value` is a live object and the GIL is held.
+    #[inline(always)]
+    unsafe fn max_version(&self, value: *mut ffi::PyObject) -> Option<(u32, u32)> {
+        if self.version_tuple.get() == value as usize {
+            return Some(self.version.get());
+        }
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { self.learn_version(value) }
+    }
+
+    /// `max_version` read and cached (the cache missed).
+    ///
+    /// # Safety
+    /// As `max_version`.
+    #[cold]
+    #[inline(never)]
+    unsafe fn learn_version(&self, value: *mut ffi::PyObject) -> Option<(u32, u32)> {
+        // SAFETY: a live object, the GIL held; a tuple's items are live while it is.
+        unsafe {
+            if ffi::Py_IS_TYPE(value, &raw mut ffi::PyTuple_Type) == 0 || ffi::PyTuple_Size(value) != 2 {
+                return None;
+            }
+            let part = |index| {
+                let item = ffi::PyTuple_GetItem(value, index);
+                if ffi::Py_IS_TYPE(item, &raw mut ffi::PyLong_Type) == 0 {
+                    return None;
+                }
+                let part = ffi::PyLong_AsLong(item);
+                if part == -1 && !ffi::PyErr_Occurred().is_null() {
+                    ffi::PyErr_Clear();
+                    return None;
+                }
+                u32::try_from(part).ok()
+            };
+            let version = (part(0)?, part(1)?);
+            // An exact tuple of exact ints, as the one named before: freeing either runs no Python code.
+            cache(&self.version_tuple, &self.version, value, version);
+            Some(version)
+        }
+    }
 }
 
 /// Name `object` in `name` with a reference of the cache's own, and what it reads as in `read`;
@@ -340,49 +372,3 @@ static LAST_CALL: LastCall = LastCall {
     version_tuple: Cell::new(0),
     version: Cell::new((0, 0)),
 };
-
-/// `max_version` as `(major, minor)`, if `value` is an exact tuple of two exact ints that fit:
-/// any other form goes to PyO3's entry, which reads it (or says what is wrong) with
-/// `convert::dlpack_version`. Read once per tuple (`last`).
-///
-/// # Safety
-/// `value` is a live object and the GIL is held.
-#[inline(always)]
-unsafe fn max_version(last: &LastCall, value: *mut ffi::PyObject) -> Option<(u32, u32)> {
-    if last.version_tuple.get() == value as usize {
-        return Some(last.version.get());
-    }
-    // SAFETY: the caller's contract, forwarded.
-    unsafe { learn_version(last, value) }
-}
-
-/// `max_version` read and cached (the cache missed).
-///
-/// # Safety
-/// As `max_version`.
-#[cold]
-#[inline(never)]
-unsafe fn learn_version(last: &LastCall, value: *mut ffi::PyObject) -> Option<(u32, u32)> {
-    // SAFETY: a live object, the GIL held; a tuple's items are live while it is.
-    unsafe {
-        if ffi::Py_IS_TYPE(value, &raw mut ffi::PyTuple_Type) == 0 || ffi::PyTuple_Size(value) != 2 {
-            return None;
-        }
-        let part = |index| {
-            let item = ffi::PyTuple_GetItem(value, index);
-            if ffi::Py_IS_TYPE(item, &raw mut ffi::PyLong_Type) == 0 {
-                return None;
-            }
-            let part = ffi::PyLong_AsLong(item);
-            if part == -1 && !ffi::PyErr_Occurred().is_null() {
-                ffi::PyErr_Clear();
-                return None;
-            }
-            u32::try_from(part).ok()
-        };
-        let version = (part(0)?, part(1)?);
-        // An exact tuple of exact ints, as the one named before: freeing either runs no Python code.
-        cache(&last.version_tuple, &last.version, value, version);
-        Some(version)
-    }
-}

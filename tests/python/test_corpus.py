@@ -223,6 +223,32 @@ def test_bad_dlpack_requests(case, kwargs, error, message):
     intact(a)
 
 
+# The same bad values through one call site that a good call warmed first: `__dlpack__`'s fast
+# entry knows a call site's keyword names by their tuple, and must still read every value.
+WARM = [
+    ("stream", 5, ValueError, "stream must be None for a host"),
+    ("stream", "s", TypeError, "cannot be interpreted as an integer"),
+    ("max_version", "1.0", TypeError, "must be a \\(major, minor\\) tuple"),
+    ("max_version", (-1, 0), TypeError, "tuple of ints, got \\(-1, 0\\)"),
+    ("max_version", (1.0, 0), TypeError, "tuple of ints, got \\(1.0, 0\\)"),
+    ("copy", "yes", TypeError, "not an instance of 'bool'"),
+]
+
+
+@pytest.mark.parametrize("keyword, bad, error, message", WARM, ids=[f"{w[0]}-{w[1]!r}" for w in WARM])
+def test_bad_dlpack_values_at_a_call_site_a_good_call_warmed(keyword, bad, error, message):
+    a = witness()
+    good = {"stream": None, "max_version": (1, 0), "copy": None}
+    for value in (good[keyword], bad, good[keyword]):
+        kwargs = {**good, keyword: value}
+        if value is bad:
+            with pytest.raises(error, match=message):
+                a.__dlpack__(stream=kwargs["stream"], max_version=kwargs["max_version"], copy=kwargs["copy"])
+        else:
+            a.__dlpack__(stream=kwargs["stream"], max_version=kwargs["max_version"], copy=kwargs["copy"])
+    intact(a)
+
+
 def test_cuda_dl_device_without_a_driver_or_copy():
     a = witness()
     with pytest.raises(BufferError, match="that needs a copy, but copy=False"):

@@ -49,3 +49,11 @@ def test_the_tables_show_the_spread_in_a_last_column():
     report = {"rows": {"sum": {"amso": 99.0, "rust-numpy": 100.0}}, "missing": [], "spread": {"sum": [0.95, 0.99, 1.01]}}
     assert "| sum | 99 | 100 | 0.99 | - | 0.95-1.01 |" in bench_rust.markdown(report)
     assert "spread" not in protocols.markdown(rows)  # reports before the spread read as they did
+
+
+def test_the_docs_name_the_number_of_processes():
+    words = {5: "five"}
+    root = Path(__file__).resolve().parents[2]
+    for page in ("DEVELOPERS.md", "benchmarks/results/README.md"):
+        text = " ".join((root / page).read_text().split())
+        assert f"the median of {words[run.PROCESSES]} such processes" in text, page

@@ -121,6 +121,11 @@ def test_sixteen_threads_create_read_write_export_and_lock_shared_arrays():
                 private = amso.MemArray((int(rng.integers(1, 50)),), np.float32)
                 private[0] = float(i)
                 assert np.from_dlpack(private)[0] == i
+                # `__dlpack__`'s one keyword cache, switched between call sites by the threads.
+                if me % 2:
+                    assert "versioned" in repr(table.__dlpack__(max_version=(1, 0), copy=None))
+                else:
+                    assert "versioned" not in repr(table.__dlpack__(copy=None, max_version=(0, 8)))
                 # The newer paths on the shared arrays: buffers (export counting), copies, pickle.
                 with memoryview(table) as view:
                     assert view[7, 7] == 63.0

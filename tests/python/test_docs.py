@@ -145,6 +145,12 @@ def test_the_rust_guide_states_the_reports_range_against_rust_numpy():
     ratios = [float(row.split("|")[4]) for row in table.splitlines()[2:] if row.startswith("|")]
     assert len(ratios) >= 9
     assert (float(stated.group(1)), float(stated.group(2))) == (min(ratios), max(ratios))
+    # The rows it names at the top are the report's two costliest.
+    names = {"a new 1-D result": "new 1-D float64 result", "the object-array `head`": "object array: head"}
+    top = re.search(r"\(at the top: (.*?)\)", " ".join((ROOT / "docs" / "rust.md").read_text().split()))
+    assert top and all(phrase in top.group(1) for phrase in names)
+    rows = {row.split("|")[1].strip(): float(row.split("|")[4]) for row in table.splitlines()[2:] if row.startswith("|")}
+    assert set(sorted(rows, key=rows.get)[-2:]) == set(names.values())
     # The no-op's ratio of executed instructions is the report's callgrind counts.
     instructions = json.loads((ROOT / "benchmarks" / "results" / "h200" / "instructions.json").read_text())
     noop = instructions["no-op, 1 argument"]

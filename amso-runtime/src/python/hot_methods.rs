@@ -196,9 +196,9 @@ unsafe fn dlpack_args(
     // SAFETY: `kwnames` is a tuple of str, `args` holds one value per name (the contract); the
     // GIL is held.
     unsafe {
-        let KeywordSlots { count, slots } = match last.kwnames.get() == kwnames as usize {
-            true => last.slots.get(),
-            false => last.learn_kwnames(entry, kwnames)?,
+        let KeywordSlots { count, slots } = match last.kwnames.get(kwnames) {
+            Some(known) => known,
+            None => last.learn_kwnames(entry, kwnames)?,
         };
         let none = ffi::Py_None();
         for index in 0..usize::from(count) {
@@ -270,10 +270,8 @@ unsafe fn keyword_slots(entry: &DlpackEntry, kwnames: *mut ffi::PyObject) -> Opt
 /// tuples on every call (constants of its code, NumPy's static ones), so reading them is a
 /// pointer compare. One for the process, behind the GIL: no thread-local lookup per call.
 struct LastCall {
-    kwnames: Cell<usize>,
-    slots: Cell<KeywordSlots>,
-    version_tuple: Cell<usize>,
-    version: Cell<(u32, u32)>,
+    kwnames: Known<KeywordSlots>,
+    version: Known<(u32, u32)>,
 }
 
 impl LastCall {
@@ -289,7 +287,7 @@ impl LastCall {
         // SAFETY: the caller's contract; an exact tuple of exact str (`keyword_slots`).
         unsafe {
             let slots = keyword_slots(entry, kwnames)?;
-            cache(&self.kwnames, &self.slots, kwnames, slots);
+            self.kwnames.remember(kwnames, slots);
             Some(slots)
         }
     }
@@ -302,11 +300,11 @@ impl LastCall {
     /// `value` is a live object and the GIL is held.
     #[inline(always)]
     unsafe fn max_version(&self, value: *mut ffi::PyObject) -> Option<(u32, u32)> {
-        if self.version_tuple.get() == value as usize {
-            return Some(self.version.get());
+        match self.version.get(value) {
+            Some(known) => Some(known),
+            // SAFETY: the caller's contract, forwarded.
+            None => unsafe { self.learn_version(value) },
         }
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { self.learn_version(value) }
     }
 
     /// `max_version` read and cached (the cache missed).
@@ -335,27 +333,47 @@ impl LastCall {
             };
             let version = (part(0)?, part(1)?);
             // An exact tuple of exact ints, as the one named before: freeing either runs no Python code.
-            cache(&self.version_tuple, &self.version, value, version);
+            self.version.remember(value, version);
             Some(version)
         }
     }
 }
 
-/// Name `object` in `name` with a reference of the cache's own, and what it reads as in `read`;
-/// then give back the reference to the object named before (so the cache never names a freed
-/// object, nor a read of another).
-///
-/// # Safety
-/// `object` is live, the GIL is held, and freeing `object` or the one named before runs no
-/// Python code (it could re-enter the entry).
-unsafe fn cache<T: Copy>(name: &Cell<usize>, read: &Cell<T>, object: *mut ffi::PyObject, value: T) {
-    // SAFETY: the caller's contract; the previous object is alive through the cache's reference.
-    unsafe {
-        ffi::Py_IncRef(object);
-        let previous = name.replace(object as usize);
-        read.set(value);
-        if previous != 0 {
-            ffi::Py_DecRef(previous as *mut ffi::PyObject);
+/// One object a call passed, named by its address (the cache holds a reference to it, so the
+/// address names no other object while cached), and what it reads as.
+struct Known<T> {
+    object: Cell<usize>,
+    read: Cell<T>,
+}
+
+impl<T: Copy> Known<T> {
+    const fn new(read: T) -> Self {
+        Known { object: Cell::new(0), read: Cell::new(read) }
+    }
+
+    /// What `object` reads as, if it is the object named.
+    #[inline(always)]
+    fn get(&self, object: *mut ffi::PyObject) -> Option<T> {
+        (self.object.get() == object as usize).then(|| self.read.get())
+    }
+
+    /// Name `object` with a reference of the cache's own, and what it reads as; then give back
+    /// the reference to the object named before (so the cache never names a freed object, nor
+    /// a read of another).
+    ///
+    /// # Safety
+    /// `object` is live, the GIL is held, and freeing `object` or the one named before runs no
+    /// Python code (it could re-enter the entry).
+    unsafe fn remember(&self, object: *mut ffi::PyObject, read: T) {
+        // SAFETY: the caller's contract; the previous object is alive through the cache's
+        // reference.
+        unsafe {
+            ffi::Py_IncRef(object);
+            let previous = self.object.replace(object as usize);
+            self.read.set(read);
+            if previous != 0 {
+                ffi::Py_DecRef(previous as *mut ffi::PyObject);
+            }
         }
     }
 }
@@ -366,9 +384,5 @@ unsafe fn cache<T: Copy>(name: &Cell<usize>, read: &Cell<T>, object: *mut ffi::P
 // support; tested). Legacy subinterpreters share the main GIL.
 unsafe impl Sync for LastCall {}
 
-static LAST_CALL: LastCall = LastCall {
-    kwnames: Cell::new(0),
-    slots: Cell::new(KeywordSlots { count: 0, slots: 0 }),
-    version_tuple: Cell::new(0),
-    version: Cell::new((0, 0)),
-};
+static LAST_CALL: LastCall =
+    LastCall { kwnames: Known::new(KeywordSlots { count: 0, slots: 0 }), version: Known::new((0, 0)) };

@@ -210,7 +210,13 @@ def summary(report: dict, scale: str) -> str:
         sh = pickles["share"]
         row(f"open a shared device array in another process, {pickles['share_MiB']} MiB", sh["amso_open_ms"],
             sh["torch_open_ms"], "torch.multiprocessing", "ms", 2)
-    scenario = report.get("pool", {}).get("scenario", {})
+    in_turn = report.get("pool", {}).get("held", {}).get("in turn", {})
+    if "held_max" in in_turn.get("amso", {}) and "held_max" in in_turn.get("own", {}):
+        row("PyTorch, CuPy, Numba and RMM taking turns with 256 MiB blocks: GPU memory held at most, in blocks (child "
+            "processes of run.py each way)",
+            in_turn["amso"]["held_max"] / in_turn["amso"]["live"], in_turn["own"]["held_max"] / in_turn["own"]["live"],
+            "each library's own pool", "", 2)
+    scenario = report.get("pool", {}).get("scenario", {})  # reports made before the floors
     if "peak_blocks" in scenario.get("amso", {}) and "peak_blocks" in scenario.get("own", {}):
         row("PyTorch, CuPy, Numba and amso taking turns with 256 MiB blocks: GPU memory held, in blocks (a child "
             "process of run.py each way)",

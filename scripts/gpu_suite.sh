@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository with the wheels built here in wheels/:
 #   here:   python3 scripts/amso.py wheels      (builds wheels/ for amso and the user-crate example)
-#   there:  bash scripts/gpu_suite.sh [pytest|sanitizer|stacks|soak|bench|report|nvrtc12|all]
+#   there:  bash scripts/gpu_suite.sh [pytest|sanitizer|stacks|soak|bench|report|pool|nvrtc12|all]
 # (all = pytest, sanitizer, soak; bench and report are separate runs)
 # Installs the wheels into /tmp/site and writes logs and reports to $OUT (or results/).
 set -uo pipefail
@@ -53,7 +53,14 @@ if [[ $what == sanitizer || $what == all ]]; then
   status=$((status | ${PIPESTATUS[0]}))
   # The allocator plug-ins (each test a child process, which compute-sanitizer follows).
   compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
-    tests/python/test_pool.py -k "not four_libraries" 2>&1 | tail -n 25 | tee "$out/memcheck_pool.log"
+    tests/python/test_pool.py tests/python/test_pool_streams.py \
+    -k "not four_libraries and not random_workload and not out_of_memory and not impossible" \
+    2>&1 | tail -n 25 | tee "$out/memcheck_pool.log"
+  status=$((status | ${PIPESTATUS[0]}))
+  # Cross-stream reuse of the pool's blocks (a block freed under a running kernel) under racecheck.
+  compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_pool_streams.py -k "never_reaches or stays_on_its_stream or never_waits" \
+    2>&1 | tail -n 25 | tee "$out/racecheck_pool.log"
   status=$((status | ${PIPESTATUS[0]}))
   compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
     tests/python/test_cuda.py tests/python/test_kernels.py -k "add_index or design_sequence or pinned or move or kernel or deposit" \
@@ -134,6 +141,15 @@ if [[ $what == bench ]]; then
   status=$((status | ${PIPESTATUS[0]}))
   python3 benchmarks/bench_cic.py --out "$out" 2>&1 | tee -a "$out/bench.log"
   status=$((status | ${PIPESTATUS[0]}))
+fi
+if [[ $what == pool ]]; then
+  # The pool's tests (each case a fresh process) and its benchmark table alone.
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+  python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_pool.py tests/python/test_pool_streams.py \
+    tests/python/test_memory.py 2>&1 | tee "$out/pool_pytest.log"
+  status=$((status | ${PIPESTATUS[0]}))
+  (cd benchmarks && python3 bench_pool.py > "$out/bench_pool.txt" 2>&1)
+  status=$((status | $?))
 fi
 if [[ $what == report ]]; then
   python3 benchmarks/run.py --out "$out/report" 2>&1 | tee "$out/report.log"

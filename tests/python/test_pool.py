@@ -59,7 +59,8 @@ def needs(*modules: str):
 
 @pytest.mark.parametrize("name, module, package", [
     ("NumbaManager", "numba", "numba-cuda"), ("ShareableNumbaManager", "numba", "numba-cuda"),
-    ("cupy_malloc", "cupy", "cupy-cuda13x"), ("cupy_pinned_malloc", "cupy", "cupy-cuda13x"),
+    ("cupy_malloc", "cupy", "cupy-cuda13x"), ("cupy_python_malloc", "cupy", "cupy-cuda13x"),
+    ("cupy_pinned_malloc", "cupy", "cupy-cuda13x"),
     ("torch_allocator", "torch", "torch"), ("rmm_resource", "rmm", "rmm-cu13"),
 ])
 def test_a_plug_in_without_its_library_says_what_to_install(name, module, package):

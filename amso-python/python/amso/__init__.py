@@ -21,14 +21,17 @@ from ._memarray import MemArray, empty
 from ._amso import from_dlpack as _from_dlpack
 
 try:  # the memory-management API exists in builds with the CUDA layer
-    from .memory import defer_cleanup, deferred_limits, flush_frees, memory_info, set_allocator, set_release_threshold
+    from .memory import (
+        defer_cleanup, deferred_limits, empty_cache, flush_frees, memory_info, set_allocator, set_cache_limit,
+        set_release_threshold,
+    )
 except ImportError:  # pragma: no cover - a host-only build
     pass
 
 __all__ = [
     "MemArray", "MemArrayBase", "DLPackContext", "asarray", "empty", "from_dlpack", "cuda", "dlpack", "supported", "class_for",
     "allocators", "set_allocator", "defer_cleanup", "deferred_limits", "flush_frees", "memory_info",
-    "set_release_threshold", "MAX_NDIM", "__version__",
+    "set_release_threshold", "empty_cache", "set_cache_limit", "MAX_NDIM", "__version__",
     "get_include",
 ]
 

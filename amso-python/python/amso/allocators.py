@@ -25,15 +25,16 @@ import warnings
 from . import _amso
 
 __all__ = [
-    "NumbaManager", "ShareableNumbaManager", "cupy_malloc", "cupy_pinned_malloc", "torch_allocator",
-    "rmm_resource", "torch", "cupy", "rmm",
+    "NumbaManager", "ShareableNumbaManager", "cupy_malloc", "cupy_python_malloc", "cupy_pinned_malloc",
+    "torch_allocator", "rmm_resource", "torch", "cupy", "rmm",
 ]
 
 Malloc = Callable[[int, int, int], int]
 Free = Callable[[int, int, int, int], None]
 
-# Client numbers of the pool's statistics (amso.memory_info()["clients"]), as the runtime counts them.
-_NUMBA, _CUPY, _TORCH, _RMM = 1, 2, 3, 4
+# Client numbers of the pool's statistics (amso.memory_info()["clients"]), as the runtime defines them.
+_CLIENTS = dict(_amso._clients()) if hasattr(_amso, "_clients") else {}
+_NUMBA, _CUPY = _CLIENTS.get("numba", -1), _CLIENTS.get("cupy", -1)
 
 
 def _require(module: str, package: str, plug_in: str) -> Any:
@@ -48,16 +49,35 @@ def _require(module: str, package: str, plug_in: str) -> Any:
 # --- amso as the pool of other libraries ---
 
 
+_cupy_allocator: Any = None
+
+
+def _cupy_c_malloc() -> Any:
+    """CuPy's allocator over amso's pool: a ``cupy.cuda.memory.CFunctionAllocator`` whose
+    malloc and free are two C functions of amso's extension (``amso_cupy_malloc``,
+    ``amso_cupy_free``), with no Python frame per allocation. Memory is lent on CuPy's current
+    stream (read through CuPy's own C function, as CuPy's pool reads it) and given back on it."""
+    global _cupy_allocator
+    if _cupy_allocator is None:
+        cupy = _require("cupy", "cupy-cuda13x", "cupy_malloc")
+        import cupy.cuda.stream
+
+        stream_function = getattr(cupy.cuda.stream, "__pyx_capi__", {}).get("get_current_stream_ptr")
+        malloc, free = _amso._cupy_hooks(stream_function, cupy.cuda.memory.OutOfMemoryError)
+        _cupy_allocator = cupy.cuda.memory.CFunctionAllocator(0, malloc, free, _amso)
+    return _cupy_allocator.malloc
+
+
 _cupy_names: tuple[Any, ...] | None = None
 
 
-def cupy_malloc(size: int) -> Any:
-    """CuPy's allocator (``cupy.cuda.set_allocator(amso.allocators.cupy_malloc)``): device
-    memory from amso's pool, lent on CuPy's current stream, and given back on that stream when
-    CuPy lets go of it."""
+def cupy_python_malloc(size: int) -> Any:
+    """CuPy's allocator in Python, for a CuPy build whose current-stream function amso's C
+    allocator cannot reach (``cupy_malloc`` says so): device memory from amso's pool, lent on
+    CuPy's current stream and given back on it."""
     global _cupy_names
     if _cupy_names is None:  # looked up once: this runs for every CuPy allocation
-        cuda = _require("cupy", "cupy-cuda13x", "cupy_malloc").cuda
+        cuda = _require("cupy", "cupy-cuda13x", "cupy_python_malloc").cuda
         _cupy_names = (cuda.runtime.getDevice, cuda.get_current_stream, cuda.UnownedMemory, cuda.MemoryPointer,
                        cuda.memory.OutOfMemoryError)
     get_device, current_stream, unowned, pointer, out_of_memory = _cupy_names
@@ -104,22 +124,15 @@ def _device_of_rmm(rmm: Any) -> int:
 
 
 def rmm_resource(device_id: int | None = None) -> Any:
-    """An RMM memory resource backed by amso's pool (an ``rmm.mr.CallbackMemoryResource``), for
+    """An RMM memory resource backed by amso's pool (an ``rmm.mr.CallbackMemoryResource`` whose
+    two callbacks are methods of amso's extension: no Python frame per call), for
     ``rmm.mr.set_current_device_resource``: every RMM-aware library (cuDF, cuML, dask-cuda)
-    then allocates from amso. It serves ``device_id`` (the current device if None)."""
+    then allocates from amso, on RMM's stream. It serves ``device_id`` (the current device if
+    None)."""
     rmm = _require("rmm", "rmm-cu13", "rmm_resource")
     device = _device_of_rmm(rmm) if device_id is None else device_id
-
-    def allocate(size: int, stream: Any) -> int:
-        return _amso._lend(size, device, stream.__cuda_stream__()[1], _RMM)
-
-    def deallocate(pointer: int, size: int, stream: Any) -> None:
-        try:  # RMM's callback must not raise: a refused give-back is reported and counted
-            _amso._reclaim(pointer, device, _RMM, stream.__cuda_stream__()[1], size)
-        except ValueError as error:
-            warnings.warn(str(error), RuntimeWarning, stacklevel=1)
-
-    return rmm.mr.CallbackMemoryResource(allocate, deallocate)
+    hooks = _amso._RmmHooks(device)
+    return rmm.mr.CallbackMemoryResource(hooks.allocate, hooks.deallocate)
 
 
 def _give_back(loan: Any) -> Callable[[], None]:
@@ -140,6 +153,15 @@ def _numba_manager_class(shareable: bool) -> type:
     from cuda.bindings.driver import CUdeviceptr
     from numba.cuda import GetIpcHandleMixin, HostOnlyCUDAMemoryManager, MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory
 
+    class LoanPointer(MemoryPointer):
+        """Numba's pointer to a loan of amso's pool (its ``_loan``), which owns the loan: no
+        finalizer, the loan goes back when the pointer goes (or at ``free()``)."""
+
+        _loan: Any
+
+        def free(self) -> None:
+            _give_back(self._loan)()
+
     class Manager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         """Numba's memory manager over amso: device memory from amso's pool, pinned and mapped
         host memory from amso's pinned memory, frees deferred with ``amso.defer_cleanup()``."""
@@ -150,7 +172,9 @@ def _numba_manager_class(shareable: bool) -> type:
         def memalloc(self, size: int) -> Any:
             device = self.context.device.id
             loan = _amso._Loan(size, device, 1, _NUMBA, shareable)  # memalloc has no stream: the legacy default
-            return MemoryPointer(weakref.proxy(self.context), CUdeviceptr(loan.ptr), size, finalizer=_give_back(loan))
+            pointer = LoanPointer(weakref.proxy(self.context), CUdeviceptr(loan.ptr), size)
+            pointer._loan = loan
+            return pointer
 
         def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False, wc: bool = False) -> Any:
             loan = _amso._PinnedLoan(size, mapped, wc)  # always portable: usable from every context
@@ -208,7 +232,11 @@ _MANAGERS: dict[bool, type] = {}
 
 def __getattr__(name: str) -> Any:
     """``NumbaManager`` and ``ShareableNumbaManager``, built on first use (Numba is imported only
-    then): ``numba.cuda.set_memory_manager(amso.allocators.NumbaManager)``."""
+    then): ``numba.cuda.set_memory_manager(amso.allocators.NumbaManager)``; and ``cupy_malloc``,
+    CuPy's C-level allocator over amso's pool (CuPy is imported only then):
+    ``cupy.cuda.set_allocator(amso.allocators.cupy_malloc)``."""
+    if name == "cupy_malloc":
+        return _cupy_c_malloc()
     if name in ("NumbaManager", "ShareableNumbaManager"):
         shareable = name == "ShareableNumbaManager"
         if shareable not in _MANAGERS:

@@ -8,7 +8,10 @@ from typing import Any
 
 from . import _amso
 
-__all__ = ["set_allocator", "defer_cleanup", "deferred_limits", "flush_frees", "memory_info", "set_release_threshold"]
+__all__ = [
+    "set_allocator", "defer_cleanup", "deferred_limits", "flush_frees", "memory_info", "set_release_threshold",
+    "empty_cache", "set_cache_limit",
+]
 
 
 def set_allocator(
@@ -53,10 +56,27 @@ def set_release_threshold(nbytes: int) -> None:
     _amso.set_release_threshold(nbytes)
 
 
+def empty_cache() -> None:
+    """Give every block amso's pool caches back to the driver (PyTorch's
+    ``torch.cuda.empty_cache()``). It synchronises each device first, so that no stream's work
+    still uses a block; the allocate and free paths never do."""
+    _amso.empty_cache()
+
+
+def set_cache_limit(nbytes: int) -> int:
+    """Bound the bytes amso's pool caches per device (``0``: half of the device's memory, the
+    default); returns the previous bound (``0`` for the default). A freed block the cache cannot
+    hold goes back to the driver."""
+    return _amso.set_cache_limit(nbytes)
+
+
 def memory_info(device_id: int = 0) -> dict[str, Any]:
     """Free and total device memory, and the statistics of the process's one pool (shared by
     the bundled module and every user crate): bytes in use, bytes cached, pending frees, cache
-    hits, misses and hit rate, the current allocator and the deferral limits; ``clients`` maps
-    each client library (``amso``, ``numba``, ``cupy``, ``torch``, ``rmm``) to its ``in_use``
-    bytes and ``allocations`` served."""
+    hits (``cross_stream_hits`` of them from another stream's blocks after an event), misses and
+    hit rate, large blocks split, blocks handed back because the cache was full (``evictions``),
+    cached blocks waiting for another stream's event (``waiting_on_events``), the current
+    allocator and the deferral limits; ``cache`` lists the cached blocks by ``stream`` and
+    ``size_class``; ``clients`` maps each client library (``amso``, ``numba``, ``cupy``,
+    ``torch``, ``rmm``) to its ``in_use`` bytes and ``allocations`` served."""
     return _amso.memory_info(device_id)

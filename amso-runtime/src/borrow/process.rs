@@ -188,6 +188,12 @@ pub(crate) fn anchor(
     Ok(unsafe { ffi::PyCapsule_GetPointer(published.as_ptr(), name.as_ptr()) }.cast_const())
 }
 
+/// Whether something is published under `key` in the interpreter's dict.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn published(py: Python<'_>, key: &str) -> PyResult<bool> {
+    interpreter_dict(py)?.contains(key)
+}
+
 /// The interpreter's own dict, where extension modules keep per-interpreter state under
 /// unique keys; no Python-level name reaches it.
 fn interpreter_dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {

@@ -1,13 +1,19 @@
-//! Where device memory comes from. The default is amso's pool: a small-block cache in front
-//! of the driver's stream-ordered pool (`cuMemAllocAsync` / `cuMemFreeAsync`, release threshold
-//! configurable). Another library's allocator can be plugged in (`set_allocator`); each
-//! allocation remembers its allocator and is returned to it. Frees go through the deferred
-//! queue (`deferred.rs`); an allocation that fails for lack of memory flushes it and retries.
+//! Where device memory comes from. The default is amso's pool (`pool_allocator.rs`): a cache of
+//! blocks of every size and stream in front of the driver's stream-ordered pool. Another
+//! library's allocator can be plugged in (`set_allocator`); each allocation remembers its
+//! allocator and is returned to it.
+//!
+//! A free ordered on a stream goes back to amso's pool at once: the pool files it under that
+//! stream, with no driver call. Every other free goes through the deferred queue
+//! (`deferred.rs`): frees to a plugged-in allocator (whose free may synchronise), frees that
+//! must wait for all of the device's work (memory handed to consumers whose streams are
+//! unknown: one synchronisation per batch, never one per block), and any free while a
+//! `defer_cleanup` block or a graph capture holds them. An allocation that fails for lack of
+//! memory flushes the queue and retries.
 // The knobs here (allocators, deferral limits) are driven from Python (`amso.set_allocator`,
 // `amso.defer_cleanup`, ...); a Rust-only build keeps them for the pool's own use.
 #![cfg_attr(not(feature = "python"), allow(dead_code))]
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
@@ -16,8 +22,9 @@ use cudarc::driver::{result, sys};
 use super::capture;
 use super::context::Current;
 use super::deferred::{Deferred, Limits};
-use super::driver::{cuda_error, map_error};
+use super::driver::map_error;
 use super::pool::{Client, PoolStats, Request, CLIENTS};
+pub(crate) use super::pool_allocator::default_pool;
 use super::stream::StreamHandle;
 use crate::device::DeviceId;
 use crate::error::{Error, Result};
@@ -30,6 +37,11 @@ pub(crate) trait DeviceAllocator: Send + Sync + 'static {
     fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64>;
     /// Return `ptr` (of `bytes`), after the work queued on `stream` so far.
     fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle);
+    /// As `free`, told whether `stream` outlives the memory (`lasting`: a default stream,
+    /// amso's own, PyTorch's), which lets a cache order other streams' work after it later.
+    fn free_on(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle, _lasting: bool) {
+        self.free(device_id, ptr, bytes, stream);
+    }
     /// Bytes this allocator holds cached on `device_id` (for `memory_info`).
     fn cached_bytes(&self, _device_id: DeviceId) -> usize {
         0
@@ -52,141 +64,6 @@ pub(crate) static STATS: Stats = Stats {
     allocations: [const { AtomicU64::new(0) }; CLIENTS.len()],
 };
 
-/// Blocks up to this size are cached by amso's pool.
-const SMALL_BLOCK: usize = 1 << 20;
-/// amso's pool caches at most this many bytes per process.
-const CACHE_LIMIT: usize = 256 << 20;
-
-/// amso's default allocator.
-#[derive(Default)]
-pub(crate) struct PoolAllocator {
-    cache: Mutex<Cache>,
-    release_threshold: AtomicU64,
-    configured: Mutex<Vec<DeviceId>>,
-}
-
-/// The small-block cache, with its counters kept under its lock: one lock per allocation or
-/// free, and no further atomic read-modify-write (those cost tens of nanoseconds each on the
-/// GPU machines' processors, in a path that takes about half a microsecond).
-#[derive(Default)]
-struct Cache {
-    /// Free blocks by (device, size class, stream they were last used on).
-    blocks: HashMap<(DeviceId, usize, usize), Vec<u64>>,
-    /// Their bytes.
-    bytes: usize,
-    /// Allocations served from the cache, and allocations that went to the driver.
-    hits: u64,
-    misses: u64,
-}
-
-fn size_class(bytes: usize) -> usize {
-    if bytes <= SMALL_BLOCK {
-        bytes.next_power_of_two().max(512)
-    } else {
-        bytes
-    }
-}
-
-impl PoolAllocator {
-    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Allocations served from the cache, and allocations that went to the driver.
-    pub(crate) fn hits_and_misses(&self) -> (u64, u64) {
-        let cache = self.cache();
-        (cache.hits, cache.misses)
-    }
-
-    /// Bytes the driver's pool keeps reserved after frees (default: all of them, u64::MAX).
-    pub(crate) fn set_release_threshold(&self, bytes: u64) {
-        self.release_threshold.store(bytes, Ordering::Relaxed);
-        // `configure` holds this lock across driver calls: taken with the GIL released.
-        crate::gil::released(|| self.configured.lock().unwrap_or_else(|e| e.into_inner()).clear());
-    }
-
-    fn configure(&self, device_id: DeviceId) -> Result<()> {
-        let mut configured = self.configured.lock().unwrap_or_else(|e| e.into_inner());
-        if configured.contains(&device_id) {
-            return Ok(());
-        }
-        let device = result::device::get(device_id.ordinal()).map_err(cuda_error("cuDeviceGet"))?;
-        let mut threshold = match self.release_threshold.load(Ordering::Relaxed) {
-            0 => u64::MAX,
-            bytes => bytes,
-        };
-        // SAFETY: a device from `device::get`; the attribute is a u64.
-        unsafe {
-            let pool = result::device::get_default_mem_pool(device).map_err(cuda_error("cuDeviceGetDefaultMemPool"))?;
-            result::mem_pool::set_attribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&mut threshold as *mut u64).cast(),
-            )
-            .map_err(cuda_error("cuMemPoolSetAttribute"))?;
-        }
-        configured.push(device_id);
-        Ok(())
-    }
-}
-
-impl DeviceAllocator for PoolAllocator {
-    fn name(&self) -> String {
-        "amso pool (cache + cuMemAllocAsync)".into()
-    }
-
-    fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64> {
-        let class = size_class(bytes);
-        {
-            let mut cache = self.cache();
-            let cached = (class <= SMALL_BLOCK)
-                .then(|| cache.blocks.get_mut(&(device_id, class, stream.raw() as usize)).and_then(Vec::pop))
-                .flatten();
-            if let Some(ptr) = cached {
-                cache.bytes -= class;
-                cache.hits += 1;
-                return Ok(ptr);
-            }
-            cache.misses += 1;
-        }
-        // Never on a capturing stream (`DeviceMemory::alloc_for`); relaxed so that neither the
-        // pool's configuration nor the allocation invalidates a capture elsewhere.
-        let _relaxed = capture::Relaxed::enter();
-        self.configure(device_id)?;
-        let _ctx = Current::enter(device_id)?;
-        // SAFETY: the device's context is current; the stream was checked.
-        unsafe { result::malloc_async(stream.raw(), class) }
-            .map_err(|e| map_error("cuMemAllocFromPoolAsync", e, bytes, "device"))
-    }
-
-    fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle) {
-        let class = size_class(bytes);
-        if class <= SMALL_BLOCK {
-            let mut cache = self.cache();
-            if cache.bytes + class <= CACHE_LIMIT {
-                // Reused only on this same stream, so the new owner's work follows the old one's.
-                cache.blocks.entry((device_id, class, stream.raw() as usize)).or_default().push(ptr);
-                cache.bytes += class;
-                return;
-            }
-        }
-        if let Ok(_ctx) = Current::enter(device_id) {
-            // SAFETY: allocated by cuMemAllocAsync and freed once, after `stream`'s work.
-            let _ = unsafe { result::free_async(ptr, stream.raw()) };
-        }
-    }
-
-    fn cached_bytes(&self, _device_id: DeviceId) -> usize {
-        self.cache().bytes
-    }
-}
-
-/// amso's pool, for the process.
-pub(crate) fn default_pool() -> &'static PoolAllocator {
-    static POOL: OnceLock<PoolAllocator> = OnceLock::new();
-    POOL.get_or_init(PoolAllocator::default)
-}
-
 /// CUDA managed memory (`cuMemAllocManaged`, attached globally): one address for the device
 /// and the host, migrated by the driver. Allocated only within the device's free memory, and
 /// freed with `cuMemFree` (no stream-ordered free exists for it), after the device's work.
@@ -203,10 +80,12 @@ impl DeviceAllocator for ManagedAllocator {
         if bytes > free {
             return Err(Error::OutOfMemory { bytes, what: "managed" });
         }
-        let _ctx = Current::enter(device_id)?;
-        // SAFETY: a context is current; the memory is zeroed or written before any read.
-        unsafe { result::malloc_managed(bytes, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }
-            .map_err(|e| map_error("cuMemAllocManaged", e, bytes, "managed"))
+        crate::gil::released(|| {
+            let _ctx = Current::enter(device_id)?;
+            // SAFETY: a context is current; the memory is zeroed or written before any read.
+            unsafe { result::malloc_managed(bytes, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }
+                .map_err(|e| map_error("cuMemAllocManaged", e, bytes, "managed"))
+        })
     }
 
     fn free(&self, device_id: DeviceId, ptr: u64, _bytes: usize, _stream: StreamHandle) {
@@ -230,10 +109,12 @@ impl DeviceAllocator for ShareableAllocator {
     }
 
     fn allocate(&self, device_id: DeviceId, bytes: usize, _stream: StreamHandle) -> Result<u64> {
-        let _ctx = Current::enter(device_id)?;
-        // SAFETY: a context is current; the memory is zeroed or written before any read.
-        unsafe { cudarc::driver::result::malloc_sync(bytes) }
-            .map_err(|e| map_error("cuMemAlloc", e, bytes, "shareable device"))
+        crate::gil::released(|| {
+            let _ctx = Current::enter(device_id)?;
+            // SAFETY: a context is current; the memory is zeroed or written before any read.
+            unsafe { cudarc::driver::result::malloc_sync(bytes) }
+                .map_err(|e| map_error("cuMemAlloc", e, bytes, "shareable device"))
+        })
     }
 
     fn free(&self, device_id: DeviceId, ptr: u64, _bytes: usize, _stream: StreamHandle) {
@@ -332,28 +213,41 @@ pub(crate) enum After {
 pub(crate) enum PendingFree {
     /// Device memory, returned to the allocator that made it.
     Device { source: Source, device_id: DeviceId, ptr: u64, bytes: usize, after: After, client: Client },
+    /// A block of the driver's pool that amso's pool could not keep, freed after all of the
+    /// device's work (its stream may be gone).
+    Driver { device_id: DeviceId, ptr: u64 },
     /// Page-locked host memory (`cuMemFreeHost` synchronises the device, so it waits out a
     /// capture like the device frees).
     Pinned { ptr: usize },
 }
 
 impl PendingFree {
+    /// The device whose work this free waits for, if it waits for all of it.
+    fn waits_for_device(&self) -> Option<DeviceId> {
+        match self {
+            PendingFree::Device { device_id, after: After::Device, .. } | PendingFree::Driver { device_id, .. } => {
+                Some(*device_id)
+            }
+            _ => None,
+        }
+    }
+
+    /// Run the free; a free that waits for the device's work runs after `run_all` synchronised it.
     fn run(self) {
         match self {
             PendingFree::Device { source, device_id, ptr, bytes, after, client } => {
-                let stream = match after {
-                    After::Stream(stream) => stream,
-                    After::Device => {
-                        if let Ok(_ctx) = Current::enter(device_id) {
-                            // Never during a capture amso has seen (`run_all`), which this would
-                            // invalidate.
-                            let _ = result::ctx::synchronize();
-                        }
-                        StreamHandle::LEGACY
-                    }
+                let (stream, lasting) = match after {
+                    After::Stream(stream) => (stream, lasting(client, stream)),
+                    After::Device => (StreamHandle::LEGACY, true), // the device's work is done
                 };
-                source.allocator().free(device_id, ptr, bytes, stream);
+                source.allocator().free_on(device_id, ptr, bytes, stream, lasting);
                 STATS.in_use[client as usize].fetch_sub(bytes, Ordering::Relaxed);
+            }
+            PendingFree::Driver { device_id, ptr } => {
+                if let Ok(_ctx) = Current::enter(device_id) {
+                    // SAFETY: a block of the driver's pool, freed once; the device is idle.
+                    let _ = unsafe { result::free_async(ptr, StreamHandle::LEGACY.raw()) };
+                }
             }
             PendingFree::Pinned { ptr } => {
                 if let Ok(_ctx) = Current::enter(DeviceId::ZERO) {
@@ -365,8 +259,18 @@ impl PendingFree {
     }
 }
 
-/// Run `frees` in the relaxed capture mode: a free on a stream that is not capturing leaves a
-/// capture elsewhere valid.
+/// Whether `stream` outlives memory `client` frees on it, so that amso's pool may later record
+/// an event on it: the default streams, amso's own, and PyTorch's (which PyTorch never
+/// destroys). A CuPy, RMM or user stream may be destroyed while its blocks are cached.
+fn lasting(client: Client, stream: StreamHandle) -> bool {
+    client == Client::Torch
+        || stream == StreamHandle::LEGACY
+        || stream == StreamHandle::PER_THREAD
+        || super::stream::is_amso_stream(stream)
+}
+
+/// Run `frees` in the relaxed capture mode (a free on a stream that is not capturing leaves a
+/// capture elsewhere valid), synchronising each device once first if a free waits for its work.
 fn run_all(frees: Vec<PendingFree>) {
     if frees.is_empty() {
         return;
@@ -376,19 +280,39 @@ fn run_all(frees: Vec<PendingFree>) {
     // over).
     crate::gil::released(|| {
         let _relaxed = capture::Relaxed::enter();
+        let mut synchronised: Vec<DeviceId> = Vec::new();
+        for device_id in frees.iter().filter_map(PendingFree::waits_for_device) {
+            if !synchronised.contains(&device_id) {
+                synchronised.push(device_id);
+                if let Ok(_ctx) = Current::enter(device_id) {
+                    // Never during a capture amso has seen (the queue holds frees then).
+                    let _ = result::ctx::synchronize();
+                }
+            }
+        }
         for free in frees {
             free.run();
         }
     })
 }
 
+/// Free `ptr`, a block of the driver's pool that amso's pool could not keep, after all of the
+/// device's work (with the deferred queue's next batch).
+pub(crate) fn release_after_device(device_id: DeviceId, ptr: u64) {
+    run_all(DEFERRED.push(PendingFree::Driver { device_id, ptr }, 0, capacity(device_id), capturing()));
+}
+
 /// The other runtime copies' answers to "is a capture you saw in progress?" (`pool.rs`), when
 /// this copy's pool is the process's.
 static CAPTURE_PROBES: Mutex<Vec<extern "C" fn() -> std::ffi::c_int>> = Mutex::new(Vec::new());
+/// Whether any probe was added: while none was (one copy of the runtime), every free's path
+/// skips their lock.
+static PROBED: AtomicBool = AtomicBool::new(false);
 
 /// Count another copy's captures in `capturing` (each copy notes only the captures it saw).
 pub(crate) fn add_capture_probe(probe: extern "C" fn() -> std::ffi::c_int) {
     CAPTURE_PROBES.lock().unwrap_or_else(|e| e.into_inner()).push(probe);
+    PROBED.store(true, Ordering::Release);
 }
 
 /// Whether a capture any copy of the runtime has seen is in progress, which holds every
@@ -397,8 +321,11 @@ fn capturing() -> bool {
     if capture::in_progress(None) {
         return true;
     }
-    let probes = CAPTURE_PROBES.lock().unwrap_or_else(|e| e.into_inner()).clone(); // called unlocked
-    probes.into_iter().any(|probe| probe() != 0)
+    if !PROBED.load(Ordering::Acquire) {
+        return false;
+    }
+    // A probe reads another copy's count of captures and never takes this lock.
+    CAPTURE_PROBES.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|probe| probe() != 0)
 }
 
 /// The deferred-free queue.
@@ -407,7 +334,7 @@ pub(crate) static DEFERRED: Deferred<PendingFree> = Deferred::new();
 /// `device_id`'s memory in bytes, asked of the driver until it answers, then kept (every free
 /// reads it: after the first answer, without a lock). Unknown, it counts as unlimited: only
 /// the count limit then flushes the deferred frees.
-fn capacity(device_id: DeviceId) -> usize {
+pub(crate) fn capacity(device_id: DeviceId) -> usize {
     static TOTALS: OnceLock<Vec<OnceLock<usize>>> = OnceLock::new();
     let totals =
         TOTALS.get_or_init(|| (0..super::driver::device_count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
@@ -454,14 +381,19 @@ pub(crate) fn allocate_for(
 /// Return memory to the allocator it came from through the deferred queue (this copy's pool:
 /// other code releases through `pool::release`).
 pub(crate) fn release(source: Source, device_id: DeviceId, ptr: u64, bytes: usize, after: After, client: Client) {
+    let now = matches!((&source, after), (Source::Pool, After::Stream(_))) && !DEFERRED.holding() && !capturing();
     let pending = PendingFree::Device { source, device_id, ptr, bytes, after, client };
-    run_all(DEFERRED.push(pending, bytes, capacity(device_id), capturing()));
+    if now {
+        pending.run(); // stream-ordered into amso's pool: no driver call
+    } else {
+        run_all(DEFERRED.push(pending, bytes, capacity(device_id), capturing()));
+    }
 }
 
 /// This copy's pool's statistics for `device_id`.
 pub(crate) fn stats(device_id: DeviceId) -> PoolStats {
     let (pending, pending_bytes) = DEFERRED.pending();
-    let (hits, misses) = default_pool().hits_and_misses();
+    let counts = default_pool().report(device_id).counts;
     let allocator = current();
     let mut name = [0u8; 64];
     let text = allocator.allocator().name();
@@ -473,8 +405,11 @@ pub(crate) fn stats(device_id: DeviceId) -> PoolStats {
         cached: allocator.allocator().cached_bytes(device_id),
         pending,
         pending_bytes,
-        hits,
-        misses,
+        hits: counts.hits,
+        misses: counts.misses,
+        cross_stream_hits: counts.cross_stream_hits,
+        splits: counts.splits,
+        evictions: counts.evictions,
         limits: DEFERRED.limits(),
         allocator: name,
     }

@@ -8,6 +8,7 @@
 // `amso.defer_cleanup`, ...); a Rust-only build keeps them for the pool's own use.
 #![cfg_attr(not(feature = "python"), allow(dead_code))]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Flush limits (`#[repr(C)]`: they cross the process's pool table, `pool.rs`).
@@ -29,6 +30,8 @@ impl Default for Limits {
 /// A queue of pending frees of type `F` with its policy.
 pub(crate) struct Deferred<F> {
     state: Mutex<State<F>>,
+    /// `State::holds`, readable without the lock (`holding`, on every free's path).
+    holds: AtomicUsize,
 }
 
 struct State<F> {
@@ -48,6 +51,7 @@ impl<F> Deferred<F> {
                 limits: Limits { count: 10, fraction: 0.2 },
                 holds: 0,
             }),
+            holds: AtomicUsize::new(0),
         }
     }
 
@@ -91,15 +95,23 @@ impl<F> Deferred<F> {
         }
     }
 
+    /// Whether a `defer_cleanup` block holds the frees.
+    pub(crate) fn holding(&self) -> bool {
+        self.holds.load(Ordering::Acquire) > 0
+    }
+
     /// Start holding (a `defer_cleanup` block begins).
     pub(crate) fn hold(&self) {
-        self.lock().holds += 1;
+        let mut state = self.lock();
+        state.holds += 1;
+        self.holds.store(state.holds, Ordering::Release);
     }
 
     /// Stop holding; returns the frees due once the last hold ends (and no `capture` holds them).
     pub(crate) fn release(&self, capacity: usize, capture: bool) -> Vec<F> {
         let mut state = self.lock();
         state.holds = state.holds.saturating_sub(1);
+        self.holds.store(state.holds, Ordering::Release);
         Self::due(&mut state, capacity, capture)
     }
 

@@ -8,14 +8,16 @@
 //! loan of the same address; one by address alone (PyTorch's C functions, RMM's callbacks)
 //! cannot be, and relies on its library giving each address back once.
 //!
-//! Frees are ordered after the work on the loan's stream, except Numba's and CuPy's, which free
-//! after all of the device's work: Numba names no stream, and a CuPy stream may be destroyed
-//! before the memory is given back.
+//! Every free is ordered after the work on a stream, and none waits for the device: the stream
+//! the client names at the free (PyTorch's, RMM's), else the one the loan was made for (CuPy's
+//! current stream at the allocation, as CuPy's own pool files its blocks; Numba's legacy default
+//! stream, which its blocking streams synchronise with, as RMM's Numba plug-in frees).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use super::address_hash::BuildAddressHasher;
 use super::alloc::After;
 use super::pool::{self, Client, Grant, Request};
 use super::stream::StreamHandle;
@@ -45,13 +47,16 @@ thread_local! {
 }
 
 /// The loans out, by (device, address).
-static LOANS: Mutex<Option<HashMap<(DeviceId, u64), Loan>>> = Mutex::new(None);
+static LOANS: Mutex<Option<Ledger>> = Mutex::new(None);
+
+/// The loans by (device, address).
+type Ledger = HashMap<(DeviceId, u64), Loan, BuildAddressHasher>;
 /// Gives-back refused so far.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
-fn with_loans<R>(body: impl FnOnce(&mut HashMap<(DeviceId, u64), Loan>) -> R) -> R {
+fn with_loans<R>(body: impl FnOnce(&mut Ledger) -> R) -> R {
     let mut loans = LOANS.lock().unwrap_or_else(|e| e.into_inner());
-    body(loans.get_or_insert_with(HashMap::new))
+    body(loans.get_or_insert_with(Ledger::default))
 }
 
 /// Lend `bytes` on `device_id` to `client`, usable in order on `stream` (a protocol value):
@@ -191,14 +196,11 @@ pub(crate) fn reclaim(
         Ok(loans.remove(&(device_id, ptr)).expect("found above"))
     });
     let loan = loan.inspect_err(|_| count_refused())?;
-    let after = match loan.client {
-        Client::Numba | Client::CuPy => After::Device,
-        _ => After::Stream(
-            stream
-                .and_then(|s| StreamHandle::of(s).ok())
-                .unwrap_or_else(|| StreamHandle::of(loan.stream).unwrap_or(StreamHandle::LEGACY)),
-        ),
-    };
+    let after = After::Stream(
+        stream
+            .and_then(|s| StreamHandle::of(s).ok())
+            .unwrap_or_else(|| StreamHandle::of(loan.stream).unwrap_or(StreamHandle::LEGACY)),
+    );
     pool::release(loan.grant, device_id, loan.bytes, after, loan.client);
     Ok(())
 }

@@ -24,7 +24,9 @@
 //! - NVRTC to CUBIN (`compile.rs`): cudarc's `compile_ptx` returns PTX only.
 
 pub(crate) mod add_index;
+mod address_hash;
 pub(crate) mod alloc;
+pub(crate) mod block_cache;
 pub(crate) mod capture;
 pub(crate) mod compile;
 pub(crate) mod context;
@@ -39,6 +41,7 @@ mod kernel;
 #[cfg(feature = "python")]
 pub(crate) mod loans;
 pub(crate) mod pool;
+pub(crate) mod pool_allocator;
 pub(crate) mod stream;
 pub(crate) mod transfer;
 

@@ -18,10 +18,15 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
 use super::alloc::{self, After, DeviceAllocator, Source};
+use super::block_cache::Shelved;
 use super::deferred::Limits;
 use super::stream::StreamHandle;
 use crate::device::{DeviceId, Stream};
 use crate::error::{Error, Result};
+
+#[path = "pool_foreign.rs"]
+mod foreign;
+use foreign::{exported_allocate, exported_drop, exported_free, Foreign};
 
 /// Which memory an allocation asks for.
 #[repr(u32)]
@@ -76,9 +81,14 @@ pub(crate) struct PoolStats {
     /// Frees queued, and their bytes.
     pub(crate) pending: usize,
     pub(crate) pending_bytes: usize,
-    /// amso's pool: allocations served from its cache, and from the driver.
+    /// amso's pool: allocations served from its cache (of them, from another stream's blocks
+    /// after an event), and from the driver.
     pub(crate) hits: u64,
     pub(crate) misses: u64,
+    pub(crate) cross_stream_hits: u64,
+    /// amso's pool: large blocks split, and blocks handed back because the cache was full.
+    pub(crate) splits: u64,
+    pub(crate) evictions: u64,
     /// The deferred-free limits.
     pub(crate) limits: Limits,
     /// The current allocator's name, NUL-terminated.
@@ -140,9 +150,21 @@ pub(crate) struct ForeignAllocator {
     drop: unsafe extern "C" fn(*mut c_void),
 }
 
+/// The pool table's layout version: a copy meeting a table of another version refuses to join
+/// (`join`). Raise it whenever `PoolTable`, `PoolStats`, `Failure`, `ForeignAllocator` or
+/// `Shelved` change.
+const TABLE_VERSION: u32 = 2;
+/// Where the table is published in the interpreter's dict (the key of version 1, which had no
+/// version field, is refused by name).
+const TABLE_KEY: &str = "_amso_pool";
+const VERSION_1_KEY: &str = "_amso_pool_v1";
+
 /// The functions a pool offers every copy of the runtime.
 #[repr(C)]
 pub(crate) struct PoolTable {
+    /// `TABLE_VERSION` and the table's size in bytes, read before anything else.
+    version: u32,
+    size: u32,
     /// `bytes` (> 0) on a device for `Request` and `Client`, usable in order on a stream
     /// (protocol value): 0 with the address and token written, else -1 with the failure.
     allocate: unsafe extern "C" fn(u32, DeviceId, usize, Stream, u32, *mut u64, *mut u64, *mut Failure) -> c_int,
@@ -165,10 +187,18 @@ pub(crate) struct PoolTable {
     /// Add a copy's answer to "is a capture this copy saw in progress?": the pool holds every
     /// deferred free while any copy's capture runs (each copy notes only its own captures).
     add_capture_probe: unsafe extern "C" fn(extern "C" fn() -> c_int),
+    /// Give every cached block back to the driver: 0, else -1 with the failure.
+    empty_cache: unsafe extern "C" fn(*mut Failure) -> c_int,
+    /// Bound the cache of each device (0: half of its memory); the previous bound.
+    set_cache_limit: extern "C" fn(u64) -> u64,
+    /// Write up to `capacity` lines of a device's cache report; how many there are.
+    shelves: unsafe extern "C" fn(DeviceId, *mut Shelved, usize) -> usize,
 }
 
 /// This copy's pool, offered to the others.
 static OWN: PoolTable = PoolTable {
+    version: TABLE_VERSION,
+    size: std::mem::size_of::<PoolTable>() as u32,
     allocate: own_allocate,
     release: own_release,
     hold: own_hold,
@@ -179,6 +209,9 @@ static OWN: PoolTable = PoolTable {
     plug: own_plug,
     stats: own_stats,
     add_capture_probe: own_add_capture_probe,
+    empty_cache: own_empty_cache,
+    set_cache_limit: own_set_cache_limit,
+    shelves: own_shelves,
 };
 
 /// The process's pool, when it is another copy's (`join`).
@@ -194,9 +227,25 @@ fn pool() -> &'static PoolTable {
 /// published there for the others.
 #[cfg(feature = "python")]
 pub(crate) fn join(py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
+    let refuse = |found: String| {
+        pyo3::exceptions::PyImportError::new_err(format!(
+            "another amso runtime in this process shares device memory through a pool table of {found}; this module              was built with version {TABLE_VERSION}, and the two cannot share one pool: rebuild every amso-based              extension module against one amso version"
+        ))
+    };
+    if crate::borrow::process::published(py, VERSION_1_KEY)? {
+        return Err(refuse("version 1".into()));
+    }
     let published =
-        crate::borrow::process::anchor(py, "_amso_pool_v1", c"_amso_pool_v1.table", (&OWN as *const PoolTable).cast())?;
+        crate::borrow::process::anchor(py, TABLE_KEY, c"_amso_pool.table", (&OWN as *const PoolTable).cast())?;
     if !std::ptr::eq(published.cast::<PoolTable>(), &OWN) {
+        // SAFETY: a capsule of amso's name holds a table that starts with its version and size.
+        let (version, size) = unsafe {
+            let head = published.cast::<u32>();
+            (*head, *head.add(1))
+        };
+        if version != TABLE_VERSION || (size as usize) < std::mem::size_of::<PoolTable>() {
+            return Err(refuse(format!("version {version} ({size} bytes)")));
+        }
         let home = published.cast_mut().cast::<PoolTable>();
         // SAFETY: a static table of another copy (above), and this copy's static function.
         unsafe { ((*home).add_capture_probe)(capture_probe) };
@@ -230,9 +279,9 @@ pub(crate) fn allocate(
 ) -> Result<Grant> {
     let table = pool();
     let (mut ptr, mut token, mut failure) = (0u64, 0u64, Failure::new());
-    // With the GIL released: the allocator may call the driver (or a Python allocator, which
-    // takes the GIL back itself). SAFETY: valid out-pointers, alive for the call.
-    let code = crate::gil::released(|| unsafe {
+    // Each allocator releases the GIL around its own driver calls (amso's pool serves a block
+    // of the stream's own without one). SAFETY: valid out-pointers, alive for the call.
+    let code = unsafe {
         (table.allocate)(
             request as u32,
             device_id,
@@ -243,7 +292,7 @@ pub(crate) fn allocate(
             &mut token,
             &mut failure,
         )
-    });
+    };
     if code != 0 {
         let what = match request {
             Request::Current => "device",
@@ -330,12 +379,46 @@ pub(crate) fn stats(device_id: DeviceId) -> PoolStats {
         pending_bytes: 0,
         hits: 0,
         misses: 0,
+        cross_stream_hits: 0,
+        splits: 0,
+        evictions: 0,
         limits: Limits::default(),
         allocator: [0; 64],
     };
     // SAFETY: a valid out-pointer.
     unsafe { (pool().stats)(device_id, &mut stats) };
     stats
+}
+
+/// Give every cached block of amso's pool back to the driver (`amso.empty_cache()`): after a
+/// device-wide synchronisation.
+pub(crate) fn empty_cache() -> Result<()> {
+    let mut failure = Failure::new();
+    // SAFETY: a valid out-pointer.
+    match unsafe { (pool().empty_cache)(&mut failure) } {
+        0 => Ok(()),
+        _ => Err(failure.error(0, "device")),
+    }
+}
+
+/// Bound each device's cache to `bytes` (0: half of its memory); the previous bound.
+pub(crate) fn set_cache_limit(bytes: u64) -> u64 {
+    (pool().set_cache_limit)(bytes)
+}
+
+/// The cached blocks of `device_id` by stream and size class.
+pub(crate) fn shelves(device_id: DeviceId) -> Vec<Shelved> {
+    let mut rows: Vec<Shelved> = Vec::new();
+    loop {
+        // SAFETY: room for `capacity` lines; the pool writes at most that many.
+        let count = unsafe { (pool().shelves)(device_id, rows.as_mut_ptr(), rows.capacity()) };
+        if count <= rows.capacity() {
+            // SAFETY: the pool wrote `count` lines.
+            unsafe { rows.set_len(count) };
+            return rows;
+        }
+        rows.reserve(count);
+    }
 }
 
 impl PoolStats {
@@ -474,90 +557,36 @@ unsafe extern "C" fn own_add_capture_probe(probe: extern "C" fn() -> c_int) {
     guarded((), || alloc::add_capture_probe(probe))
 }
 
-/// This copy's answer to the pool's "is a capture in progress?" (`add_capture_probe`).
-extern "C" fn capture_probe() -> c_int {
-    guarded(1, || super::capture::in_progress(None) as c_int) // a panic counts as capturing: frees wait
-}
-
-/// Another copy's allocator, plugged into this copy's pool.
-struct Foreign(ForeignAllocator);
-
-// SAFETY: the other copy's allocator is a `DeviceAllocator` there (Send + Sync), reached only
-// through its functions.
-unsafe impl Send for Foreign {}
-// SAFETY: as above.
-unsafe impl Sync for Foreign {}
-
-impl DeviceAllocator for Foreign {
-    fn name(&self) -> String {
-        // SAFETY: a NUL-terminated name that lives as long as the context.
-        unsafe { CStr::from_ptr(self.0.name) }.to_string_lossy().into_owned()
-    }
-
-    fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64> {
-        let (mut ptr, mut failure) = (0u64, Failure::new());
-        // SAFETY: the other copy's function over its own context, with valid out-pointers.
-        match unsafe { (self.0.allocate)(self.0.context, device_id, bytes, stream.stream(), &mut ptr, &mut failure) } {
-            0 => Ok(ptr),
-            _ => Err(failure.error(bytes, "device")),
+unsafe extern "C" fn own_empty_cache(failure: *mut Failure) -> c_int {
+    std::panic::catch_unwind(|| match super::pool_allocator::default_pool().empty_cache() {
+        Ok(()) => 0,
+        Err(error) => {
+            // SAFETY: the caller's out-pointer.
+            unsafe { (*failure).write(&error) };
+            -1
         }
-    }
-
-    fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle) {
-        // SAFETY: as above.
-        unsafe { (self.0.free)(self.0.context, device_id, ptr, bytes, stream.stream()) }
-    }
-}
-
-impl Drop for Foreign {
-    fn drop(&mut self) {
-        // SAFETY: the context is dropped once, by the pool that owns it.
-        unsafe { (self.0.drop)(self.0.context) }
-    }
-}
-
-/// The context of an allocator this copy hands to another copy's pool.
-type Exported = (Arc<dyn DeviceAllocator>, std::ffi::CString);
-
-unsafe extern "C" fn exported_allocate(
-    context: *mut c_void,
-    device_id: DeviceId,
-    bytes: usize,
-    stream: Stream,
-    ptr: *mut u64,
-    failure: *mut Failure,
-) -> c_int {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: the context `plug` boxed, alive until `exported_drop`.
-        let (allocator, _) = unsafe { &*context.cast::<Exported>() };
-        let stream = StreamHandle::of(stream).unwrap_or(StreamHandle::LEGACY);
-        match allocator.allocate(device_id, bytes, stream) {
-            Ok(address) => {
-                // SAFETY: the caller's out-pointer.
-                unsafe { *ptr = address };
-                0
-            }
-            Err(error) => {
-                // SAFETY: the caller's out-pointer.
-                unsafe { (*failure).write(&error) };
-                -1
-            }
-        }
-    }))
+    })
     .unwrap_or_else(|_| panicked(failure))
 }
 
-unsafe extern "C" fn exported_free(context: *mut c_void, device_id: DeviceId, ptr: u64, bytes: usize, stream: Stream) {
-    guarded((), || {
-        // SAFETY: as in `exported_allocate`.
-        let (allocator, _) = unsafe { &*context.cast::<Exported>() };
-        allocator.free(device_id, ptr, bytes, StreamHandle::of(stream).unwrap_or(StreamHandle::LEGACY));
+extern "C" fn own_set_cache_limit(bytes: u64) -> u64 {
+    guarded(0, || super::pool_allocator::default_pool().set_limit(usize::try_from(bytes).unwrap_or(usize::MAX)) as u64)
+}
+
+unsafe extern "C" fn own_shelves(device_id: DeviceId, out: *mut Shelved, capacity: usize) -> usize {
+    guarded(0, || {
+        let rows = super::pool_allocator::default_pool().report(device_id).shelves;
+        if rows.len() <= capacity {
+            for (i, row) in rows.iter().enumerate() {
+                // SAFETY: the caller's room for `capacity` lines.
+                unsafe { out.add(i).write(*row) };
+            }
+        }
+        rows.len()
     })
 }
 
-unsafe extern "C" fn exported_drop(context: *mut c_void) {
-    guarded((), || {
-        // SAFETY: the context `plug` boxed, dropped once.
-        drop(unsafe { Box::from_raw(context.cast::<Exported>()) });
-    })
+/// This copy's answer to the pool's "is a capture in progress?" (`add_capture_probe`).
+extern "C" fn capture_probe() -> c_int {
+    guarded(1, || super::capture::in_progress(None) as c_int) // a panic counts as capturing: frees wait
 }

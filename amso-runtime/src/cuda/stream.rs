@@ -124,6 +124,11 @@ pub(crate) fn amso_stream(device_id: DeviceId) -> Result<StreamHandle> {
     })
 }
 
+/// Whether `stream` is amso's own stream of some device (never destroyed).
+pub(crate) fn is_amso_stream(stream: StreamHandle) -> bool {
+    AMSO_STREAMS.get().is_some_and(|slots| slots.iter().any(|slot| slot.get() == Some(&stream)))
+}
+
 /// Make work submitted later to `later` wait for all work submitted so far to `earlier`,
 /// without blocking the host, except under capture (`capture.rs`): when `later` is capturing
 /// and `earlier` is not, `earlier`'s work is completed on the host first; when `earlier` is

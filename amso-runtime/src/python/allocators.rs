@@ -128,6 +128,21 @@ pub(super) fn flush_frees(py: Python<'_>) {
     py.detach(pool::flush);
 }
 
+/// Give every block amso's pool caches back to the driver, after a device-wide synchronisation
+/// (PyTorch's `torch.cuda.empty_cache()`).
+#[pyfunction]
+pub(super) fn empty_cache(py: Python<'_>) -> PyResult<()> {
+    py.detach(pool::empty_cache)?;
+    Ok(())
+}
+
+/// Bound the bytes amso's pool caches per device (0: half of the device's memory); the previous
+/// bound (0 for the default).
+#[pyfunction]
+pub(super) fn set_cache_limit(py: Python<'_>, bytes: u64) -> u64 {
+    py.detach(|| pool::set_cache_limit(bytes))
+}
+
 /// Device memory and the process pool's statistics for `device_id`: totals, and per client
 /// library under `clients` (bytes in use and allocations served).
 #[pyfunction]
@@ -145,6 +160,22 @@ pub(super) fn memory_info(py: Python<'_>, device_id: DeviceId) -> PyResult<Bound
     info.set_item("pending_bytes", stats.pending_bytes)?;
     info.set_item("hits", stats.hits)?;
     info.set_item("misses", stats.misses)?;
+    info.set_item("cross_stream_hits", stats.cross_stream_hits)?;
+    info.set_item("splits", stats.splits)?;
+    info.set_item("evictions", stats.evictions)?;
+    let shelves = py.detach(|| pool::shelves(device_id));
+    info.set_item("waiting_on_events", shelves.iter().map(|row| row.waiting).sum::<usize>())?;
+    let cache = pyo3::types::PyList::empty(py);
+    for row in shelves {
+        let line = PyDict::new(py);
+        line.set_item("stream", row.stream)?;
+        line.set_item("size_class", row.class)?;
+        line.set_item("blocks", row.blocks)?;
+        line.set_item("bytes", row.bytes)?;
+        line.set_item("waiting_on_events", row.waiting)?;
+        cache.append(line)?;
+    }
+    info.set_item("cache", cache)?;
     let (hits, misses) = (stats.hits, stats.misses);
     info.set_item("hit_rate", if hits + misses == 0 { 0.0 } else { hits as f64 / (hits + misses) as f64 })?;
     info.set_item("deferred_count_limit", stats.limits.count)?;

@@ -149,6 +149,12 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.add_function(pyo3::wrap_pyfunction!(plugins::reclaim, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(plugins::reset_loans, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(plugins::refused_frees, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(plugins::cupy_hooks, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(plugins::clients, module)?)?;
+        module.add_class::<plugins::RmmHooks>()?;
+        module.add_function(pyo3::wrap_pyfunction!(plugins::pool_pair_ns, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::empty_cache, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::set_cache_limit, module)?)?;
         module.add_class::<plugins::Loan>()?;
         module.add_class::<plugins::PinnedLoan>()?;
     }
@@ -157,6 +163,16 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.add(DISPATCH_ATTR, PyDict::new(module.py()))?;
     }
     Ok(())
+}
+
+/// Drop `value` attached to the interpreter, so that the Python references it holds are
+/// released now rather than at PyO3's next call. At interpreter exit, where PyO3 can no longer
+/// attach (a capsule's destructor run by `Py_FinalizeEx`), `value` is leaked deliberately and
+/// quietly, as NumPy leaks what it still holds at finalization.
+pub(crate) fn drop_attached<T>(value: T) {
+    let mut value = std::mem::ManuallyDrop::new(value);
+    // SAFETY: dropped at most once, inside the closure; when it does not run, never.
+    let _ = Python::try_attach(|_| unsafe { std::mem::ManuallyDrop::drop(&mut value) });
 }
 
 /// The number of typed-argument borrows alive in the process (for tests).

@@ -1,13 +1,14 @@
 //! amso's pool as other libraries' allocator: what their plug-in points call (the Python side
 //! is `amso.allocators`). Device memory is lent through `cuda/loans.rs`, which checks every
 //! address given back; pinned host memory is owned by a `_PinnedLoan` object. PyTorch's
-//! `CUDAPluggableAllocator` calls two C functions of this module without Python
-//! (`amso_torch_alloc`, `amso_torch_free`).
+//! `CUDAPluggableAllocator` and CuPy's `CFunctionAllocator` call C functions of this module
+//! without a Python frame (`amso_torch_alloc`/`amso_torch_free`, `amso_cupy_malloc`/`amso_cupy_free`).
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::OnceLock;
 
-use pyo3::exceptions::{PyMemoryError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::cuda::device_memory::PinnedMemory;
@@ -213,10 +214,41 @@ pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, str
         Ok(Ok((ptr, _))) => ptr as usize as *mut c_void,
         Ok(Err(error)) => {
             report(&format!("amso_torch_alloc: cannot lend {size} bytes on device {device}: {error}"));
+            raise_in_torch_caller(&error);
             std::ptr::null_mut()
         }
         Err(_) => std::ptr::null_mut(),
     }
+}
+
+/// PyTorch's pluggable allocator has no error channel, and takes NULL for a tensor's memory
+/// (pytorch/pytorch#133280): when the allocation came from a Python thread (one with a thread
+/// state, its GIL released by PyTorch's binding), set `torch.OutOfMemoryError` (or the error)
+/// as that thread's exception, so the call that asked raises, chained under CPython's
+/// `SystemError` for a result returned with an exception set, instead of handing Python a
+/// tensor without memory. A thread without Python state (PyTorch's own) only has the stderr line.
+fn raise_in_torch_caller(error: &Error) {
+    // SAFETY: reads whether the interpreter runs and whether this thread has a thread state.
+    let python_thread =
+        unsafe { pyo3::ffi::Py_IsInitialized() != 0 && !pyo3::ffi::PyGILState_GetThisThreadState().is_null() };
+    if !python_thread {
+        return;
+    }
+    let _ = Python::try_attach(|py| {
+        let torch_error = py
+            .import("sys")
+            .and_then(|sys| sys.getattr("modules"))
+            .and_then(|modules| modules.get_item("torch"))
+            .and_then(|torch| torch.getattr("OutOfMemoryError"));
+        let raised = match (error, torch_error) {
+            (Error::OutOfMemory { .. }, Ok(class)) => match class.call1((error.to_string(),)) {
+                Ok(value) => PyErr::from_value(value),
+                Err(failed) => failed,
+            },
+            _ => PyErr::from(error.clone()),
+        };
+        raised.restore(py);
+    });
 }
 
 /// PyTorch's `CUDAPluggableAllocator` free function: give back `ptr` (of `size` bytes, on
@@ -250,4 +282,174 @@ fn report(message: &str) {
     if REPORTED.fetch_add(1, Ordering::Relaxed) < 10 {
         let _ = writeln!(std::io::stderr(), "{message}"); // never a panic: stderr may be closed
     }
+}
+
+/// CuPy's `get_current_stream_ptr` (a C function of `cupy.cuda.stream`, exported through its
+/// `__pyx_capi__`), which CuPy's own pool calls per allocation, and CuPy's `OutOfMemoryError`.
+static CUPY_STREAM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+static CUPY_OUT_OF_MEMORY: OnceLock<Py<PyAny>> = OnceLock::new();
+/// The C signature Cython gives `get_current_stream_ptr` (its capsule's name).
+const CUPY_STREAM_SIGNATURE: &std::ffi::CStr = c"intptr_t (void)";
+
+/// `_cupy_hooks(get_current_stream_ptr, OutOfMemoryError)`: the addresses of
+/// `amso_cupy_malloc` and `amso_cupy_free`, for `cupy.cuda.memory.CFunctionAllocator`, once
+/// told CuPy's current-stream function (the capsule `cupy.cuda.stream.__pyx_capi__` holds) and
+/// the error to raise when the pool is out of memory.
+#[pyfunction]
+#[pyo3(name = "_cupy_hooks")]
+pub(super) fn cupy_hooks(stream_function: &Bound<'_, PyAny>, out_of_memory: Py<PyAny>) -> PyResult<(usize, usize)> {
+    // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
+    if unsafe { pyo3::ffi::PyCapsule_IsValid(stream_function.as_ptr(), CUPY_STREAM_SIGNATURE.as_ptr()) } != 1 {
+        return Err(PyTypeError::new_err(format!(
+            "expected cupy.cuda.stream.__pyx_capi__['get_current_stream_ptr'], a capsule named {CUPY_STREAM_SIGNATURE:?}; \
+             got {}: this CuPy exports its current stream differently, so amso's C allocator cannot serve it (use \
+             amso.allocators.cupy_python_malloc)",
+            stream_function.repr().map_or_else(|_| "an object".into(), |r| r.to_string())
+        )));
+    }
+    // SAFETY: a valid capsule of that name (checked above) holds a C function of that signature.
+    let function = unsafe { pyo3::ffi::PyCapsule_GetPointer(stream_function.as_ptr(), CUPY_STREAM_SIGNATURE.as_ptr()) };
+    CUPY_STREAM.store(function, Ordering::Release);
+    let _ = CUPY_OUT_OF_MEMORY.set(out_of_memory);
+    Ok((amso_cupy_malloc as *const () as usize, amso_cupy_free as *const () as usize))
+}
+
+/// The value CuPy's Cython code reads as "an exception is set" from a C allocator's malloc
+/// (Cython 3 checks `PyErr_Occurred` when an `intptr_t` result is -1).
+const CUPY_FAILED: *mut c_void = usize::MAX as *mut c_void;
+
+/// CuPy's `CFunctionAllocator` malloc: `size` bytes on `device` from amso's pool, lent on CuPy's
+/// current stream. On failure a Python exception is set (CuPy's `OutOfMemoryError` when the pool
+/// is out of memory) and the result is -1. Never unwinds.
+///
+/// # Safety
+/// Called by CuPy (from `CFunctionAllocatorMemory.__init__`, holding the GIL) after
+/// `_cupy_hooks` told it CuPy's stream function.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn amso_cupy_malloc(_param: *mut c_void, size: usize, device: c_int) -> *mut c_void {
+    let function = CUPY_STREAM.load(Ordering::Acquire);
+    if function.is_null() {
+        return cupy_failure(PyRuntimeError::new_err("amso_cupy_malloc was called before amso.allocators set it up"));
+    }
+    // SAFETY: CuPy's `intptr_t get_current_stream_ptr(void)` (checked by its capsule's name),
+    // called holding the GIL, as CuPy calls it.
+    let stream = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> isize>(function)() };
+    // SAFETY: only reads the error indicator, holding the GIL.
+    if stream == -1 && unsafe { !pyo3::ffi::PyErr_Occurred().is_null() } {
+        return CUPY_FAILED; // CuPy's own error, propagated
+    }
+    // SAFETY: CuPy's current stream of `device` (0: the legacy default stream).
+    let stream = unsafe { Stream::from_handle(stream as usize) };
+    let lent =
+        std::panic::catch_unwind(|| loans::lend(Request::Current, DeviceId::new(device)?, size, stream, Client::CuPy));
+    match lent {
+        Ok(Ok((ptr, _))) => ptr as usize as *mut c_void,
+        Ok(Err(Error::OutOfMemory { .. })) => Python::attach(|py| {
+            let error = match CUPY_OUT_OF_MEMORY.get().map(|class| class.bind(py).call1((size, 0, 0))) {
+                Some(Ok(error)) => PyErr::from_value(error),
+                Some(Err(error)) => error,
+                None => PyMemoryError::new_err(format!("amso's pool is out of memory for {size} bytes")),
+            };
+            cupy_failure(error)
+        }),
+        Ok(Err(error)) => cupy_failure(error.into()),
+        Err(_) => cupy_failure(PyRuntimeError::new_err("amso_cupy_malloc: internal error (panic); please report it")),
+    }
+}
+
+/// Set `error` for CuPy to raise; the failure result.
+fn cupy_failure(error: PyErr) -> *mut c_void {
+    Python::attach(|py| error.restore(py));
+    CUPY_FAILED
+}
+
+/// CuPy's `CFunctionAllocator` free: give back `ptr` on `device`, ordered after the work on the
+/// stream it was lent on. A double free or an address amso never lent is refused and reported on
+/// stderr (the first 10), never freed. Never unwinds.
+///
+/// # Safety
+/// Called by CuPy with what `amso_cupy_malloc` returned. (A `device` this machine lacks is a
+/// refused give-back, counted.)
+#[no_mangle]
+pub(crate) unsafe extern "C" fn amso_cupy_free(_param: *mut c_void, ptr: *mut c_void, device: c_int) {
+    let ptr = ptr as usize as u64;
+    let outcome = std::panic::catch_unwind(|| match DeviceId::new(device) {
+        Ok(id) => loans::reclaim(id, ptr, Client::CuPy, loans::GiveBack::default()).map_err(|r| r.message(ptr, id)),
+        Err(error) => {
+            loans::count_refused();
+            Err(error.to_string())
+        }
+    });
+    if let Ok(Err(message)) = outcome {
+        report(&format!("amso_cupy_free: {message}"));
+    }
+}
+
+/// `_clients()`: the pool's client numbers by name (`amso.memory_info()["clients"]`), for the
+/// Python plug-ins.
+#[pyfunction]
+#[pyo3(name = "_clients")]
+pub(super) fn clients() -> Vec<(&'static str, u32)> {
+    CLIENTS.iter().enumerate().map(|(i, name)| (*name, i as u32)).collect()
+}
+
+/// The two callbacks of RMM's `CallbackMemoryResource` for one device, without a Python frame:
+/// `allocate(size, stream)` lends from amso's pool on RMM's stream, and `deallocate(ptr, size,
+/// stream)` gives back after the work on it (a refused give-back is a `RuntimeWarning`: RMM's
+/// callback must not raise).
+#[pyclass(frozen, module = "amso._amso", name = "_RmmHooks")]
+pub struct RmmHooks {
+    device_id: DeviceId,
+}
+
+/// The handle of an RMM `Stream` (the CUDA stream protocol, `__cuda_stream__`).
+fn rmm_stream(stream: &Bound<'_, PyAny>) -> PyResult<Stream> {
+    let (_, handle): (i64, usize) = stream.call_method0(pyo3::intern!(stream.py(), "__cuda_stream__"))?.extract()?;
+    // SAFETY: RMM's stream, alive for the call, as RMM's resource contract requires.
+    Ok(unsafe { Stream::from_handle(handle) })
+}
+
+#[pymethods]
+impl RmmHooks {
+    #[new]
+    fn new(device_id: DeviceId) -> RmmHooks {
+        RmmHooks { device_id }
+    }
+
+    fn allocate(&self, py: Python<'_>, size: usize, stream: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let stream = rmm_stream(stream)?;
+        Ok(lend_to(py, size, self.device_id, stream, Client::Rmm as u32, false)?.0)
+    }
+
+    fn deallocate(&self, py: Python<'_>, ptr: u64, size: usize, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+        let back = loans::GiveBack { bytes: Some(size), stream: Some(rmm_stream(stream)?), serial: None };
+        let device_id = self.device_id;
+        if let Err(refusal) = py.detach(|| loans::reclaim(device_id, ptr, Client::Rmm, back)) {
+            PyErr::warn(
+                py,
+                &py.get_type::<pyo3::exceptions::PyRuntimeWarning>(),
+                &std::ffi::CString::new(refusal.message(ptr, device_id)).unwrap_or_default(),
+                1,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `_pool_pair_ns(size, stream, client_number, count)`: the mean time in nanoseconds of one
+/// loan and its give-back through amso's pool and ledger, `count` times on `stream` (a
+/// diagnostic of the benchmark report: what amso adds to a library's hook).
+#[pyfunction]
+#[pyo3(name = "_pool_pair_ns")]
+pub(super) fn pool_pair_ns(size: usize, stream: StreamValue, client_number: u32, count: u32) -> PyResult<f64> {
+    let client = client(client_number)?;
+    let device_id = DeviceId::ZERO;
+    let back = loans::GiveBack { bytes: Some(size), stream: None, serial: None };
+    let start = std::time::Instant::now();
+    for _ in 0..count {
+        let (ptr, _) = loans::lend(Request::Current, device_id, size, stream.0, client).map_err(lend_error)?;
+        loans::reclaim(device_id, ptr, client, back)
+            .map_err(|refusal| PyValueError::new_err(refusal.message(ptr, device_id)))?;
+    }
+    Ok(start.elapsed().as_nanos() as f64 / f64::from(count.max(1)))
 }

@@ -8,6 +8,7 @@
 //! `examples/rust/numpy-readme`.
 
 mod conversions;
+mod hook_floor;
 
 use amso_runtime::ndarray::{ArrayD, ArrayViewD, ArrayViewMutD};
 use amso_runtime::python::{ArrayMut, ArrayRef, Framework, IntoFramework};
@@ -119,6 +120,9 @@ fn numpy_mult_py(a: f64, x: &Bound<'_, PyArrayDyn<f64>>) {
 #[pymodule]
 fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(pyo3_noop1, module)?)?;
+    module.add_function(wrap_pyfunction!(hook_floor::set_floor_block, module)?)?;
+    module.add_function(wrap_pyfunction!(hook_floor::floor_cupy_functions, module)?)?;
+    module.add_function(wrap_pyfunction!(hook_floor::floor_cupy_stream_functions, module)?)?;
     module.add_function(wrap_pyfunction!(pyo3_noop3, module)?)?;
     module.add_function(wrap_pyfunction!(amso_noop1, module)?)?;
     module.add_function(wrap_pyfunction!(amso_noop3, module)?)?;

@@ -129,7 +129,7 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         if let Some(object) = self.0.take() {
-            Python::attach(|_| drop(object));
+            crate::python::drop_attached(object);
         }
     }
 }

@@ -23,8 +23,9 @@ unsafe impl Sync for BufferView {}
 
 impl Drop for BufferView {
     fn drop(&mut self) {
-        // SAFETY: a view PyObject_GetBuffer filled, released exactly once, with the GIL held.
-        Python::attach(|_| unsafe { ffi::PyBuffer_Release(&mut *self.0) });
+        // SAFETY: a view PyObject_GetBuffer filled, released exactly once, with the GIL held
+        // (at interpreter exit, where PyO3 cannot attach, it is left to the process's end).
+        let _ = Python::try_attach(|_| unsafe { ffi::PyBuffer_Release(&mut *self.0) });
     }
 }
 

@@ -212,8 +212,8 @@ impl Owner for Arc<dyn Any + Send + Sync> {
                     // SAFETY: leaked below, released once, here.
                     let owner = unsafe { Box::from_raw(pointer.cast::<Arc<dyn Any + Send + Sync>>()) };
                     // Attached (the caller holds the GIL), so that Python references the owner
-                    // holds (`Vec<Py<PyAny>>`) are released now rather than at PyO3's next call.
-                    Python::attach(|_| drop(owner));
+                    // holds (`Vec<Py<PyAny>>`) are released now; leaked quietly at exit.
+                    crate::python::drop_attached(owner);
                 }));
             }
         }

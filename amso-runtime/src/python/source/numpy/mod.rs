@@ -117,8 +117,10 @@ fn builtin_type_num(dtype: (u8, u8, u16)) -> Option<c_int> {
 static USER_DTYPES: IdentityCache<16> = IdentityCache::new();
 
 /// The DLPack type of a dtype another package registered (ml_dtypes' bfloat16), by its NumPy
-/// name: looked up once per scalar type.
-fn user_dtype(py: Python<'_>, descr: *const DescrStruct) -> Option<(u8, u8, u16)> {
+/// name, checked against its item size: looked up once per scalar type, which the cache holds,
+/// so renaming the type later changes nothing. A name that claims a spec dtype of another size
+/// (a scalar type's `__name__` is writable) is a TypeError, never a misread.
+fn user_dtype(py: Python<'_>, descr: *const DescrStruct) -> PyResult<Option<(u8, u8, u16)>> {
     // SAFETY: a live descriptor (the array holds it) whose scalar type lives as long.
     let (descr_object, scalar_type) = unsafe {
         (
@@ -130,14 +132,29 @@ fn user_dtype(py: Python<'_>, descr: *const DescrStruct) -> Option<(u8, u8, u16)
     let dtype = match known {
         Some(dtype) => dtype,
         None => {
-            let name: String = descr_object.getattr(intern!(py, "name")).ok()?.extract().ok()?;
+            let Ok(name) = descr_object.getattr(intern!(py, "name")).and_then(|n| n.extract::<String>()) else {
+                return Ok(None);
+            };
+            let itemsize: usize = descr_object.getattr(intern!(py, "itemsize"))?.extract()?;
             let dtype = DType::from_numpy_name(&name).map_or(std::ptr::null(), |d| d as *const DType);
+            // SAFETY: NULL or one of the spec's static dtypes.
+            if let Some(claimed) = unsafe { dtype.as_ref() } {
+                let bytes = usize::from(claimed.bits) * usize::from(claimed.lanes) / 8;
+                if bytes != itemsize {
+                    return Err(PyTypeError::new_err(format!(
+                        "NumPy's user dtype {} calls itself {name:?}, whose items are {bytes} bytes, but its items \
+                         are {itemsize} bytes: a renamed or foreign type; amso refuses it rather than misread the \
+                         array (restore the type's name, or convert with x.astype(...))",
+                        scalar_type.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+                    )));
+                }
+            }
             USER_DTYPES.insert(&scalar_type, 0, dtype as usize);
             dtype
         }
     };
     // SAFETY: NULL or one of the spec's static dtypes.
-    unsafe { dtype.as_ref() }.map(DType::dlpack)
+    Ok(unsafe { dtype.as_ref() }.map(DType::dlpack))
 }
 
 /// NumPy's type numbers of the kinds DLPack lacks.
@@ -359,7 +376,7 @@ pub(crate) fn read(obj: &Bound<'_, PyAny>, kinds: bool) -> PyResult<Source> {
         (array, &*array.descr)
     };
     let mut kind = None;
-    let mut dtype = if descr.type_num < NPY_USERDEF { builtin_dtype(descr.type_num) } else { user_dtype(py, descr) };
+    let mut dtype = if descr.type_num < NPY_USERDEF { builtin_dtype(descr.type_num) } else { user_dtype(py, descr)? };
     if dtype.is_none() && kinds {
         // SAFETY: the array's live descriptor (the array holds a reference).
         let descr_object = unsafe { Bound::from_borrowed_ptr(py, array.descr as *mut ffi::PyObject) };

@@ -1,0 +1,419 @@
+//! The free blocks of amso's pool (`alloc.rs`), as a plain data structure: no driver calls, so
+//! every rule below is tested without a GPU.
+//!
+//! - **Streams.** A freed block is filed under the stream its last work was queued on, and is
+//!   reused on that stream at once: the new owner's work follows the old one's. Another stream
+//!   takes it only after a fence (a CUDA event, `Fences`) recorded on the first stream after
+//!   the free has passed. Fences are recorded only on streams that outlive their blocks
+//!   (`lasting`: the default streams, amso's own, PyTorch's, which are never destroyed); a
+//!   block of any other stream (a CuPy or RMM stream, which may be destroyed while its blocks
+//!   are cached) is reused on that stream only, as CuPy's own pool does, until a device-wide
+//!   synchronisation (`drain`).
+//! - **Sizes.** Blocks up to `SMALL_BLOCK` come in power-of-two classes and are reused whole.
+//!   Larger ones are rounded up to `LARGE_ROUND`; a request takes the smallest free block that
+//!   fits (best fit) and splits off the rest, which stays free; neighbours freed on one stream
+//!   merge again. Each large driver allocation (a segment) goes back to the driver only whole.
+//! - **Bound.** The cache holds at most `limit` bytes: a block that would exceed it is handed
+//!   back (`give`'s answer) for the caller to return to the driver.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use super::address_hash::BuildAddressHasher;
+
+/// Blocks up to this size come in power-of-two classes (from 512 bytes) and are never split.
+pub(crate) const SMALL_BLOCK: usize = 1 << 20;
+/// Larger blocks are rounded up to a multiple of this.
+pub(crate) const LARGE_ROUND: usize = 2 << 20;
+/// The smallest class, and how many classes there are (512 bytes to `SMALL_BLOCK`).
+const SMALLEST: usize = 512;
+const CLASSES: usize = (SMALL_BLOCK / SMALLEST).trailing_zeros() as usize + 1;
+
+/// The slot of small class `size` (a power of two from `SMALLEST` to `SMALL_BLOCK`).
+fn class_slot(size: usize) -> usize {
+    (size / SMALLEST).trailing_zeros() as usize
+}
+
+/// The size of the block that serves `bytes` (> 0), or None if it overflows.
+pub(crate) fn block_size(bytes: usize) -> Option<usize> {
+    if bytes <= SMALL_BLOCK {
+        Some(bytes.next_power_of_two().max(SMALLEST))
+    } else {
+        bytes.checked_next_multiple_of(LARGE_ROUND)
+    }
+}
+
+/// How the cache learns that another stream's free block is ready: a fence recorded on that
+/// stream, queried later. The pool implements it with CUDA events; the tests with counters.
+pub(crate) trait Fences {
+    /// A recorded fence.
+    type Fence;
+    /// Record a fence on `stream` now (None: it could not be recorded).
+    fn record(&mut self, stream: u64) -> Option<Self::Fence>;
+    /// Whether the work queued on its stream before `fence` has finished.
+    fn passed(&mut self, fence: &Self::Fence) -> bool;
+    /// A fence the cache no longer needs.
+    fn recycle(&mut self, fence: Self::Fence);
+}
+
+/// The free blocks filed under one stream.
+struct Shelf<F> {
+    /// Whether the stream outlives its blocks, so that a fence may be recorded on it later.
+    lasting: bool,
+    /// Small blocks by class (`class_slot`), oldest first: (address, free serial).
+    small: [VecDeque<(u64, u64)>; CLASSES],
+    /// Large blocks by (size, address); their serials are in `BlockCache::large`.
+    large: BTreeSet<(usize, u64)>,
+    /// Blocks freed with a serial up to this are ready on every stream.
+    ready_upto: u64,
+    /// A fence recorded but not yet passed, and the serial it covers.
+    pending: Option<(F, u64)>,
+    /// The newest free serial filed here.
+    newest: u64,
+}
+
+impl<F> Shelf<F> {
+    fn new(lasting: bool) -> Shelf<F> {
+        Shelf {
+            lasting,
+            small: std::array::from_fn(|_| VecDeque::new()),
+            large: BTreeSet::new(),
+            ready_upto: 0,
+            pending: None,
+            newest: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.large.is_empty() && self.small.iter().all(VecDeque::is_empty)
+    }
+
+    /// Learn whether the pending fence passed, and record one if some blocks are not yet known
+    /// ready; the serial up to which blocks are ready.
+    fn refresh(&mut self, stream: u64, fences: &mut impl Fences<Fence = F>) -> u64 {
+        if let Some((fence, covers)) = self.pending.take() {
+            if fences.passed(&fence) {
+                self.ready_upto = self.ready_upto.max(covers);
+                fences.recycle(fence);
+            } else {
+                self.pending = Some((fence, covers));
+            }
+        }
+        if self.pending.is_none() && self.ready_upto < self.newest {
+            self.pending = fences.record(stream).map(|fence| (fence, self.newest));
+        }
+        self.ready_upto
+    }
+}
+
+/// A free large block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LargeFree {
+    size: usize,
+    stream: u64,
+    serial: u64,
+}
+
+/// What the cache counts (`amso.memory_info`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// Requests served from the cache: from the stream's own blocks, and from another stream's
+    /// after a fence passed.
+    pub(crate) hits: u64,
+    pub(crate) cross_stream_hits: u64,
+    /// Requests that went to the driver.
+    pub(crate) misses: u64,
+    /// Large blocks split to serve a smaller request.
+    pub(crate) splits: u64,
+    /// Blocks handed back to the driver because the cache was full.
+    pub(crate) evictions: u64,
+}
+
+/// One line of the cache's report: the blocks of one size class on one stream (`#[repr(C)]`:
+/// it crosses the process's pool table, `pool.rs`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shelved {
+    /// The stream's handle.
+    pub(crate) stream: u64,
+    /// The class: the block size for small blocks, else the power of two at or above the sizes.
+    pub(crate) class: usize,
+    pub(crate) blocks: usize,
+    pub(crate) bytes: usize,
+    /// Of them, blocks whose fence (for other streams) has been recorded but has not passed.
+    pub(crate) waiting: usize,
+}
+
+/// A block the cache gives back to the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Returned {
+    pub(crate) ptr: u64,
+    /// The stream its last work was on, and whether that stream outlives it (else the block may
+    /// go back only after a device-wide synchronisation).
+    pub(crate) stream: u64,
+    pub(crate) lasting: bool,
+}
+
+/// The free blocks of one device.
+pub(crate) struct BlockCache<F> {
+    shelves: HashMap<u64, Shelf<F>, BuildAddressHasher>,
+    /// Free large blocks by address (for merging neighbours).
+    large: BTreeMap<u64, LargeFree>,
+    /// Large driver allocations, by base address: their sizes.
+    segments: BTreeMap<u64, usize>,
+    bytes: usize,
+    limit: usize,
+    serial: u64,
+    counts: Counts,
+}
+
+impl<F> BlockCache<F> {
+    /// An empty cache holding at most `limit` bytes.
+    pub(crate) fn new(limit: usize) -> BlockCache<F> {
+        BlockCache {
+            shelves: HashMap::default(),
+            large: BTreeMap::new(),
+            segments: BTreeMap::new(),
+            bytes: 0,
+            limit,
+            serial: 0,
+            counts: Counts::default(),
+        }
+    }
+
+    /// Bytes cached.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// What it counted.
+    pub(crate) fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// Change the bound (blocks over it go back at their next free, or at `drain`).
+    pub(crate) fn set_limit(&mut self, limit: usize) {
+        self.limit = limit;
+    }
+
+    /// A block of `size` (from `block_size`) for work on `stream`, from that stream's own free
+    /// blocks: no driver call. Counts a hit; a miss is counted by `count_miss`.
+    pub(crate) fn take_own(&mut self, size: usize, stream: u64) -> Option<u64> {
+        let shelf = self.shelves.get_mut(&stream)?;
+        let ptr = if size <= SMALL_BLOCK {
+            shelf.small[class_slot(size)].pop_back()?.0
+        } else {
+            let &(found, ptr) = shelf.large.range((size, 0)..).next()?;
+            shelf.large.remove(&(found, ptr));
+            let free = self.large.remove(&ptr).expect("a shelved large block is in the address map");
+            self.split(ptr, found, size, free);
+            ptr
+        };
+        self.bytes -= size;
+        self.counts.hits += 1;
+        Some(ptr)
+    }
+
+    /// A block of `size` for `stream` from another stream whose fence after the block's free
+    /// has passed; records fences (through `fences`) where none covers a block yet.
+    pub(crate) fn take_other(&mut self, size: usize, stream: u64, fences: &mut impl Fences<Fence = F>) -> Option<u64> {
+        let mut best: Option<(usize, u64, u64)> = None; // (size, address, its stream)
+        for (&other, shelf) in self.shelves.iter_mut().filter(|(&s, shelf)| s != stream && shelf.lasting) {
+            let has_fit = if size <= SMALL_BLOCK {
+                !shelf.small[class_slot(size)].is_empty()
+            } else {
+                shelf.large.range((size, 0)..).next().is_some()
+            };
+            if !has_fit {
+                continue;
+            }
+            let ready = shelf.refresh(other, fences);
+            let candidate = if size <= SMALL_BLOCK {
+                shelf.small[class_slot(size)]
+                    .front()
+                    .filter(|(_, serial)| *serial <= ready)
+                    .map(|&(ptr, _)| (size, ptr))
+            } else {
+                shelf.large.range((size, 0)..).find(|(_, ptr)| self.large[ptr].serial <= ready).copied()
+            };
+            if let Some((found, ptr)) = candidate {
+                if best.is_none_or(|(best_size, ..)| found < best_size) {
+                    best = Some((found, ptr, other));
+                }
+            }
+        }
+        let (found, ptr, other) = best?;
+        let shelf = self.shelves.get_mut(&other).expect("found above");
+        if size <= SMALL_BLOCK {
+            shelf.small[class_slot(size)].pop_front();
+        } else {
+            shelf.large.remove(&(found, ptr));
+            let free = self.large.remove(&ptr).expect("a shelved large block is in the address map");
+            self.split(ptr, found, size, free);
+        }
+        self.bytes -= size;
+        self.counts.hits += 1;
+        self.counts.cross_stream_hits += 1;
+        Some(ptr)
+    }
+
+    /// Serve `size` of the free block `free` at `ptr` (of `found` bytes): the rest stays free
+    /// where the block was.
+    fn split(&mut self, ptr: u64, found: usize, size: usize, free: LargeFree) {
+        if found > size {
+            let rest = LargeFree { size: found - size, ..free };
+            let rest_ptr = ptr + size as u64;
+            self.large.insert(rest_ptr, rest);
+            if let Some(shelf) = self.shelves.get_mut(&free.stream) {
+                shelf.large.insert((rest.size, rest_ptr));
+            }
+            self.counts.splits += 1;
+        }
+    }
+
+    /// Count a request the cache could not serve.
+    pub(crate) fn count_miss(&mut self) {
+        self.counts.misses += 1;
+    }
+
+    /// Note a large block of `size` the driver just allocated at `ptr` (a segment).
+    pub(crate) fn add_segment(&mut self, ptr: u64, size: usize) {
+        if size > SMALL_BLOCK {
+            self.segments.insert(ptr, size);
+        }
+    }
+
+    /// The segment holding `ptr`: its base and size.
+    fn segment_of(&self, ptr: u64) -> Option<(u64, usize)> {
+        self.segments
+            .range(..=ptr)
+            .next_back()
+            .map(|(&base, &size)| (base, size))
+            .filter(|&(base, size)| ptr < base + size as u64)
+    }
+
+    /// File the block at `ptr` (of `size`, from `block_size`) freed after the work queued on
+    /// `stream` (`lasting`: the stream outlives its blocks). What the cache cannot hold comes
+    /// back, for the caller to return to the driver.
+    pub(crate) fn give(&mut self, ptr: u64, size: usize, stream: u64, lasting: bool) -> Option<Returned> {
+        self.serial += 1;
+        let serial = self.serial;
+        let returned = Returned { ptr, stream, lasting };
+        if size <= SMALL_BLOCK {
+            if self.bytes + size > self.limit {
+                self.counts.evictions += 1;
+                return Some(returned);
+            }
+            let shelf = self.shelves.entry(stream).or_insert_with(|| Shelf::new(lasting));
+            shelf.small[class_slot(size)].push_back((ptr, serial));
+            shelf.newest = serial;
+            self.bytes += size;
+            return None;
+        }
+        let (mut start, mut merged) = (ptr, LargeFree { size, stream, serial });
+        let segment = self.segment_of(ptr);
+        let same =
+            |free: &LargeFree, at: u64, this: &BlockCache<F>| free.stream == stream && this.segment_of(at) == segment;
+        let shelf_removals = {
+            let mut removed = Vec::new();
+            if let Some(&next) = self.large.get(&(ptr + size as u64)) {
+                if same(&next, ptr + size as u64, self) {
+                    removed.push((next.size, ptr + size as u64));
+                    merged.size += next.size;
+                }
+            }
+            if let Some((&prev_ptr, &prev)) = self.large.range(..ptr).next_back() {
+                if prev_ptr + prev.size as u64 == ptr && same(&prev, prev_ptr, self) {
+                    removed.push((prev.size, prev_ptr));
+                    merged.size += prev.size;
+                    merged.serial = merged.serial.max(prev.serial);
+                    start = prev_ptr;
+                }
+            }
+            removed
+        };
+        let shelf = self.shelves.entry(stream).or_insert_with(|| Shelf::new(lasting));
+        for (removed_size, removed_ptr) in shelf_removals {
+            shelf.large.remove(&(removed_size, removed_ptr));
+            self.large.remove(&removed_ptr);
+        }
+        shelf.newest = serial;
+        self.bytes += size;
+        let whole = segment == Some((start, merged.size));
+        if whole && self.bytes > self.limit {
+            self.bytes -= merged.size;
+            self.segments.remove(&start);
+            self.counts.evictions += 1;
+            return Some(Returned { ptr: start, stream, lasting });
+        }
+        self.large.insert(start, merged);
+        shelf.large.insert((merged.size, start));
+        None
+    }
+
+    /// Empty the cache after a device-wide synchronisation (every stream's work has finished):
+    /// every small block and every wholly free segment, to give back to the driver. Free parts
+    /// of segments still partly in use stay cached.
+    pub(crate) fn drain(&mut self, fences: &mut impl Fences<Fence = F>) -> Vec<u64> {
+        let mut returned = Vec::new();
+        for shelf in self.shelves.values_mut() {
+            for (slot, blocks) in shelf.small.iter_mut().enumerate() {
+                self.bytes -= (SMALLEST << slot) * blocks.len();
+                returned.extend(blocks.drain(..).map(|(ptr, _)| ptr));
+            }
+            shelf.ready_upto = shelf.newest;
+            if let Some((fence, _)) = shelf.pending.take() {
+                fences.recycle(fence);
+            }
+        }
+        let segments: Vec<(u64, usize)> = self.segments.iter().map(|(&b, &s)| (b, s)).collect();
+        for (base, size) in segments {
+            let end = base + size as u64;
+            let free: usize = self.large.range(base..end).map(|(_, f)| f.size).sum();
+            if free != size {
+                continue;
+            }
+            let parts: Vec<(u64, LargeFree)> = self.large.range(base..end).map(|(&p, &f)| (p, f)).collect();
+            for (part, block) in parts {
+                self.large.remove(&part);
+                if let Some(shelf) = self.shelves.get_mut(&block.stream) {
+                    shelf.large.remove(&(block.size, part));
+                }
+            }
+            self.segments.remove(&base);
+            self.bytes -= size;
+            returned.push(base);
+        }
+        self.shelves.retain(|_, shelf| shelf.lasting || !shelf.is_empty());
+        returned
+    }
+
+    /// The cached blocks by stream and size class.
+    pub(crate) fn report(&self) -> Vec<Shelved> {
+        let mut rows: BTreeMap<(u64, usize), Shelved> = BTreeMap::new();
+        for (&stream, shelf) in &self.shelves {
+            let waiting_above = shelf.ready_upto;
+            let waiting_upto = shelf.pending.as_ref().map_or(0, |(_, covers)| *covers);
+            let waiting = |serial: u64| serial > waiting_above && serial <= waiting_upto;
+            let mut add = |class: usize, size: usize, serial: u64| {
+                let row =
+                    rows.entry((stream, class)).or_insert(Shelved { stream, class, blocks: 0, bytes: 0, waiting: 0 });
+                row.blocks += 1;
+                row.bytes += size;
+                row.waiting += usize::from(waiting(serial));
+            };
+            for (slot, blocks) in shelf.small.iter().enumerate() {
+                for &(_, serial) in blocks {
+                    add(SMALLEST << slot, SMALLEST << slot, serial);
+                }
+            }
+            for &(size, ptr) in &shelf.large {
+                add(size.next_power_of_two(), size, self.large[&ptr].serial);
+            }
+        }
+        rows.into_values().filter(|row| row.blocks > 0).collect()
+    }
+}
+
+#[cfg(test)]
+#[path = "block_cache_tests.rs"]
+mod tests;

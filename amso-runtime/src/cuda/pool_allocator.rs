@@ -1,0 +1,316 @@
+//! amso's own pool: the block cache (`block_cache.rs`) of each device in front of the driver's
+//! stream-ordered pool (`cuMemAllocAsync` / `cuMemFreeAsync`, release threshold configurable).
+//!
+//! A request the block's own stream can serve takes one lock and makes no driver call, so it
+//! runs with the GIL held. Everything else (another stream's block behind a fence, the driver)
+//! runs with the GIL released. When the driver is out of memory, the pool synchronises the
+//! device, gives every cached block back, trims the driver's pool and asks once more
+//! (`release_cached`); nothing else on the allocate or free path synchronises.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use cudarc::driver::{result, sys};
+
+use super::alloc::DeviceAllocator;
+use super::block_cache::{self, BlockCache, Counts, Fences, Returned, Shelved};
+use super::capture;
+use super::context::Current;
+use super::driver::{cuda_error, map_error};
+use super::stream::StreamHandle;
+use crate::device::DeviceId;
+use crate::error::{Error, Result};
+
+/// A CUDA event used as a fence (`block_cache::Fences`).
+#[derive(Debug)]
+pub(crate) struct Event(sys::CUevent);
+
+// SAFETY: a CUDA event handle may be used from any thread; the pool's lock serialises its use.
+unsafe impl Send for Event {}
+
+/// One device's cache and its spare events.
+struct DeviceCache {
+    cache: BlockCache<Event>,
+    spare_events: Vec<Event>,
+    /// Whether the cache's bound was set from the device's memory.
+    bounded: bool,
+}
+
+/// The driver's side of `Fences`: events of one device, recorded and queried with its context
+/// current and the GIL released.
+struct DriverFences<'a> {
+    spare: &'a mut Vec<Event>,
+}
+
+impl Fences for DriverFences<'_> {
+    type Fence = Event;
+
+    fn record(&mut self, stream: u64) -> Option<Event> {
+        let event = match self.spare.pop() {
+            Some(event) => event,
+            None => Event(result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).ok()?),
+        };
+        // SAFETY: a live event of the current context, on a stream the cache was told outlives
+        // its blocks (`lasting`).
+        match unsafe { result::event::record(event.0, stream as sys::CUstream) } {
+            Ok(()) => Some(event),
+            Err(_) => {
+                self.spare.push(event);
+                None
+            }
+        }
+    }
+
+    fn passed(&mut self, fence: &Event) -> bool {
+        // SAFETY: a live, recorded event; the query does not block.
+        unsafe { result::event::query(fence.0) }.is_ok()
+    }
+
+    fn recycle(&mut self, fence: Event) {
+        self.spare.push(fence);
+    }
+}
+
+/// By default the cache of a device holds at most this share of its memory.
+const DEFAULT_LIMIT_SHARE: usize = 2;
+
+/// amso's default allocator.
+#[derive(Default)]
+pub(crate) struct PoolAllocator {
+    devices: OnceLock<Vec<Mutex<DeviceCache>>>,
+    /// The cache bound in bytes (0: half of each device's memory).
+    limit: AtomicUsize,
+    release_threshold: AtomicU64,
+    configured: Mutex<Vec<DeviceId>>,
+}
+
+/// What the pool reports for one device.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct PoolReport {
+    pub(crate) counts: Counts,
+    pub(crate) shelves: Vec<Shelved>,
+}
+
+impl PoolAllocator {
+    /// The cache of `device_id`; None for a device the driver does not list.
+    fn device(&self, device_id: DeviceId) -> Option<MutexGuard<'_, DeviceCache>> {
+        let devices = self.devices.get_or_init(|| {
+            let count = super::driver::device_count().unwrap_or(0);
+            (0..count)
+                .map(|_| {
+                    let cache = BlockCache::new(usize::MAX);
+                    Mutex::new(DeviceCache { cache, spare_events: Vec::new(), bounded: false })
+                })
+                .collect()
+        });
+        let slot = devices.get(device_id.index())?;
+        let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if !guard.bounded {
+            // The device's memory is asked of the driver (with the GIL released) at most once,
+            // before: here it is a read.
+            drop(guard);
+            let limit = self.limit_for(device_id);
+            guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+            guard.cache.set_limit(limit);
+            guard.bounded = true;
+        }
+        Some(guard)
+    }
+
+    fn limit_for(&self, device_id: DeviceId) -> usize {
+        match self.limit.load(Ordering::Relaxed) {
+            0 => super::alloc::capacity(device_id) / DEFAULT_LIMIT_SHARE,
+            bytes => bytes,
+        }
+    }
+
+    /// Bound every device's cache to `bytes` (0: half of each device's memory); the previous
+    /// setting.
+    pub(crate) fn set_limit(&self, bytes: usize) -> usize {
+        let previous = self.limit.swap(bytes, Ordering::Relaxed);
+        for device in 0..super::driver::device_count().unwrap_or(0) {
+            let device_id = DeviceId::from_driver(device);
+            let limit = self.limit_for(device_id);
+            if let Some(mut cache) = self.device(device_id) {
+                cache.cache.set_limit(limit);
+            }
+        }
+        previous
+    }
+
+    /// Bytes the driver's pool keeps reserved after frees (default: all of them, u64::MAX).
+    pub(crate) fn set_release_threshold(&self, bytes: u64) {
+        self.release_threshold.store(bytes, Ordering::Relaxed);
+        // `configure` holds this lock across driver calls: taken with the GIL released.
+        crate::gil::released(|| self.configured.lock().unwrap_or_else(|e| e.into_inner()).clear());
+    }
+
+    fn configure(&self, device_id: DeviceId) -> Result<()> {
+        let mut configured = self.configured.lock().unwrap_or_else(|e| e.into_inner());
+        if configured.contains(&device_id) {
+            return Ok(());
+        }
+        let mut threshold = match self.release_threshold.load(Ordering::Relaxed) {
+            0 => u64::MAX,
+            bytes => bytes,
+        };
+        // SAFETY: the device's default pool; the attribute is a u64.
+        unsafe {
+            result::mem_pool::set_attribute(
+                default_mem_pool(device_id)?,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            )
+            .map_err(cuda_error("cuMemPoolSetAttribute"))?;
+        }
+        configured.push(device_id);
+        Ok(())
+    }
+
+    /// The driver's side of a request the stream's own blocks could not serve: another
+    /// stream's ready block, else the driver, else (out of memory) the driver again after the
+    /// cache went back to it. The GIL is released.
+    fn allocate_elsewhere(&self, device_id: DeviceId, size: usize, stream: StreamHandle) -> Result<u64> {
+        // Never on a capturing stream (`DeviceMemory::alloc_for`); relaxed so that neither the
+        // pool's configuration nor the allocation invalidates a capture elsewhere.
+        let _relaxed = capture::Relaxed::enter();
+        let _ctx = Current::enter(device_id)?;
+        {
+            let Some(mut device) = self.device(device_id) else {
+                return Err(Error::InvalidArgument(format!("device {device_id} is not one of this machine's")));
+            };
+            let DeviceCache { cache, spare_events, .. } = &mut *device;
+            if let Some(ptr) = cache.take_other(size, stream.raw() as u64, &mut DriverFences { spare: spare_events }) {
+                return Ok(ptr);
+            }
+            cache.count_miss();
+        }
+        self.configure(device_id)?;
+        let ptr = match self.driver_allocate(size, stream) {
+            Err(Error::OutOfMemory { .. }) => {
+                self.release_cached(device_id)?;
+                self.driver_allocate(size, stream)?
+            }
+            other => other?,
+        };
+        if let Some(mut device) = self.device(device_id) {
+            device.cache.add_segment(ptr, size);
+        }
+        Ok(ptr)
+    }
+
+    fn driver_allocate(&self, size: usize, stream: StreamHandle) -> Result<u64> {
+        // SAFETY: the device's context is current; the stream was checked by the caller.
+        unsafe { result::malloc_async(stream.raw(), size) }
+            .map_err(|e| map_error("cuMemAllocFromPoolAsync", e, size, "device"))
+    }
+
+    /// Give every cached block of `device_id` back to the driver and trim the driver's pool:
+    /// after a device-wide synchronisation, so every stream's work on them (destroyed streams
+    /// included) has finished. The GIL is released and the context current.
+    fn release_cached(&self, device_id: DeviceId) -> Result<()> {
+        result::ctx::synchronize().map_err(cuda_error("cuCtxSynchronize"))?;
+        let returned = match self.device(device_id) {
+            Some(mut device) => {
+                let DeviceCache { cache, spare_events, .. } = &mut *device;
+                cache.drain(&mut DriverFences { spare: spare_events })
+            }
+            None => Vec::new(),
+        };
+        for ptr in returned {
+            // SAFETY: a block of the driver's pool, freed once; no work uses it any more.
+            let _ = unsafe { result::free_async(ptr, StreamHandle::LEGACY.raw()) };
+        }
+        // SAFETY: the legacy default stream of the current context.
+        unsafe { result::stream::synchronize(StreamHandle::LEGACY.raw()) }
+            .map_err(cuda_error("cuStreamSynchronize"))?;
+        // SAFETY: the device's default pool.
+        unsafe { result::mem_pool::trim_to(default_mem_pool(device_id)?, 0) }.map_err(cuda_error("cuMemPoolTrimTo"))
+    }
+
+    /// `amso.empty_cache()`: give every device's cached blocks back to the driver.
+    pub(crate) fn empty_cache(&self) -> Result<()> {
+        crate::gil::released(|| {
+            let _relaxed = capture::Relaxed::enter();
+            for device in 0..super::driver::device_count().unwrap_or(0) {
+                let device_id = DeviceId::from_driver(device);
+                let _ctx = Current::enter(device_id)?;
+                self.release_cached(device_id)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// What the pool holds and counted on `device_id`.
+    pub(crate) fn report(&self, device_id: DeviceId) -> PoolReport {
+        self.device(device_id).map_or_else(PoolReport::default, |device| PoolReport {
+            counts: device.cache.counts(),
+            shelves: device.cache.report(),
+        })
+    }
+
+    /// Return a block the cache cannot hold to the driver: ordered on its stream when that
+    /// stream outlives it, else after the device's work (the deferred queue's synchronise).
+    fn return_to_driver(&self, device_id: DeviceId, returned: Returned) {
+        if returned.lasting {
+            let _ = crate::gil::released(|| -> Result<()> {
+                let _relaxed = capture::Relaxed::enter();
+                let _ctx = Current::enter(device_id)?;
+                // SAFETY: a block of the driver's pool, freed once, after the work on a stream
+                // that is alive.
+                let _ = unsafe { result::free_async(returned.ptr, returned.stream as sys::CUstream) };
+                Ok(())
+            });
+        } else {
+            super::alloc::release_after_device(device_id, returned.ptr);
+        }
+    }
+}
+
+/// The device's default memory pool.
+fn default_mem_pool(device_id: DeviceId) -> Result<sys::CUmemoryPool> {
+    let device = result::device::get(device_id.ordinal()).map_err(cuda_error("cuDeviceGet"))?;
+    // SAFETY: a device from `device::get`.
+    unsafe { result::device::get_default_mem_pool(device) }.map_err(cuda_error("cuDeviceGetDefaultMemPool"))
+}
+
+impl DeviceAllocator for PoolAllocator {
+    fn name(&self) -> String {
+        "amso pool (cache + cuMemAllocAsync)".into()
+    }
+
+    fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64> {
+        let size = block_cache::block_size(bytes).ok_or(Error::OutOfMemory { bytes, what: "device" })?;
+        if let Some(ptr) =
+            self.device(device_id).and_then(|mut device| device.cache.take_own(size, stream.raw() as u64))
+        {
+            return Ok(ptr);
+        }
+        crate::gil::released(|| self.allocate_elsewhere(device_id, size, stream))
+    }
+
+    fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle) {
+        self.free_on(device_id, ptr, bytes, stream, false);
+    }
+
+    fn free_on(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle, lasting: bool) {
+        let Some(size) = block_cache::block_size(bytes) else { return };
+        let returned = match self.device(device_id) {
+            Some(mut device) => device.cache.give(ptr, size, stream.raw() as u64, lasting),
+            None => return,
+        };
+        if let Some(returned) = returned {
+            self.return_to_driver(device_id, returned);
+        }
+    }
+
+    fn cached_bytes(&self, device_id: DeviceId) -> usize {
+        self.device(device_id).map_or(0, |device| device.cache.bytes())
+    }
+}
+
+/// amso's pool, for the process.
+pub(crate) fn default_pool() -> &'static PoolAllocator {
+    static POOL: OnceLock<PoolAllocator> = OnceLock::new();
+    POOL.get_or_init(PoolAllocator::default)
+}

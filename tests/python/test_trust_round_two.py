@@ -1,0 +1,95 @@
+"""Trust boundaries, round two (issue 54): each case as the outside review reproduced it, in a
+child process where it needs a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def child(script: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=120)
+
+
+def test_a_rust_owned_result_numpy_still_holds_at_exit_leaves_no_panic_text():
+    """Case 7: NumPy holds a Rust-owned result when the interpreter exits; the owner's capsule
+    destructor runs during finalization, where PyO3 cannot attach: the owner is leaked quietly,
+    as NumPy leaks its own, with no panic message."""
+    pytest.importorskip("amso_user_example")
+    done = child("""
+        import amso_user_example as ue
+        kept, _ = ue.owned_memarray(1 << 10, False, "numpy")
+        also = [ue.owned_memarray(8, False, "numpy")[0] for _ in range(3)]
+        assert kept.sum() == sum(range(1 << 10))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert "panicked" not in done.stderr and "panic" not in done.stderr.lower(), done.stderr
+
+
+def test_a_user_dtype_renamed_before_first_use_is_refused_not_misread():
+    """Case 2: a NumPy user dtype whose name claims a spec dtype of another size (the name is
+    writable) is a TypeError naming both sizes, never 8-byte reads of a 2-byte array."""
+    pytest.importorskip("ml_dtypes")
+    done = child("""
+        import numpy as np, ml_dtypes, amso
+        ml_dtypes.bfloat16.__name__ = "float64"
+        x = np.zeros(4, ml_dtypes.bfloat16)
+        for attempt in (lambda: amso.asarray(x, copy=False), lambda: amso.asarray(x)):
+            try:
+                attempt()
+                print("accepted")
+            except TypeError as error:
+                print("refused:", error)
+    """)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and all(line.startswith("refused:") for line in lines), done.stdout
+    assert "2 bytes" in lines[0] and "8" in lines[0], lines[0]
+
+
+def test_renaming_a_user_dtype_after_first_use_changes_nothing():
+    pytest.importorskip("ml_dtypes")
+    done = child("""
+        import numpy as np, ml_dtypes, amso
+        a = amso.asarray(np.arange(4, dtype=ml_dtypes.bfloat16), copy=False)
+        ml_dtypes.bfloat16.__name__ = "float64"
+        b = amso.asarray(np.arange(4, dtype=ml_dtypes.bfloat16), copy=False)
+        print(a.dtype == b.dtype, b.dtype.itemsize, b.to_numpy().astype(np.float32).tolist())
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True 2 [0.0, 1.0, 2.0, 3.0]", done.stdout
+
+
+PLANT = """
+import ctypes
+api = ctypes.pythonapi
+api.PyInterpreterState_Get.restype = ctypes.c_void_p
+api.PyInterpreterState_GetDict.restype = ctypes.py_object
+api.PyInterpreterState_GetDict.argtypes = [ctypes.c_void_p]
+api.PyCapsule_New.restype = ctypes.py_object
+api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+shared = api.PyInterpreterState_GetDict(api.PyInterpreterState_Get())
+"""
+
+
+@pytest.mark.parametrize("planted, found", [
+    ('table = (ctypes.c_uint32 * 64)(99, 256)\n'
+     'shared["_amso_pool"] = api.PyCapsule_New(ctypes.addressof(table), b"_amso_pool.table", None)', "version 99"),
+    ('shared["_amso_pool_v1"] = api.PyCapsule_New(1, b"_amso_pool_v1.table", None)', "version 1"),
+])
+def test_a_pool_table_of_another_layout_is_refused_at_import(planted, found):
+    """Case 8: the pool table every runtime copy shares starts with its version and size; a copy
+    meeting a table of another layout (planted here, as an older or newer amso would publish it)
+    refuses to load instead of reading it as the wrong struct."""
+    done = child(PLANT + planted + """
+try:
+    import amso
+    print("loaded")
+except ImportError as error:
+    print("refused:", error)
+""")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused:") and found in done.stdout and "rebuild" in done.stdout, done.stdout

@@ -93,3 +93,19 @@ except ImportError as error:
 """)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("refused:") and found in done.stdout and "rebuild" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn",
+                                  "float4_e2m1fn"])
+def test_the_item_size_check_keeps_every_ml_dtypes_type_zero_copy(name):
+    """The check of case 2 compares a user dtype's item size with the spec dtype's storage: a
+    sub-byte type takes one byte (padded), as ml_dtypes stores it, so it still imports in place."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import numpy as np
+
+    import amso
+
+    values = np.array([0.5, 1.5, 0.0], dtype=getattr(ml_dtypes, name))
+    a = amso.asarray(values, copy=False)
+    assert np.asarray(a).ctypes.data == values.ctypes.data
+    np.testing.assert_array_equal(np.asarray(a).astype(np.float32), [0.5, 1.5, 0.0])

@@ -139,7 +139,7 @@ fn user_dtype(py: Python<'_>, descr: *const DescrStruct) -> PyResult<Option<(u8,
             let dtype = DType::from_numpy_name(&name).map_or(std::ptr::null(), |d| d as *const DType);
             // SAFETY: NULL or one of the spec's static dtypes.
             if let Some(claimed) = unsafe { dtype.as_ref() } {
-                let bytes = usize::from(claimed.bits) * usize::from(claimed.lanes) / 8;
+                let bytes = claimed.itemsize();
                 if bytes != itemsize {
                     return Err(PyTypeError::new_err(format!(
                         "NumPy's user dtype {} calls itself {name:?}, whose items are {bytes} bytes, but its items \

@@ -102,10 +102,11 @@ print(took)
 @gpu
 @needs("cupy", "numba.cuda")
 def test_numba_through_amso_waits_no_longer_than_numbas_own_frees():
+    """Numba names no stream: its frees wait for the device's work, one synchronisation per
+    batch of deferred frees, as Numba's own deferred cuMemFree does, never one per block."""
     own = float(run(f"PLUGGED = False\nSIZES = {SIZES!r}\n" + NUMBA_NO_WAIT))
     plugged = float(run(f"PLUGGED = True\nSIZES = {SIZES!r}\n" + NUMBA_NO_WAIT))
     assert plugged <= own + 0.05, f"Numba through amso {plugged:.3f} s, Numba's own {own:.3f} s"
-    assert plugged < 0.3, f"Numba through amso waited {plugged:.3f} s for another stream's kernel"
 
 
 @gpu
@@ -187,7 +188,7 @@ def test_every_size_hits_the_cache_on_a_stream_of_the_librarys_own(library):
         rates = []
         for size in {SIZES!r}:
             with enter():
-                for _ in range(5):
+                for _ in range(25):  # steady state: Numba's frees come back in batches of 10
                     make(size)
                 before = amso.memory_info()
                 for _ in range(200):

@@ -81,6 +81,16 @@ class Planted:
         subprocess.run(["rm", "-rf", str(self.path)], check=True)
 
 
+def listed(folder: Path) -> None:
+    """List an export folder in its user's index, as an exporter does (`share/lease.rs`): only
+    listed folders are collected."""
+    index = SHM / f"amso-index-{folder.name.split('-')[2]}"
+    index.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(index, 0o700)
+    (index / folder.name).touch()
+    os.chmod(index / folder.name, 0o600)
+
+
 @pytest.fixture()
 def planted():
     made = []
@@ -325,11 +335,13 @@ def test_only_folders_of_exporters_that_are_gone_are_removed():
     gone = Planted(dead, alive=False)
     for handle in (alive, dead):  # older than a folder being made, whose `live` is unlocked for an instant
         os.utime(folder_of(handle), (time.time() - 60, time.time() - 60))
+        listed(folder_of(handle))
     try:
         amso.cuda.collect_shared()
         assert folder_of(alive).is_dir(), "a live exporter's folder was removed"
         assert not folder_of(dead).exists(), "a dead exporter's folder was kept"
         fresh = Planted(handle_bytes(), alive=False)  # being made: `live` not locked yet
+        listed(fresh.path)
         amso.cuda.collect_shared()
         assert fresh.path.is_dir(), "a folder being made was taken for a dead exporter's"
         fresh.remove()
@@ -353,6 +365,48 @@ def test_other_users_folders_are_left_alone():
         assert folder_of(handle).is_dir()
     finally:
         subprocess.run(["rm", "-rf", str(folder_of(handle))], check=True)
+
+
+@as_root
+def test_folders_another_user_plants_by_the_hundred_thousand_cost_collect_nothing():
+    """Case 6 of the second review: any local user can plant folders named after another user's
+    exports. collect_shared() reads the user's own index, never the whole of /dev/shm: with
+    200,000 planted folders it still takes under 50 ms, and leaves them alone."""
+    tag = os.urandom(4).hex()
+    plant = (f"import os\nfor i in range(200_000):\n    os.mkdir('/dev/shm/amso-shared-{os.getuid()}-{tag}' + format(i, '024x'), 0o700)")
+    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3", "-c", plant],
+                   check=True, timeout=300)
+    try:
+        amso.cuda.collect_shared()  # warmed: the index is looked up once before
+        took = []
+        for _ in range(3):
+            start = time.perf_counter()
+            amso.cuda.collect_shared()
+            took.append(time.perf_counter() - start)
+        assert min(took) < 0.05, f"collect_shared() took {min(took) * 1000:.1f} ms beside 200,000 planted folders"
+        assert len([n for n in os.listdir(SHM) if tag in n]) == 200_000, "a planted folder was touched"
+    finally:
+        subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3", "-c",
+                        f"import os\nfor n in os.listdir('/dev/shm'):\n    '{tag}' in n and os.rmdir('/dev/shm/' + n)"],
+                       check=True, timeout=300)
+
+
+@as_root
+def test_an_index_another_user_took_leaves_collecting_alone():
+    """Another user makes `amso-index-UID` first: amso does not use it (not this user's), and
+    collect_shared() still runs."""
+    index, aside = SHM / f"amso-index-{os.getuid()}", SHM / f"amso-index-{os.getuid()}-aside"
+    if index.exists():
+        index.rename(aside)
+    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3", "-c",
+                    f"import os; os.mkdir({str(index)!r}, 0o700)"], check=True)
+    try:
+        assert amso.cuda.collect_shared() >= 0
+        assert index.stat().st_uid == NOBODY and not os.listdir(index), "amso wrote into another user's index"
+    finally:
+        index.rmdir()
+        if aside.exists():
+            aside.rename(index)
 
 
 @pytest.mark.parametrize("variable", ["AMSO_SHARE_PENDING_SECONDS"])

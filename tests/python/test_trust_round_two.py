@@ -109,3 +109,53 @@ def test_the_item_size_check_keeps_every_ml_dtypes_type_zero_copy(name):
     a = amso.asarray(values, copy=False)
     assert np.asarray(a).ctypes.data == values.ctypes.data
     np.testing.assert_array_equal(np.asarray(a).astype(np.float32), [0.5, 1.5, 0.0])
+
+
+def test_a_renamed_record_descriptor_is_compared_again():
+    """Case 4: a descriptor that matched the record once, then renamed in place (`dtype.names =
+    ...`, which frees its names tuple): the new tuple must never pass for the old one at a reused
+    address. Swapping `mass` and `id` is refused each time; the original names pass each time."""
+    peers = pytest.importorskip("amso_peers")
+    import numpy as np
+
+    layout = {"names": ["pos", "vel", "mass", "id"], "formats": [("<f4", (3,)), ("<f4", (3,)), "<f8", "<i8"],
+              "offsets": [0, 12, 24, 32], "itemsize": 40}
+    particles = np.zeros(3, np.dtype(layout))
+    particles["mass"], particles["id"] = [1.0, 2.0, 4.0], [100, 200, 300]
+    original, swapped = ("pos", "vel", "mass", "id"), ("pos", "vel", "id", "mass")
+    for _ in range(20):
+        particles.dtype.names = original
+        assert peers.record_total_mass(particles) == 7.0
+        particles.dtype.names = swapped
+        with pytest.raises(TypeError, match="expected an array of record particle"):
+            peers.record_total_mass(particles)
+
+
+def test_a_vector_unpickled_over_a_misaligned_buffer_is_copied_to_its_alignment():
+    """Case 1: a float32x4 array unpickled (protocol 5) over an out-of-band buffer that is 4- but
+    not 16-byte aligned (as a transport slicing buffers from one receive buffer gives) is copied
+    to 16-byte-aligned memory, as C's `amso_float32x4_t` and CUDA's `float4` loads need, never
+    adopted in place."""
+    import pickle
+
+    import numpy as np
+
+    import amso
+
+    a = amso.asarray(np.arange(32, dtype=np.float32).reshape(8, 4), dtype="float32x4")
+    buffers: list = []
+    payload = pickle.dumps(a, protocol=5, buffer_callback=buffers.append)
+    raw = bytes(buffers[0].raw())
+    receive = np.zeros(len(raw) + 64, np.uint8)
+    offset = next(k for k in range(4, 64, 4) if (receive.ctypes.data + k) % 16 == 4)
+    receive[offset:offset + len(raw)] = np.frombuffer(raw, np.uint8)
+    b = pickle.loads(payload, buffers=[memoryview(receive)[offset:offset + len(raw)]])
+    lanes = np.asarray(b)
+    assert lanes.ctypes.data % 16 == 0, f"adopted at {lanes.ctypes.data:#x}"
+    assert lanes.ctypes.data != receive.ctypes.data + offset
+    np.testing.assert_array_equal(lanes.reshape(8, 4), np.arange(32, dtype=np.float32).reshape(8, 4))
+    # A 16-byte-aligned buffer is still adopted without a copy.
+    aligned = next(k for k in range(0, 64, 4) if (receive.ctypes.data + k) % 16 == 0)
+    receive[aligned:aligned + len(raw)] = np.frombuffer(raw, np.uint8)
+    c = pickle.loads(payload, buffers=[memoryview(receive)[aligned:aligned + len(raw)]])
+    assert np.asarray(c).ctypes.data == receive.ctypes.data + aligned

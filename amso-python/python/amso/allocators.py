@@ -62,6 +62,12 @@ def _cupy_c_malloc() -> Any:
         cupy = _require("cupy", "cupy-cuda13x", "cupy_malloc")
         import cupy.cuda.stream
 
+        if int(cupy.__version__.split(".")[0]) < 13:
+            # Older CuPy is built with Cython 0.29, whose code would not see the error a C malloc
+            # sets and would keep -1 as an address.
+            raise ImportError(f"amso.allocators.cupy_malloc needs CuPy 13 or later (found {cupy.__version__}); "
+                              "use amso.allocators.cupy_python_malloc with this CuPy")
+
         stream_function = getattr(cupy.cuda.stream, "__pyx_capi__", {}).get("get_current_stream_ptr")
         malloc, free = _amso._cupy_hooks(stream_function, cupy.cuda.memory.OutOfMemoryError)
         _cupy_allocator = cupy.cuda.memory.CFunctionAllocator(0, malloc, free, _amso)

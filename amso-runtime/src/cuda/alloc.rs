@@ -263,10 +263,7 @@ impl PendingFree {
 /// an event on it: the default streams, amso's own, and PyTorch's (which PyTorch never
 /// destroys). A CuPy, RMM or user stream may be destroyed while its blocks are cached.
 fn lasting(client: Client, stream: StreamHandle) -> bool {
-    client == Client::Torch
-        || stream == StreamHandle::LEGACY
-        || stream == StreamHandle::PER_THREAD
-        || super::stream::is_amso_stream(stream)
+    client == Client::Torch || stream == StreamHandle::LEGACY || super::stream::is_amso_stream(stream)
 }
 
 /// Run `frees` in the relaxed capture mode (a free on a stream that is not capturing leaves a
@@ -381,6 +378,13 @@ pub(crate) fn allocate_for(
 /// Return memory to the allocator it came from through the deferred queue (this copy's pool:
 /// other code releases through `pool::release`).
 pub(crate) fn release(source: Source, device_id: DeviceId, ptr: u64, bytes: usize, after: After, client: Client) {
+    // The per-thread default stream names another stream in each thread, and a free may run in
+    // another thread than the work (a consumer's deleter, the deferred queue): such a free
+    // waits for the device's work, as one of an unknown stream does.
+    let after = match after {
+        After::Stream(stream) if stream == StreamHandle::PER_THREAD => After::Device,
+        other => other,
+    };
     let now = matches!((&source, after), (Source::Pool, After::Stream(_))) && !DEFERRED.holding() && !capturing();
     let pending = PendingFree::Device { source, device_id, ptr, bytes, after, client };
     if now {

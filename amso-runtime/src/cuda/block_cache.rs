@@ -350,29 +350,41 @@ impl<F> BlockCache<F> {
         None
     }
 
-    /// Empty the cache after a device-wide synchronisation (every stream's work has finished):
-    /// every small block and every wholly free segment, to give back to the driver. Free parts
+    /// The serial of the newest free so far: a device-wide synchronisation begun after reading
+    /// it covers the work on every block freed up to it (`drain`).
+    pub(crate) fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    /// Empty the cache of the blocks freed up to serial `synchronised` (`serial` read before a
+    /// device-wide synchronisation: every stream's work on them has finished): every such small
+    /// block and every wholly free segment whose parts are all such, to give back to the
+    /// driver. Blocks freed since (another thread's, during the synchronisation) and free parts
     /// of segments still partly in use stay cached.
-    pub(crate) fn drain(&mut self, fences: &mut impl Fences<Fence = F>) -> Vec<u64> {
+    pub(crate) fn drain(&mut self, synchronised: u64, fences: &mut impl Fences<Fence = F>) -> Vec<u64> {
         let mut returned = Vec::new();
         for shelf in self.shelves.values_mut() {
             for (slot, blocks) in shelf.small.iter_mut().enumerate() {
-                self.bytes -= (SMALLEST << slot) * blocks.len();
-                returned.extend(blocks.drain(..).map(|(ptr, _)| ptr));
+                while blocks.front().is_some_and(|&(_, serial)| serial <= synchronised) {
+                    let (ptr, _) = blocks.pop_front().expect("checked above");
+                    self.bytes -= SMALLEST << slot;
+                    returned.push(ptr);
+                }
             }
-            shelf.ready_upto = shelf.newest;
-            if let Some((fence, _)) = shelf.pending.take() {
+            shelf.ready_upto = shelf.ready_upto.max(synchronised.min(shelf.newest));
+            if shelf.pending.as_ref().is_some_and(|&(_, covers)| covers <= shelf.ready_upto) {
+                let (fence, _) = shelf.pending.take().expect("checked above");
                 fences.recycle(fence);
             }
         }
         let segments: Vec<(u64, usize)> = self.segments.iter().map(|(&b, &s)| (b, s)).collect();
         for (base, size) in segments {
             let end = base + size as u64;
-            let free: usize = self.large.range(base..end).map(|(_, f)| f.size).sum();
-            if free != size {
+            let parts: Vec<(u64, LargeFree)> = self.large.range(base..end).map(|(&p, &f)| (p, f)).collect();
+            let free: usize = parts.iter().map(|(_, f)| f.size).sum();
+            if free != size || parts.iter().any(|(_, f)| f.serial > synchronised) {
                 continue;
             }
-            let parts: Vec<(u64, LargeFree)> = self.large.range(base..end).map(|(&p, &f)| (p, f)).collect();
             for (part, block) in parts {
                 self.large.remove(&part);
                 if let Some(shelf) = self.shelves.get_mut(&block.stream) {

@@ -133,7 +133,7 @@ fn neighbours_freed_on_one_stream_merge_into_their_segment() {
     assert_eq!(cache.report().len(), 1, "one block again: {:?}", cache.report());
     assert_eq!(cache.take_own(8 * MIB, A), Some(BASE));
     cache.give(BASE, 8 * MIB, A, true);
-    assert_eq!(cache.drain(&mut clock), vec![BASE], "the whole segment goes back");
+    assert_eq!(cache.drain(cache.serial(), &mut clock), vec![BASE], "the whole segment goes back");
     assert_eq!(cache.bytes(), 0);
 }
 
@@ -160,10 +160,18 @@ fn drain_returns_whole_segments_and_keeps_parts_in_use() {
     cache.give(BASE, 8 * MIB, A, true);
     let held = cache.take_own(2 * MIB, A).unwrap();
     cache.give(BASE + (1 << 30), 4096, B, false);
-    assert_eq!(cache.drain(&mut clock), vec![BASE + (1 << 30)], "the small block; the segment is in use");
+    assert_eq!(
+        cache.drain(cache.serial(), &mut clock),
+        vec![BASE + (1 << 30)],
+        "the small block; the segment is in use"
+    );
     assert_eq!(cache.bytes(), 6 * MIB);
     cache.give(held, 2 * MIB, B, true);
-    assert_eq!(cache.drain(&mut clock), vec![BASE], "after a synchronisation, parts of two streams are one");
+    assert_eq!(
+        cache.drain(cache.serial(), &mut clock),
+        vec![BASE],
+        "after a synchronisation, parts of two streams are one"
+    );
     assert_eq!(cache.bytes(), 0);
 }
 
@@ -240,4 +248,23 @@ fn random_work_never_hands_out_overlapping_blocks() {
         let shelved: usize = cache.report().iter().map(|r| r.bytes).sum();
         assert_eq!(shelved, cache.bytes());
     }
+}
+
+#[test]
+fn drain_keeps_blocks_freed_after_the_synchronisation_began() {
+    let mut clock = Clock::default();
+    let mut cache = BlockCache::new(usize::MAX);
+    cache.give(BASE, 4096, A, true);
+    cache.add_segment(BASE + (1 << 30), 8 * MIB);
+    cache.give(BASE + (1 << 30), 8 * MIB, A, true);
+    let synchronised = cache.serial(); // read, then the device synchronises
+    cache.give(BASE + 4096, 4096, A, true); // another thread's free meanwhile: its work may run on
+    cache.add_segment(BASE + (2 << 30), 4 * MIB);
+    cache.give(BASE + (2 << 30), 4 * MIB, A, true);
+    let mut returned = cache.drain(synchronised, &mut clock);
+    returned.sort_unstable();
+    assert_eq!(returned, vec![BASE, BASE + (1 << 30)]);
+    assert_eq!(cache.bytes(), 4096 + 4 * MIB);
+    assert_eq!(cache.take_other(4096, B, &mut clock), None, "the later block is not known ready elsewhere");
+    assert_eq!(cache.take_own(4096, A), Some(BASE + 4096));
 }

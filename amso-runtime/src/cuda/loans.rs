@@ -8,10 +8,12 @@
 //! loan of the same address; one by address alone (PyTorch's C functions, RMM's callbacks)
 //! cannot be, and relies on its library giving each address back once.
 //!
-//! Every free is ordered after the work on a stream, and none waits for the device: the stream
-//! the client names at the free (PyTorch's, RMM's), else the one the loan was made for (CuPy's
-//! current stream at the allocation, as CuPy's own pool files its blocks; Numba's legacy default
-//! stream, which its blocking streams synchronise with, as RMM's Numba plug-in frees).
+//! Frees are ordered after the work on a stream: the stream the client names at the free
+//! (PyTorch's, RMM's), else the one the loan was made for (CuPy's current stream at the
+//! allocation, as CuPy's own pool files its blocks). Numba's wait for the device's work, batched
+//! by the deferred queue (one synchronisation per batch): Numba names no stream, and a block
+//! reused at once on the legacy stream would queue nothing there for its next kernel, on
+//! another of Numba's streams, to wait behind.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -196,11 +198,14 @@ pub(crate) fn reclaim(
         Ok(loans.remove(&(device_id, ptr)).expect("found above"))
     });
     let loan = loan.inspect_err(|_| count_refused())?;
-    let after = After::Stream(
-        stream
-            .and_then(|s| StreamHandle::of(s).ok())
-            .unwrap_or_else(|| StreamHandle::of(loan.stream).unwrap_or(StreamHandle::LEGACY)),
-    );
+    let after = match loan.client {
+        Client::Numba => After::Device,
+        _ => After::Stream(
+            stream
+                .and_then(|s| StreamHandle::of(s).ok())
+                .unwrap_or_else(|| StreamHandle::of(loan.stream).unwrap_or(StreamHandle::LEGACY)),
+        ),
+    };
     pool::release(loan.grant, device_id, loan.bytes, after, loan.client);
     Ok(())
 }

@@ -46,6 +46,11 @@ impl Fences for DriverFences<'_> {
     type Fence = Event;
 
     fn record(&mut self, stream: u64) -> Option<Event> {
+        // Not on a stream being captured into a graph (one amso may not have seen, PyTorch's):
+        // the record would become a node of the user's graph and never pass as a fence.
+        if !matches!(capture::state(StreamHandle::of_raw(stream)), Ok(capture::Capture::Idle)) {
+            return None;
+        }
         let event = match self.spare.pop() {
             Some(event) => event,
             None => Event(result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).ok()?),
@@ -209,11 +214,14 @@ impl PoolAllocator {
     /// after a device-wide synchronisation, so every stream's work on them (destroyed streams
     /// included) has finished. The GIL is released and the context current.
     fn release_cached(&self, device_id: DeviceId) -> Result<()> {
+        // Blocks freed while the device synchronises (another thread's) may still be in use:
+        // only those freed before it began go back.
+        let synchronised = self.device(device_id).map_or(0, |device| device.cache.serial());
         result::ctx::synchronize().map_err(cuda_error("cuCtxSynchronize"))?;
         let returned = match self.device(device_id) {
             Some(mut device) => {
                 let DeviceCache { cache, spare_events, .. } = &mut *device;
-                cache.drain(&mut DriverFences { spare: spare_events })
+                cache.drain(synchronised, &mut DriverFences { spare: spare_events })
             }
             None => Vec::new(),
         };

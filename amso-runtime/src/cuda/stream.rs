@@ -41,6 +41,11 @@ impl StreamHandle {
         }
     }
 
+    /// The stream of a raw handle amso's pool keeps (one it was given earlier).
+    pub(crate) const fn of_raw(raw: u64) -> StreamHandle {
+        StreamHandle(raw as usize)
+    }
+
     /// The raw handle for driver calls.
     pub(crate) fn raw(self) -> sys::CUstream {
         self.0 as sys::CUstream

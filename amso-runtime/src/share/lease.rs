@@ -13,6 +13,12 @@
 //! - `importer-TOKEN`, one per importing process's mapping, locked by the importer while it
 //!   maps the memory: a killed importer's lock is gone with it.
 //!
+//! Each user's exports are listed in an index, `amso-index-UID` (mode 0700, one empty file per
+//! export folder), so that collecting the folders of dead exporters (`remove_stale`) reads this
+//! user's own entries, never the whole of `/dev/shm`, where any local user can plant any number
+//! of folders named after another user. An index another user took is not used: stale folders
+//! are then left to the system's cleanup of `/dev/shm`, and nothing else changes.
+//!
 //! Everything in `/dev/shm` is read as untrusted (`folder.rs`): a folder or file that another
 //! user planted, that is not the kind amso makes, or that is open to other users, is refused.
 //! Every call here touches the file system: callers release the GIL first.
@@ -36,12 +42,30 @@ const MAKING: Duration = Duration::from_secs(2);
 /// The most seconds an environment setting may name (one day); larger values count as this.
 pub(crate) const MAX_SECONDS: f64 = 86_400.0;
 
+/// The index of this user's exports in `base` (made when `create`), if it is this user's.
+fn index(base: &Folder, create: bool) -> Option<Folder> {
+    let uid = current_uid();
+    let name = format!("{INDEX_PREFIX}{uid}");
+    match base.open_folder(&name, uid) {
+        Ok(index) => Some(index),
+        // Made here, or by another process of this user in the meantime.
+        Err(Refusal::Missing) if create => base.create_folder(&name).ok().or_else(|| base.open_folder(&name, uid).ok()),
+        Err(_) => None,
+    }
+}
+
+/// The index folder's name before the user id.
+pub(crate) const INDEX_PREFIX: &str = "amso-index-";
+
 /// An export's folder, as its exporter holds it.
 #[derive(Debug)]
 pub(crate) struct ExportFolder {
     folder: Folder,
     /// `live`, locked while this value lives.
     _live: File,
+    /// The user's index, where the folder's name is listed, and that name.
+    index: Option<Folder>,
+    name: String,
 }
 
 impl ExportFolder {
@@ -63,10 +87,11 @@ impl ExportFolder {
     ) -> io::Result<(ExportFolder, [u8; 16])> {
         let uid = current_uid();
         let mut attempts = 0;
-        let (folder, token) = loop {
+        let (folder, token, name) = loop {
             let token = tokens()?;
-            match base.create_folder(&folder_name(uid, &token)) {
-                Ok(folder) => break (folder, token),
+            let name = folder_name(uid, &token);
+            match base.create_folder(&name) {
+                Ok(folder) => break (folder, token, name),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
                 Err(e) => return Err(e),
             }
@@ -80,7 +105,11 @@ impl ExportFolder {
             Ok(live)
         })();
         match made {
-            Ok(live) => Ok((ExportFolder { folder, _live: live }, token)),
+            Ok(live) => {
+                let index = index(base, true);
+                let index = index.filter(|index| index.create_file(&name, b"").is_ok());
+                Ok((ExportFolder { folder, _live: live, index, name }, token))
+            }
             Err(error) => {
                 let _ = std::fs::remove_dir_all(folder.path());
                 Err(error)
@@ -143,6 +172,9 @@ impl ExportFolder {
     /// Remove the folder (the export is freed): importers find no export from now on.
     pub(crate) fn remove(&self) {
         let _ = std::fs::remove_dir_all(self.folder.path());
+        if let Some(index) = &self.index {
+            let _ = index.remove_file(&self.name);
+        }
     }
 }
 
@@ -240,9 +272,17 @@ impl Hold {
 pub(crate) fn remove_stale(base: &Folder) {
     let uid = current_uid();
     let prefix = format!("{FOLDER_PREFIX}{uid}-");
-    let Ok(names) = base.names() else { return };
+    let Some(index) = index(base, false) else { return };
+    let Ok(names) = index.names() else { return };
     for name in names.into_iter().filter(|n| n.starts_with(&prefix)) {
-        let Ok(folder) = base.open_folder(&name, uid) else { continue };
+        let folder = match base.open_folder(&name, uid) {
+            Ok(folder) => folder,
+            Err(Refusal::Missing) => {
+                let _ = index.remove_file(&name); // its exporter removed it, and then died
+                continue;
+            }
+            Err(_) => continue,
+        };
         // A folder being made has `live` unlocked for an instant: only an older one counts.
         let made = std::fs::symlink_metadata(folder.path()).and_then(|m| m.modified()).ok();
         let old = |grace: Duration| made.and_then(|t| t.elapsed().ok()).is_some_and(|age| age > grace);
@@ -253,6 +293,7 @@ pub(crate) fn remove_stale(base: &Folder) {
         };
         if dead {
             let _ = std::fs::remove_dir_all(folder.path());
+            let _ = index.remove_file(&name);
         }
     }
 }

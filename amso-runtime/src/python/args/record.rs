@@ -70,9 +70,15 @@ pub(crate) unsafe fn check_layout(object: &Bound<'_, PyAny>, numpy: bool, dtype:
         )));
     }
     // SAFETY: `key` is a live object (the descriptor or the class), held by the cache from now.
-    // The names tuple stays alive while the descriptor (held by the cache) keeps it; a renamed
-    // descriptor misses from then on and is compared each call.
-    MATCHED.insert(&unsafe { Bound::from_borrowed_ptr(py, key) }, tag, names);
+    let stored = MATCHED.insert(&unsafe { Bound::from_borrowed_ptr(py, key) }, tag, names);
+    if stored && names != 0 {
+        // The entry holds the names tuple it compares by address, for the process: a rename
+        // (`dtype.names = ...`) releases the descriptor's reference, not this one, so no later
+        // tuple can take its address and pass for it. A renamed descriptor misses from then on
+        // and is compared each call.
+        // SAFETY: the descriptor's live names tuple.
+        std::mem::forget(unsafe { Bound::from_borrowed_ptr(py, names as *mut pyo3::ffi::PyObject) });
+    }
     Ok(())
 }
 

@@ -54,11 +54,14 @@ impl<const SLOTS: usize> IdentityCache<SLOTS> {
     }
 
     /// Remember `value` for (`object`, `tag`), keeping `object` alive for the process; a full
-    /// cache keeps nothing (the caller works the value out again next time).
-    pub(crate) fn insert(&self, object: &Bound<'_, PyAny>, tag: usize, value: usize) {
-        if self.claim(object.as_ptr() as usize, tag, value) {
+    /// cache keeps nothing (the caller works the value out again next time). Whether it was
+    /// stored (not there already, and room left).
+    pub(crate) fn insert(&self, object: &Bound<'_, PyAny>, tag: usize, value: usize) -> bool {
+        let stored = self.claim(object.as_ptr() as usize, tag, value);
+        if stored {
             std::mem::forget(object.clone()); // the key's strong reference, kept for the process
         }
+        stored
     }
 
     /// Remember `value` for the address of something that lives for the process (a static

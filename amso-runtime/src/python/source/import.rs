@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 
 use crate::device::DeviceType;
 use crate::dlpack::ManagedTensor;
-use crate::element::dlpack_type_name;
+use crate::element::{adoption_alignment, dlpack_type_name, DType};
 use crate::memarray::foreign::{check_dims, ForeignMemory};
 use crate::python::base::array::MemArrayBase;
 use crate::python::base::registry;
@@ -65,7 +65,7 @@ fn wrap_lanes(
     // A vector's elements start aligned to their size, as C's `amso_float32x4_t` and CUDA's
     // `float4` loads need, whoever produced the memory.
     let vector = source.numpy_kind.is_none() && crate::element::vector_type(source.dtype);
-    let bytes = source.itemsize();
+    let bytes = DType::from_dlpack_type(source.dtype).map_or(source.itemsize(), |d| adoption_alignment(d, 1));
     if vector && !dims.contains(&0) && !source.data.is_multiple_of(bytes) {
         return Err(PyBufferError::new_err(format!(
             "the input's data at {:#x} is not aligned to {bytes} bytes, as {} elements are (C's and CUDA's vector \

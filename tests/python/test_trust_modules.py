@@ -101,23 +101,25 @@ def test_a_second_table_in_sys_modules_is_refused_by_name():
         import ctypes, sys, types
         import numpy as np
         import amso_user_example as ue
-        del sys.modules["_amso_process_v3"]
+        del sys.modules["_amso_process_v4"]
         # Never called: a table of NULL functions (an old runtime that joined it would crash).
         functions = (ctypes.c_void_p * 8)()
-        name = ctypes.create_string_buffer(b"_amso_process_v3.table")
+        header = ctypes.cast(functions, ctypes.POINTER(ctypes.c_uint32))
+        header[0], header[1] = 4, ctypes.sizeof(functions)  # this layout's version and a size
+        name = ctypes.create_string_buffer(b"_amso_process_v4.table")
         capsule_new = ctypes.pythonapi.PyCapsule_New
         capsule_new.restype = ctypes.py_object
         capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-        home = types.ModuleType("_amso_process_v3")
+        home = types.ModuleType("_amso_process_v4")
         home.table = capsule_new(ctypes.addressof(functions), name, None)
-        sys.modules["_amso_process_v3"] = home
+        sys.modules["_amso_process_v4"] = home
         import amso_rust_ext as ext
         x = np.arange(4.0)
         try:
             ext.mult(2.0, x)
         except ImportError as error:
             text = str(error)
-            assert "two tables" in text and "sys.modules['_amso_process_v3']" in text, text
+            assert "two tables" in text and "sys.modules['_amso_process_v4']" in text, text
             assert "interpreter" in text, text
         else:
             raise SystemExit("joined one of two tables")

@@ -159,3 +159,78 @@ def test_a_vector_unpickled_over_a_misaligned_buffer_is_copied_to_its_alignment(
     receive[aligned:aligned + len(raw)] = np.frombuffer(raw, np.uint8)
     c = pickle.loads(payload, buffers=[memoryview(receive)[aligned:aligned + len(raw)]])
     assert np.asarray(c).ctypes.data == receive.ctypes.data + aligned
+
+
+def _legacy_interpreter():
+    """A subinterpreter that shares the main GIL (3.11's kind; `isolated=False` from 3.12)."""
+    try:
+        import _xxsubinterpreters as interpreters
+    except ImportError:
+        interpreters = pytest.importorskip("_interpreters")
+    for make in (lambda: interpreters.create(isolated=False), lambda: interpreters.create("legacy"),
+                 lambda: interpreters.create()):
+        try:
+            return interpreters, make()
+        except TypeError:
+            continue
+    pytest.skip("this Python cannot make a legacy subinterpreter")
+
+
+@pytest.mark.parametrize("module", ["amso._amso", "amso_user_example.amso_user_example"])
+def test_a_runtime_copy_first_imported_in_a_subinterpreter_is_refused(module):
+    """Case 3: a copy of the runtime first imported in a subinterpreter would keep a second borrow
+    registry and pool there; every copy serves the main interpreter only, whichever imports first.
+    Loaded from its file (the packages would stop earlier, at NumPy's own check)."""
+    import importlib.util
+
+    package = module.split(".")[0]
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        pytest.skip(f"needs {package}")
+    import glob
+    import os
+
+    files = glob.glob(os.path.join(os.path.dirname(spec.origin), module.split(".")[1] + "*.so"))
+    assert files, f"no extension file of {module}"
+    done = child(f"""
+        import os, sys
+        sys.path[:0] = {sys.path!r}
+        import test_trust_round_two as here
+        interpreters, interpreter = here._legacy_interpreter()
+        read, write = os.pipe()
+        code = (
+            "import importlib.util, os\\n"
+            "spec = importlib.util.spec_from_file_location({module!r}, {files[0]!r})\\n"
+            "try:\\n"
+            "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\\n"
+            f"    os.write({{write}}, b'loaded')\\n"
+            "except ImportError as error:\\n"
+            f"    os.write({{write}}, str(error).encode())\\n"
+        )
+        interpreters.run_string(interpreter, code)
+        os.close(write)
+        print(os.read(read, 4096).decode())
+    """)
+    assert done.returncode == 0, done.stderr
+    assert "serves the main interpreter only" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("planted, found", [
+    ('shared["_amso_process_v3"] = api.PyCapsule_New(1, b"_amso_process_v3.table", None)', "an earlier layout"),
+    ('table = (ctypes.c_uint32 * 64)(99, 256)\n'
+     'shared["_amso_process_v4"] = api.PyCapsule_New(ctypes.addressof(table), b"_amso_process_v4.table", None)',
+     "version 99"),
+])
+def test_a_process_table_of_another_layout_is_refused_at_import(planted, found):
+    """Case 8: the process table (the borrow registry every runtime copy shares) starts with its
+    version and size; a copy meeting one of another layout, or an earlier layout's name, refuses
+    to load instead of keeping a second registry or reading the wrong struct."""
+    done = child(PLANT + planted + """
+try:
+    import amso
+    print("loaded")
+except ImportError as error:
+    print("refused:", error)
+""")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused:") and found in done.stdout and "rebuild" in done.stdout, done.stdout

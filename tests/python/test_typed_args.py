@@ -380,12 +380,12 @@ def test_a_user_crate_loaded_before_amso_publishes_what_amso_then_shares():
         ctypes.pythonapi.PyInterpreterState_GetDict.argtypes = [ctypes.c_void_p]
         anchor = ctypes.pythonapi.PyInterpreterState_GetDict(ctypes.pythonapi.PyInterpreterState_Get())
         import amso_user_example as ue
-        table = anchor["_amso_process_v3"]
-        assert sys.modules["_amso_process_v3"].table is table
-        del sys.modules["_amso_process_v3"]
+        table = anchor["_amso_process_v4"]
+        assert sys.modules["_amso_process_v4"].table is table
+        del sys.modules["_amso_process_v4"]
         import amso
         from hostile import DLPackExchangeAPI
-        assert anchor["_amso_process_v3"] is table and sys.modules["_amso_process_v3"].table is table
+        assert anchor["_amso_process_v4"] is table and sys.modules["_amso_process_v4"].table is table
         current = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))(
             DLPackExchangeAPI.from_address(ue.Density.__c_dlpack_exchange_api__).current_work_stream)
         stream = ctypes.c_void_p()

@@ -5,12 +5,12 @@
 //! copies, which may be different builds).
 //!
 //! The first copy to join publishes its table in the interpreter's own dict
-//! (`PyInterpreterState_GetDict`, in the limited API since 3.8) under `"_amso_process_v3"`;
+//! (`PyInterpreterState_GetDict`, in the limited API since 3.8) under `"_amso_process_v4"`;
 //! every later copy finds it there and uses it. Python code cannot reach that dict (no module,
 //! attribute or `sys` entry leads to it), so editing, restoring or patching `sys.modules`
 //! (`mock.patch.dict(sys.modules)`, `del sys.modules[...]`) cannot split the registry, where a
 //! split would let two extension modules hold one array mutably. The table is mirrored as
-//! `sys.modules["_amso_process_v3"].table` for earlier copies, which look only there; a joining
+//! `sys.modules["_amso_process_v4"].table` for earlier copies, which look only there; a joining
 //! copy puts the mirror back when it is gone, adopts a mirrored table that no anchor holds yet
 //! (an earlier copy published it), and refuses to load when the two hold different tables (an
 //! earlier copy published a second one after the mirror was removed: whichever this copy
@@ -31,15 +31,24 @@ use crate::borrow::registry::{self, BorrowKey};
 use crate::current_stream;
 
 /// The key of the table in the interpreter's dict, the module in `sys.modules` that mirrors it,
-/// and the capsule's name; any change of `Table`'s layout takes new names.
-const HOME: &str = "_amso_process_v3";
-const CAPSULE: &std::ffi::CStr = c"_amso_process_v3.table";
+/// and the capsule's name; any change of `Table`'s layout takes new names, a new
+/// `TABLE_VERSION`, and the old name in `EARLIER`.
+const HOME: &str = "_amso_process_v4";
+const CAPSULE: &std::ffi::CStr = c"_amso_process_v4.table";
+/// The layout version every table starts with (with its size), checked before anything else.
+const TABLE_VERSION: u32 = 4;
+/// The names earlier layouts were published under: a copy of an earlier amso in the process
+/// keeps a registry of its own there, so this copy refuses to load beside it.
+const EARLIER: [&str; 3] = ["_amso_process_v1", "_amso_process_v2", "_amso_process_v3"];
 /// The mirror module's attribute that holds the capsule.
 const ATTRIBUTE: &str = "table";
 
 /// What the first copy publishes.
 #[repr(C)]
 pub(crate) struct Table {
+    /// `TABLE_VERSION` and the table's size in bytes.
+    version: u32,
+    size: u32,
     /// The thread's stream context (`current_stream::current`), -1 for none.
     pub(crate) current_stream: extern "C" fn() -> i64,
     /// Replace the thread's stream context, returning the previous one.
@@ -54,6 +63,8 @@ pub(crate) struct Table {
 }
 
 static OWN: Table = Table {
+    version: TABLE_VERSION,
+    size: std::mem::size_of::<Table>() as u32,
     current_stream: current_stream::current_shared,
     replace_stream: current_stream::replace_shared,
     acquire_borrow: registry::acquire_shared,
@@ -116,8 +127,26 @@ pub(crate) fn join(py: Python<'_>) -> PyResult<()> {
 #[cold]
 fn join_slow(py: Python<'_>) -> PyResult<()> {
     require_gil(py)?;
+    // The borrow registry and the device-memory pool are the process's, kept in one
+    // interpreter's dict: every copy of the runtime serves the main interpreter alone. A copy
+    // first imported in a subinterpreter (a legacy one shares the main GIL, not its dict) would
+    // publish a second table there, and two copies could then hold one array as `&mut` at once.
+    // SAFETY: the GIL is held, so there is a current interpreter.
+    let interpreter = unsafe { ffi::PyInterpreterState_GetID(ffi::PyInterpreterState_Get()) };
+    if interpreter != 0 {
+        return Err(PyImportError::new_err(format!(
+            "amso's runtime serves the main interpreter only, and this is subinterpreter {interpreter}: the borrow \
+             registry and the device-memory pool every amso-based module shares belong to the process, kept by the \
+             main interpreter; import amso-based modules there"
+        )));
+    }
     let anchor = interpreter_dict(py)?;
     let modules = py.import("sys")?.getattr("modules")?.cast_into::<PyDict>()?;
+    if let Some(earlier) =
+        EARLIER.into_iter().find(|name| anchor.contains(name).unwrap_or(true) || modules.contains(name).unwrap_or(true))
+    {
+        return Err(another_layout(&format!("an earlier layout ({earlier})")));
+    }
     let mirrored = match modules.get_item(HOME)? {
         Some(home) => Some(mirrored_table(&home)?),
         None => None,
@@ -125,7 +154,7 @@ fn join_slow(py: Python<'_>) -> PyResult<()> {
     // Anchor the mirrored table (an earlier copy's) or this copy's, unless a table is anchored.
     let candidate = capsule_of(py, mirrored.unwrap_or(&OWN))?;
     let anchored = anchor.call_method1(intern!(py, "setdefault"), (HOME, candidate))?;
-    let table = table_in(&anchored).ok_or_else(|| {
+    let table = table_in(&anchored).map(of_this_layout).transpose()?.ok_or_else(|| {
         PyImportError::new_err(format!(
             "the interpreter's dict holds an object of type {} under {HOME:?}, not a {CAPSULE:?} capsule: \
              something other than amso took that key; amso's extension modules cannot share their borrow registry",
@@ -219,22 +248,42 @@ fn capsule_of<'py>(py: Python<'py>, table: &'static Table) -> PyResult<Bound<'py
     unsafe { Bound::from_owned_ptr_or_err(py, capsule) }
 }
 
-/// The table in `capsule`, if it is a capsule of amso's name.
+/// The table in `capsule`, if it is a capsule of amso's name (its layout is checked by
+/// `of_this_layout`).
 fn table_in(capsule: &Bound<'_, PyAny>) -> Option<&'static Table> {
     // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
     if unsafe { ffi::PyCapsule_IsValid(capsule.as_ptr(), CAPSULE.as_ptr()) } != 1 {
         return None;
     }
-    // SAFETY: a valid capsule of amso's name holds a static `Table` of a copy of the runtime,
-    // loaded for the process (CPython never unloads extension modules).
+    // SAFETY: a valid capsule of amso's name holds a static table of a copy of the runtime,
+    // loaded for the process (CPython never unloads extension modules), which starts with its
+    // version and size whatever its layout; the rest is read only once they match.
     unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), CAPSULE.as_ptr()).cast::<Table>().as_ref() }
+}
+
+/// `table`, if it is of this copy's layout; else the refusal.
+fn of_this_layout(table: &'static Table) -> PyResult<&'static Table> {
+    if table.version == TABLE_VERSION && table.size as usize >= std::mem::size_of::<Table>() {
+        Ok(table)
+    } else {
+        Err(another_layout(&format!("version {} ({} bytes)", table.version, table.size)))
+    }
+}
+
+/// Refusal of a process whose shared table has another layout than this copy's.
+fn another_layout(found: &str) -> PyErr {
+    PyImportError::new_err(format!(
+        "another amso runtime in this process shares its borrow registry through a table of {found}; this module \
+         was built with version {TABLE_VERSION}, and the two would keep two registries (two modules could then hold \
+         one array mutably at once): rebuild every amso-based extension module against one amso version"
+    ))
 }
 
 /// The table `sys.modules[HOME]` mirrors. Read from the module's dict, as no Python code runs:
 /// the capsule's module is one a copy of the runtime made.
 fn mirrored_table(home: &Bound<'_, PyAny>) -> PyResult<&'static Table> {
     let capsule = home.cast::<PyModule>().ok().map(|home| home.dict().get_item(ATTRIBUTE)).transpose()?.flatten();
-    capsule.as_ref().and_then(table_in).ok_or_else(|| {
+    capsule.as_ref().and_then(table_in).map(of_this_layout).transpose()?.ok_or_else(|| {
         PyImportError::new_err(format!(
             "sys.modules[{HOME:?}] is of type {}, not a module whose {ATTRIBUTE:?} is a {CAPSULE:?} capsule: \
              something other than amso took that name; remove it before importing amso's extension modules",

@@ -234,3 +234,22 @@ except ImportError as error:
 """)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("refused:") and found in done.stdout and "rebuild" in done.stdout, done.stdout
+
+
+def test_renaming_one_record_arrays_dtype_renames_nothing_of_amsos():
+    """Case 5: NumPy lets a descriptor's field names be set in place; `a.dtype` of a record array
+    is a copy of amso's descriptor, so renaming it changes neither another array's fields nor
+    what typed arguments accept."""
+    import numpy as np
+
+    import amso
+
+    a, b = amso.MemArray(3, "particle"), amso.MemArray(2, "particle")
+    assert a.dtype is not b.dtype and a.dtype == b.dtype
+    renamed = a.dtype
+    renamed.names = ("pos", "vel", "id", "mass")
+    assert b.dtype.names == ("pos", "vel", "mass", "id") and a.dtype.names == ("pos", "vel", "mass", "id")
+    peers = pytest.importorskip("amso_peers")
+    b_numpy = np.asarray(b)
+    b_numpy["mass"] = [1.0, 2.0]
+    assert peers.record_total_mass(b) == 3.0 and peers.record_total_mass(b_numpy) == 3.0

@@ -106,10 +106,16 @@ impl MemArrayBase {
         self.element_type().itemsize()
     }
 
-    /// The element type as a NumPy dtype.
+    /// The element type as a NumPy dtype. A record's is a copy of amso's descriptor each time:
+    /// NumPy lets any descriptor's field names be set in place, and the record's names are the
+    /// spec's, shared by every array of it (renaming the copy renames nothing of amso's).
     #[getter]
     fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        numpy_dtype(py, self.element_type())
+        let dtype = numpy_dtype(py, self.element_type())?;
+        match self.element_type().is_record() {
+            true => dtype.call_method1(pyo3::intern!(py, "newbyteorder"), (pyo3::intern!(py, "="),)),
+            false => Ok(dtype),
+        }
     }
 
     /// The CUDA device this array moves to.

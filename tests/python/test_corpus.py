@@ -381,6 +381,8 @@ PYTHON_API = [
     ("handle-from-junk", lambda a: amso.cuda.SharedHandle.from_bytes(b"junk"), ValueError, "not an amso shared-array handle"),
     ("handle-describes-too-much", lambda a: _own_handle(dims=(3, 3), dtype=b"float64").open(), ValueError,
      "more than the 16 bytes it shares"),
+    ("handle-negative-dims", lambda a: _own_handle(dims=(3, -2)).open(), ValueError,
+     r"shape \[3, -2\], with a negative dimension \(-2\)"),
     ("handle-forged-serial", lambda a: _own_handle(serial=99999).open(), ValueError,
      f"process {os.getpid()} has no shared array 99999 matching this handle"),
     ("handle-of-another-user", lambda a: amso.cuda.SharedHandle.from_bytes(handle_bytes(uid=UID + 1)).open(),

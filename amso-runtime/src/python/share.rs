@@ -359,6 +359,14 @@ fn open(py: Python<'_>, h: &Handle, device_id: Option<i32>) -> PyResult<Py<PyAny
         PyTypeError::new_err(format!("cannot open the shared array: {}", registry::uncompiled(&h.dtype, h.dims.len())))
     })?;
     let itemsize = registration.dtype().itemsize();
+    if let Some(negative) = h.dims.iter().find(|&&d| d < 0) {
+        return Err(PyValueError::new_err(format!(
+            "the handle describes {} array of shape {:?}, with a negative dimension ({negative}): no export has \
+             one, so the handle is damaged or forged",
+            crate::error::with_article(&h.dtype),
+            h.dims
+        )));
+    }
     let described = crate::shape::checked_shape(&h.dims, h.dims.len(), itemsize).ok().map(|(_, bytes)| bytes as u64);
     if described.is_none_or(|bytes| bytes > h.nbytes) {
         return Err(PyValueError::new_err(format!(

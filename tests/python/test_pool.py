@@ -78,6 +78,25 @@ def test_a_plug_in_without_its_library_says_what_to_install(name, module, packag
     assert done.returncode == 0 and f"pip install {package}" in done.stdout, done
 
 
+def test_cupys_c_allocator_refuses_a_cupy_older_than_13():
+    """CuPy 12 and older are built with Cython 0.29, whose code would keep the -1 a C malloc
+    returns with an error set as an address: the C plug-in refuses them, naming the Python one."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import sys, types
+        for name in ("cupy", "cupy.cuda", "cupy.cuda.stream", "cupy.cuda.memory"):
+            sys.modules[name] = types.ModuleType(name)
+        sys.modules["cupy"].__version__ = "12.3.0"
+        sys.modules["cupy"].cuda = sys.modules["cupy.cuda"]
+        import amso.allocators
+        try:
+            amso.allocators.cupy_malloc
+        except ImportError as error:
+            print(error)
+    """)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "needs CuPy 13 or later (found 12.3.0)" in done.stdout and "cupy_python_malloc" in done.stdout, done.stdout
+
+
 def test_memory_given_back_that_amso_never_lent_is_refused():
     for client in (1, 2, 3, 4):
         with pytest.raises(ValueError, match="is not memory amso lent .* nothing was freed"):

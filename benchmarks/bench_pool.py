@@ -75,6 +75,16 @@ if library == "torch":
             torch.cuda.memory.CUDAPluggableAllocator(amso_peers.amso_peers.__file__, "floor_torch_alloc", "floor_torch_free"))
     side = torch.cuda.Stream()
     out[mode] = rows(lambda size: torch.empty(size, dtype=torch.uint8, device="cuda"), lambda: torch.cuda.stream(side))
+    if mode == "amso":
+        # amso's two C functions alone, called from a C loop as PyTorch calls them (GIL released).
+        import ctypes, amso_peers
+        library = ctypes.CDLL(amso._amso.__file__)
+        alloc, free = (ctypes.cast(getattr(library, name), ctypes.c_void_p).value
+                       for name in ("amso_torch_alloc", "amso_torch_free"))
+        out["amso's part (ns)"] = {
+            stream: {label: min(amso_peers.time_torch_pairs(alloc, free, size, handle, 20000, True) for _ in range(3))
+                     for label, size in SIZES.items()}
+            for stream, handle in (("default", 0), ("own stream", side.cuda_stream))}
 elif library == "cupy":
     import cupy as cp, amso_peers
     side = cp.cuda.Stream(non_blocking=True)
@@ -281,6 +291,17 @@ def markdown(report: dict) -> str:
         ratio, own_ratio = amso["held_max"] / amso["live"], own["held_max"] / own["live"]
         held.append(f"- {how} (largest live set {amso['live'] >> 20} MiB): amso's one pool held at most {ratio:.2f}x it, "
                     f"the libraries' own pools {own_ratio:.2f}x; goal <= 1.1x: {'met' if ratio <= 1.1 else 'missed'}")
+    parts = []
+    for library in ("torch", "cupy"):
+        figures = [found[library]["amso's part (ns)"] for found in report["rounds"]
+                   if "amso's part (ns)" in found.get(library, {})]
+        if figures:
+            values = [ns for figure in figures for stream in figure.values() for ns in stream.values()]
+            parts.append(f"- {library}: {min(values):.0f}-{max(values):.0f} ns per allocate+free pair")
+    if parts:
+        lines.append("amso's own part of a pair, outside the library (its ledger and pool in Rust; torch: its two C "
+                     "functions from a C loop; CuPy: `_amso._pool_pair_ns`), over every size, stream and round:")
+        lines += ["", *parts, ""]
     intro = ("GPU memory held after every free (`cuMemGetInfo`), PyTorch, CuPy, Numba and RMM each allocating and "
              "freeing 256 MiB blocks, 4 rounds, no explicit flush:")
     return "\n".join(lines) + "\n" + textwrap.fill(intro, 100) + "\n\n" + "\n".join(held) + "\n"

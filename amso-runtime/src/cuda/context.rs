@@ -1,6 +1,7 @@
 //! Primary contexts, one `cudarc::driver::CudaContext` per device, created once and kept for
-//! the life of the process. Each amso call pushes the device's context and pops it afterwards,
-//! so the caller's current context (PyTorch's, CuPy's) is left as it was.
+//! the life of the process. Each amso call makes the device's context current (pushed, unless
+//! it already is) and pops it afterwards, so the caller's current context (PyTorch's, CuPy's)
+//! is left as it was.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -48,23 +49,33 @@ pub(crate) fn context(device_id: DeviceId) -> Result<&'static Arc<CudaContext>> 
 
 /// The device's primary context is current on this thread while this guard lives.
 pub(crate) struct Current {
+    /// Whether `enter` pushed the context (it was not current already), so the drop pops it.
+    pushed: bool,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Current {
     /// Make `device_id`'s primary context current until the guard drops.
     pub(crate) fn enter(device_id: DeviceId) -> Result<Current> {
-        let context = context(device_id)?;
+        let context = context(device_id)?.cu_ctx();
+        // Already current (the usual case in a thread of PyTorch or CuPy on that device): a
+        // read of the driver's thread state, and nothing to restore.
+        if result::ctx::get_current().ok().flatten() == Some(context) {
+            return Ok(Current { pushed: false, _not_send: std::marker::PhantomData });
+        }
         // Raw push/pop: cudarc binds contexts with cuCtxSetCurrent, which would leave the
         // caller's thread on amso's device afterwards; pushing restores it on drop.
         // SAFETY: a retained primary context, kept for the process.
-        unsafe { sys::cuCtxPushCurrent_v2(context.cu_ctx()) }.result().map_err(cuda_error("cuCtxPushCurrent"))?;
-        Ok(Current { _not_send: std::marker::PhantomData })
+        unsafe { sys::cuCtxPushCurrent_v2(context) }.result().map_err(cuda_error("cuCtxPushCurrent"))?;
+        Ok(Current { pushed: true, _not_send: std::marker::PhantomData })
     }
 }
 
 impl Drop for Current {
     fn drop(&mut self) {
+        if !self.pushed {
+            return;
+        }
         let mut popped: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: pops the context `enter` pushed on this same thread (the guard is !Send).
         let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };

@@ -182,20 +182,27 @@ pub(crate) fn reclaim(
         return Ok(()); // the zero-byte loan
     }
     let loan = with_loans(|loans| {
-        let Some(loan) = loans.get(&(device_id, ptr)) else {
+        // Taken out at once (one lookup), and put back when the give-back is refused.
+        let Some(loan) = loans.remove(&(device_id, ptr)) else {
             let lent = loans.keys().find(|(_, address)| *address == ptr).map(|(device, _)| *device);
             return Err(lent.map_or(Refusal::Unknown, Refusal::OtherDevice));
         };
-        if serial.is_some_and(|serial| serial != loan.serial) {
-            return Err(Refusal::Unknown); // a give-back of an earlier loan of this address
+        let refusal = if serial.is_some_and(|serial| serial != loan.serial) {
+            Some(Refusal::Unknown) // a give-back of an earlier loan of this address
+        } else if loan.client != client {
+            Some(Refusal::OtherClient(loan.client))
+        } else if bytes.is_some_and(|bytes| bytes != loan.bytes) {
+            Some(Refusal::OtherSize(loan.bytes))
+        } else {
+            None
+        };
+        match refusal {
+            None => Ok(loan),
+            Some(refusal) => {
+                loans.insert((device_id, ptr), loan);
+                Err(refusal)
+            }
         }
-        if loan.client != client {
-            return Err(Refusal::OtherClient(loan.client));
-        }
-        if bytes.is_some_and(|bytes| bytes != loan.bytes) {
-            return Err(Refusal::OtherSize(loan.bytes));
-        }
-        Ok(loans.remove(&(device_id, ptr)).expect("found above"))
     });
     let loan = loan.inspect_err(|_| count_refused())?;
     let after = match loan.client {

@@ -278,6 +278,11 @@ pub(crate) fn allocate(
     client: Client,
 ) -> Result<Grant> {
     let table = pool();
+    if std::ptr::eq(table, &OWN) {
+        // This copy's own pool: a direct call, without the table's C crossing.
+        let (ptr, source) = alloc::allocate_for(request, device_id, bytes, stream, client)?;
+        return Ok(Grant { ptr, token: source.into_token(), table });
+    }
     let (mut ptr, mut token, mut failure) = (0u64, 0u64, Failure::new());
     // Each allocator releases the GIL around its own driver calls (amso's pool serves a block
     // of the stream's own without one). SAFETY: valid out-pointers, alive for the call.
@@ -307,6 +312,12 @@ pub(crate) fn allocate(
 /// Give `grant` (of `bytes` on `device_id`, for `client`) back to the pool that made it, after
 /// `after`.
 pub(crate) fn release(grant: Grant, device_id: DeviceId, bytes: usize, after: After, client: Client) {
+    if std::ptr::eq(grant.table, &OWN) {
+        // SAFETY: a token this copy's `allocate_for` made, given back once (the grant is consumed).
+        let source = unsafe { Source::from_token(grant.token) };
+        alloc::release(source, device_id, grant.ptr, bytes, after, client);
+        return;
+    }
     let after = match after {
         After::Stream(stream) => stream.stream().protocol_value(),
         After::Device => -1,

@@ -76,3 +76,43 @@ pub(crate) extern "C" fn floor_cupy_stream_malloc(_param: *mut c_void, _size: us
     }
     BLOCK.load(Ordering::Relaxed) as *mut c_void
 }
+
+/// PyTorch's pair of allocator functions (`CUDAPluggableAllocator`'s C signatures).
+type TorchAlloc = unsafe extern "C" fn(usize, c_int, *mut c_void) -> *mut c_void;
+type TorchFree = unsafe extern "C" fn(*mut c_void, usize, c_int, *mut c_void);
+
+/// `time_torch_pairs(alloc, free, size, stream, count, detached)`: the mean nanoseconds of one
+/// call of PyTorch's allocation function at `alloc` and its free at `free` (addresses of C
+/// functions of those signatures), `count` times on device 0 and `stream`, from a C loop, with
+/// the GIL released (as PyTorch's bindings call them) when `detached`. A diagnostic: what a
+/// plug-in costs outside PyTorch's own hook.
+#[pyfunction]
+pub(crate) fn time_torch_pairs(
+    py: Python<'_>,
+    alloc: usize,
+    free: usize,
+    size: usize,
+    stream: usize,
+    count: u32,
+    detached: bool,
+) -> f64 {
+    // SAFETY: the caller passes the addresses of two C functions of these signatures.
+    let (alloc, free) =
+        unsafe { (std::mem::transmute::<usize, TorchAlloc>(alloc), std::mem::transmute::<usize, TorchFree>(free)) };
+    let run = || {
+        let start = std::time::Instant::now();
+        for _ in 0..count {
+            // SAFETY: a pair of PyTorch allocator functions, called as PyTorch calls them.
+            unsafe {
+                let ptr = alloc(size, 0, stream as *mut c_void);
+                free(ptr, size, 0, stream as *mut c_void);
+            }
+        }
+        start.elapsed().as_nanos() as f64 / f64::from(count.max(1))
+    };
+    if detached {
+        py.detach(run)
+    } else {
+        run()
+    }
+}

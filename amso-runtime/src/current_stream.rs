@@ -2,11 +2,11 @@
 //! (Python) and reported to DLPack exchange-API consumers as the current work stream.
 //!
 //! The context is one per thread for the whole process, whichever copy of the runtime reads
-//! it: it lives in the bundled module's copy, and the others reach it through `borrow/process.rs`.
+//! it: it lives in the bundled module's copy, and the others reach it through `process.rs`.
 
 use std::cell::Cell;
 
-use crate::device::Stream;
+use crate::stream::Stream;
 
 thread_local! {
     static CURRENT: Cell<Option<i64>> = const { Cell::new(None) };
@@ -15,7 +15,7 @@ thread_local! {
 /// The current thread's stream.
 pub(crate) fn current() -> Option<Stream> {
     #[cfg(feature = "python")]
-    if let Some(table) = crate::borrow::process::joined() {
+    if let Some(table) = crate::process::joined() {
         return decode((table.current_stream)()).map(Stream::reported);
     }
     CURRENT.with(Cell::get).map(Stream::reported)
@@ -25,7 +25,7 @@ pub(crate) fn current() -> Option<Stream> {
 #[cfg(feature = "python")]
 pub(crate) fn replace(stream: Option<Stream>) -> Option<Stream> {
     let stream = stream.map(Stream::protocol_value);
-    let previous = match crate::borrow::process::joined() {
+    let previous = match crate::process::joined() {
         Some(table) => decode((table.replace_stream)(encode(stream))),
         None => CURRENT.with(|c| c.replace(stream)),
     };

@@ -106,7 +106,7 @@ pub enum Error {
     #[error("{}", problem.describe(*stream))]
     Capture {
         /// The capturing stream (or the one the problem is about).
-        stream: crate::device::Stream,
+        stream: crate::stream::Stream,
         /// What the capture does not allow.
         problem: CaptureProblem,
     },
@@ -130,12 +130,12 @@ pub enum CaptureProblem {
     /// Work ordered between two streams that capture different graphs.
     TwoGraphs {
         /// The other capturing stream.
-        other: crate::device::Stream,
+        other: crate::stream::Stream,
     },
 }
 
 impl CaptureProblem {
-    fn describe(&self, stream: crate::device::Stream) -> String {
+    fn describe(&self, stream: crate::stream::Stream) -> String {
         match self {
             CaptureProblem::Uncapturable { operation, remedy } => format!(
                 "{operation} cannot be captured into a CUDA graph (stream 0x{stream:x} is capturing); {remedy}. \
@@ -273,7 +273,7 @@ mod tests {
     #[test]
     fn a_capture_error_keeps_the_stream_and_the_problem() {
         use super::CaptureProblem;
-        use crate::device::Stream;
+        use crate::stream::Stream;
         // SAFETY: these values are formatted, never given to the driver.
         let (stream, other) = unsafe { (Stream::from_handle(0x7f00), Stream::from_handle(0x7f10)) };
         let problem = CaptureProblem::Uncapturable { operation: "a synchronous move", remedy: "pass async_copy=True" };

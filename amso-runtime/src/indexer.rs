@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn read_only_arrays_give_no_writable_indexer() {
-        let options = crate::memarray::ArrayOptions { readonly: true, ..Default::default() };
+        let options = crate::memarray::options::ArrayOptions { readonly: true, ..Default::default() };
         let mut array = MemArray::<f32, 1>::with_options([3], options).unwrap();
         assert_eq!(array.indexer_mut().err(), Some(crate::error::Error::ReadOnly));
         assert!(array.indexer().is_ok());

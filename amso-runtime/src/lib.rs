@@ -33,6 +33,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "python")]
+pub(crate) mod anchor;
+#[cfg(feature = "python")]
 pub(crate) mod borrow;
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
@@ -51,6 +53,8 @@ mod kinds;
 mod lock;
 mod memarray;
 pub(crate) mod object;
+#[cfg(feature = "python")]
+pub(crate) mod process;
 pub(crate) mod shape;
 #[cfg(feature = "cuda")]
 #[cfg_attr(not(feature = "python"), allow(dead_code))] // the Python class uses it; the fuzz target reads handles
@@ -60,6 +64,7 @@ pub(crate) mod staging;
 #[cfg(any(feature = "python", test))]
 #[cfg_attr(not(feature = "python"), allow(dead_code))] // the Python class uses it; Miri runs its tests
 pub(crate) mod state_cell;
+mod stream;
 #[cfg(feature = "python")]
 pub(crate) mod strided;
 
@@ -70,12 +75,13 @@ pub mod python;
 /// structs, e.g. [`records::Particle`]; a crate's own come from `#[derive(Element)]`.
 pub mod records;
 
-pub use device::{Device, DeviceId, DeviceType, Residence, Stream};
+pub use device::{Device, DeviceId, DeviceType, Residence};
 pub use element::{dtypes, ArrayElement, DType, Element, Field, Float4E2M1FnX2, Scalar};
 pub use error::{CaptureProblem, Error, Result};
 pub use indexer::{DeviceIndexer, HostIndexer, HostIndexerMut};
 pub use kinds::{datetime, FixedBytes, FixedUnicode};
 pub use memarray::{ArrayOptions, ForeignMemory, LockGuard, MemArray};
+pub use stream::Stream;
 
 /// The `faer` that `as_faer` views are made of (the `faer` feature).
 #[cfg(feature = "faer")]

@@ -1,7 +1,7 @@
 """The trust boundary between amso's runtime and `sys.modules`, which any Python code may edit,
 restore or patch (`unittest.mock.patch.dict(sys.modules)`, stand-in modules in tests):
 
-- the borrow registry every extension module's copy of the runtime shares (`borrow/process.rs`) stays
+- the borrow registry every extension module's copy of the runtime shares (`process.rs`) stays
   one table however `sys.modules` is edited between imports, so two extensions still cannot
   both hold one array mutably, and a second table is refused by name;
 - `numpy.ndarray` is known by NumPy's own C API (`_ARRAY_API`), never by whatever

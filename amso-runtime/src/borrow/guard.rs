@@ -1,10 +1,10 @@
-//! A hold on host memory in the process's borrow registry (`borrow/registry.rs`, shared by every copy
-//! of the runtime through `borrow/process.rs`), released when it drops: a typed argument's, and
+//! A hold on host memory in the process's borrow registry (`borrow/registry.rs`, shared by every
+//! copy of the runtime through `process.rs`), released when it drops: a typed argument's, and
 //! amso's own while Rust code changes an amso array (`MemArrayBase::with_typed_mut`, item
-//! assignment).
+//! assignment). A refused borrow returns the key it conflicts with; the Python wings above say
+//! what it means for their caller.
 
-use pyo3::exceptions::PyBufferError;
-use pyo3::{PyResult, Python};
+use pyo3::Python;
 
 use crate::borrow::registry::BorrowKey;
 
@@ -34,13 +34,9 @@ pub(crate) fn key(
 }
 
 impl<'py> Borrow<'py> {
-    /// Register `key`, or say which borrow it conflicts with.
-    pub(crate) fn new(py: Python<'py>, key: BorrowKey) -> Result<Borrow<'py>, crate::python::ArgumentError> {
-        crate::borrow::process::acquire_borrow(py, &key).map_err(|other| crate::python::ArgumentError::Borrowed {
-            exclusive: other.exclusive != 0,
-            start: other.start,
-            end: other.end,
-        })?;
+    /// Register `key`, or return the registered borrow it conflicts with.
+    pub(crate) fn new(py: Python<'py>, key: BorrowKey) -> Result<Borrow<'py>, BorrowKey> {
+        crate::process::acquire_borrow(py, &key)?;
         Ok(Borrow(key, py))
     }
 
@@ -51,29 +47,20 @@ impl<'py> Borrow<'py> {
     }
 
     /// Borrow `len` contiguous bytes at `data` for writing, on behalf of amso itself changing
-    /// an array of its own; refused while a typed argument holds any of them.
-    pub(crate) fn for_amso_write(py: Python<'py>, data: usize, len: usize) -> PyResult<Borrow<'py>> {
-        let key = BorrowKey { start: data, end: data + len, data, stride_gcd: 1, itemsize: 1, exclusive: 1 };
-        crate::borrow::process::acquire_borrow(py, &key).map_err(|other| {
-            PyBufferError::new_err(format!(
-                "cannot change the array: a typed argument of a Rust function still running holds its memory for {} \
-                 (bytes 0x{:x}..0x{:x}); change it after that call returns, or through that argument",
-                if other.exclusive != 0 { "writing" } else { "reading" },
-                other.start,
-                other.end
-            ))
-        })?;
-        Ok(Borrow(key, py))
+    /// an array of its own; refused (with the conflicting borrow) while a typed argument holds
+    /// any of them.
+    pub(crate) fn for_amso_write(py: Python<'py>, data: usize, len: usize) -> Result<Borrow<'py>, BorrowKey> {
+        Borrow::new(py, BorrowKey { start: data, end: data + len, data, stride_gcd: 1, itemsize: 1, exclusive: 1 })
     }
 }
 
 /// Release a registration that `Borrow::leave_registered` left (the GIL held: `py`).
 pub(crate) fn release(py: Python<'_>, key: &BorrowKey) {
-    crate::borrow::process::release_borrow(py, key);
+    crate::process::release_borrow(py, key);
 }
 
 impl Drop for Borrow<'_> {
     fn drop(&mut self) {
-        crate::borrow::process::release_borrow(self.1, &self.0);
+        crate::process::release_borrow(self.1, &self.0);
     }
 }

@@ -1,7 +1,7 @@
 //! The borrow registry: which host memory typed arguments hold right now, and whether a new
 //! one may join them. A writable borrow excludes every other borrow that can reach one of its
 //! bytes, so safe Rust never holds a `&mut T` and another reference to the same element, in
-//! one extension or across several (`borrow/process.rs` shares one registry between every copy of
+//! one extension or across several (`process.rs` shares one registry between every copy of
 //! the runtime in a process).
 //!
 //! Two borrows conflict when their byte ranges overlap, one of them is writable, and their

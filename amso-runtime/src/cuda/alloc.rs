@@ -23,8 +23,8 @@ use super::capture;
 use super::context::Current;
 use super::deferred::{Deferred, Limits};
 use super::driver::map_error;
-use super::pool::{Client, PoolStats, Request, CLIENTS};
 pub(crate) use super::pool_allocator::default_pool;
+use super::request::{Client, Request, CLIENTS};
 use super::stream::StreamHandle;
 use crate::device::DeviceId;
 use crate::error::{Error, Result};
@@ -76,7 +76,7 @@ impl DeviceAllocator for ManagedAllocator {
     }
 
     fn allocate(&self, device_id: DeviceId, bytes: usize, _stream: StreamHandle) -> Result<u64> {
-        let (free, _) = super::device_memory::memory_info(device_id)?;
+        let (free, _) = super::context::memory_info(device_id)?;
         if bytes > free {
             return Err(Error::OutOfMemory { bytes, what: "managed" });
         }
@@ -339,7 +339,7 @@ pub(crate) fn capacity(device_id: DeviceId) -> usize {
     if let Some(&total) = slot.and_then(OnceLock::get) {
         return total;
     }
-    match (super::device_memory::memory_info(device_id), slot) {
+    match (super::context::memory_info(device_id), slot) {
         (Ok((_, total)), Some(slot)) => *slot.get_or_init(|| total),
         (Ok((_, total)), None) => total,
         (Err(_), _) => usize::MAX,
@@ -391,31 +391,6 @@ pub(crate) fn release(source: Source, device_id: DeviceId, ptr: u64, bytes: usiz
         pending.run(); // stream-ordered into amso's pool: no driver call
     } else {
         run_all(DEFERRED.push(pending, bytes, capacity(device_id), capturing()));
-    }
-}
-
-/// This copy's pool's statistics for `device_id`.
-pub(crate) fn stats(device_id: DeviceId) -> PoolStats {
-    let (pending, pending_bytes) = DEFERRED.pending();
-    let counts = default_pool().report(device_id).counts;
-    let allocator = current();
-    let mut name = [0u8; 64];
-    let text = allocator.allocator().name();
-    let n = text.len().min(name.len() - 1);
-    name[..n].copy_from_slice(&text.as_bytes()[..n]);
-    PoolStats {
-        in_use: std::array::from_fn(|i| STATS.in_use[i].load(Ordering::Relaxed)),
-        allocations: std::array::from_fn(|i| STATS.allocations[i].load(Ordering::Relaxed)),
-        cached: allocator.allocator().cached_bytes(device_id),
-        pending,
-        pending_bytes,
-        hits: counts.hits,
-        misses: counts.misses,
-        cross_stream_hits: counts.cross_stream_hits,
-        splits: counts.splits,
-        evictions: counts.evictions,
-        limits: DEFERRED.limits(),
-        allocator: name,
     }
 }
 

@@ -32,8 +32,9 @@ use std::sync::Mutex;
 use cudarc::driver::sys;
 
 use super::stream::StreamHandle;
-use crate::device::{DeviceId, Stream};
+use crate::device::DeviceId;
 use crate::error::{CaptureProblem, Error};
+use crate::stream::Stream;
 
 /// Whether a stream is capturing work into a CUDA graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -81,3 +81,11 @@ impl Drop for Current {
         let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
     }
 }
+
+/// Free and total memory of `device_id`, in bytes.
+pub(crate) fn memory_info(device_id: DeviceId) -> Result<(usize, usize)> {
+    crate::gil::released(|| {
+        let _ctx = Current::enter(device_id)?;
+        result::mem_get_info().map_err(cuda_error("cuMemGetInfo"))
+    })
+}

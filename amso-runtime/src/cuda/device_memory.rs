@@ -4,9 +4,10 @@
 use cudarc::driver::{result, sys};
 
 use super::context::Current;
-use super::driver::{cuda_error, map_error};
-use crate::device::{DeviceId, Stream};
+use super::driver::map_error;
+use crate::device::DeviceId;
 use crate::error::Result;
+use crate::stream::Stream;
 
 /// An allocation in one device's global memory.
 pub(crate) struct DeviceMemory {
@@ -19,7 +20,7 @@ pub(crate) struct DeviceMemory {
     grant: Option<super::pool::Grant>,
     /// What was asked of the pool.
     #[cfg_attr(not(feature = "python"), allow(dead_code))] // read by `shareable`
-    request: super::pool::Request,
+    request: super::request::Request,
     /// The stream of the last work on it (a protocol value), which its free is ordered after.
     last_stream: std::sync::atomic::AtomicI64,
     /// Set once handed to a consumer (DLPack, the interface dict): its free then waits for
@@ -54,27 +55,27 @@ impl DeviceMemory {
         bytes: usize,
         stream: super::stream::StreamHandle,
     ) -> Result<DeviceMemory> {
-        Self::alloc_from(super::pool::Request::Current, device_id, bytes, stream)
+        Self::alloc_from(super::request::Request::Current, device_id, bytes, stream)
     }
 
     /// Whether other processes can map this memory (`Request::Shareable`).
     #[cfg(feature = "python")]
     pub(crate) fn shareable(&self) -> bool {
-        self.grant.is_some() && self.request == super::pool::Request::Shareable
+        self.grant.is_some() && self.request == super::request::Request::Shareable
     }
 
     /// Allocate `bytes` on `device_id` from the process's pool for `request` (`Managed`: CUDA
     /// managed memory, within the device's free memory; `Shareable`: memory other processes
     /// can map), usable in order on `stream`.
     pub(crate) fn alloc_from(
-        request: super::pool::Request,
+        request: super::request::Request,
         device_id: DeviceId,
         bytes: usize,
         stream: super::stream::StreamHandle,
     ) -> Result<DeviceMemory> {
-        let managed = request == super::pool::Request::Managed;
+        let managed = request == super::request::Request::Managed;
         let grant = if bytes > 0 {
-            Some(super::pool::allocate(request, device_id, bytes, stream, super::pool::Client::Amso)?)
+            Some(super::pool::allocate(request, device_id, bytes, stream, super::request::Client::Amso)?)
         } else {
             None
         };
@@ -133,7 +134,7 @@ impl DeviceMemory {
             device_id,
             foreign: Some(owner),
             grant: None,
-            request: super::pool::Request::Current,
+            request: super::request::Request::Current,
             last_stream: std::sync::atomic::AtomicI64::new(1),
             shared: std::sync::atomic::AtomicBool::new(true),
             managed,
@@ -177,7 +178,7 @@ impl Drop for DeviceMemory {
         } else {
             super::alloc::After::Stream(stream)
         };
-        super::pool::release(grant, self.device_id, self.bytes, after, super::pool::Client::Amso);
+        super::pool::release(grant, self.device_id, self.bytes, after, super::request::Client::Amso);
     }
 }
 
@@ -249,12 +250,4 @@ impl Drop for PinnedMemory {
             super::alloc::release_pinned(self.ptr);
         }
     }
-}
-
-/// Free and total memory of `device_id`, in bytes.
-pub(crate) fn memory_info(device_id: DeviceId) -> Result<(usize, usize)> {
-    crate::gil::released(|| {
-        let _ctx = Current::enter(device_id)?;
-        result::mem_get_info().map_err(cuda_error("cuMemGetInfo"))
-    })
 }

@@ -81,7 +81,7 @@ impl Kernel {
 /// alive.
 pub unsafe fn with_stream<R: Send>(
     device_id: DeviceId,
-    stream: crate::device::Stream,
+    stream: crate::stream::Stream,
     launch: impl FnOnce(&CudaStream) -> std::result::Result<R, DriverError> + Send,
 ) -> Result<R> {
     crate::gil::released(|| {
@@ -101,8 +101,8 @@ pub unsafe fn with_stream<R: Send>(
 /// Both are default streams or live streams of `device_id` (as for `with_stream`).
 pub unsafe fn order_streams(
     device_id: DeviceId,
-    earlier: crate::device::Stream,
-    later: crate::device::Stream,
+    earlier: crate::stream::Stream,
+    later: crate::stream::Stream,
 ) -> Result<()> {
     let (earlier, later) = (StreamHandle::of(earlier)?, StreamHandle::of(later)?);
     super::stream::order(device_id, earlier, later.check(device_id)?)

@@ -21,10 +21,12 @@ use std::sync::Mutex;
 
 use super::address_hash::BuildAddressHasher;
 use super::alloc::After;
-use super::pool::{self, Client, Grant, Request};
+use super::pool::{self, Grant};
+use super::request::{Client, Request, CLIENTS};
 use super::stream::StreamHandle;
-use crate::device::{DeviceId, Stream};
+use crate::device::DeviceId;
 use crate::error::{Error, Result};
+use crate::stream::Stream;
 
 /// One loan.
 #[derive(Debug)]
@@ -78,7 +80,7 @@ pub(crate) fn lend(
             "{} asked amso's pool for memory while amso's pool was asking an allocator plugged into it: the \
              allocators are plugged into each other in a cycle; plug amso into the library, or the library into \
              amso, not both",
-            pool::CLIENTS[client as usize]
+            CLIENTS[client as usize]
         )));
     }
     let lent = lend_once(request, device_id, bytes, stream, client);
@@ -150,7 +152,7 @@ impl Refusal {
             ),
             Refusal::OtherClient(client) => format!(
                 "address 0x{ptr:x} was lent to {}, which gives it back itself; nothing was freed",
-                pool::CLIENTS[*client as usize]
+                CLIENTS[*client as usize]
             ),
             Refusal::OtherSize(bytes) => {
                 format!("address 0x{ptr:x} was lent with {bytes} bytes, not the size given back; nothing was freed")

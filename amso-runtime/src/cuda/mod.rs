@@ -42,6 +42,8 @@ mod kernel;
 pub(crate) mod loans;
 pub(crate) mod pool;
 pub(crate) mod pool_allocator;
+pub(crate) mod pool_stats;
+pub(crate) mod request;
 pub(crate) mod stream;
 pub(crate) mod transfer;
 

@@ -1,5 +1,5 @@
 //! The one device-memory pool of a process. Every extension module built with amso links its own
-//! copy of the runtime (`borrow/process.rs`); each allocates through a table of C functions, and every
+//! copy of the runtime (`process.rs`); each allocates through a table of C functions, and every
 //! copy uses the same table: the first copy built with CUDA to join publishes its own (in the
 //! interpreter's dict, beside the process table), the others find it there. So the bundled
 //! module and each user crate draw from one pool, with one allocator setting, one deferred-free
@@ -20,80 +20,16 @@ use std::sync::Arc;
 use super::alloc::{self, After, DeviceAllocator, Source};
 use super::block_cache::Shelved;
 use super::deferred::Limits;
+use super::pool_stats::PoolStats;
+use super::request::{Client, Request};
 use super::stream::StreamHandle;
-use crate::device::{DeviceId, Stream};
+use crate::device::DeviceId;
 use crate::error::{Error, Result};
+use crate::stream::Stream;
 
 #[path = "pool_foreign.rs"]
 mod foreign;
 use foreign::{exported_allocate, exported_drop, exported_free, Foreign};
-
-/// Which memory an allocation asks for.
-#[repr(u32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Request {
-    /// The current allocator's (amso's pool, or the one plugged in).
-    Current = 0,
-    /// CUDA managed memory.
-    Managed = 1,
-    /// Memory other processes can map (`cuMemAlloc`).
-    Shareable = 2,
-}
-
-/// Who asked: amso's arrays, or another library through its plug-in. Statistics count each.
-#[repr(u32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Client {
-    /// amso's own arrays, in any copy of the runtime.
-    Amso = 0,
-    /// Numba (`amso.allocators.NumbaManager`).
-    Numba = 1,
-    /// CuPy (`amso.allocators.cupy_malloc`).
-    CuPy = 2,
-    /// PyTorch (`amso.allocators.torch_allocator()`).
-    Torch = 3,
-    /// RMM (`amso.allocators.rmm_resource()`).
-    Rmm = 4,
-}
-
-/// The clients' names, by number.
-pub(crate) const CLIENTS: [&str; 5] = ["amso", "numba", "cupy", "torch", "rmm"];
-
-impl Client {
-    /// The client numbered `number`, if any.
-    pub(crate) fn from_number(number: u32) -> Option<Client> {
-        [Client::Amso, Client::Numba, Client::CuPy, Client::Torch, Client::Rmm]
-            .into_iter()
-            .find(|c| *c as u32 == number)
-    }
-}
-
-/// What the pool reports (`amso.memory_info`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PoolStats {
-    /// Bytes of live allocations, by client.
-    pub(crate) in_use: [usize; CLIENTS.len()],
-    /// Allocations served, by client.
-    pub(crate) allocations: [u64; CLIENTS.len()],
-    /// Bytes the current allocator holds cached on the device.
-    pub(crate) cached: usize,
-    /// Frees queued, and their bytes.
-    pub(crate) pending: usize,
-    pub(crate) pending_bytes: usize,
-    /// amso's pool: allocations served from its cache (of them, from another stream's blocks
-    /// after an event), and from the driver.
-    pub(crate) hits: u64,
-    pub(crate) misses: u64,
-    pub(crate) cross_stream_hits: u64,
-    /// amso's pool: large blocks split, and blocks handed back because the cache was full.
-    pub(crate) splits: u64,
-    pub(crate) evictions: u64,
-    /// The deferred-free limits.
-    pub(crate) limits: Limits,
-    /// The current allocator's name, NUL-terminated.
-    pub(crate) allocator: [u8; 64],
-}
 
 /// Why an allocation failed, as it crosses the table.
 #[repr(C)]
@@ -223,7 +159,7 @@ fn pool() -> &'static PoolTable {
     unsafe { HOME.load(Ordering::Acquire).as_ref() }.unwrap_or(&OWN)
 }
 
-/// Use the process's pool: another copy's, found under `borrow/process.rs`'s anchor, or this copy's,
+/// Use the process's pool: another copy's, found under `anchor.rs`, or this copy's,
 /// published there for the others.
 #[cfg(feature = "python")]
 pub(crate) fn join(py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
@@ -232,11 +168,10 @@ pub(crate) fn join(py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
             "another amso runtime in this process shares device memory through a pool table of {found}; this module              was built with version {TABLE_VERSION}, and the two cannot share one pool: rebuild every amso-based              extension module against one amso version"
         ))
     };
-    if crate::borrow::process::published(py, VERSION_1_KEY)? {
+    if crate::anchor::published(py, VERSION_1_KEY)? {
         return Err(refuse("version 1".into()));
     }
-    let published =
-        crate::borrow::process::anchor(py, TABLE_KEY, c"_amso_pool.table", (&OWN as *const PoolTable).cast())?;
+    let published = crate::anchor::anchor(py, TABLE_KEY, c"_amso_pool.table", (&OWN as *const PoolTable).cast())?;
     if !std::ptr::eq(published.cast::<PoolTable>(), &OWN) {
         // SAFETY: a capsule of amso's name holds a table that starts with its version and size.
         let (version, size) = unsafe {
@@ -382,20 +317,7 @@ pub(crate) fn plug(allocator: Option<Arc<dyn DeviceAllocator>>) {
 
 /// The pool's statistics for `device_id`.
 pub(crate) fn stats(device_id: DeviceId) -> PoolStats {
-    let mut stats = PoolStats {
-        in_use: [0; CLIENTS.len()],
-        allocations: [0; CLIENTS.len()],
-        cached: 0,
-        pending: 0,
-        pending_bytes: 0,
-        hits: 0,
-        misses: 0,
-        cross_stream_hits: 0,
-        splits: 0,
-        evictions: 0,
-        limits: Limits::default(),
-        allocator: [0; 64],
-    };
+    let mut stats = PoolStats::empty();
     // SAFETY: a valid out-pointer.
     unsafe { (pool().stats)(device_id, &mut stats) };
     stats
@@ -429,13 +351,6 @@ pub(crate) fn shelves(device_id: DeviceId) -> Vec<Shelved> {
             return rows;
         }
         rows.reserve(count);
-    }
-}
-
-impl PoolStats {
-    /// The current allocator's name.
-    pub(crate) fn allocator_name(&self) -> String {
-        CStr::from_bytes_until_nul(&self.allocator).map_or_else(|_| "?".into(), |s| s.to_string_lossy().into_owned())
     }
 }
 
@@ -558,7 +473,7 @@ unsafe extern "C" fn own_plug(foreign: *const ForeignAllocator) {
 
 unsafe extern "C" fn own_stats(device_id: DeviceId, out: *mut PoolStats) {
     guarded((), || {
-        let stats = alloc::stats(device_id);
+        let stats = PoolStats::of_this_copy(device_id);
         // SAFETY: the caller's out-pointer.
         unsafe { *out = stats };
     })

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use super::{guarded, panicked, Failure, ForeignAllocator};
 use crate::cuda::alloc::DeviceAllocator;
 use crate::cuda::stream::StreamHandle;
-use crate::device::{DeviceId, Stream};
+use crate::device::DeviceId;
 use crate::error::Result;
+use crate::stream::Stream;
 
 /// Another copy's allocator, plugged into this copy's pool.
 pub(super) struct Foreign(pub(super) ForeignAllocator);

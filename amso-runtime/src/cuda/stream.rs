@@ -10,8 +10,8 @@ use super::capture::{self, Capture};
 use super::context::{context, Current};
 use super::driver::cuda_error;
 use crate::device::DeviceId;
-use crate::device::Stream;
 use crate::error::{Error, Result};
+use crate::stream::Stream;
 
 /// A CUDA stream as a raw handle value; `LEGACY` also stands for the null stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -124,9 +124,11 @@ fn export_outlives_the_array_and_copies_are_private() {
 
 #[test]
 fn readonly_flag_and_locked_export() {
-    let a =
-        MemArray::<u8, 1>::with_options([4], crate::memarray::ArrayOptions { readonly: true, ..Default::default() })
-            .unwrap();
+    let a = MemArray::<u8, 1>::with_options(
+        [4],
+        crate::memarray::options::ArrayOptions { readonly: true, ..Default::default() },
+    )
+    .unwrap();
     let tensor = ManagedTensor::new(
         a.export_source(&plan(&a), None).unwrap(),
         Format::Versioned(DLPackVersion { major: 1, minor: 3 }),

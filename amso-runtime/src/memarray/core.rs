@@ -5,15 +5,17 @@
 
 use std::sync::Arc;
 
-use crate::device::{Device, DeviceId, DeviceType, Residence, Stream};
+use crate::device::{Device, DeviceId, DeviceType, Residence};
+
 use crate::element::{DType, ElementOps, Scalar};
 use crate::error::{Error, Result};
 use crate::host::{HostBuffer, HostEnd};
 use crate::lock::{check_access, LockId};
 use crate::memarray::device_side::DeviceSide;
-use crate::memarray::ArrayOptions;
+use crate::memarray::options::ArrayOptions;
 use crate::shape;
 use crate::shape::MAX_NDIM;
+use crate::stream::Stream;
 
 /// An array of any element type and rank, in C (row-major) order.
 pub(crate) struct ArrayCore {

@@ -9,14 +9,15 @@ use std::sync::Arc;
 use crate::cuda::capture;
 use crate::cuda::context::Current;
 use crate::cuda::device_memory::DeviceMemory;
-use crate::cuda::pool::Request;
+use crate::cuda::request::Request;
 use crate::cuda::stream::{self, Checked, StreamHandle};
 use crate::cuda::transfer;
-use crate::device::{DeviceId, Residence, Stream};
+use crate::device::{DeviceId, Residence};
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::host::HostEnd;
 use crate::shape::MAX_NDIM;
+use crate::stream::Stream;
 
 /// Device memory and stream state of one array.
 #[derive(Debug)]
@@ -139,7 +140,11 @@ impl DeviceSide {
 
     /// A new array's start: device memory of `bytes` (zeroed unless `options.uninitialized`)
     /// when `options.on_device`. Returns where the data lives.
-    pub(crate) fn start(&mut self, options: &crate::memarray::ArrayOptions, bytes: usize) -> Result<Residence> {
+    pub(crate) fn start(
+        &mut self,
+        options: &crate::memarray::options::ArrayOptions,
+        bytes: usize,
+    ) -> Result<Residence> {
         if options.managed && options.shareable {
             return Err(Error::InvalidArgument(
                 "an array is managed=True or shareable=True, not both: CUDA IPC maps cuMemAlloc memory only".into(),

@@ -46,7 +46,7 @@ impl ArrayCore {
                 if let Some(stream) = plan.consumer_stream {
                     raw.device.hand_to(
                         raw.device_id,
-                        crate::cuda::stream::StreamHandle::of(crate::device::Stream::reported(stream))?,
+                        crate::cuda::stream::StreamHandle::of(crate::stream::Stream::reported(stream))?,
                     )?;
                 }
                 let memory = if plan.copy {
@@ -121,7 +121,7 @@ impl ArrayCore {
     /// handed to `stream` (its pending work ordered first) and, as with any export, freed only
     /// after the device synchronises. A locked array is refused.
     #[inline]
-    pub(crate) fn hold(&self, stream: crate::device::Stream) -> Result<Held> {
+    pub(crate) fn hold(&self, stream: crate::stream::Stream) -> Result<Held> {
         let raw = self.raw_view();
         check_access(raw.holder, None)?;
         let device = raw.device();

@@ -3,7 +3,7 @@
 //! operation that does not need `T` at compile time live once in `ArrayCore` (`core`), of
 //! which `MemArray<T, N>` is a typed view; the rest of this module's files hold element access
 //! over a type-erased view (`access`), DLPack exports (`export`), arrays over foreign memory
-//! (`foreign`), the checks of what a buffer-protocol exporter claims (`buffer_claim`) and of
+//! (`foreign`), construction options (`options`), the checks of what a buffer-protocol exporter claims (`buffer_claim`) and of
 //! a pickle's rebuild arguments (`rebuild`), and, with CUDA, the device side.
 //!
 //! The public methods act on an unlocked array; a locked array is reached only through its
@@ -18,65 +18,25 @@ pub(crate) mod device_side;
 pub(crate) mod export;
 pub(crate) mod foreign;
 mod guard;
+pub(crate) mod options;
 mod owned;
 pub(crate) mod rebuild;
 
 use std::marker::PhantomData;
 
 use self::core::ArrayCore;
-use crate::device::{Device, DeviceId, Residence, Stream};
+use crate::device::{Device, DeviceId, Residence};
 use crate::element::{read_element, read_elements, Element, ElementOps};
 use crate::error::{Error, Result};
 use crate::indexer::{HostIndexer, HostIndexerMut};
 use crate::lock::{check_access, LockId};
 use crate::shape;
 use crate::shape::MAX_NDIM;
+use crate::stream::Stream;
 
 pub use foreign::ForeignMemory;
 pub use guard::LockGuard;
-
-/// Construction options.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ArrayOptions {
-    /// The CUDA device the array moves to (0 by default).
-    pub device_id: DeviceId,
-    /// Refuse writes (and export with DLPack's READ_ONLY flag).
-    pub readonly: bool,
-    /// Allocate the host buffer in page-locked memory (fast, asynchronous transfers).
-    pub pinned: bool,
-    /// Start on the device (device memory of `device_id`) instead of the host.
-    pub on_device: bool,
-    /// Leave new device memory uninitialised (`amso.empty`); host memory is always zeroed.
-    pub uninitialized: bool,
-    /// Start on the device in CUDA managed memory (`cuMemAllocManaged`), which the host reads
-    /// and writes in place once the device's work is done; exported as kDLCUDAManaged.
-    pub managed: bool,
-    /// Start on the device in memory other processes can map (`cuMemAlloc`), so that
-    /// `share()` can hand it to them without a copy.
-    pub shareable: bool,
-}
-
-impl ArrayOptions {
-    /// Refuse options no array can have (written once, not per instantiation).
-    pub(crate) fn check(&self) -> Result<()> {
-        #[cfg(not(feature = "cuda"))]
-        if self.pinned || self.on_device || self.managed || self.shareable {
-            return Err(Error::Unavailable(format!(
-                "{} needs amso's CUDA layer, which this build does not include",
-                if self.pinned {
-                    "pinned memory"
-                } else if self.managed {
-                    "managed=True"
-                } else if self.shareable {
-                    "shareable=True"
-                } else {
-                    "on_device=True"
-                }
-            )));
-        }
-        Ok(())
-    }
-}
+pub use options::ArrayOptions;
 
 /// An N-dimensional array of `T` in C (row-major) order: a typed view of an `ArrayCore` whose
 /// element type is `T` and whose rank is `N` (checked wherever a core becomes a `MemArray`).

@@ -3,9 +3,11 @@
 //! refused with what the build lacks; the rest has nothing to do. `ArrayCore` calls it
 //! without `cfg` switches.
 
-use crate::device::{DeviceId, Residence, Stream};
+use crate::device::{DeviceId, Residence};
+
 use crate::error::{Error, Result};
 use crate::host::HostEnd;
+use crate::stream::Stream;
 
 /// No device memory, and no stream.
 #[derive(Debug, Default)]
@@ -18,7 +20,11 @@ fn unavailable(what: &str) -> Error {
 
 impl DeviceSide {
     /// A new array's start: on the host (`ArrayOptions::check` refused device memory).
-    pub(crate) fn start(&mut self, _options: &crate::memarray::ArrayOptions, _bytes: usize) -> Result<Residence> {
+    pub(crate) fn start(
+        &mut self,
+        _options: &crate::memarray::options::ArrayOptions,
+        _bytes: usize,
+    ) -> Result<Residence> {
         Ok(Residence::Host)
     }
 

@@ -1,7 +1,8 @@
 use super::*;
-use crate::device::{Device, DeviceId, Residence, Stream};
+use crate::device::{Device, DeviceId, Residence};
 use crate::element::Scalar;
 use crate::object::ArrayObject;
+use crate::stream::Stream;
 
 #[test]
 fn new_arrays_are_zeroed_with_their_shape() {

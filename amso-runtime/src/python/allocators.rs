@@ -148,7 +148,7 @@ pub(super) fn set_cache_limit(py: Python<'_>, bytes: u64) -> u64 {
 #[pyfunction]
 #[pyo3(signature = (device_id = DeviceId::ZERO), text_signature = "(device_id=0)")]
 pub(super) fn memory_info(py: Python<'_>, device_id: DeviceId) -> PyResult<Bound<'_, PyDict>> {
-    let (free, total) = crate::cuda::device_memory::memory_info(device_id)?;
+    let (free, total) = crate::cuda::context::memory_info(device_id)?;
     let stats = py.detach(|| pool::stats(device_id));
     let info = PyDict::new(py);
     info.set_item("free", free)?;
@@ -181,7 +181,7 @@ pub(super) fn memory_info(py: Python<'_>, device_id: DeviceId) -> PyResult<Bound
     info.set_item("deferred_count_limit", stats.limits.count)?;
     info.set_item("deferred_fraction_limit", stats.limits.fraction)?;
     let clients = PyDict::new(py);
-    for (i, name) in pool::CLIENTS.iter().enumerate() {
+    for (i, name) in crate::cuda::request::CLIENTS.iter().enumerate() {
         let client = PyDict::new(py);
         client.set_item("in_use", stats.in_use[i])?;
         client.set_item("allocations", stats.allocations[i])?;

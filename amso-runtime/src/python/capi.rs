@@ -16,7 +16,7 @@ use crate::object::ArrayType;
 use crate::python::base::header::{Header, HEADER_MAGIC, HEADER_VERSION};
 use crate::python::base::recognize;
 use crate::python::base::registry;
-use crate::python::Instantiation;
+use crate::python::base::registry::Instantiation;
 
 /// The opaque handle C sees.
 pub type Handle = *const Header;

@@ -10,11 +10,11 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyList, PyString, PyTuple, PyType};
 
 use crate::device::DeviceId;
-use crate::memarray::ArrayOptions;
+use crate::memarray::options::ArrayOptions;
 use crate::python::base::array::MemArrayBase;
 use crate::python::base::convert::{self, ShapeArg};
-use crate::python::base::identity_cache::IdentityCache;
 use crate::python::base::registry::{self, Registration};
+use crate::python::identity_cache::IdentityCache;
 
 /// (dtype object, ndim) -> the address of the class's `'static` registration.
 static CLASSES: IdentityCache<1024> = IdentityCache::new();
@@ -148,7 +148,7 @@ fn cache_key<'py>(dtype: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
         return Some(dtype.clone());
     }
     let canonical = || -> PyResult<bool> {
-        let numpy_dtype = convert::numpy(dtype.py())?.getattr("dtype")?;
+        let numpy_dtype = crate::python::npyffi::dtype::numpy(dtype.py())?.getattr("dtype")?;
         Ok(dtype.is_instance(&numpy_dtype)? && numpy_dtype.call1((dtype.getattr("name")?,))?.is(dtype))
     };
     canonical().unwrap_or(false).then(|| dtype.clone())

@@ -13,10 +13,11 @@ use crate::device::{Device, DeviceId, DeviceType};
 use crate::lock::LockId;
 use crate::memarray::access::RawView;
 use crate::python::base::array::MemArrayBase;
-use crate::python::base::convert::{numpy_dtype, parse_key, scalar_from_py, scalar_to_py, DeviceArg, Key, StreamArg};
+use crate::python::base::convert::{parse_key, scalar_from_py, scalar_to_py, DeviceArg, Key, StreamArg};
 use crate::python::base::header::{FLAG_ON_DEVICE, FLAG_PINNED, FLAG_READONLY};
 use crate::python::export::capsule::dlpack_call;
 use crate::python::export::dlpack_context::DLPackContext;
+use crate::python::npyffi::dtype::numpy_dtype;
 use crate::python::views::ArrayIterator;
 
 /// Parse a `(device_type, device_id)` request against an array's defaults. The caller's raw

@@ -13,7 +13,9 @@ pub(crate) mod capi;
 pub(crate) mod export;
 mod factory;
 mod hot_methods;
+pub(crate) mod identity_cache;
 mod methods;
+pub(crate) mod npyffi;
 mod pickle;
 #[cfg(feature = "cuda")]
 mod plugins;
@@ -40,8 +42,10 @@ pub use base::array::{MemArrayBase, TypedMut};
 pub use base::registry::Instantiation;
 pub use export::dlpack_context::DLPackContext;
 
-use crate::device::{DeviceId, Stream};
+use crate::device::DeviceId;
+
 use crate::object::ArrayType;
+use crate::stream::Stream;
 
 /// What generated code and the bundled module need; see the crate's `__private`.
 pub(crate) mod __private {
@@ -85,7 +89,7 @@ pub fn register<C: Instantiation>(module: &Bound<'_, PyModule>) -> PyResult<()> 
 /// `register`'s body, one for every class: the dispatch entry, the registry, `_amso_rebuild`.
 fn register_class(module: &Bound<'_, PyModule>, mut registration: base::registry::Registration) -> PyResult<()> {
     let py = module.py();
-    crate::borrow::process::join(py)?;
+    crate::process::join(py)?;
     let class = base::registry::class_object(py, &registration);
     let dispatch = match module.getattr(DISPATCH_ATTR) {
         Ok(existing) => existing.cast_into::<PyDict>()?,
@@ -110,7 +114,7 @@ fn register_class(module: &Bound<'_, PyModule>, mut registration: base::registry
 /// (the bundled `amso._amso` module).
 #[doc(hidden)]
 pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    crate::borrow::process::join(module.py())?;
+    crate::process::join(module.py())?;
     base::registry::set_bundled();
     module.add_class::<MemArrayBase>()?;
     module.add_class::<DLPackContext>()?;
@@ -165,20 +169,10 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// Drop `value` attached to the interpreter, so that the Python references it holds are
-/// released now rather than at PyO3's next call. At interpreter exit, where PyO3 can no longer
-/// attach (a capsule's destructor run by `Py_FinalizeEx`), `value` is leaked deliberately and
-/// quietly, as NumPy leaks what it still holds at finalization.
-pub(crate) fn drop_attached<T>(value: T) {
-    let mut value = std::mem::ManuallyDrop::new(value);
-    // SAFETY: dropped at most once, inside the closure; when it does not run, never.
-    let _ = Python::try_attach(|_| unsafe { std::mem::ManuallyDrop::drop(&mut value) });
-}
-
 /// The number of typed-argument borrows alive in the process (for tests).
 #[pyfunction(name = "_live_borrows")]
 fn live_borrows(py: Python<'_>) -> usize {
-    crate::borrow::process::live_borrows(py)
+    crate::process::live_borrows(py)
 }
 
 /// One dtype as `_dtypes` lists it: `(name, code, bits, lanes, numpy name, numpy module)`.
@@ -227,7 +221,7 @@ fn cuda_device_count() -> i32 {
 #[pyo3(signature = (device_id = DeviceId::ZERO), text_signature = "(device_id=0)")]
 fn cuda_memory_info(device_id: DeviceId) -> PyResult<(usize, usize)> {
     #[cfg(feature = "cuda")]
-    return Ok(crate::cuda::device_memory::memory_info(device_id)?);
+    return Ok(crate::cuda::context::memory_info(device_id)?);
     #[cfg(not(feature = "cuda"))]
     {
         let _ = device_id;

@@ -55,7 +55,7 @@ pub(super) fn reduce<'py>(slf: &Bound<'py, MemArrayBase>, protocol: i64) -> PyRe
         // Device data: one copy into a fresh host buffer (NumPy's `empty`, never zeroed), through
         // amso's pinned staging pipeline; out of band from protocol 5 on.
         Some(_) => {
-            let host = crate::python::base::convert::numpy(py)?
+            let host = crate::python::npyffi::dtype::numpy(py)?
                 .call_method1(intern!(py, "empty"), (nbytes, intern!(py, "uint8")))?;
             // The buffer is held through the copy: its view is the memory written.
             let buffer = crate::python::export::numpy_io::writable_bytes(py, &host, nbytes)?;

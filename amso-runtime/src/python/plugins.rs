@@ -13,10 +13,11 @@ use pyo3::prelude::*;
 
 use crate::cuda::device_memory::PinnedMemory;
 use crate::cuda::loans;
-use crate::cuda::pool::{Client, Request, CLIENTS};
-use crate::device::{DeviceId, Stream};
+use crate::cuda::request::{Client, Request, CLIENTS};
+use crate::device::DeviceId;
 use crate::error::Error;
 use crate::python::base::convert::StreamValue;
+use crate::stream::Stream;
 
 fn client(number: u32) -> PyResult<Client> {
     Client::from_number(number).ok_or_else(|| {

@@ -11,9 +11,9 @@ use pyo3::types::{PyDict, PyTuple};
 
 use crate::device::DeviceType;
 use crate::python::base::array::MemArrayBase;
-use crate::python::base::convert::numpy;
 use crate::python::base::header::{FLAG_PINNED, FLAG_READONLY};
 use crate::python::export::numpy_io::array_view;
+use crate::python::npyffi::dtype::numpy;
 
 /// `repr(a)`.
 pub(super) fn repr(slf: &Bound<'_, MemArrayBase>) -> PyResult<String> {

@@ -12,10 +12,11 @@ use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt};
 
 use crate::cuda::add_index::AnyRankIndexer;
 use crate::cuda::{with_stream, LaunchConfig, PushKernelArg};
-use crate::device::{DeviceId, DeviceType, Stream};
+use crate::device::{DeviceId, DeviceType};
 use crate::python::base::array::MemArrayBase;
 use crate::python::base::convert::StreamArg;
 use crate::python::source::{self, Holder, Source};
+use crate::stream::Stream;
 
 /// A CUDA kernel compiled from source on first use per device (Python name
 /// `amso._amso.Kernel`, exported as `amso.cuda.Kernel`).
@@ -130,7 +131,7 @@ fn scalar(position: usize, value: &Bound<'_, PyAny>) -> PyResult<Option<Argument
         let c = value.cast::<PyComplex>()?;
         return Ok(Some(Argument::C128(Complex { re: c.real(), im: c.imag() })));
     }
-    let numpy = crate::python::base::convert::numpy(py)?;
+    let numpy = crate::python::npyffi::dtype::numpy(py)?;
     if !value.is_instance(&numpy.getattr(intern!(py, "generic"))?)? {
         return Ok(None);
     }

@@ -19,7 +19,6 @@ use crate::python::args::{
     describe, name_the_argument, wanted, ArgumentError, Dimensions, DynRank, Framework, IntoFramework, Rank, Read,
     TypedArray,
 };
-use crate::python::base::convert;
 use crate::python::source;
 
 /// Whether an array of another element type is converted: [`TypeMustMatch`] or
@@ -136,9 +135,10 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
         // What arrived, for messages only (a Python call): worked out when one is made.
         let arrived = || describe(&object, None);
         let kwargs = PyDict::new(py);
-        kwargs.set_item(intern!(py, "dtype"), convert::numpy_dtype(py, &T::DTYPE)?)?;
-        let array =
-            convert::numpy(py)?.call_method(intern!(py, "asarray"), (&object,), Some(&kwargs)).map_err(|cause| {
+        kwargs.set_item(intern!(py, "dtype"), crate::python::npyffi::dtype::numpy_dtype(py, &T::DTYPE)?)?;
+        let array = crate::python::npyffi::dtype::numpy(py)?
+            .call_method(intern!(py, "asarray"), (&object,), Some(&kwargs))
+            .map_err(|cause| {
                 let error = PyTypeError::new_err(format!(
                     "expected {} or a value numpy.asarray converts to one, got {}, which it cannot convert: {}",
                     wanted::<T, D, Read>(),

@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::{record, staged, Access, ArgumentError, Dimensions, TypedArray};
+use super::{staged, Access, ArgumentError, Dimensions, TypedArray};
 use crate::borrow::guard::{self, Borrow};
 use crate::device::{Device, DeviceType};
 use crate::element::{dlpack_type_name, ArrayElement};
@@ -184,7 +184,11 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
                     }
                 }
                 let key = guard::key(source.data, extent, shape_ref, strides_ref, itemsize, A::WRITABLE);
-                Some(Borrow::new(object.py(), key)?)
+                Some(Borrow::new(object.py(), key).map_err(|other| ArgumentError::Borrowed {
+                    exclusive: other.exclusive != 0,
+                    start: other.start,
+                    end: other.end,
+                })?)
             }
             _ => None,
         };
@@ -274,7 +278,9 @@ fn check_record<T: ArrayElement>(object: &Bound<'_, PyAny>, source: &Source) -> 
     if const { T::DTYPE.is_record() } && source.numpy_kind.as_deref() == Some(crate::element::RECORD) {
         let numpy = matches!(source.holder, source::Holder::NumPy(_));
         // SAFETY: `numpy` says whether `object` is a NumPy array (else an amso record array).
-        unsafe { record::check_layout(object, numpy, crate::element::DTypeOf::<T>::REF) }?;
+        unsafe {
+            crate::python::npyffi::record_layout::check_layout(object, numpy, crate::element::DTypeOf::<T>::REF)
+        }?;
     }
     Ok(())
 }

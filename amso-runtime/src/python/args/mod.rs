@@ -34,8 +34,8 @@ mod error;
 mod linalg;
 #[cfg(feature = "ndarray")]
 mod owned_view;
+#[cfg(feature = "ndarray")]
 mod record;
-pub(crate) use record::{check_layout as check_record_layout, first_difference as record_difference};
 mod results;
 mod staged;
 mod untyped;
@@ -343,7 +343,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// the DLPack exchange API, else amso's stream context, else amso's stream). `None` on the
     /// host. The producer's stream is alive while this argument is: use the value within the
     /// call, not after it.
-    pub fn stream(&self) -> Option<crate::device::Stream> {
+    pub fn stream(&self) -> Option<crate::stream::Stream> {
         self.held.as_ref().and_then(|held| held.source.stream)
     }
 

@@ -31,7 +31,6 @@ use std::sync::{Arc, Mutex};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::device::Stream;
 use crate::dlpack::export_hub::ExportHub;
 use crate::dlpack::Owner;
 use crate::element::{DType, Element};
@@ -40,6 +39,7 @@ use crate::memarray::core::ArrayCore;
 use crate::memarray::MemArray;
 use crate::python::base::header::Header;
 use crate::state_cell::{ReadGuard, StateCell, WriteGuard};
+use crate::stream::Stream;
 
 /// Base class of every amso array class (Python name `amso._amso.MemArrayBase`).
 #[pyclass(subclass, frozen, module = "amso._amso", name = "MemArrayBase")]
@@ -401,10 +401,18 @@ pub(crate) fn write_borrow<'py>(
     lasting: bool,
 ) -> PyResult<Option<crate::borrow::guard::Borrow<'py>>> {
     let view = array.raw_view();
-    if view.host.is_null() || view.nbytes == 0 || (!lasting && crate::borrow::process::live_borrows(py) == 0) {
+    if view.host.is_null() || view.nbytes == 0 || (!lasting && crate::process::live_borrows(py) == 0) {
         return Ok(None);
     }
-    crate::borrow::guard::Borrow::for_amso_write(py, view.host as usize, view.nbytes).map(Some)
+    crate::borrow::guard::Borrow::for_amso_write(py, view.host as usize, view.nbytes).map(Some).map_err(|other| {
+        pyo3::exceptions::PyBufferError::new_err(format!(
+            "cannot change the array: a typed argument of a Rust function still running holds its memory for {} \
+             (bytes 0x{:x}..0x{:x}); change it after that call returns, or through that argument",
+            if other.exclusive != 0 { "writing" } else { "reading" },
+            other.start,
+            other.end
+        ))
+    })
 }
 
 /// Mutable access to an amso object's typed array (`MemArrayBase::with_typed_mut`): reads
@@ -458,7 +466,7 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
     pub fn move_memory(
         &mut self,
         target: crate::device::Device,
-        stream: crate::device::Stream,
+        stream: crate::stream::Stream,
         async_copy: bool,
     ) -> crate::error::Result<()> {
         self.base.move_locked(self.array.core_mut(), target, stream, async_copy)
@@ -466,7 +474,7 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
 
     /// See `MemArray::add_index_tuple`; refused while buffer exports describe the host data.
     #[cfg(feature = "cuda")]
-    pub fn add_index_tuple(&mut self, stream: crate::device::Stream) -> crate::error::Result<()> {
+    pub fn add_index_tuple(&mut self, stream: crate::stream::Stream) -> crate::error::Result<()> {
         self.base.add_index_locked(self.array.core_mut(), stream)
     }
 
@@ -483,7 +491,7 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
     #[cfg(feature = "cuda")]
     pub unsafe fn device_indexer_on(
         &mut self,
-        stream: crate::device::Stream,
+        stream: crate::stream::Stream,
     ) -> crate::error::Result<crate::indexer::DeviceIndexer<'_, T, N>> {
         // SAFETY: forwarded from the caller.
         unsafe { self.array.device_indexer_on(stream) }
@@ -494,7 +502,7 @@ impl<T: Element, const N: usize> TypedMut<'_, T, N> {
     /// # Safety
     /// As `MemArray::record_work`.
     #[cfg(feature = "cuda")]
-    pub unsafe fn record_work(&mut self, stream: crate::device::Stream) -> crate::error::Result<()> {
+    pub unsafe fn record_work(&mut self, stream: crate::stream::Stream) -> crate::error::Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { self.array.record_work(stream) }
     }

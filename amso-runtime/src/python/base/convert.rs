@@ -1,15 +1,17 @@
 //! Conversions at the Python boundary: shapes, indices, scalars and NumPy dtype objects,
 //! each checked once with an error that says what was expected and what arrived.
 
-use pyo3::exceptions::{PyImportError, PyIndexError, PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyComplex, PyDict, PyInt, PyIterator, PyList, PySlice, PyString, PyTuple};
+use pyo3::types::{PyBool, PyComplex, PyInt, PyIterator, PyList, PySlice, PyString, PyTuple};
 use pyo3::{intern, Borrowed};
 
-use crate::device::{DeviceId, Stream};
+use crate::device::DeviceId;
+
 use crate::element::{DType, Scalar};
 use crate::shape::MAX_NDIM;
+use crate::stream::Stream;
 
 /// A shape as Python gives it: an integer or a sequence of integers, of at most `MAX_NDIM`
 /// (a longer one is refused here, with its real length: it is no amso shape).
@@ -325,89 +327,6 @@ fn is_complex(value: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(value.is_instance(complex.bind(py))? && !value.is_instance(real.bind(py))?)
 }
 
-/// The NumPy module.
-pub(in crate::python) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
-    static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    NUMPY
-        .get_or_try_init(py, || {
-            // Kept only once checked: a stand-in in sys.modules['numpy'] is refused, never kept.
-            let numpy = py.import(intern!(py, "numpy"))?;
-            crate::python::source::numpy::check_module(numpy.as_any())?;
-            PyResult::Ok(numpy.unbind())
-        })
-        .map(|numpy| numpy.bind(py))
-}
-
-/// The NumPy dtype object of `dtype` (cached), importing the module that defines it if NumPy
-/// does not (bfloat16 from ml_dtypes).
-pub(in crate::python) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
-    static CACHE: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
-    let cache = CACHE.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
-    // Records are kept by address too: two crates may each have a record of one name.
-    let key = match dtype.is_record() {
-        true => format!("{}@{:p}", dtype.name, dtype),
-        false => dtype.name.to_owned(),
-    };
-    if let Some(found) = cache.get_item(&key)? {
-        return Ok(found);
-    }
-    let spec = match dtype.numpy_module {
-        _ if dtype.is_record() => {
-            // NumPy's structured dtype with the record's names, types, shapes, offsets and size.
-            let (names, formats, offsets) = (PyList::empty(py), PyList::empty(py), PyList::empty(py));
-            for field in dtype.fields {
-                names.append(field.name)?;
-                let entry = numpy_dtype(py, field.dtype)?;
-                match field.shape.is_empty() {
-                    true => formats.append(entry)?,
-                    false => formats.append((entry, PyTuple::new(py, field.shape)?))?,
-                }
-                offsets.append(field.offset)?;
-            }
-            let spec = PyDict::new(py);
-            spec.set_item("names", names)?;
-            spec.set_item("formats", formats)?;
-            spec.set_item("offsets", offsets)?;
-            spec.set_item("itemsize", dtype.itemsize())?;
-            spec.into_any()
-        }
-        // NumPy's subarray dtype, `dtype(('<f4', (4,)))`: arrays of it are arrays of the lane
-        // type with a trailing axis of `lanes`.
-        _ if dtype.is_vector() => (dtype.numpy, (dtype.lanes,)).into_pyobject(py)?.into_any(),
-        Some(module) => py
-            .import(module)
-            .map_err(|_| {
-                PyImportError::new_err(format!(
-                    "dtype {} comes from the `{module}` package; install it (pip install {module})",
-                    dtype.name
-                ))
-            })?
-            .getattr(dtype.numpy)?,
-        None => dtype.numpy.into_pyobject(py)?.into_any(),
-    };
-    let object = numpy(py)?.getattr(intern!(py, "dtype"))?.call1((spec,))?;
-    // What `numpy.dtype` (or a patched one, or a stand-in `ml_dtypes`) gave becomes the
-    // descriptor of arrays over amso's and Rust's memory: its size, and a record's fields, must
-    // be the element type's, or NumPy would read past that memory. Checked once, then cached.
-    let itemsize: usize = object.getattr(intern!(py, "itemsize"))?.extract()?;
-    let difference = match dtype.is_record() {
-        true => crate::python::args::record_difference(&object, dtype)?,
-        false => None,
-    };
-    if let Some(difference) = difference.or((itemsize != dtype.itemsize())
-        .then(|| format!("itemsize is {itemsize} bytes, where {} has {}", dtype.name, dtype.itemsize())))
-    {
-        return Err(PyTypeError::new_err(format!(
-            "numpy.dtype gave {} for amso's {}, whose {difference}: numpy.dtype (or the module that defines the \
-             type) is not the real one; restore it",
-            object.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into()),
-            dtype.name
-        )));
-    }
-    cache.set_item(key, &object)?;
-    Ok(object)
-}
-
 /// `max_version` of `__dlpack__`: a `(major, minor)` tuple of non-negative ints. Read by hand:
 /// NumPy passes it on every import, and generic tuple extraction costs more than the export.
 pub(in crate::python) fn dlpack_version(value: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
@@ -442,7 +361,7 @@ pub(in crate::python) fn dlpack_version(value: &Bound<'_, PyAny>) -> PyResult<(u
 pub(in crate::python) fn constructor_args(
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
-) -> PyResult<(ShapeArg, crate::memarray::ArrayOptions)> {
+) -> PyResult<(ShapeArg, crate::memarray::options::ArrayOptions)> {
     if args.len() > 2 {
         return Err(PyTypeError::new_err(format!(
             "MemArray() takes at most 2 positional arguments (shape, device_id), got {}; readonly, pinned, \
@@ -452,7 +371,7 @@ pub(in crate::python) fn constructor_args(
     }
     let mut shape = args.get_item(0).ok();
     let mut device_id = args.get_item(1).ok();
-    let mut options = crate::memarray::ArrayOptions::default();
+    let mut options = crate::memarray::options::ArrayOptions::default();
     if let Some(kwargs) = kwargs {
         for (key, value) in kwargs.iter() {
             let key = key.extract::<&str>()?;

@@ -21,11 +21,13 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use crate::device::{DeviceId, Stream};
+use crate::device::DeviceId;
+
 use crate::memarray::export::HeldMemory;
 use crate::python::base::array::MemArrayBase;
 use crate::python::base::header::{Header, HEADER_MAGIC, HEADER_VERSION};
-use crate::python::base::identity_cache::IdentityCache;
+use crate::python::identity_cache::IdentityCache;
+use crate::stream::Stream;
 
 /// The oldest header version (and `ArrayTypeInfo` layout) this runtime reads: version 1 has the
 /// same layout without `FLAG_CHANGING`.

@@ -9,12 +9,12 @@ use pyo3::prelude::*;
 
 use std::sync::Arc;
 
-use crate::device::Stream;
 use crate::dlpack::{plan_export, DlpackRequest, ManagedTensor, Owner, RawManaged};
 use crate::host::HostBuffer;
 use crate::lock::LockId;
 use crate::memarray::core::ArrayCore;
 use crate::python::base::array::MemArrayBase;
+use crate::stream::Stream;
 
 const LEGACY: &CStr = c"dltensor";
 const VERSIONED: &CStr = c"dltensor_versioned";

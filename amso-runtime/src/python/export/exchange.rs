@@ -18,7 +18,7 @@ use pyo3::types::PyDict;
 use crate::device::{Device, DeviceId, DeviceType};
 use crate::dlpack::{Format, ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::error::{code, Error, Result};
-use crate::memarray::ArrayOptions;
+use crate::memarray::options::ArrayOptions;
 use crate::python::base::array::MemArrayBase;
 use crate::python::base::registry;
 use crate::python::export::capsule::export_for_stream;

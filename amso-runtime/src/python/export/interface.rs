@@ -80,8 +80,8 @@ fn record_descr<'py>(py: Python<'py>, dtype: &crate::element::DType) -> PyResult
 #[cfg(feature = "cuda")]
 fn published_stream(
     device_id: crate::device::DeviceId,
-    stream: Option<crate::device::Stream>,
-) -> crate::error::Result<Option<crate::device::Stream>> {
+    stream: Option<crate::stream::Stream>,
+) -> crate::error::Result<Option<crate::stream::Stream>> {
     use crate::cuda::{capture, stream as streams};
     match stream {
         Some(value) if capture::in_progress(Some(device_id)) => {

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::python::base::array::MemArrayBase;
-use crate::python::base::convert::{numpy, numpy_dtype};
+use crate::python::npyffi::dtype::{numpy, numpy_dtype};
 
 /// `a.__array__(dtype=None, copy=None)`, which `np.asarray(a)` and `np.array(a)` call: a view
 /// of host data that holds the memory (read-only for read-only arrays), a copy where `dtype`
@@ -139,10 +139,10 @@ pub(in crate::python) fn writable_bytes(
     out: &Bound<'_, PyAny>,
     nbytes: usize,
 ) -> PyResult<PyBuffer<u8>> {
-    let exact = crate::python::source::numpy::is_exact_array(out);
+    let exact = crate::python::npyffi::is_exact_array(out);
     let buffer = PyBuffer::<u8>::get(&raw_bytes(py, out)?)?;
     if !exact
-        || buffer.buf_ptr() as usize != crate::python::source::numpy::data_address(out)
+        || buffer.buf_ptr() as usize != crate::python::npyffi::dtype::data_address(out)
         || buffer.readonly()
         || !buffer.is_c_contiguous()
         || buffer.len_bytes() != nbytes

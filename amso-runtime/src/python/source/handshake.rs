@@ -8,11 +8,13 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3::{ffi, intern};
 
-use crate::device::{Device, DeviceId, DeviceType, Stream};
+use crate::device::{Device, DeviceId, DeviceType};
+
 use crate::dlpack::{ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::element::DType;
 use crate::python::base::convert::StreamValue;
 use crate::python::source::{work_stream, Described, Holder, Producer, Request, Source};
+use crate::stream::Stream;
 
 /// Take `obj`'s tensor through `__dlpack__`: versioned (`max_version`), with the stream
 /// handshake for device data, asking for `copy` when given. A producer older than the array

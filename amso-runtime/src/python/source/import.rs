@@ -102,8 +102,8 @@ fn wrap_lanes(
 }
 
 /// The record class each layout (a NumPy descriptor or an amso class, with the ndim) found.
-static RECORD_CLASSES: crate::python::base::identity_cache::IdentityCache<16> =
-    crate::python::base::identity_cache::IdentityCache::new();
+static RECORD_CLASSES: crate::python::identity_cache::IdentityCache<16> =
+    crate::python::identity_cache::IdentityCache::new();
 
 /// The compiled record class whose layout is that of `source` (a NumPy structured array, or an
 /// amso record array of another runtime copy) with `ndim` dimensions: the first difference
@@ -121,7 +121,7 @@ fn record_class(
     // class in one lookup, without scanning the registry.
     let key = match numpy {
         // SAFETY: a NumPy array's descriptor, alive while the array is.
-        true => unsafe { Bound::from_borrowed_ptr(producer.py(), crate::python::source::numpy::descr_of(producer)) },
+        true => unsafe { Bound::from_borrowed_ptr(producer.py(), crate::python::npyffi::descr_of(producer)) },
         false => producer.get_type().into_any(),
     };
     if let Some(found) = RECORD_CLASSES.get(&key, ndim) {
@@ -129,7 +129,8 @@ fn record_class(
         let registration = unsafe { &*(found as *const registry::Registration) };
         // One more lookup (the layout check's own cache) sees fields renamed since.
         // SAFETY: `numpy` says whether the producer is a NumPy array.
-        if unsafe { crate::python::args::check_record_layout(producer, numpy, registration.dtype()) }.is_ok() {
+        if unsafe { crate::python::npyffi::record_layout::check_layout(producer, numpy, registration.dtype()) }.is_ok()
+        {
             return Ok(registration);
         }
     }
@@ -137,7 +138,7 @@ fn record_class(
     let mut first_error = None;
     for registration in &candidates {
         // SAFETY: `numpy` says whether the producer is a NumPy array.
-        match unsafe { crate::python::args::check_record_layout(producer, numpy, registration.dtype()) } {
+        match unsafe { crate::python::npyffi::record_layout::check_layout(producer, numpy, registration.dtype()) } {
             Ok(()) => {
                 RECORD_CLASSES.insert(&key, ndim, *registration as *const registry::Registration as usize);
                 return Ok(registration);
@@ -178,7 +179,7 @@ pub(in crate::python) fn scalar_view(slf: &Bound<'_, MemArrayBase>) -> PyResult<
             dtype.name
         )));
     }
-    crate::borrow::process::join(py)?;
+    crate::process::join(py)?;
     let stream = crate::current_stream::resolve(None);
     let tensor = array.read(py, |core| crate::python::export::capsule::export_lanes(core, stream))?;
     let source = Source { stream: Some(stream), ..source::from_tensor(tensor)? };
@@ -202,7 +203,7 @@ pub(in crate::python) fn from_dlpack(
             obj.get_type().name()?
         )));
     }
-    crate::borrow::process::join(py)?;
+    crate::process::join(py)?;
     let protocol = match source::protocol_of(obj)? {
         Some(protocol) if copy != Some(true) => protocol,
         _ => Protocol::DLPack,
@@ -218,7 +219,7 @@ pub(in crate::python) fn from_dlpack(
 #[pyfunction(name = "_wrap")]
 #[pyo3(signature = (obj, lanes = None))]
 pub(in crate::python) fn wrap(py: Python<'_>, obj: &Bound<'_, PyAny>, lanes: Option<u16>) -> PyResult<Py<PyAny>> {
-    crate::borrow::process::join(py)?;
+    crate::process::join(py)?;
     let protocol = source::protocol_of(obj)?.ok_or_else(|| {
         PyBufferError::new_err(format!(
             "{} object exposes no memory (DLPack, the CUDA array interface or the buffer protocol)",

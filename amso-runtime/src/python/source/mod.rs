@@ -40,10 +40,12 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::device::{Device, DeviceId, DeviceType, Stream};
+use crate::device::{Device, DeviceId, DeviceType};
+
 use crate::dlpack::{ManagedTensor, RawManaged};
 use crate::python::base::header::{Header, FLAG_CHANGING, FLAG_ON_DEVICE, FLAG_READONLY};
 use crate::python::base::recognize::{ArrayTypeInfo, HeldArray};
+use crate::stream::Stream;
 
 pub(crate) use handshake::take_capsule;
 #[cfg(feature = "cuda")]
@@ -129,7 +131,7 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         if let Some(object) = self.0.take() {
-            crate::python::drop_attached(object);
+            crate::python::base::drop_attached(object);
         }
     }
 }
@@ -321,7 +323,7 @@ pub(crate) struct Request {
 #[inline]
 pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<Stream>) -> PyResult<Option<Source>> {
     // A user crate whose module only defines typed functions registers no class: join here.
-    crate::borrow::process::join(obj.py())?;
+    crate::process::join(obj.py())?;
     let Some(protocol) = protocol_of(obj)? else { return Ok(None) };
     acquire_as(obj, protocol, Request { stream, ..Request::default() }).map(Some)
 }
@@ -332,7 +334,7 @@ pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<Stream>) -> PyResul
 /// match them by name).
 #[inline]
 pub(crate) fn acquire_argument(obj: &Bound<'_, PyAny>) -> PyResult<Option<Source>> {
-    crate::borrow::process::join(obj.py())?;
+    crate::process::join(obj.py())?;
     let Some(protocol) = protocol_of(obj)? else { return Ok(None) };
     acquire_as(obj, protocol, Request { in_place: true, numpy_kinds: true, ..Request::default() }).map(Some)
 }

@@ -6,10 +6,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use pyo3::{ffi, intern};
 
-use super::{numpy, pep3118, Protocol};
+use super::{pep3118, Protocol};
 use crate::dlpack::DLPACK_VERSION;
-use crate::python::base::identity_cache::IdentityCache;
 use crate::python::base::recognize::ArrayTypeInfo;
+use crate::python::identity_cache::IdentityCache;
 
 /// The protocols of the types seen so far: a table address (the exchange API) or a small code.
 static PROTOCOLS: IdentityCache<64> = IdentityCache::new();
@@ -112,7 +112,7 @@ fn classify(ty: &Bound<'_, PyType>) -> PyResult<Option<Protocol>> {
     if let Some(runtime) = crate::python::base::recognize::runtime_of_type(ty) {
         return Ok(Some(Protocol::Amso(runtime)));
     }
-    if numpy::is_array_type(ty) {
+    if crate::python::npyffi::is_array_type(ty) {
         return Ok(Some(Protocol::NumPy));
     }
     if let Some(table) = exchange_table(ty)? {

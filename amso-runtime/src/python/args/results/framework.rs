@@ -7,7 +7,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use crate::device::{Device, DeviceType};
-use crate::python::base::identity_cache::IdentityCache;
+use crate::python::identity_cache::IdentityCache;
 use crate::python::source::{self, Protocol};
 
 /// The array library a result goes to.

@@ -11,10 +11,11 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 use super::framework::Framework;
-use crate::device::{Device, DeviceId, DeviceType, Stream};
+use crate::device::{Device, DeviceId, DeviceType};
 use crate::dlpack::{ExportSource, Format, ManagedTensor, RawManaged, DLPACK_VERSION};
 use crate::element::{ArrayElement, DType};
-use crate::python::source::numpy;
+use crate::python::npyffi::dtype;
+use crate::stream::Stream;
 use crate::strided::Dims;
 
 /// Memory handed to a framework: what a DLPack tensor describes, and `owner`, which keeps it
@@ -52,7 +53,7 @@ impl<O: Owner> Handover<O> {
             // SAFETY: `data` holds the elements `shape` and `strides` reach, kept alive by the
             // owner, which NumPy holds as the array's base.
             return unsafe {
-                numpy::array_over(
+                dtype::array_over(
                     py,
                     self.dtype,
                     &self.shape,
@@ -213,7 +214,7 @@ impl Owner for Arc<dyn Any + Send + Sync> {
                     let owner = unsafe { Box::from_raw(pointer.cast::<Arc<dyn Any + Send + Sync>>()) };
                     // Attached (the caller holds the GIL), so that Python references the owner
                     // holds (`Vec<Py<PyAny>>`) are released now; leaked quietly at exit.
-                    crate::python::drop_attached(owner);
+                    crate::python::base::drop_attached(owner);
                 }));
             }
         }

@@ -11,14 +11,16 @@ use pyo3::prelude::*;
 
 use super::framework::Framework;
 use super::into_framework::core_into_framework;
-use crate::device::{Device, DeviceType, Stream};
+use crate::device::{Device, DeviceType};
 use crate::dlpack::{ManagedTensor, RawManaged};
 use crate::element::Element;
 use crate::memarray::core::ArrayCore;
 use crate::memarray::foreign::check_c_contiguous;
-use crate::memarray::ArrayOptions;
+use crate::memarray::options::ArrayOptions;
 use crate::python::base::array::MemArrayBase;
-use crate::python::source::{self, numpy};
+use crate::python::npyffi::dtype;
+use crate::python::source;
+use crate::stream::Stream;
 
 /// A new array of `T` with `N` dimensions, zeroed, owned until `into_object` hands it to
 /// Python as its framework's array object.
@@ -63,7 +65,7 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
     /// A new zeroed array of `shape` on `device`, for `framework` (device data zeroed on
     /// `stream`, else the stream rule's).
     pub fn zeros(py: Python<'py>, framework: Framework, shape: [usize; N], device: Device) -> PyResult<Self> {
-        crate::borrow::process::join(py)?;
+        crate::process::join(py)?;
         let stream =
             (device.device_type == DeviceType::Cuda).then(|| source::work_stream(None, device.id)).transpose()?;
         Self::zeros_in(py, framework, shape, device, stream)
@@ -82,8 +84,8 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
         let bytes = shape.iter().product::<usize>() * size_of::<T>();
         let (storage, data) = if framework == Framework::NumPy {
             // SAFETY: NULL data: NumPy allocates the array.
-            let array = unsafe { numpy::array_over(py, &T::DTYPE, &shape, None, std::ptr::null_mut(), None, false) }?;
-            let data = numpy::data_address(&array);
+            let array = unsafe { dtype::array_over(py, &T::DTYPE, &shape, None, std::ptr::null_mut(), None, false) }?;
+            let data = dtype::data_address(&array);
             // SAFETY: NumPy's fresh allocation of `bytes`, reached by nothing else yet.
             unsafe { std::ptr::write_bytes(data as *mut u8, 0, bytes) };
             (Storage::NumPy(array), data)
@@ -135,7 +137,7 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
 
     /// For device data: the stream it was zeroed on, which work on it should use (a stream of
     /// the result's framework, alive while the result is: use it within the call).
-    pub fn stream(&self) -> Option<crate::device::Stream> {
+    pub fn stream(&self) -> Option<crate::stream::Stream> {
         self.stream
     }
 

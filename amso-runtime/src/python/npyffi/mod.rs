@@ -13,44 +13,42 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 use pyo3::{ffi, intern};
 
-use crate::device::Device;
 use crate::element::DType;
-use crate::python::base::identity_cache::IdentityCache;
-use crate::python::source::{as_i64s, Extents, Holder, Source, Strides};
+use crate::python::identity_cache::IdentityCache;
 
 /// `PyArrayObject_fields`' leading members (numpy/ndarraytypes.h).
 #[repr(C)]
-struct ArrayStruct {
+pub(crate) struct ArrayStruct {
     ob_base: ffi::PyObject,
-    data: *mut c_char,
-    nd: c_int,
-    dimensions: *const isize,
-    strides: *const isize,
-    base: *mut ffi::PyObject,
-    descr: *const DescrStruct,
-    flags: c_int,
+    pub(crate) data: *mut c_char,
+    pub(crate) nd: c_int,
+    pub(crate) dimensions: *const isize,
+    pub(crate) strides: *const isize,
+    pub(crate) base: *mut ffi::PyObject,
+    pub(crate) descr: *const DescrStruct,
+    pub(crate) flags: c_int,
 }
 
 /// `PyArray_Descr`'s leading members, the same in NumPy 1 and 2.
 #[repr(C)]
-struct DescrStruct {
+pub(crate) struct DescrStruct {
     ob_base: ffi::PyObject,
-    typeobj: *mut ffi::PyTypeObject,
-    kind: c_char,
-    type_char: c_char,
-    byteorder: c_char,
-    former_flags: c_char,
-    type_num: c_int,
+    pub(crate) typeobj: *mut ffi::PyTypeObject,
+    pub(crate) kind: c_char,
+    pub(crate) type_char: c_char,
+    pub(crate) byteorder: c_char,
+    pub(crate) former_flags: c_char,
+    pub(crate) type_num: c_int,
 }
 
-const NPY_ARRAY_WRITEABLE: c_int = 0x0400;
+pub(crate) const NPY_ARRAY_WRITEABLE: c_int = 0x0400;
 /// The first type number of dtypes registered by other packages (ml_dtypes' bfloat16).
-const NPY_USERDEF: c_int = 256;
+pub(crate) const NPY_USERDEF: c_int = 256;
 
 /// Whether `ty` is `numpy.ndarray` or a subclass of it.
 pub(crate) fn is_array_type(ty: &Bound<'_, PyType>) -> bool {
@@ -93,7 +91,7 @@ const BUILTIN: [(c_int, (u8, u8, u16)); 16] = {
 /// The DLPack type of a builtin NumPy type number (long double, object, strings, dates and
 /// structured types have none).
 #[inline]
-fn builtin_dtype(type_num: c_int) -> Option<(u8, u8, u16)> {
+pub(crate) fn builtin_dtype(type_num: c_int) -> Option<(u8, u8, u16)> {
     // `BUILTIN` by type number (its last row has the largest), for the lookup every NumPy
     // argument makes.
     const BY_NUMBER: [Option<(u8, u8, u16)>; BUILTIN[BUILTIN.len() - 1].0 as usize + 1] = {
@@ -109,7 +107,7 @@ fn builtin_dtype(type_num: c_int) -> Option<(u8, u8, u16)> {
 }
 
 /// The builtin NumPy type number of a DLPack type (the first: `long` before `long long`).
-fn builtin_type_num(dtype: (u8, u8, u16)) -> Option<c_int> {
+pub(crate) fn builtin_type_num(dtype: (u8, u8, u16)) -> Option<c_int> {
     BUILTIN.iter().find(|(_, d)| *d == dtype).map(|&(number, _)| number)
 }
 
@@ -120,7 +118,7 @@ static USER_DTYPES: IdentityCache<16> = IdentityCache::new();
 /// name, checked against its item size: looked up once per scalar type, which the cache holds,
 /// so renaming the type later changes nothing. A name that claims a spec dtype of another size
 /// (a scalar type's `__name__` is writable) is a TypeError, never a misread.
-fn user_dtype(py: Python<'_>, descr: *const DescrStruct) -> PyResult<Option<(u8, u8, u16)>> {
+pub(crate) fn user_dtype(py: Python<'_>, descr: *const DescrStruct) -> PyResult<Option<(u8, u8, u16)>> {
     // SAFETY: a live descriptor (the array holds it) whose scalar type lives as long.
     let (descr_object, scalar_type) = unsafe {
         (
@@ -166,12 +164,12 @@ const NPY_DATETIME: c_int = 21;
 const NPY_TIMEDELTA: c_int = 22;
 
 /// A kind DLPack lacks, by its canonical name, and the DLPack fields that size it.
-type Kind = (std::borrow::Cow<'static, str>, (u8, u8, u16));
+pub(crate) type Kind = (std::borrow::Cow<'static, str>, (u8, u8, u16));
 
 /// A kind DLPack lacks: its canonical name (`DType::numpy_only`) and the DLPack fields that
 /// size it (object: DLPack's opaque handle, 64 bits; dates: int64; `S<n>`: n uint8 lanes;
 /// `U<n>`: n uint32 lanes). `None` for every other dtype.
-fn numpy_kind(numpy: &NumPyApi, descr_object: &Bound<'_, PyAny>, type_num: c_int) -> PyResult<Option<Kind>> {
+pub(crate) fn numpy_kind(numpy: &NumPyApi, descr_object: &Bound<'_, PyAny>, type_num: c_int) -> PyResult<Option<Kind>> {
     use crate::element::dlpack_code::{INT, UINT};
     let py = descr_object.py();
     let itemsize = || -> PyResult<usize> { descr_object.getattr(intern!(py, "itemsize"))?.extract() };
@@ -363,75 +361,8 @@ unsafe fn date_name(numpy: &NumPyApi, descr: *const DescrStruct, type_num: c_int
     names.get(usize::try_from(metadata.base).ok()?).copied().filter(|name| !name.is_empty())
 }
 
-/// The array `obj` (whose type is `numpy.ndarray` or a subclass) as a source: its fields read
-/// in place, the array itself held. `kinds`: also take the kinds DLPack lacks (object,
-/// datetime64, timedelta64, bytes and unicode strings), named in `Source::numpy_kind`.
-#[inline]
-pub(crate) fn read(obj: &Bound<'_, PyAny>, kinds: bool) -> PyResult<Source> {
-    let py = obj.py();
-    // SAFETY: the caller checked the type; a NumPy array starts with these fields, which only
-    // NumPy changes, with the GIL held, as we hold it now.
-    let (array, descr) = unsafe {
-        let array = &*obj.as_ptr().cast::<ArrayStruct>();
-        (array, &*array.descr)
-    };
-    let mut kind = None;
-    let mut dtype = if descr.type_num < NPY_USERDEF { builtin_dtype(descr.type_num) } else { user_dtype(py, descr)? };
-    if dtype.is_none() && kinds {
-        // SAFETY: the array's live descriptor (the array holds a reference).
-        let descr_object = unsafe { Bound::from_borrowed_ptr(py, array.descr as *mut ffi::PyObject) };
-        let numpy = loaded(py).expect("the caller checked a NumPy array's type through NumPy's C API");
-        if let Some((name, sized)) = numpy_kind(numpy, &descr_object, descr.type_num)? {
-            (kind, dtype) = (Some(name), Some(sized));
-        }
-    }
-    let Some(dtype) = dtype else {
-        return Err(PyTypeError::new_err(format!(
-            "a NumPy array of dtype {} has no DLPack type; amso reads bool, integer, float, complex, the spec's \
-             other dtypes and records (structured dtypes with named fields)",
-            dtype_text(obj)
-        )));
-    };
-    if descr.byteorder == b'>' as c_char && cfg!(target_endian = "little") {
-        return Err(PyValueError::new_err(format!(
-            "the NumPy array is big-endian (dtype {}); amso reads the machine's byte order: pass \
-             x.astype(x.dtype.newbyteorder('='))",
-            dtype_text(obj)
-        )));
-    }
-    Ok(Source {
-        holder: Holder::NumPy(std::ptr::NonNull::new(obj.as_ptr()).expect("a live object")),
-        data: array.data as usize,
-        dtype,
-        device: Device::CPU,
-        readonly: array.flags & NPY_ARRAY_WRITEABLE == 0,
-        stream: None,
-        managed: false,
-        numpy_kind: kind,
-    })
-}
+pub(crate) mod api;
+pub(crate) mod dtype;
+pub(crate) mod record_layout;
 
-/// `'str(x.dtype)'`, for messages.
-fn dtype_text(obj: &Bound<'_, PyAny>) -> String {
-    let text = obj.getattr(intern!(obj.py(), "dtype")).and_then(|d| d.str()).map(|r| r.to_string());
-    format!("'{}'", text.unwrap_or_else(|_| "?".into()))
-}
-
-/// The dimensions and byte strides of NumPy array `array`, in its struct.
-///
-/// # Safety
-/// `array` is a live NumPy array, alive and left unchanged by Python code for `'a`.
-pub(super) unsafe fn extents<'a>(array: std::ptr::NonNull<ffi::PyObject>) -> Extents<'a> {
-    // SAFETY: as the caller guarantees; a NumPy array's dimensions and strides hold `nd`
-    // entries each.
-    unsafe {
-        let array = &*array.as_ptr().cast::<ArrayStruct>();
-        let ndim = array.nd.max(0) as usize;
-        Extents { dims: as_i64s(array.dimensions, ndim), strides: Strides::Bytes(as_i64s(array.strides, ndim)) }
-    }
-}
-
-mod api;
-
-pub(crate) use self::api::{array_over, check_module, data_address};
 use self::api::{loaded, NumPyApi, NUMPY};

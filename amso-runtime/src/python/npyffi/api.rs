@@ -1,21 +1,19 @@
 //! NumPy's C API table (`_ARRAY_API`), found as NumPy's own `import_array()` finds it and
 //! validated before anything is read through it; new arrays made through it.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 use std::sync::OnceLock;
 
-use pyo3::exceptions::{PyImportError, PyTypeError};
+use pyo3::exceptions::PyImportError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 use pyo3::{ffi, intern};
 
-use super::{builtin_type_num, ArrayStruct, DescrStruct, NPY_ARRAY_WRITEABLE};
-use crate::element::DType;
-use crate::strided::Dims;
+use super::{ArrayStruct, DescrStruct};
 
 /// NumPy's C API, validated: its function table (`_ARRAY_API`) and the two types whose
 /// instances amso reads as NumPy's structs.
-pub(super) struct NumPyApi {
+pub(crate) struct NumPyApi {
     pub(super) table: *const *const c_void,
     /// `PyArray_Type`, `numpy.ndarray`.
     pub(super) ndarray: *mut ffi::PyTypeObject,
@@ -32,7 +30,7 @@ unsafe impl Send for NumPyApi {}
 unsafe impl Sync for NumPyApi {}
 
 /// The real NumPy's C API, once found; a failure to find it is not cached.
-pub(super) static NUMPY: OnceLock<NumPyApi> = OnceLock::new();
+pub(crate) static NUMPY: OnceLock<NumPyApi> = OnceLock::new();
 
 /// The modules that hold `_ARRAY_API`, as NumPy's own `import_array()` looks for them: NumPy 2,
 /// then NumPy 1.
@@ -42,14 +40,14 @@ const API_MODULES: [&str; 2] = ["numpy._core._multiarray_umath", "numpy.core._mu
 const GET_NDARRAY_C_VERSION: usize = 0;
 const ARRAY_TYPE: usize = 2;
 const DESCR_TYPE: usize = 3;
-const DESCR_FROM_TYPE: usize = 45;
-const NEW_FROM_DESCR: usize = 94;
-const SET_BASE_OBJECT: usize = 282;
+pub(super) const DESCR_FROM_TYPE: usize = 45;
+pub(super) const NEW_FROM_DESCR: usize = 94;
+pub(super) const SET_BASE_OBJECT: usize = 282;
 
 /// NumPy's C API if some code has imported NumPy (never importing it): after the first success,
 /// one atomic load. A module that fails validation leaves the fast path off.
 #[inline]
-pub(super) fn loaded(py: Python<'_>) -> Option<&'static NumPyApi> {
+pub(crate) fn loaded(py: Python<'_>) -> Option<&'static NumPyApi> {
     match NUMPY.get() {
         Some(numpy) => Some(numpy),
         None => find(py).ok().flatten(),
@@ -58,7 +56,7 @@ pub(super) fn loaded(py: Python<'_>) -> Option<&'static NumPyApi> {
 
 /// NumPy's C API, importing NumPy if no module of `API_MODULES` is loaded (making NumPy arrays
 /// needs it anyway).
-fn api_or_import(py: Python<'_>) -> PyResult<&'static NumPyApi> {
+pub(super) fn api_or_import(py: Python<'_>) -> PyResult<&'static NumPyApi> {
     if let Some(numpy) = NUMPY.get() {
         return Ok(numpy);
     }
@@ -213,119 +211,15 @@ fn capsule_text(object: &Bound<'_, PyAny>) -> String {
 }
 
 /// `type(value).__name__`, for messages.
-fn type_name(value: &Bound<'_, PyAny>) -> String {
+pub(super) fn type_name(value: &Bound<'_, PyAny>) -> String {
     value.get_type().name().map_or_else(|_| "?".into(), |name| name.to_string())
 }
 
 impl NumPyApi {
     /// # Safety
     /// `index` is a function of the table with signature `F`.
-    unsafe fn function<F: Copy>(&self, index: usize) -> F {
+    pub(super) unsafe fn function<F: Copy>(&self, index: usize) -> F {
         // SAFETY: forwarded from the caller; the table holds pointers to functions.
         unsafe { std::mem::transmute_copy::<*const c_void, F>(&*self.table.add(index)) }
     }
-}
-
-/// The descriptor of `dtype` (a new reference): NumPy's builtin one, or the registered one of
-/// a dtype another package defines, checked to be a `numpy.dtype` (NumPy steals and reads it).
-fn descriptor<'py>(py: Python<'py>, numpy: &NumPyApi, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
-    // The kinds DLPack lacks share DLPack fields with plain ones (datetime64 with int64): by name.
-    let builtin = if dtype.numpy_only() { None } else { builtin_type_num(dtype.dlpack()) };
-    match builtin {
-        Some(type_num) => {
-            // SAFETY: PyArray_DescrFromType(int) -> PyArray_Descr* (a new reference or NULL).
-            let descr_from_type: unsafe extern "C" fn(c_int) -> *mut ffi::PyObject =
-                unsafe { numpy.function(DESCR_FROM_TYPE) };
-            // SAFETY: a builtin type number.
-            unsafe { Bound::from_owned_ptr_or_err(py, descr_from_type(type_num)) }
-        }
-        None => {
-            // Made by `sys.modules["numpy"].dtype(...)`, which a stand-in may answer.
-            let descr = crate::python::base::convert::numpy_dtype(py, dtype)?;
-            // SAFETY: a live object and NumPy's validated descriptor type.
-            if unsafe { ffi::PyObject_TypeCheck(descr.as_ptr(), numpy.descr) } == 0 {
-                return Err(PyTypeError::new_err(format!(
-                    "numpy.dtype({:?}) gave a {}, not a numpy.dtype: the numpy module amso imported first is not the \
-                     real NumPy; restore it in sys.modules before making {} arrays",
-                    dtype.name,
-                    type_name(&descr),
-                    dtype.name
-                )));
-            }
-            Ok(descr)
-        }
-    }
-}
-
-/// A NumPy array of `dtype` with `shape` and element `strides` over `data`, whose memory
-/// `owner` keeps alive: NumPy holds `owner` as the array's base until its last view is gone.
-/// `data` NULL lets NumPy allocate (C order, `strides` ignored).
-///
-/// # Safety
-/// Unless NULL, `data` addresses initialised elements of `dtype` at every index `shape` and
-/// `strides` reach, valid while `owner` lives and writable unless `readonly`.
-pub(crate) unsafe fn array_over<'py>(
-    py: Python<'py>,
-    dtype: &DType,
-    shape: &[usize],
-    strides: Option<&[isize]>,
-    data: *mut c_void,
-    owner: Option<Bound<'py, PyAny>>,
-    readonly: bool,
-) -> PyResult<Bound<'py, PyAny>> {
-    let numpy = api_or_import(py)?;
-    let descr = descriptor(py, numpy, dtype)?;
-    let itemsize = dtype.itemsize() as isize;
-    let mut dims: Dims<isize> = Dims::collect(shape.len(), shape.iter().map(|&d| d as isize));
-    let mut byte_strides: Option<Dims<isize>> =
-        strides.map(|s| Dims::collect(s.len(), s.iter().map(|&s| s.saturating_mul(itemsize))));
-    type NewFromDescr = unsafe extern "C" fn(
-        *mut ffi::PyTypeObject,
-        *mut ffi::PyObject,
-        c_int,
-        *mut isize,
-        *mut isize,
-        *mut c_void,
-        c_int,
-        *mut ffi::PyObject,
-    ) -> *mut ffi::PyObject;
-    type SetBaseObject = unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject) -> c_int;
-    // SAFETY: the table's functions with their C signatures (numpy/__multiarray_api.h).
-    let (new_from_descr, set_base): (NewFromDescr, SetBaseObject) =
-        unsafe { (numpy.function(NEW_FROM_DESCR), numpy.function(SET_BASE_OBJECT)) };
-    let flags = if readonly || data.is_null() { 0 } else { NPY_ARRAY_WRITEABLE };
-    let strides_ptr = match (&mut byte_strides, data.is_null()) {
-        (Some(s), false) => s.as_mut_ptr(),
-        _ => std::ptr::null_mut(),
-    };
-    // SAFETY: ndarray's own type, a descriptor reference NumPy steals, `shape.len()` dims and
-    // strides, and data the caller vouches for; NULL or a new reference with an exception set.
-    let array = unsafe {
-        Bound::from_owned_ptr_or_err(
-            py,
-            new_from_descr(
-                numpy.ndarray,
-                descr.into_ptr(),
-                shape.len() as c_int,
-                dims.as_mut_ptr(),
-                strides_ptr,
-                data,
-                flags,
-                std::ptr::null_mut(),
-            ),
-        )
-    }?;
-    if let Some(owner) = owner {
-        // SAFETY: a new array without a base; NumPy steals the owner reference, also on failure.
-        if unsafe { set_base(array.as_ptr(), owner.into_ptr()) } != 0 {
-            return Err(PyErr::fetch(py));
-        }
-    }
-    Ok(array)
-}
-
-/// The address of the first element of NumPy array `array` (of a type `is_array_type` accepts).
-pub(crate) fn data_address(array: &Bound<'_, PyAny>) -> usize {
-    // SAFETY: the caller checked the type; `data` is the struct's second field.
-    unsafe { (*array.as_ptr().cast::<ArrayStruct>()).data as usize }
 }

@@ -92,7 +92,7 @@ impl<const SLOTS: usize> IdentityCache<SLOTS> {
 
 #[cfg(test)]
 mod tests {
-    use crate::python::base::identity_cache::*;
+    use crate::python::identity_cache::*;
 
     #[test]
     fn entries_are_found_by_object_and_tag_and_a_full_cache_stores_no_more() {

@@ -1,0 +1,203 @@
+//! NumPy dtypes of amso's element types, and NumPy arrays over amso's memory: the dtype object
+//! of each spec type (checked against the element type once, then cached), and arrays made
+//! through NumPy's validated C API table (`api.rs`).
+
+use std::ffi::{c_int, c_void};
+
+use pyo3::exceptions::{PyImportError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::{ffi, intern};
+
+use super::api::{api_or_import, type_name, NumPyApi, DESCR_FROM_TYPE, NEW_FROM_DESCR, SET_BASE_OBJECT};
+use super::{builtin_type_num, ArrayStruct, NPY_ARRAY_WRITEABLE};
+use crate::element::DType;
+use crate::strided::Dims;
+
+/// The NumPy module.
+pub(crate) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    NUMPY
+        .get_or_try_init(py, || {
+            // Kept only once checked: a stand-in in sys.modules['numpy'] is refused, never kept.
+            let numpy = py.import(intern!(py, "numpy"))?;
+            crate::python::npyffi::api::check_module(numpy.as_any())?;
+            PyResult::Ok(numpy.unbind())
+        })
+        .map(|numpy| numpy.bind(py))
+}
+
+/// The NumPy dtype object of `dtype` (cached), importing the module that defines it if NumPy
+/// does not (bfloat16 from ml_dtypes).
+pub(crate) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
+    static CACHE: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+    let cache = CACHE.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
+    // Records are kept by address too: two crates may each have a record of one name.
+    let key = match dtype.is_record() {
+        true => format!("{}@{:p}", dtype.name, dtype),
+        false => dtype.name.to_owned(),
+    };
+    if let Some(found) = cache.get_item(&key)? {
+        return Ok(found);
+    }
+    let spec = match dtype.numpy_module {
+        _ if dtype.is_record() => {
+            // NumPy's structured dtype with the record's names, types, shapes, offsets and size.
+            let (names, formats, offsets) = (PyList::empty(py), PyList::empty(py), PyList::empty(py));
+            for field in dtype.fields {
+                names.append(field.name)?;
+                let entry = numpy_dtype(py, field.dtype)?;
+                match field.shape.is_empty() {
+                    true => formats.append(entry)?,
+                    false => formats.append((entry, PyTuple::new(py, field.shape)?))?,
+                }
+                offsets.append(field.offset)?;
+            }
+            let spec = PyDict::new(py);
+            spec.set_item("names", names)?;
+            spec.set_item("formats", formats)?;
+            spec.set_item("offsets", offsets)?;
+            spec.set_item("itemsize", dtype.itemsize())?;
+            spec.into_any()
+        }
+        // NumPy's subarray dtype, `dtype(('<f4', (4,)))`: arrays of it are arrays of the lane
+        // type with a trailing axis of `lanes`.
+        _ if dtype.is_vector() => (dtype.numpy, (dtype.lanes,)).into_pyobject(py)?.into_any(),
+        Some(module) => py
+            .import(module)
+            .map_err(|_| {
+                PyImportError::new_err(format!(
+                    "dtype {} comes from the `{module}` package; install it (pip install {module})",
+                    dtype.name
+                ))
+            })?
+            .getattr(dtype.numpy)?,
+        None => dtype.numpy.into_pyobject(py)?.into_any(),
+    };
+    let object = numpy(py)?.getattr(intern!(py, "dtype"))?.call1((spec,))?;
+    // What `numpy.dtype` (or a patched one, or a stand-in `ml_dtypes`) gave becomes the
+    // descriptor of arrays over amso's and Rust's memory: its size, and a record's fields, must
+    // be the element type's, or NumPy would read past that memory. Checked once, then cached.
+    let itemsize: usize = object.getattr(intern!(py, "itemsize"))?.extract()?;
+    let difference = match dtype.is_record() {
+        true => crate::python::npyffi::record_layout::first_difference(&object, dtype)?,
+        false => None,
+    };
+    if let Some(difference) = difference.or((itemsize != dtype.itemsize())
+        .then(|| format!("itemsize is {itemsize} bytes, where {} has {}", dtype.name, dtype.itemsize())))
+    {
+        return Err(PyTypeError::new_err(format!(
+            "numpy.dtype gave {} for amso's {}, whose {difference}: numpy.dtype (or the module that defines the \
+             type) is not the real one; restore it",
+            object.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into()),
+            dtype.name
+        )));
+    }
+    cache.set_item(key, &object)?;
+    Ok(object)
+}
+
+/// The descriptor of `dtype` (a new reference): NumPy's builtin one, or the registered one of
+/// a dtype another package defines, checked to be a `numpy.dtype` (NumPy steals and reads it).
+fn descriptor<'py>(py: Python<'py>, numpy: &NumPyApi, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
+    // The kinds DLPack lacks share DLPack fields with plain ones (datetime64 with int64): by name.
+    let builtin = if dtype.numpy_only() { None } else { builtin_type_num(dtype.dlpack()) };
+    match builtin {
+        Some(type_num) => {
+            // SAFETY: PyArray_DescrFromType(int) -> PyArray_Descr* (a new reference or NULL).
+            let descr_from_type: unsafe extern "C" fn(c_int) -> *mut ffi::PyObject =
+                unsafe { numpy.function(DESCR_FROM_TYPE) };
+            // SAFETY: a builtin type number.
+            unsafe { Bound::from_owned_ptr_or_err(py, descr_from_type(type_num)) }
+        }
+        None => {
+            // Made by `sys.modules["numpy"].dtype(...)`, which a stand-in may answer.
+            let descr = numpy_dtype(py, dtype)?;
+            // SAFETY: a live object and NumPy's validated descriptor type.
+            if unsafe { ffi::PyObject_TypeCheck(descr.as_ptr(), numpy.descr) } == 0 {
+                return Err(PyTypeError::new_err(format!(
+                    "numpy.dtype({:?}) gave a {}, not a numpy.dtype: the numpy module amso imported first is not the \
+                     real NumPy; restore it in sys.modules before making {} arrays",
+                    dtype.name,
+                    type_name(&descr),
+                    dtype.name
+                )));
+            }
+            Ok(descr)
+        }
+    }
+}
+
+/// A NumPy array of `dtype` with `shape` and element `strides` over `data`, whose memory
+/// `owner` keeps alive: NumPy holds `owner` as the array's base until its last view is gone.
+/// `data` NULL lets NumPy allocate (C order, `strides` ignored).
+///
+/// # Safety
+/// Unless NULL, `data` addresses initialised elements of `dtype` at every index `shape` and
+/// `strides` reach, valid while `owner` lives and writable unless `readonly`.
+pub(crate) unsafe fn array_over<'py>(
+    py: Python<'py>,
+    dtype: &DType,
+    shape: &[usize],
+    strides: Option<&[isize]>,
+    data: *mut c_void,
+    owner: Option<Bound<'py, PyAny>>,
+    readonly: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let numpy = api_or_import(py)?;
+    let descr = descriptor(py, numpy, dtype)?;
+    let itemsize = dtype.itemsize() as isize;
+    let mut dims: Dims<isize> = Dims::collect(shape.len(), shape.iter().map(|&d| d as isize));
+    let mut byte_strides: Option<Dims<isize>> =
+        strides.map(|s| Dims::collect(s.len(), s.iter().map(|&s| s.saturating_mul(itemsize))));
+    type NewFromDescr = unsafe extern "C" fn(
+        *mut ffi::PyTypeObject,
+        *mut ffi::PyObject,
+        c_int,
+        *mut isize,
+        *mut isize,
+        *mut c_void,
+        c_int,
+        *mut ffi::PyObject,
+    ) -> *mut ffi::PyObject;
+    type SetBaseObject = unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject) -> c_int;
+    // SAFETY: the table's functions with their C signatures (numpy/__multiarray_api.h).
+    let (new_from_descr, set_base): (NewFromDescr, SetBaseObject) =
+        unsafe { (numpy.function(NEW_FROM_DESCR), numpy.function(SET_BASE_OBJECT)) };
+    let flags = if readonly || data.is_null() { 0 } else { NPY_ARRAY_WRITEABLE };
+    let strides_ptr = match (&mut byte_strides, data.is_null()) {
+        (Some(s), false) => s.as_mut_ptr(),
+        _ => std::ptr::null_mut(),
+    };
+    // SAFETY: ndarray's own type, a descriptor reference NumPy steals, `shape.len()` dims and
+    // strides, and data the caller vouches for; NULL or a new reference with an exception set.
+    let array = unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            new_from_descr(
+                numpy.ndarray,
+                descr.into_ptr(),
+                shape.len() as c_int,
+                dims.as_mut_ptr(),
+                strides_ptr,
+                data,
+                flags,
+                std::ptr::null_mut(),
+            ),
+        )
+    }?;
+    if let Some(owner) = owner {
+        // SAFETY: a new array without a base; NumPy steals the owner reference, also on failure.
+        if unsafe { set_base(array.as_ptr(), owner.into_ptr()) } != 0 {
+            return Err(PyErr::fetch(py));
+        }
+    }
+    Ok(array)
+}
+
+/// The address of the first element of NumPy array `array` (of a type `is_array_type` accepts).
+pub(crate) fn data_address(array: &Bound<'_, PyAny>) -> usize {
+    // SAFETY: the caller checked the type; `data` is the struct's second field.
+    unsafe { (*array.as_ptr().cast::<ArrayStruct>()).data as usize }
+}

@@ -8,7 +8,7 @@
 //!
 //! What runs inside holds no Python object and may take amso's own locks: Python threads wait
 //! for those with the GIL released too (`python/base/array.rs`), and Python allocator plug-ins take
-//! the GIL back themselves (`python/allocators.rs`).
+//! the GIL back themselves (`python/memory.rs`).
 
 /// Whether this thread holds the GIL (is attached to the interpreter). A DLPack deleter amso
 /// runs may be called by another library's object, with the GIL, or by a library's own

@@ -212,7 +212,7 @@ impl PinnedMemory {
         Ok(PinnedMemory { ptr: ptr as *mut u8 })
     }
 
-    /// Allocate `bytes` of pinned memory for another library (`python/plugins.rs`), not
+    /// Allocate `bytes` of pinned memory for another library (`python/allocators.rs`), not
     /// zeroed: usable from every context, mapped into the device's address space with
     /// `mapped`, write-combined with `write_combined`.
     #[cfg(feature = "python")]

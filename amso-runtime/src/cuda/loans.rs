@@ -1,4 +1,4 @@
-//! Device memory lent to other libraries through their plug-in points (`python/plugins.rs`):
+//! Device memory lent to other libraries through their plug-in points (`python/allocators.rs`):
 //! Numba, CuPy, PyTorch and RMM allocate from the process's pool (`pool.rs`) and give the
 //! memory back by its address. Each loan is kept here by device and address, with a serial
 //! number, so that what comes back is checked before anything is freed: a double free, an
@@ -10,10 +10,10 @@
 //!
 //! Frees are ordered after the work on a stream: the stream the client names at the free
 //! (PyTorch's, RMM's), else the one the loan was made for (CuPy's current stream at the
-//! allocation, as CuPy's own pool files its blocks). Numba's wait for the device's work, batched
-//! by the deferred queue (one synchronisation per batch): Numba names no stream, and a block
-//! reused at once on the legacy stream would queue nothing there for its next kernel, on
-//! another of Numba's streams, to wait behind.
+//! allocation, as CuPy's own pool files its blocks). Numba's wait for the device's work, on the
+//! device waiter's thread (`alloc.rs`): Numba names no stream, and a block reused at once on the
+//! legacy stream would queue nothing there for its next kernel, on another of Numba's streams,
+//! to wait behind.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -7,7 +7,7 @@
 //! crosses between copies, which may be different builds: an allocation is an address and an
 //! opaque token that only the table that made it reads back (`Grant`).
 //!
-//! The same table serves other libraries' plug-ins (`python/plugins.rs`), which count as
+//! The same table serves other libraries' plug-ins (`python/allocators.rs`), which count as
 //! clients of their own in the statistics.
 // The knobs are driven from Python (`amso.set_allocator`, `amso.defer_cleanup`, ...); a Rust-only
 // build allocates and releases through the table only.

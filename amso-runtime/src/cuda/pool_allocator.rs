@@ -294,7 +294,18 @@ impl DeviceAllocator for PoolAllocator {
         {
             return Ok(ptr);
         }
-        crate::gil::released(|| self.allocate_elsewhere(device_id, size, stream))
+        crate::gil::released(|| {
+            // A block the device waiter is about to return (a Numba free) is taken rather than a
+            // new one from the driver.
+            if super::alloc::settle_device_waiter() {
+                let own =
+                    self.device(device_id).and_then(|mut device| device.cache.take_own(size, stream.raw() as u64));
+                if let Some(ptr) = own {
+                    return Ok(ptr);
+                }
+            }
+            self.allocate_elsewhere(device_id, size, stream)
+        })
     }
 
     fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle) {

@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 use std::sync::atomic::Ordering;
 
-use super::alloc::{current, default_pool, DEFERRED, STATS};
+use super::alloc::{current, default_pool, waiting_for_device, DEFERRED, STATS};
 use super::deferred::Limits;
 use super::request::CLIENTS;
 use crate::device::DeviceId;
@@ -57,7 +57,9 @@ impl PoolStats {
 
     /// This copy's pool's statistics for `device_id`.
     pub(crate) fn of_this_copy(device_id: DeviceId) -> PoolStats {
-        let (pending, pending_bytes) = DEFERRED.pending();
+        let (deferred, deferred_bytes) = DEFERRED.pending();
+        let (waiting, waiting_bytes) = waiting_for_device();
+        let (pending, pending_bytes) = (deferred + waiting, deferred_bytes + waiting_bytes);
         let counts = default_pool().report(device_id).counts;
         let allocator = current();
         let mut name = [0u8; 64];

@@ -1,192 +1,456 @@
-//! Python's view of device memory management: plugging in an allocator written in Python
-//! (or an adapter to PyTorch's or CuPy's pool), deferred frees, and `memory_info`.
+//! amso's pool as other libraries' allocator: what their plug-in points call (the Python side
+//! is `amso.allocators`). Device memory is lent through `cuda/loans.rs`, which checks every
+//! address given back; pinned host memory is owned by a `_PinnedLoan` object. PyTorch's
+//! `CUDAPluggableAllocator` and CuPy's `CFunctionAllocator` call C functions of this module
+//! without a Python frame (`amso_torch_alloc`/`amso_torch_free`, `amso_cupy_malloc`/`amso_cupy_free`).
 
-use std::sync::Arc;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::OnceLock;
 
-use pyo3::exceptions::PyMemoryError;
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
-use crate::cuda::alloc::DeviceAllocator;
-use crate::cuda::deferred::Limits;
-use crate::cuda::pool;
-use crate::cuda::stream::StreamHandle;
+use crate::cuda::device_memory::PinnedMemory;
+use crate::cuda::loans;
+use crate::cuda::request::{Client, Request, CLIENTS};
 use crate::device::DeviceId;
-use crate::error::{Error, Result};
+use crate::error::Error;
+use crate::python::base::convert::StreamValue;
+use crate::stream::Stream;
 
-/// Device memory from Python callables: `malloc(size, device_id, stream) -> int` and
-/// `free(ptr, size, device_id, stream)`.
-struct PythonAllocator {
-    malloc: Py<PyAny>,
-    free: Py<PyAny>,
-    name: String,
+fn client(number: u32) -> PyResult<Client> {
+    Client::from_number(number).ok_or_else(|| {
+        PyValueError::new_err(format!("client {number} is not one of amso's plug-in clients (0..{})", CLIENTS.len()))
+    })
 }
 
-impl DeviceAllocator for PythonAllocator {
-    fn name(&self) -> String {
-        self.name.clone()
-    }
-
-    fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64> {
-        Python::attach(|py| match self.malloc.call1(py, (bytes, device_id, stream.stream())) {
-            Ok(value) => match value.extract::<u64>(py) {
-                Ok(ptr) if ptr != 0 => Ok(ptr),
-                _ => Err(Error::Cuda {
-                    call: "the allocator's malloc",
-                    code: None,
-                    message: format!("it returned {value}, not a device address"),
-                }),
-            },
-            Err(error) if error.is_instance_of::<PyMemoryError>(py) => {
-                Err(Error::OutOfMemory { bytes, what: "device" })
-            }
-            Err(error) => {
-                Err(Error::Cuda { call: "the allocator's malloc", code: None, message: format!("it raised {error}") })
-            }
-        })
-    }
-
-    fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle) {
-        // Frees can come from any thread (a consumer's deleter); at interpreter shutdown
-        // there is no Python left to call, and the process releases the memory anyway.
-        let _ = Python::try_attach(|py| {
-            if let Err(error) = self.free.call1(py, (ptr, bytes, device_id, stream.stream())) {
-                error.write_unraisable(py, None);
-            }
-        });
+fn lend_error(error: Error) -> PyErr {
+    match error {
+        Error::OutOfMemory { .. } => PyMemoryError::new_err(error.to_string()),
+        other => other.into(),
     }
 }
 
-/// Route new device allocations through `malloc`/`free` (both None: amso's own pool), for
-/// every copy of the runtime in the process (`cuda/pool.rs`). Arrays keep the allocator that
-/// made them and free through it.
-#[pyfunction]
-#[pyo3(signature = (malloc = None, free = None, name = None))]
-pub(super) fn set_allocator(
+/// Lend `size` bytes on `device_id` for work on `stream` to client number `client_number`
+/// (memory other processes can map with `shareable`): the address, the loan's serial, the client.
+fn lend_to(
     py: Python<'_>,
-    malloc: Option<Py<PyAny>>,
-    free: Option<Py<PyAny>>,
-    name: Option<String>,
+    size: usize,
+    device_id: DeviceId,
+    stream: Stream,
+    client_number: u32,
+    shareable: bool,
+) -> PyResult<(u64, u64, Client)> {
+    let client = client(client_number)?;
+    let request = if shareable { Request::Shareable } else { Request::Current };
+    let (ptr, serial) = py.detach(|| loans::lend(request, device_id, size, stream, client)).map_err(lend_error)?;
+    Ok((ptr, serial, client))
+}
+
+/// `_lend(size, device_id, stream, client, shareable=False)`: `size` bytes of device memory
+/// from the process's pool, lent to `client` (a number of `CLIENTS`) for work on `stream` (a
+/// protocol value); the address (0 for zero bytes). Give it back with `_reclaim`.
+#[pyfunction]
+#[pyo3(name = "_lend", signature = (size, device_id, stream, client_number, shareable = false))]
+pub(super) fn lend(
+    py: Python<'_>,
+    size: usize,
+    device_id: DeviceId,
+    stream: StreamValue,
+    client_number: u32,
+    shareable: bool,
+) -> PyResult<u64> {
+    Ok(lend_to(py, size, device_id, stream.0, client_number, shareable)?.0)
+}
+
+/// `_reclaim(ptr, device_id, client, stream=None, size=None)`: give back a loan, freed after
+/// the work on `stream` (the one it was lent for if `None`). A double free, an address amso
+/// never lent, one of another device or client, or of another size, is a ValueError, and
+/// nothing is freed.
+#[pyfunction]
+#[pyo3(name = "_reclaim", signature = (ptr, device_id, client_number, stream = None, size = None))]
+pub(super) fn reclaim(
+    py: Python<'_>,
+    ptr: u64,
+    device_id: i32, // a plug-in's; a device this machine lacks is a refused give-back, counted
+    client_number: u32,
+    stream: Option<StreamValue>,
+    size: Option<usize>,
 ) -> PyResult<()> {
-    let allocator: Option<Arc<dyn DeviceAllocator>> = match (malloc, free) {
-        (None, None) => None,
-        (Some(malloc), Some(free)) => {
-            if !(malloc.bind(py).is_callable() && free.bind(py).is_callable()) {
-                return Err(pyo3::exceptions::PyTypeError::new_err(
-                    "set_allocator(malloc, free) takes two callables: malloc(size, device, stream) -> pointer and \
-                     free(pointer, size, device, stream)",
-                ));
-            }
-            let name = name.unwrap_or_else(|| "Python allocator".into());
-            Some(Arc::new(PythonAllocator { malloc, free, name }))
+    let client = client(client_number)?;
+    let device_id = DeviceId::new(device_id).inspect_err(|_| loans::count_refused())?;
+    let back = loans::GiveBack { bytes: size, stream: stream.map(|StreamValue(stream)| stream), serial: None };
+    py.detach(|| loans::reclaim(device_id, ptr, client, back))
+        .map_err(|refusal| PyValueError::new_err(refusal.message(ptr, device_id)))
+}
+
+/// `_reset_loans(client, device_id)`: take back every loan of `client` on `device_id` (its
+/// context was reset); how many.
+#[pyfunction]
+#[pyo3(name = "_reset_loans")]
+pub(super) fn reset_loans(py: Python<'_>, client_number: u32, device_id: i32) -> PyResult<usize> {
+    let client = client(client_number)?;
+    // A device this machine lacks holds no loans (a plug-in's id, raw).
+    Ok(DeviceId::new(device_id).map_or(0, |device_id| py.detach(|| loans::reset(client, device_id))))
+}
+
+/// `_refused_frees()`: gives-back refused so far (double frees, foreign addresses, ...).
+#[pyfunction]
+#[pyo3(name = "_refused_frees")]
+pub(super) fn refused_frees() -> u64 {
+    loans::refused()
+}
+
+/// A device loan owned by a Python object (CuPy's `UnownedMemory` owner, Numba's finalizer):
+/// given back by `release()`, or when the object is dropped.
+#[pyclass(frozen, module = "amso._amso", name = "_Loan")]
+pub struct Loan {
+    /// The device address (0 for zero bytes).
+    #[pyo3(get)]
+    ptr: u64,
+    /// The ledger's serial of this loan, so that a give-back after a reset cannot return a
+    /// later loan of the same address.
+    serial: u64,
+    /// The size in bytes.
+    #[pyo3(get)]
+    size: usize,
+    device_id: DeviceId,
+    client: Client,
+    released: AtomicBool,
+}
+
+#[pymethods]
+impl Loan {
+    #[new]
+    #[pyo3(signature = (size, device_id, stream, client_number, shareable = false))]
+    fn new(
+        py: Python<'_>,
+        size: usize,
+        device_id: DeviceId,
+        stream: StreamValue,
+        client_number: u32,
+        shareable: bool,
+    ) -> PyResult<Loan> {
+        let (ptr, serial, client) = lend_to(py, size, device_id, stream.0, client_number, shareable)?;
+        Ok(Loan { ptr, serial, size, device_id, client, released: AtomicBool::new(false) })
+    }
+
+    /// Give the memory back now (once; later calls do nothing). A ValueError if the loan was
+    /// taken back already by a reset.
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return Ok(());
         }
-        _ => return Err(Error::InvalidArgument("set_allocator needs both malloc and free, or neither".into()).into()),
-    };
-    // Without the GIL: the previous allocator may be dropped (and its pool's lock waited for).
-    py.detach(|| pool::plug(allocator));
-    Ok(())
-}
-
-/// Set when queued frees are flushed: at `count` pending frees or `fraction` of the device's
-/// memory; returns the previous `(count, fraction)`.
-#[pyfunction]
-#[pyo3(signature = (count = None, fraction = None))]
-pub(super) fn deferred_limits(count: Option<usize>, fraction: Option<f64>) -> PyResult<(usize, f64)> {
-    if fraction.is_some_and(|f| !(0.0..=1.0).contains(&f)) || count == Some(0) {
-        return Err(Error::InvalidArgument("count must be >= 1 and fraction within 0..=1".into()).into());
+        let (ptr, device_id, client) = (self.ptr, self.device_id, self.client);
+        py.detach(|| loans::reclaim(device_id, ptr, client, self.give_back()))
+            .map_err(|refusal| PyValueError::new_err(refusal.message(ptr, device_id)))
     }
-    let previous = pool::deferred_limits(None);
-    pool::deferred_limits(Some(Limits {
-        count: count.unwrap_or(previous.count),
-        fraction: fraction.unwrap_or(previous.fraction),
-    }));
-    Ok((previous.count, previous.fraction))
 }
 
-/// Bytes the driver's pool keeps after frees (amso's default allocator).
-#[pyfunction]
-pub(super) fn set_release_threshold(py: Python<'_>, bytes: u64) {
-    py.detach(|| pool::set_release_threshold(bytes));
-}
-
-/// Begin holding frees (`amso.defer_cleanup()`).
-#[pyfunction]
-pub(super) fn defer_hold() {
-    pool::hold_frees();
-}
-
-/// Stop holding frees; runs the ones that are due.
-#[pyfunction]
-#[pyo3(signature = (device_id = DeviceId::ZERO), text_signature = "(device_id=0)")]
-pub(super) fn defer_release(py: Python<'_>, device_id: DeviceId) {
-    py.detach(|| pool::release_frees(device_id));
-}
-
-/// Run every pending free now (unless a `defer_cleanup` block holds them).
-#[pyfunction]
-pub(super) fn flush_frees(py: Python<'_>) {
-    py.detach(pool::flush);
-}
-
-/// Give every block amso's pool caches back to the driver, after a device-wide synchronisation
-/// (PyTorch's `torch.cuda.empty_cache()`).
-#[pyfunction]
-pub(super) fn empty_cache(py: Python<'_>) -> PyResult<()> {
-    py.detach(pool::empty_cache)?;
-    Ok(())
-}
-
-/// Bound the bytes amso's pool caches per device (0: half of the device's memory); the previous
-/// bound (0 for the default).
-#[pyfunction]
-pub(super) fn set_cache_limit(py: Python<'_>, bytes: u64) -> u64 {
-    py.detach(|| pool::set_cache_limit(bytes))
-}
-
-/// Device memory and the process pool's statistics for `device_id`: totals, and per client
-/// library under `clients` (bytes in use and allocations served).
-#[pyfunction]
-#[pyo3(signature = (device_id = DeviceId::ZERO), text_signature = "(device_id=0)")]
-pub(super) fn memory_info(py: Python<'_>, device_id: DeviceId) -> PyResult<Bound<'_, PyDict>> {
-    let (free, total) = crate::cuda::context::memory_info(device_id)?;
-    let stats = py.detach(|| pool::stats(device_id));
-    let info = PyDict::new(py);
-    info.set_item("free", free)?;
-    info.set_item("total", total)?;
-    info.set_item("allocator", stats.allocator_name())?;
-    info.set_item("in_use", stats.in_use.iter().sum::<usize>())?;
-    info.set_item("cached", stats.cached)?;
-    info.set_item("pending_frees", stats.pending)?;
-    info.set_item("pending_bytes", stats.pending_bytes)?;
-    info.set_item("hits", stats.hits)?;
-    info.set_item("misses", stats.misses)?;
-    info.set_item("cross_stream_hits", stats.cross_stream_hits)?;
-    info.set_item("splits", stats.splits)?;
-    info.set_item("evictions", stats.evictions)?;
-    let shelves = py.detach(|| pool::shelves(device_id));
-    info.set_item("waiting_on_events", shelves.iter().map(|row| row.waiting).sum::<usize>())?;
-    let cache = pyo3::types::PyList::empty(py);
-    for row in shelves {
-        let line = PyDict::new(py);
-        line.set_item("stream", row.stream)?;
-        line.set_item("size_class", row.class)?;
-        line.set_item("blocks", row.blocks)?;
-        line.set_item("bytes", row.bytes)?;
-        line.set_item("waiting_on_events", row.waiting)?;
-        cache.append(line)?;
+impl Loan {
+    fn give_back(&self) -> loans::GiveBack {
+        loans::GiveBack { bytes: Some(self.size), stream: None, serial: Some(self.serial) }
     }
-    info.set_item("cache", cache)?;
-    let (hits, misses) = (stats.hits, stats.misses);
-    info.set_item("hit_rate", if hits + misses == 0 { 0.0 } else { hits as f64 / (hits + misses) as f64 })?;
-    info.set_item("deferred_count_limit", stats.limits.count)?;
-    info.set_item("deferred_fraction_limit", stats.limits.fraction)?;
-    let clients = PyDict::new(py);
-    for (i, name) in crate::cuda::request::CLIENTS.iter().enumerate() {
-        let client = PyDict::new(py);
-        client.set_item("in_use", stats.in_use[i])?;
-        client.set_item("allocations", stats.allocations[i])?;
-        clients.set_item(name, client)?;
+}
+
+impl Drop for Loan {
+    fn drop(&mut self) {
+        if !self.released.swap(true, Ordering::AcqRel) {
+            // A loan a reset took back is counted as refused, and nothing is freed twice. (The
+            // ledger's lock is held for a lookup only, and the free's driver calls run with the
+            // GIL released inside the pool.)
+            let _ = loans::reclaim(self.device_id, self.ptr, self.client, self.give_back());
+        }
     }
-    info.set_item("clients", clients)?;
-    Ok(info)
+}
+
+/// Pinned host memory from amso for another library (Numba's `memhostalloc`, CuPy's pinned
+/// memory pool): freed by `release()` or when dropped.
+#[pyclass(frozen, module = "amso._amso", name = "_PinnedLoan")]
+pub struct PinnedLoan {
+    memory: std::sync::Mutex<Option<PinnedMemory>>,
+    /// The host address (0 for zero bytes).
+    #[pyo3(get)]
+    ptr: usize,
+    /// The size in bytes.
+    #[pyo3(get)]
+    size: usize,
+}
+
+#[pymethods]
+impl PinnedLoan {
+    #[new]
+    #[pyo3(signature = (size, mapped = false, write_combined = false))]
+    fn new(py: Python<'_>, size: usize, mapped: bool, write_combined: bool) -> PyResult<PinnedLoan> {
+        let memory = py.detach(|| PinnedMemory::alloc_for_loan(size, mapped, write_combined)).map_err(lend_error)?;
+        let ptr = memory.as_ptr() as usize;
+        Ok(PinnedLoan { memory: std::sync::Mutex::new(Some(memory)), ptr, size })
+    }
+
+    /// Free the memory now (once).
+    fn release(&self, py: Python<'_>) {
+        let memory = self.memory.lock().unwrap_or_else(|e| e.into_inner()).take();
+        py.detach(|| drop(memory));
+    }
+}
+
+/// The client number of PyTorch's loans, and how many refusals were reported on stderr.
+const TORCH: Client = Client::Torch;
+static REPORTED: AtomicU32 = AtomicU32::new(0);
+
+/// PyTorch's `CUDAPluggableAllocator` allocation function: `size` bytes on `device` for work on
+/// `stream` (a `cudaStream_t`; NULL is the legacy default stream). NULL when the pool is out
+/// of memory (PyTorch then reports it; see docs/memory.md for its limits). Never unwinds.
+///
+/// # Safety
+/// Called by PyTorch with a device it manages and one of its streams. (`device` is PyTorch's C
+/// ABI, a raw id: checked here with `DeviceId::new`.)
+#[no_mangle]
+pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, stream: *mut c_void) -> *mut c_void {
+    // SAFETY: PyTorch's stream of `device` (NULL: the legacy default stream), alive for the call.
+    let stream = unsafe { Stream::from_handle(stream as usize) };
+    let lent = std::panic::catch_unwind(|| loans::lend(Request::Current, DeviceId::new(device)?, size, stream, TORCH));
+    match lent {
+        Ok(Ok((ptr, _))) => ptr as usize as *mut c_void,
+        Ok(Err(error)) => {
+            report(&format!("amso_torch_alloc: cannot lend {size} bytes on device {device}: {error}"));
+            raise_in_torch_caller(&error);
+            std::ptr::null_mut()
+        }
+        Err(_) => std::ptr::null_mut(),
+    }
+}
+
+/// PyTorch's pluggable allocator has no error channel, and takes NULL for a tensor's memory
+/// (pytorch/pytorch#133280): when the allocation came from a Python thread (one with a thread
+/// state, its GIL released by PyTorch's binding), set `torch.OutOfMemoryError` (or the error)
+/// as that thread's exception, so the call that asked raises, chained under CPython's
+/// `SystemError` for a result returned with an exception set, instead of handing Python a
+/// tensor without memory. A thread without Python state (PyTorch's own) only has the stderr line.
+fn raise_in_torch_caller(error: &Error) {
+    // SAFETY: reads whether the interpreter runs and whether this thread has a thread state.
+    let python_thread =
+        unsafe { pyo3::ffi::Py_IsInitialized() != 0 && !pyo3::ffi::PyGILState_GetThisThreadState().is_null() };
+    if !python_thread {
+        return;
+    }
+    let _ = Python::try_attach(|py| {
+        let torch_error = py
+            .import("sys")
+            .and_then(|sys| sys.getattr("modules"))
+            .and_then(|modules| modules.get_item("torch"))
+            .and_then(|torch| torch.getattr("OutOfMemoryError"));
+        let raised = match (error, torch_error) {
+            (Error::OutOfMemory { .. }, Ok(class)) => match class.call1((error.to_string(),)) {
+                Ok(value) => PyErr::from_value(value),
+                Err(failed) => failed,
+            },
+            _ => PyErr::from(error.clone()),
+        };
+        raised.restore(py);
+    });
+}
+
+/// PyTorch's `CUDAPluggableAllocator` free function: give back `ptr` (of `size` bytes, on
+/// `device`) after the work on `stream`. A double free or an address amso never lent is
+/// refused and reported on stderr (the first 10), never freed. Never unwinds.
+///
+/// # Safety
+/// Called by PyTorch with what `amso_torch_alloc` returned and the same size and device. (A
+/// `device` this machine lacks is a refused give-back, counted.)
+#[no_mangle]
+pub(crate) unsafe extern "C" fn amso_torch_free(ptr: *mut c_void, size: usize, device: c_int, stream: *mut c_void) {
+    // SAFETY: as in `amso_torch_alloc`.
+    let stream = unsafe { Stream::from_handle(stream as usize) };
+    let back = loans::GiveBack { bytes: Some(size), stream: Some(stream), serial: None };
+    let outcome = std::panic::catch_unwind(|| match DeviceId::new(device) {
+        Ok(id) => loans::reclaim(id, ptr as usize as u64, TORCH, back).map_err(|r| r.message(ptr as usize as u64, id)),
+        Err(error) => {
+            loans::count_refused();
+            Err(error.to_string())
+        }
+    });
+    if let Ok(Err(message)) = outcome {
+        report(&format!("amso_torch_free: {message}"));
+    }
+}
+
+/// Say `message` on stderr, for the first 10 refusals of a process (PyTorch's allocator
+/// functions have no error channel).
+fn report(message: &str) {
+    use std::io::Write;
+    if REPORTED.fetch_add(1, Ordering::Relaxed) < 10 {
+        let _ = writeln!(std::io::stderr(), "{message}"); // never a panic: stderr may be closed
+    }
+}
+
+/// CuPy's `get_current_stream_ptr` (a C function of `cupy.cuda.stream`, exported through its
+/// `__pyx_capi__`), which CuPy's own pool calls per allocation, and CuPy's `OutOfMemoryError`.
+static CUPY_STREAM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+static CUPY_OUT_OF_MEMORY: OnceLock<Py<PyAny>> = OnceLock::new();
+/// The C signature Cython gives `get_current_stream_ptr` (its capsule's name).
+const CUPY_STREAM_SIGNATURE: &std::ffi::CStr = c"intptr_t (void)";
+
+/// `_cupy_hooks(get_current_stream_ptr, OutOfMemoryError)`: the addresses of
+/// `amso_cupy_malloc` and `amso_cupy_free`, for `cupy.cuda.memory.CFunctionAllocator`, once
+/// told CuPy's current-stream function (the capsule `cupy.cuda.stream.__pyx_capi__` holds) and
+/// the error to raise when the pool is out of memory.
+#[pyfunction]
+#[pyo3(name = "_cupy_hooks")]
+pub(super) fn cupy_hooks(stream_function: &Bound<'_, PyAny>, out_of_memory: Py<PyAny>) -> PyResult<(usize, usize)> {
+    // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
+    if unsafe { pyo3::ffi::PyCapsule_IsValid(stream_function.as_ptr(), CUPY_STREAM_SIGNATURE.as_ptr()) } != 1 {
+        return Err(PyTypeError::new_err(format!(
+            "expected cupy.cuda.stream.__pyx_capi__['get_current_stream_ptr'], a capsule named {CUPY_STREAM_SIGNATURE:?}; \
+             got {}: this CuPy exports its current stream differently, so amso's C allocator cannot serve it (use \
+             amso.allocators.cupy_python_malloc)",
+            stream_function.repr().map_or_else(|_| "an object".into(), |r| r.to_string())
+        )));
+    }
+    // SAFETY: a valid capsule of that name (checked above) holds a C function of that signature.
+    let function = unsafe { pyo3::ffi::PyCapsule_GetPointer(stream_function.as_ptr(), CUPY_STREAM_SIGNATURE.as_ptr()) };
+    CUPY_STREAM.store(function, Ordering::Release);
+    let _ = CUPY_OUT_OF_MEMORY.set(out_of_memory);
+    Ok((amso_cupy_malloc as *const () as usize, amso_cupy_free as *const () as usize))
+}
+
+/// The value CuPy's Cython code reads as "an exception is set" from a C allocator's malloc
+/// (Cython 3 checks `PyErr_Occurred` when an `intptr_t` result is -1).
+const CUPY_FAILED: *mut c_void = usize::MAX as *mut c_void;
+
+/// CuPy's `CFunctionAllocator` malloc: `size` bytes on `device` from amso's pool, lent on CuPy's
+/// current stream. On failure a Python exception is set (CuPy's `OutOfMemoryError` when the pool
+/// is out of memory) and the result is -1. Never unwinds.
+///
+/// # Safety
+/// Called by CuPy (from `CFunctionAllocatorMemory.__init__`, holding the GIL) after
+/// `_cupy_hooks` told it CuPy's stream function.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn amso_cupy_malloc(_param: *mut c_void, size: usize, device: c_int) -> *mut c_void {
+    let function = CUPY_STREAM.load(Ordering::Acquire);
+    if function.is_null() {
+        return cupy_failure(PyRuntimeError::new_err("amso_cupy_malloc was called before amso.allocators set it up"));
+    }
+    // SAFETY: CuPy's `intptr_t get_current_stream_ptr(void)` (checked by its capsule's name),
+    // called holding the GIL, as CuPy calls it.
+    let stream = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> isize>(function)() };
+    // SAFETY: only reads the error indicator, holding the GIL.
+    if stream == -1 && unsafe { !pyo3::ffi::PyErr_Occurred().is_null() } {
+        return CUPY_FAILED; // CuPy's own error, propagated
+    }
+    // SAFETY: CuPy's current stream of `device` (0: the legacy default stream).
+    let stream = unsafe { Stream::from_handle(stream as usize) };
+    let lent =
+        std::panic::catch_unwind(|| loans::lend(Request::Current, DeviceId::new(device)?, size, stream, Client::CuPy));
+    match lent {
+        Ok(Ok((ptr, _))) => ptr as usize as *mut c_void,
+        Ok(Err(Error::OutOfMemory { .. })) => Python::attach(|py| {
+            let error = match CUPY_OUT_OF_MEMORY.get().map(|class| class.bind(py).call1((size, 0, 0))) {
+                Some(Ok(error)) => PyErr::from_value(error),
+                Some(Err(error)) => error,
+                None => PyMemoryError::new_err(format!("amso's pool is out of memory for {size} bytes")),
+            };
+            cupy_failure(error)
+        }),
+        Ok(Err(error)) => cupy_failure(error.into()),
+        Err(_) => cupy_failure(PyRuntimeError::new_err("amso_cupy_malloc: internal error (panic); please report it")),
+    }
+}
+
+/// Set `error` for CuPy to raise; the failure result.
+fn cupy_failure(error: PyErr) -> *mut c_void {
+    Python::attach(|py| error.restore(py));
+    CUPY_FAILED
+}
+
+/// CuPy's `CFunctionAllocator` free: give back `ptr` on `device`, ordered after the work on the
+/// stream it was lent on. A double free or an address amso never lent is refused and reported on
+/// stderr (the first 10), never freed. Never unwinds.
+///
+/// # Safety
+/// Called by CuPy with what `amso_cupy_malloc` returned. (A `device` this machine lacks is a
+/// refused give-back, counted.)
+#[no_mangle]
+pub(crate) unsafe extern "C" fn amso_cupy_free(_param: *mut c_void, ptr: *mut c_void, device: c_int) {
+    let ptr = ptr as usize as u64;
+    let outcome = std::panic::catch_unwind(|| match DeviceId::new(device) {
+        Ok(id) => loans::reclaim(id, ptr, Client::CuPy, loans::GiveBack::default()).map_err(|r| r.message(ptr, id)),
+        Err(error) => {
+            loans::count_refused();
+            Err(error.to_string())
+        }
+    });
+    if let Ok(Err(message)) = outcome {
+        report(&format!("amso_cupy_free: {message}"));
+    }
+}
+
+/// `_clients()`: the pool's client numbers by name (`amso.memory_info()["clients"]`), for the
+/// Python plug-ins.
+#[pyfunction]
+#[pyo3(name = "_clients")]
+pub(super) fn clients() -> Vec<(&'static str, u32)> {
+    CLIENTS.iter().enumerate().map(|(i, name)| (*name, i as u32)).collect()
+}
+
+/// The two callbacks of RMM's `CallbackMemoryResource` for one device, without a Python frame:
+/// `allocate(size, stream)` lends from amso's pool on RMM's stream, and `deallocate(ptr, size,
+/// stream)` gives back after the work on it (a refused give-back is a `RuntimeWarning`: RMM's
+/// callback must not raise).
+#[pyclass(frozen, module = "amso._amso", name = "_RmmHooks")]
+pub struct RmmHooks {
+    device_id: DeviceId,
+}
+
+/// The handle of an RMM `Stream` (the CUDA stream protocol, `__cuda_stream__`).
+fn rmm_stream(stream: &Bound<'_, PyAny>) -> PyResult<Stream> {
+    let (_, handle): (i64, usize) = stream.call_method0(pyo3::intern!(stream.py(), "__cuda_stream__"))?.extract()?;
+    // SAFETY: RMM's stream, alive for the call, as RMM's resource contract requires.
+    Ok(unsafe { Stream::from_handle(handle) })
+}
+
+#[pymethods]
+impl RmmHooks {
+    #[new]
+    fn new(device_id: DeviceId) -> RmmHooks {
+        RmmHooks { device_id }
+    }
+
+    fn allocate(&self, py: Python<'_>, size: usize, stream: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let stream = rmm_stream(stream)?;
+        Ok(lend_to(py, size, self.device_id, stream, Client::Rmm as u32, false)?.0)
+    }
+
+    fn deallocate(&self, py: Python<'_>, ptr: u64, size: usize, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+        let back = loans::GiveBack { bytes: Some(size), stream: Some(rmm_stream(stream)?), serial: None };
+        let device_id = self.device_id;
+        if let Err(refusal) = py.detach(|| loans::reclaim(device_id, ptr, Client::Rmm, back)) {
+            PyErr::warn(
+                py,
+                &py.get_type::<pyo3::exceptions::PyRuntimeWarning>(),
+                &std::ffi::CString::new(refusal.message(ptr, device_id)).unwrap_or_default(),
+                1,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `_pool_pair_ns(size, stream, client_number, count)`: the mean time in nanoseconds of one
+/// loan and its give-back through amso's pool and ledger, `count` times on `stream` (a
+/// diagnostic of the benchmark report: what amso adds to a library's hook).
+#[pyfunction]
+#[pyo3(name = "_pool_pair_ns")]
+pub(super) fn pool_pair_ns(size: usize, stream: StreamValue, client_number: u32, count: u32) -> PyResult<f64> {
+    let client = client(client_number)?;
+    let device_id = DeviceId::ZERO;
+    let back = loans::GiveBack { bytes: Some(size), stream: None, serial: None };
+    let start = std::time::Instant::now();
+    for _ in 0..count {
+        let (ptr, _) = loans::lend(Request::Current, device_id, size, stream.0, client).map_err(lend_error)?;
+        loans::reclaim(device_id, ptr, client, back)
+            .map_err(|refusal| PyValueError::new_err(refusal.message(ptr, device_id)))?;
+    }
+    Ok(start.elapsed().as_nanos() as f64 / f64::from(count.max(1)))
 }

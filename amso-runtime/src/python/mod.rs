@@ -14,11 +14,11 @@ pub(crate) mod export;
 mod factory;
 mod hot_methods;
 pub(crate) mod identity_cache;
+#[cfg(feature = "cuda")]
+mod memory;
 mod methods;
 pub(crate) mod npyffi;
 mod pickle;
-#[cfg(feature = "cuda")]
-mod plugins;
 mod repr;
 #[cfg(feature = "cuda")]
 mod share;
@@ -142,25 +142,25 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.add_class::<user_kernel::UserKernel>()?;
         module.add_class::<share::SharedHandle>()?;
         module.add_function(pyo3::wrap_pyfunction!(share::collect_shared, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(allocators::set_allocator, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(allocators::deferred_limits, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(allocators::set_release_threshold, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(allocators::defer_hold, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(allocators::defer_release, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(allocators::flush_frees, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(allocators::memory_info, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(plugins::lend, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(plugins::reclaim, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(plugins::reset_loans, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(plugins::refused_frees, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(plugins::cupy_hooks, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(plugins::clients, module)?)?;
-        module.add_class::<plugins::RmmHooks>()?;
-        module.add_function(pyo3::wrap_pyfunction!(plugins::pool_pair_ns, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(allocators::empty_cache, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(allocators::set_cache_limit, module)?)?;
-        module.add_class::<plugins::Loan>()?;
-        module.add_class::<plugins::PinnedLoan>()?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::set_allocator, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::deferred_limits, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::set_release_threshold, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::defer_hold, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::defer_release, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::flush_frees, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::memory_info, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::lend, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::reclaim, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::reset_loans, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::refused_frees, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::cupy_hooks, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::clients, module)?)?;
+        module.add_class::<allocators::RmmHooks>()?;
+        module.add_function(pyo3::wrap_pyfunction!(allocators::pool_pair_ns, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::empty_cache, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(memory::set_cache_limit, module)?)?;
+        module.add_class::<allocators::Loan>()?;
+        module.add_class::<allocators::PinnedLoan>()?;
     }
     module.add("_C_API", capi::api_capsule(module.py())?)?;
     if module.getattr(DISPATCH_ATTR).is_err() {

@@ -99,6 +99,39 @@ pub(super) fn describe(object: &Bound<'_, PyAny>, device: Option<Device>) -> Str
     }
 }
 
+/// Refuse host elements that are not values of `T`: a bool byte other than 0 or 1 (of a bool
+/// array, or a record's bool field), a NULL object pointer (`Py<PyAny>` is never NULL; NumPy
+/// reads NULL entries, of arrays C code made without filling them, as None).
+///
+/// # Safety
+/// Every element `shape` and `strides` reach from `source.data` is readable.
+#[inline]
+unsafe fn check_values<T: ArrayElement, D: Dimensions, A: Access>(
+    object: &Bound<'_, PyAny>,
+    source: &Source,
+    shape: &[usize],
+    strides: &[isize],
+    size: usize,
+) -> Result<(), Box<ArgumentError>> {
+    if T::DTYPE.code == crate::element::dlpack_code::BOOL && !const { T::DTYPE.numpy_only() } {
+        // SAFETY: one readable byte per element (the caller's promise).
+        check_each(source.data, shape, strides, 1, |byte| unsafe { *byte } <= 1)
+            .map_err(|()| refuse::<T, D, A>(Refusal::Bools, object, source))?;
+    }
+    if const { crate::element::record_has_bool(&T::DTYPE) } {
+        let bools: Vec<usize> = crate::element::record_bool_bytes(&T::DTYPE).collect();
+        // SAFETY: each record's bytes are readable (the caller's promise).
+        let valid = |record: *const u8| bools.iter().all(|&at| unsafe { *record.add(at) } <= 1);
+        check_each(source.data, shape, strides, size_of::<T>(), valid)
+            .map_err(|()| refuse::<T, D, A>(Refusal::RecordBools, object, source))?;
+    }
+    // SAFETY: an object array's elements are pointers, readable (the caller's promise).
+    if source.numpy_kind.as_deref() == Some("object") && !unsafe { objects_filled(source.data, shape, strides, size) } {
+        return Err(refuse::<T, D, A>(Refusal::NullObjects, object, source));
+    }
+    Ok(())
+}
+
 impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// Check what `source` describes against `T`, `D` and `A`, and take hold of its memory. The
     /// refusal is boxed: a result as small as the argument moves in a few words.
@@ -162,27 +195,8 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         }
         let borrow = match extent {
             Some(extent) if host => {
-                if T::DTYPE.code == crate::element::dlpack_code::BOOL && !numpy_only {
-                    // SAFETY: one readable byte per element (the extent was checked above).
-                    check_each(source.data, shape_ref, strides_ref, 1, |byte| unsafe { *byte } <= 1)
-                        .map_err(|()| refuse::<T, D, A>(Refusal::Bools, &object, &source))?;
-                }
-                if const { crate::element::record_has_bool(&T::DTYPE) } {
-                    let bools: Vec<usize> = crate::element::record_bool_bytes(&T::DTYPE).collect();
-                    // SAFETY: each record's bytes are readable (the extent was checked above).
-                    let valid = |record: *const u8| bools.iter().all(|&at| unsafe { *record.add(at) } <= 1);
-                    check_each(source.data, shape_ref, strides_ref, itemsize, valid)
-                        .map_err(|()| refuse::<T, D, A>(Refusal::RecordBools, &object, &source))?;
-                }
-                // `Py<PyAny>` is never NULL; NumPy reads NULL entries (of arrays C code made
-                // without filling them) as None.
-                if source.numpy_kind.as_deref() == Some("object") {
-                    // SAFETY: an object array's elements are pointers, readable (the extent was
-                    // checked above).
-                    if !unsafe { objects_filled(source.data, shape_ref, strides_ref, size) } {
-                        return Err(refuse::<T, D, A>(Refusal::NullObjects, &object, &source));
-                    }
-                }
+                // SAFETY: the extent was checked above: every element's bytes are readable.
+                unsafe { check_values::<T, D, A>(&object, &source, shape_ref, strides_ref, size) }?;
                 let key = guard::key(source.data, extent, shape_ref, strides_ref, itemsize, A::WRITABLE);
                 Some(Borrow::new(object.py(), key).map_err(|other| ArgumentError::Borrowed {
                     exclusive: other.exclusive != 0,

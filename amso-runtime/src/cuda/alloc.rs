@@ -22,6 +22,7 @@ use cudarc::driver::{result, sys};
 use super::capture;
 use super::context::Current;
 use super::deferred::{Deferred, Limits};
+use super::device_waiter::DeviceWaiter;
 use super::driver::map_error;
 pub(crate) use super::pool_allocator::default_pool;
 use super::request::{Client, Request, CLIENTS};
@@ -301,124 +302,38 @@ pub(crate) fn release_after_device(device_id: DeviceId, ptr: u64) {
     if DEFERRED.holding() || capturing() {
         run_all(DEFERRED.push(pending, 0, capacity(device_id), capturing()));
     } else {
-        WAITER.submit(pending, 0);
+        wait_for_device(pending, 0);
     }
 }
 
-/// The device waiter: one helper thread that runs the frees of amso's pool which wait for all
-/// of a device's work (Numba's, which name no stream; memory handed to consumers whose streams
-/// are unknown; frees on the per-thread default stream). It takes every free queued since its
-/// last turn, synchronises each of their devices once, and returns the blocks to the pool: the
-/// thread that frees never waits, and a block is back in the cache as soon as the device has
-/// reached it, instead of waiting for a batch to fill. `defer_cleanup` blocks and captures keep
-/// such frees in the deferred queue, as before.
-struct DeviceWaiter {
-    state: Mutex<Waiting>,
-    /// Signalled when frees are queued, and when a batch has run.
-    wake: std::sync::Condvar,
-    done: std::sync::Condvar,
-    started: OnceLock<bool>,
+/// The device waiter of amso's pool (`device_waiter.rs`): `defer_cleanup` blocks and captures
+/// keep such frees in the deferred queue instead.
+static WAITER: DeviceWaiter<PendingFree> = DeviceWaiter::new(run_waited);
+
+/// One batch of the device waiter, on its thread.
+fn run_waited(batch: Vec<(PendingFree, usize)>) {
+    if capturing() {
+        // A capture began since: the deferred queue holds them until it has ended.
+        for (free, bytes) in batch {
+            defer(free, bytes, true);
+        }
+    } else {
+        run_all(batch.into_iter().map(|(free, _)| free).collect());
+    }
 }
 
-/// The device waiter's frees: queued (each with its bytes), and the batch it runs now (how many,
-/// and their bytes).
-struct Waiting {
-    queue: Vec<(PendingFree, usize)>,
-    running: (usize, usize),
+/// Hand `free` (of `bytes`) to the device waiter; to the deferred queue when its thread could
+/// not start.
+fn wait_for_device(free: PendingFree, bytes: usize) {
+    if let Err(free) = WAITER.submit(free, bytes) {
+        defer(free, bytes, capturing());
+    }
 }
 
-static WAITER: DeviceWaiter = DeviceWaiter {
-    state: Mutex::new(Waiting { queue: Vec::new(), running: (0, 0) }),
-    wake: std::sync::Condvar::new(),
-    done: std::sync::Condvar::new(),
-    started: OnceLock::new(),
-};
-
-impl DeviceWaiter {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Queue `free` (of `bytes`) for the waiter; without a thread (none could start), it goes
-    /// to the deferred queue.
-    fn submit(&'static self, free: PendingFree, bytes: usize) {
-        let started = *self.started.get_or_init(|| {
-            std::thread::Builder::new().name("amso-device-waiter".into()).spawn(|| WAITER.serve()).is_ok()
-        });
-        if !started {
-            let capacity = free.waits_for_device().map_or(usize::MAX, capacity);
-            run_all(DEFERRED.push(free, bytes, capacity, capturing()));
-            return;
-        }
-        self.lock().queue.push((free, bytes));
-        self.wake.notify_one();
-    }
-
-    /// The frees queued or running, and their bytes.
-    fn pending(&self) -> (usize, usize) {
-        let waiting = self.lock();
-        let queued: usize = waiting.queue.iter().map(|(_, bytes)| bytes).sum();
-        (waiting.queue.len() + waiting.running.0, queued + waiting.running.1)
-    }
-
-    /// Everything queued, taken now (a flush, or an allocation out of memory).
-    fn take_all(&self) -> Vec<PendingFree> {
-        std::mem::take(&mut self.lock().queue).into_iter().map(|(free, _)| free).collect()
-    }
-
-    fn serve(&self) {
-        loop {
-            let batch = {
-                let mut waiting = self.lock();
-                while waiting.queue.is_empty() {
-                    waiting = self.wake.wait(waiting).unwrap_or_else(|e| e.into_inner());
-                }
-                let batch = std::mem::take(&mut waiting.queue);
-                waiting.running = (batch.len(), batch.iter().map(|(_, bytes)| bytes).sum());
-                batch
-            };
-            // A panic (none is expected) loses this batch's blocks, never the waiter: a flush
-            // waiting for it must not wait forever.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                if capturing() {
-                    // A capture began since: the deferred queue holds them until it has ended.
-                    for (free, bytes) in batch {
-                        let capacity = free.waits_for_device().map_or(usize::MAX, capacity);
-                        run_all(DEFERRED.push(free, bytes, capacity, true));
-                    }
-                } else {
-                    run_all(batch.into_iter().map(|(free, _)| free).collect());
-                }
-            }));
-            self.lock().running = (0, 0);
-            self.done.notify_all();
-        }
-    }
-
-    /// Whether the waiter had frees queued or running, after waiting at most `timeout` for them
-    /// to run (the GIL released by the caller): a block about to come back is worth that much
-    /// of a wait before asking the driver, and the wait stays short when the device is busy.
-    fn settle(&self, timeout: std::time::Duration) -> bool {
-        let waiting = self.lock();
-        if waiting.queue.is_empty() && waiting.running.0 == 0 {
-            return false;
-        }
-        let _ = self
-            .done
-            .wait_timeout_while(waiting, timeout, |w| !w.queue.is_empty() || w.running.0 != 0)
-            .unwrap_or_else(|e| e.into_inner());
-        true
-    }
-
-    /// Wait (with the GIL released) until the batch the waiter runs now, if any, has run.
-    fn finish_running(&self) {
-        crate::gil::released(|| {
-            let mut waiting = self.lock();
-            while waiting.running.0 != 0 {
-                waiting = self.done.wait(waiting).unwrap_or_else(|e| e.into_inner());
-            }
-        });
-    }
+/// Queue `free` (of `bytes`) in the deferred queue, running what is due.
+fn defer(free: PendingFree, bytes: usize, capture: bool) {
+    let capacity = free.waits_for_device().map_or(usize::MAX, capacity);
+    run_all(DEFERRED.push(free, bytes, capacity, capture));
 }
 
 /// Before a request the cache cannot serve goes to the driver: give the device waiter's frees
@@ -533,7 +448,7 @@ pub(crate) fn release(source: Source, device_id: DeviceId, ptr: u64, bytes: usiz
     let pending = PendingFree::Device { source, device_id, ptr, bytes, after, client };
     match after {
         After::Stream(_) if free_now => pending.run(), // stream-ordered into amso's pool: no driver call
-        After::Device if free_now => WAITER.submit(pending, bytes),
+        After::Device if free_now => wait_for_device(pending, bytes),
         _ => run_all(DEFERRED.push(pending, bytes, capacity(device_id), capturing())),
     }
 }
@@ -575,7 +490,7 @@ pub(crate) fn set_deferred_limits(limits: Limits) {
 
 #[cfg(test)]
 mod tests {
-    use super::{flush, waiting_for_device, PendingFree, WAITER};
+    use super::{flush, wait_for_device, waiting_for_device, PendingFree};
     use crate::device::DeviceId;
 
     #[test]
@@ -584,11 +499,11 @@ mod tests {
             return; // the frees below name no real memory: only where no driver can run them
         }
         for ptr in [0x1000, 0x2000, 0x3000] {
-            WAITER.submit(PendingFree::Driver { device_id: DeviceId::ZERO, ptr }, 4096);
+            wait_for_device(PendingFree::Driver { device_id: DeviceId::ZERO, ptr }, 4096);
         }
         flush();
         assert_eq!(waiting_for_device(), (0, 0), "a flush leaves nothing queued or running");
-        WAITER.submit(PendingFree::Driver { device_id: DeviceId::ZERO, ptr: 0x4000 }, 4096);
+        wait_for_device(PendingFree::Driver { device_id: DeviceId::ZERO, ptr: 0x4000 }, 4096);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while waiting_for_device() != (0, 0) && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));

@@ -11,7 +11,7 @@
 //! Frees are ordered after the work on a stream: the stream the client names at the free
 //! (PyTorch's, RMM's), else the one the loan was made for (CuPy's current stream at the
 //! allocation, as CuPy's own pool files its blocks). Numba's wait for the device's work, on the
-//! device waiter's thread (`alloc.rs`): Numba names no stream, and a block reused at once on the
+//! device waiter's thread (`device_waiter.rs`): Numba names no stream, and a block reused at once on the
 //! legacy stream would queue nothing there for its next kernel, on another of Numba's streams,
 //! to wait behind.
 

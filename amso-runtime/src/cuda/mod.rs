@@ -32,6 +32,7 @@ pub(crate) mod compile;
 pub(crate) mod context;
 pub(crate) mod deferred;
 pub(crate) mod device_memory;
+mod device_waiter;
 pub(crate) mod driver;
 // Process-to-process sharing is reached from Python only (`MemArray.share`); its handle's bytes
 // (`share/handle.rs`, which the fuzz target reads without Python) take their sizes from here.

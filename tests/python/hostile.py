@@ -134,8 +134,9 @@ class DLPackExchangeAPI(ctypes.Structure):
 
 
 def amso_c_functions():
-    """`amso_get_handle` and the exchange table's `dltensor_from_py_object_no_sync`, called from
-    Python through ctypes (the GIL held, a raised exception propagated)."""
+    """`amso_get_handle` and the exchange table's `dltensor_from_py_object_no_sync` and
+    `managed_tensor_from_py_object_no_sync`, called from Python through ctypes (the GIL held, a
+    raised exception propagated)."""
     import amso
 
     module = ctypes.PyDLL(amso._amso.__file__)
@@ -144,7 +145,9 @@ def amso_c_functions():
     table = DLPackExchangeAPI.from_address(type(amso.MemArray(1, "float32")).__c_dlpack_exchange_api__)
     dltensor = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(DLTensor))(
         table.dltensor_from_py_object_no_sync)
-    return get_handle, dltensor
+    managed = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))(
+        table.managed_tensor_from_py_object_no_sync)
+    return get_handle, dltensor, managed
 
 
 def impostors() -> list[tuple[str, object]]:
@@ -154,6 +157,8 @@ def impostors() -> list[tuple[str, object]]:
     real = type(amso.MemArray(2, "float32"))
     other_capsule = type("OtherCapsule", (), {"__amso_type__": real.__dlpack_c_exchange_api__})
     copied_capsule = type("CopiedCapsule", (), {"__amso_type__": real.__amso_type__})
+    # A type that copied amso's exchange table, as a consumer finds it (type(x).__dlpack_c_exchange_api__).
+    copied_table = type("CopiedTable", (), {"__dlpack_c_exchange_api__": real.__dlpack_c_exchange_api__})
     return [
         ("fake-header-attribute", _FakeHeaderAttribute()),
         ("raising-header-attribute", _RaisingHeaderAttribute()),
@@ -161,6 +166,7 @@ def impostors() -> list[tuple[str, object]]:
         ("raising-type-attribute", _RaisingTypeMeta()),
         ("capsule-of-another-name", other_capsule()),
         ("copied-amso-capsule", copied_capsule()),
+        ("copied-exchange-table", copied_table()),
         ("the-class-itself", real),
         ("a-dlpack-capsule", amso.MemArray(2, "float32").__dlpack__()),
     ]

@@ -515,11 +515,17 @@ IMPOSTORS = impostors()
 @pytest.mark.parametrize("case, impostor", IMPOSTORS, ids=[case for case, _ in IMPOSTORS])
 def test_impostors_from_python_through_the_c_functions(case, impostor):
     a = witness()
-    get_handle, dltensor = amso_c_functions()
+    get_handle, dltensor, managed = amso_c_functions()
     handle = ctypes.c_void_p()
     assert get_handle(impostor, ctypes.byref(handle)) == 2  # AMSO_ERR_NOT_AN_AMSO_ARRAY
     with pytest.raises(TypeError, match="is not an amso array"):
         dltensor(impostor, ctypes.byref(DLTensor()))
+    # The owning export too, whatever the object's type copied of amso's (its table, its
+    # type capsule): a TypeError naming the object, never its missing __dlpack__.
+    tensor = ctypes.c_void_p()
+    with pytest.raises(TypeError, match="is not an amso array"):
+        managed(impostor, ctypes.byref(tensor))
+    assert tensor.value is None
     intact(a)
 
 

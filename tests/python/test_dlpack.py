@@ -134,7 +134,7 @@ def test_a_read_only_array_refuses_the_legacy_capsule_as_numpy_does():
 def test_the_borrowed_dltensor_of_the_exchange_api_refuses_read_only_arrays():
     from hostile import amso_c_functions  # it imports this module's structs
 
-    _, dltensor = amso_c_functions()
+    _, dltensor, _ = amso_c_functions()
     out = DLTensor()
     with pytest.raises(BufferError, match="read-only, which a DLTensor cannot say"):
         dltensor(amso.MemArray(3, np.float32, readonly=True), ctypes.byref(out))

@@ -166,6 +166,56 @@ def test_a_vector_unpickled_over_a_misaligned_buffer_is_copied_to_its_alignment(
     assert np.asarray(c).ctypes.data == receive.ctypes.data + aligned
 
 
+def _unpickled_over_a_misaligned_buffer(n):
+    """A float32x4 array of `n` vectors unpickled (protocol 5) over an out-of-band buffer 4 bytes
+    past a 16-byte boundary, and the values it must hold."""
+    import pickle
+
+    import numpy as np
+
+    import amso
+
+    values = np.arange(4 * n, dtype=np.float32).reshape(n, 4) - 3.5
+    buffers: list = []
+    payload = pickle.dumps(amso.asarray(values, dtype="float32x4"), protocol=5, buffer_callback=buffers.append)
+    raw = bytes(buffers[0].raw())
+    receive = np.zeros(len(raw) + 64, np.uint8)
+    offset = next(k for k in range(4, 64, 4) if (receive.ctypes.data + k) % 16 == 4)
+    receive[offset:offset + len(raw)] = np.frombuffer(raw, np.uint8)
+    return pickle.loads(payload, buffers=[memoryview(receive)[offset:offset + len(raw)]]), values
+
+
+_LANE_SUM = r"""
+#include "amso.cuh"
+extern "C" __global__ void lane_sum(amso::Indexer<amso::float32x4, 1> v, amso::Indexer<float, 1> out) {
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= v.size()) return;
+    const float4 p = v(i);  // one aligned 16-byte load, which faults on a misaligned address
+    out(i) = p.x + p.y + p.z + p.w;
+}
+"""
+
+
+@pytest.mark.skipif("not __import__('amso').cuda.is_available()", reason="needs a CUDA device (scripts/gpu_suite.sh)")
+def test_a_vector_unpickled_over_a_misaligned_buffer_reaches_the_gpu_aligned():
+    """Case 1's GPU path: the unpickled vector, exported to the device (DLPack with its lanes to
+    amso's device array, then a float4 kernel) and to CuPy, arrives 16-byte aligned with its values."""
+    import numpy as np
+
+    import amso
+
+    b, values = _unpickled_over_a_misaligned_buffer(1000)
+    host = amso.from_dlpack(b)  # the host export carries lanes = 4: its address must be aligned
+    assert np.asarray(host).ctypes.data % 16 == 0 and np.asarray(host).ctypes.data == np.asarray(b).ctypes.data
+    b.move_memory("cuda")
+    assert b.__cuda_array_interface__["data"][0] % 16 == 0
+    out = amso.MemArray(1000, np.float32, on_device=True)
+    amso.cuda.Kernel(_LANE_SUM, "lane_sum")((1000 + 127) // 128, 128, (b, out))
+    np.testing.assert_array_equal(out.to_numpy(), values.sum(axis=1))
+    cupy = pytest.importorskip("cupy")
+    np.testing.assert_array_equal(cupy.asnumpy(cupy.asarray(b)), values)
+
+
 def _legacy_interpreter():
     """A subinterpreter that shares the main GIL (3.11's kind; `isolated=False` from 3.12)."""
     try:

@@ -60,14 +60,21 @@ fn python_call(body: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
     unsafe { crate::python::base::error::at_c_entry(-1, |py| body(py).map(|()| 0)) }
 }
 
+/// The `TypeError` for an object that is no amso array, though its type offers amso's table.
+fn not_an_amso_array(object: &Bound<'_, PyAny>) -> PyErr {
+    let kind = object.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+    PyTypeError::new_err(format!(
+        "{} object is not an amso array: amso's DLPack exchange API takes amso arrays only; use the API of the \
+         object's own type (type(x).__dlpack_c_exchange_api__), or its __dlpack__",
+        crate::error::with_article(kind)
+    ))
+}
+
 /// The header of the amso array `object`, borrowed for as long as `object` is; a locked array
 /// is refused (exports happen inside the `with` block that holds it), and so is a record array,
 /// which DLPack cannot describe (as every export refuses it: `record_refusal`).
 fn exportable_header<'a>(object: &'a Bound<'_, PyAny>) -> PyResult<&'a crate::python::base::header::Header> {
-    let header = crate::python::base::recognize::header_of_object(object).ok_or_else(|| {
-        let kind = object.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
-        PyTypeError::new_err(format!("{} object is not an amso array", crate::error::with_article(kind)))
-    })?;
+    let header = crate::python::base::recognize::header_of_object(object).ok_or_else(|| not_an_amso_array(object))?;
     if header.code == crate::element::OPAQUE_HANDLE {
         let message = match object.cast::<MemArrayBase>() {
             Ok(array) => crate::memarray::export::record_refusal(array.get().element_type()),
@@ -145,7 +152,12 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
             unsafe { *out = raw.as_ptr() };
             return Ok(());
         }
-        // Another module's amso array: through its own __dlpack__, taking over the capsule.
+        // Another module's amso array: through its own __dlpack__, taking over the capsule. An
+        // object of another kind (a type that copied amso's table) is refused as the borrowed
+        // export refuses it.
+        if crate::python::base::recognize::header_of_object(&object).is_none() {
+            return Err(not_an_amso_array(&object));
+        }
         let kwargs = PyDict::new(py);
         kwargs.set_item("max_version", DLPACK_VERSION)?;
         kwargs.set_item("stream", -1i64)?;

@@ -6,8 +6,11 @@ while the four libraries allocate and free 256 MiB blocks in turn and together, 
 pool against each library's own.
 
 A plug-in must be set before its library's first allocation, so each configuration runs in a
-fresh child process (CuPy and RMM switch within one child); every row is the median of
-`PROCESSES` rounds of fresh children, with the ratio's spread. The figures are gathered here, in
+fresh child process. CuPy and RMM switch allocators within one child; PyTorch's floor and amso
+share one forwarding plug-in in one child, timed in turn, because whole processes on the GPU
+machine run at one of two speeds (up to 2x apart, pinned to a core or not), which a ratio
+between two processes would take for the allocator's. Every row is the median of `PROCESSES`
+rounds of fresh children, with the ratio's spread. The figures are gathered here, in
 run.py's process."""
 
 from __future__ import annotations
@@ -66,21 +69,31 @@ library, mode = sys.argv[1], sys.argv[2]
 out = {}
 if library == "torch":
     import torch
-    if mode == "amso":
-        torch.cuda.memory.change_current_allocator(amso.allocators.torch_allocator())
-    elif mode == "floor":
-        import amso_peers
+    if mode == "plug":
+        # One plug-in for the process, forwarding to the floor's functions or to amso's in turn
+        # (no tensor lives across a switch): the two are timed in one process, alternately.
+        import ctypes, amso_peers
         keep = floor_block()
         torch.cuda.memory.change_current_allocator(
-            torch.cuda.memory.CUDAPluggableAllocator(amso_peers.amso_peers.__file__, "floor_torch_alloc", "floor_torch_free"))
-    side = torch.cuda.Stream()
-    out[mode] = rows(lambda size: torch.empty(size, dtype=torch.uint8, device="cuda"), lambda: torch.cuda.stream(side))
-    if mode == "amso":
-        # amso's two C functions alone, called from a C loop as PyTorch calls them (GIL released).
-        import ctypes, amso_peers
-        library = ctypes.CDLL(amso._amso.__file__)
-        alloc, free = (ctypes.cast(getattr(library, name), ctypes.c_void_p).value
+            torch.cuda.memory.CUDAPluggableAllocator(amso_peers.amso_peers.__file__, "forward_torch_alloc", "forward_torch_free"))
+        extension = ctypes.CDLL(amso._amso.__file__)
+        alloc, free = (ctypes.cast(getattr(extension, name), ctypes.c_void_p).value
                        for name in ("amso_torch_alloc", "amso_torch_free"))
+        targets = {"floor": amso_peers.torch_floor_functions(), "amso": (alloc, free)}
+    side = torch.cuda.Stream()
+    make = lambda size: torch.empty(size, dtype=torch.uint8, device="cuda")
+    if mode == "own":
+        out["own"] = rows(make, lambda: torch.cuda.stream(side))
+    else:
+        for _ in range(3):
+            for which, (to_alloc, to_free) in targets.items():
+                amso_peers.forward_torch_to(to_alloc, to_free, False)
+                found = rows(make, lambda: torch.cuda.stream(side))
+                best = out.setdefault(which, found)
+                for stream in found:
+                    for label in found[stream]:
+                        best[stream][label] = min(best[stream][label], found[stream][label])
+        # amso's two C functions alone, called from a C loop as PyTorch calls them (GIL released).
         out["amso's part (ns)"] = {
             stream: {label: min(amso_peers.time_torch_pairs(alloc, free, size, handle, 20000, True) for _ in range(3))
                      for label, size in SIZES.items()}
@@ -209,7 +222,7 @@ def one_round() -> dict:
     script = CHILD % {"sizes": SIZES, "block": BLOCK}
     found: dict = {}
     for library in LIBRARIES:
-        modes = ("own", "amso", "floor") if library in ("torch", "numba") else ("all",)
+        modes = {"torch": ("own", "plug"), "numba": ("own", "amso", "floor")}.get(library, ("all",))
         found[library] = {}
         for mode in modes:
             rows = child(script, library, mode)

@@ -6,7 +6,7 @@
 //! block serves every allocation.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use pyo3::prelude::*;
 
@@ -115,4 +115,104 @@ pub(crate) fn time_torch_pairs(
     } else {
         run()
     }
+}
+
+/// The pair of functions the forwarding plug-in calls, whether it times them, and what the timed
+/// calls cost so far.
+static TARGET: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+static TIMING: AtomicBool = AtomicBool::new(false);
+static TIMED_CALLS: AtomicUsize = AtomicUsize::new(0);
+static TIMED_NS: AtomicUsize = AtomicUsize::new(0);
+
+/// `forward_torch_to(alloc, free, timed)`: make the forwarding plug-in (`forward_torch_alloc`,
+/// `forward_torch_free`) call PyTorch allocator functions at `alloc` and `free`, timing each call
+/// when `timed` (and zeroing the count). One plug-in set once, so that one process can time
+/// PyTorch over the floor and over amso in turn, with no block live across a switch, the
+/// ratio then immune to what makes whole processes faster or slower; timed, it says what a
+/// plug-in costs inside `torch.empty` itself, against the same pair timed from a C loop
+/// (`time_torch_pairs`).
+#[pyfunction]
+pub(crate) fn forward_torch_to(alloc: usize, free: usize, timed: bool) {
+    TARGET[0].store(alloc, Ordering::Relaxed);
+    TARGET[1].store(free, Ordering::Relaxed);
+    TIMING.store(timed, Ordering::Relaxed);
+    TIMED_CALLS.store(0, Ordering::Relaxed);
+    TIMED_NS.store(0, Ordering::Relaxed);
+}
+
+/// `timed_torch_total()`: (calls, nanoseconds) spent in the forwarded functions since
+/// `forward_torch_to(..., timed=True)`.
+#[pyfunction]
+pub(crate) fn timed_torch_total() -> (usize, usize) {
+    (TIMED_CALLS.load(Ordering::Relaxed), TIMED_NS.load(Ordering::Relaxed))
+}
+
+fn forwarded<R>(call: impl FnOnce() -> R) -> R {
+    if !TIMING.load(Ordering::Relaxed) {
+        return call();
+    }
+    let start = std::time::Instant::now();
+    let result = call();
+    TIMED_NS.fetch_add(start.elapsed().as_nanos() as usize, Ordering::Relaxed);
+    TIMED_CALLS.fetch_add(1, Ordering::Relaxed);
+    result
+}
+
+/// PyTorch's allocation function, forwarding to the target (the floor's, when none is set).
+#[no_mangle]
+pub(crate) extern "C" fn forward_torch_alloc(size: usize, device: c_int, stream: *mut c_void) -> *mut c_void {
+    let target = TARGET[0].load(Ordering::Relaxed);
+    if target == 0 {
+        return floor_torch_alloc(size, device, stream);
+    }
+    // SAFETY: `forward_torch_to` was given a PyTorch allocation function.
+    forwarded(|| unsafe { std::mem::transmute::<usize, TorchAlloc>(target)(size, device, stream) })
+}
+
+/// PyTorch's free function, forwarding to the target (the floor's, when none is set).
+#[no_mangle]
+pub(crate) extern "C" fn forward_torch_free(ptr: *mut c_void, size: usize, device: c_int, stream: *mut c_void) {
+    let target = TARGET[1].load(Ordering::Relaxed);
+    if target == 0 {
+        return floor_torch_free(ptr, size, device, stream);
+    }
+    // SAFETY: `forward_torch_to` was given a PyTorch free function.
+    forwarded(|| unsafe { std::mem::transmute::<usize, TorchFree>(target)(ptr, size, device, stream) })
+}
+
+/// `torch_floor_functions()`: the addresses of the PyTorch floor's allocation and free.
+#[pyfunction]
+pub(crate) fn torch_floor_functions() -> (usize, usize) {
+    (floor_torch_alloc as *const () as usize, floor_torch_free as *const () as usize)
+}
+
+/// How many atomic read-modify-writes each of the counting floor's functions makes.
+static RMW_COUNT: AtomicUsize = AtomicUsize::new(0);
+static RMW_TARGET: AtomicUsize = AtomicUsize::new(0);
+
+/// `set_floor_rmw(count)`: the atomic read-modify-writes (uncontended, as a lock's acquire and
+/// release are) each of `rmw_torch_alloc` and `rmw_torch_free` makes before doing what the floor
+/// does. A diagnostic: what the least bookkeeping a pool needs costs inside PyTorch's hook.
+#[pyfunction]
+pub(crate) fn set_floor_rmw(count: usize) {
+    RMW_COUNT.store(count, Ordering::Relaxed);
+}
+
+fn rmw() {
+    for _ in 0..RMW_COUNT.load(Ordering::Relaxed) {
+        RMW_TARGET.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// PyTorch's allocation function: `set_floor_rmw`'s count of atomic operations, then the floor's.
+#[no_mangle]
+pub(crate) extern "C" fn rmw_torch_alloc(_size: usize, _device: c_int, _stream: *mut c_void) -> *mut c_void {
+    rmw();
+    BLOCK.load(Ordering::Relaxed) as *mut c_void
+}
+
+/// PyTorch's free function: `set_floor_rmw`'s count of atomic operations.
+#[no_mangle]
+pub(crate) extern "C" fn rmw_torch_free(_ptr: *mut c_void, _size: usize, _device: c_int, _stream: *mut c_void) {
+    rmw();
 }

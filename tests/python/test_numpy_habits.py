@@ -7,6 +7,7 @@ own repr of the same values."""
 from __future__ import annotations
 
 import gc
+import operator
 import pydoc
 import re
 
@@ -342,7 +343,321 @@ def test_help_lists_the_methods():
     assert issubclass(type(a), amso.MemArray) and not issubclass(np.ndarray, amso.MemArray)
 
 
+# --- conversions, membership, byte order, overflow (issue 56) ---
+
+CONVERSIONS = [bool, float, int, complex, operator.index]
+SHAPES = [(1,), (1, 1), (3,), (3, 4), (0,), (2, 0)]
+
+
+def numpy_says(convert, x):
+    """What NumPy gives for `convert(x)`: ('value', v) or (exception type, message)."""
+    try:
+        return "value", convert(x)
+    except (TypeError, ValueError) as error:
+        return type(error), str(error)
+
+
+@pytest.mark.parametrize("convert", CONVERSIONS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("name", ["float32", "int64", "uint8", "complex128", "bool"])
+def test_conversions_to_python_scalars_are_numpys(name, shape, convert):
+    """bool/float/int/complex/operator.index of an amso array give what NumPy gives for the same
+    array under the installed NumPy: the value, or NumPy's exception type and message (with
+    NumPy's `a.any()` advice naming np.asarray, which amso arrays leave to NumPy)."""
+    x = sample(name, shape, 3) if 0 not in shape else np.zeros(shape, np_dtype(name))
+    a = amso.asarray(x)
+    kind, expected = numpy_says(convert, x)
+    if kind == "value":
+        assert convert(a) == expected and type(convert(a)) is type(expected)
+    else:
+        with pytest.raises(kind) as error:
+            convert(a)
+        assert str(error.value) == expected.replace("Use a.any() or a.all()",
+                                                    "Use np.asarray(a).any() or np.asarray(a).all() "
+                                                    "(on the GPU: cupy.from_dlpack(a).any())")
+
+
+def test_a_byte_array_holding_digits_is_no_number():
+    """CPython reads any buffer exporter as text in float() and int() when its class defines no
+    __float__/__int__: b"3.5" must not become 3.5."""
+    u = amso.asarray(np.frombuffer(b"3.5", np.uint8))
+    assert numpy_says(float, u) == numpy_says(float, np.frombuffer(b"3.5", np.uint8))
+    assert numpy_says(int, u) == numpy_says(int, np.frombuffer(b"3.5", np.uint8))
+    if numpy_says(float, u)[0] == "value":  # a NumPy that converts size-1 arrays: never the text
+        assert float(u) != 3.5
+
+
+def test_truth_of_zero_and_one_element_arrays_is_the_elements():
+    assert bool(amso.asarray(np.zeros(1, np.float32))) is False
+    assert bool(amso.asarray(np.ones((1, 1), np.float32))) is True
+    with pytest.raises(ValueError, match=re.escape("np.asarray(a).any()")):
+        bool(amso.asarray(np.zeros((3, 4), np.float32)))
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 3, 4)], ids=str)
+def test_membership_is_numpys_at_every_rank(shape):
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    a = amso.asarray(x)
+    for value in (3.0, 5, -1.0, 1e9, float("nan")):
+        assert (value in a) == (value in x)
+
+
+def test_a_non_native_byte_order_is_refused_as_asarray_refuses_it():
+    for spelling in (">f4", ">i8", np.dtype(">c16")):
+        with pytest.raises(ValueError, match=r"big-endian; amso arrays hold the machine's byte order: pass '"):
+            amso.MemArray(3, spelling)
+        with pytest.raises(ValueError, match="big-endian"):
+            amso.asarray(np.zeros(3, spelling))
+    assert amso.MemArray(3, "<f4").dtype == "float32" and amso.MemArray(3, "=i8").dtype == "int64"
+
+
+@pytest.mark.parametrize("name, value", [("float32", 1e40), ("float16", 1e6), ("complex64", complex(1e40, 1))])
+def test_an_overflowing_float_write_warns_as_numpy_does(name, value):
+    x = np.zeros(2, np_dtype(name))
+    with pytest.warns(RuntimeWarning, match="overflow encountered in cast") as numpys:
+        x[0] = value
+    a = amso.MemArray(2, name)
+    with pytest.warns(RuntimeWarning, match="overflow encountered in cast") as amsos:
+        a[0] = value
+    assert len(amsos) == len(numpys) == 1
+    same(a, x)
+    with __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("error")
+        a[1] = 3.0  # in range: no warning
+        a[1] = float("inf")  # already infinite: NumPy does not warn either
+        x[1] = float("inf")
+    same(a, x)
+
+
+def test_get_dlpack_takes_the_device_names_move_memory_takes():
+    a = filled("float32", (2, 3))
+    with a.get_dlpack("cpu") as context:
+        same(np.from_dlpack(context), sample("float32", (2, 3)))
+    with a.get_dlpack(amso.dlpack.kDLCPU) as context:
+        assert context.lock_id != 0
+    with pytest.raises(ValueError, match="unknown device 'gpu'; accepted: 'cpu', 'cuda', 'cuda:N'"):
+        a.get_dlpack("gpu")
+
+
+# --- arithmetic and ufuncs through NumPy (issue 56) ---
+
+BINARY = [operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod, operator.pow,
+          divmod]
+UNARY = [operator.neg, operator.pos, abs]
+
+
+def _pair(name="float32", shape=(3, 4)):
+    x = sample(name, shape, 5)
+    return amso.asarray(x.copy()), x
+
+
+@pytest.mark.parametrize("operation", BINARY, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("other", [2, 1.5, "array"], ids=str)
+def test_binary_operators_return_numpys_result(operation, other):
+    a, x = _pair()
+    other = np.full(4, 3, np.float32) if other == "array" else other
+    with np.errstate(all="ignore"):
+        for got, expected in ((operation(a, other), operation(x, other)), (operation(other, a), operation(other, x))):
+            for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+                assert type(g) is np.ndarray
+                np.testing.assert_array_equal(g, e)
+
+
+@pytest.mark.parametrize("operation", UNARY, ids=lambda f: f.__name__)
+def test_unary_operators_return_numpys_result(operation):
+    a, x = _pair()
+    np.testing.assert_array_equal(operation(a), operation(x))
+    integers, ints = _pair("int32")
+    np.testing.assert_array_equal(~integers, ~ints)
+    np.testing.assert_array_equal(integers & 6, ints & 6)
+    np.testing.assert_array_equal(integers << 1, ints << 1)
+
+
+def test_in_place_operators_write_amsos_memory_and_keep_the_array():
+    a, x = _pair()
+    before = a
+    a += 1
+    a *= 2
+    x += 1
+    x *= 2
+    assert a is before and isinstance(a, amso.MemArray)
+    same(a, x)
+    assert np.add(a, 1, out=a) is a
+    same(a, x + 1)
+    out = amso.MemArray((3, 4), "float32")
+    assert np.multiply(a, 2, out=out) is out
+    same(out, (x + 1) * 2)
+    q, r = amso.MemArray((3, 4), "float32"), np.empty((3, 4), np.float32)
+    assert np.divmod(a, 3, out=(q, r)) == (q, r)
+    same(q, (x + 1) // 3)
+
+
+def test_ufuncs_take_amso_arrays_as_numpy_arrays():
+    a, x = _pair()
+    np.testing.assert_array_equal(np.sin(a), np.sin(x))
+    np.testing.assert_array_equal(np.add.reduce(a, axis=1), np.add.reduce(x, axis=1))
+    np.testing.assert_array_equal(np.maximum(a, x[::-1]), np.maximum(x, x[::-1]))
+    np.add.at(a, (0, 0), 10)
+    assert a[0, 0] == x[0, 0] + 10
+
+
+def test_in_place_arithmetic_follows_the_write_rules():
+    readonly = amso.MemArray(3, "float32", readonly=True)
+    with pytest.raises(ValueError, match="read-only"):
+        readonly += 1
+    a, x = _pair()
+    with a.get_dlpack():
+        with pytest.raises(Exception, match="lock"):
+            a += 1
+    same(a, x)  # nothing written by a refused operation
+    assert (a == x).all()  # comparisons stay amso's elementwise ones
+
+
+# --- NumPy's methods: answered by NumPy, or an AttributeError naming np.asarray(a) (issue 56) ---
+
+FROM_NUMPY = [
+    ("T", lambda x: x.T), ("mT", lambda x: x.mT), ("strides", lambda x: x.strides), ("tolist", lambda x: x.tolist()),
+    ("item", lambda x: x.item(5)), ("astype", lambda x: x.astype(np.int16)), ("reshape", lambda x: x.reshape(4, 3)),
+    ("ravel", lambda x: x.ravel()), ("flatten", lambda x: x.flatten()), ("sum", lambda x: x.sum()),
+    ("sum-axis", lambda x: x.sum(axis=0)), ("mean", lambda x: x.mean()), ("min", lambda x: x.min(axis=1)),
+    ("max", lambda x: x.max()), ("any", lambda x: x.any()), ("all", lambda x: x.all(axis=0)),
+    ("prod", lambda x: x.prod()), ("std", lambda x: x.std()), ("var", lambda x: x.var()),
+    ("argmin", lambda x: x.argmin()), ("argmax", lambda x: x.argmax(axis=1)), ("cumsum", lambda x: x.cumsum()),
+    ("cumprod", lambda x: x.cumprod(axis=0)), ("clip", lambda x: x.clip(2, 5)), ("round", lambda x: x.round(1)),
+    ("flags-writeable", lambda x: x.flags.writeable), ("flags-c", lambda x: x.flags.c_contiguous),
+]
+
+
+@pytest.mark.parametrize("name, use", FROM_NUMPY, ids=[n for n, _ in FROM_NUMPY])
+def test_numpys_methods_give_numpys_results(name, use):
+    a, x = _pair()
+    got, expected = use(a), use(x)
+    if isinstance(expected, np.ndarray):
+        assert type(got) is np.ndarray
+        np.testing.assert_array_equal(got, expected)
+        assert got.dtype == expected.dtype
+    else:
+        assert got == expected and type(got) is type(expected)
+
+
+def test_views_among_them_share_the_memory():
+    a, _ = _pair()
+    assert np.shares_memory(a.T, np.asarray(a)) and np.shares_memory(a.reshape(12), np.asarray(a))
+    a.T[0, 1] = 42  # a NumPy view of the same memory, as NumPy's `T` is
+    assert a[1, 0] == 42
+
+
+def test_fill_writes_under_the_write_rules():
+    a, x = _pair()
+    a.fill(3)
+    same(a, np.full_like(x, 3))
+    with pytest.raises(ValueError, match="read-only"):
+        amso.MemArray(3, "float32", readonly=True).fill(1)
+    with a.get_dlpack():
+        with pytest.raises(Exception, match="lock"):
+            a.fill(0)
+    same(a, np.full_like(x, 3))
+
+
+@pytest.mark.parametrize("name", ["sort", "argsort", "transpose", "searchsorted", "dot", "view", "nonzero"])
+def test_other_numpy_methods_name_the_numpy_way(name):
+    a, _ = _pair()
+    with pytest.raises(AttributeError, match=re.escape(f"has no attribute '{name}'; amso leaves it to NumPy: "
+                                                       f"np.asarray(a).{name}()")):
+        getattr(a, name)
+    assert not hasattr(a, name)
+    with pytest.raises(AttributeError, match=r"has no attribute 'no_such_thing'$"):
+        a.no_such_thing  # noqa: B018
+    assert not hasattr(a, "__array_priority__")  # protocol probes stay plain AttributeErrors
+
+
+# --- NumPy's constructors (issue 56) ---
+
+CONSTRUCTORS = [
+    ("zeros", lambda m: m.zeros((2, 3), "float32"), np.zeros((2, 3), np.float32)),
+    ("zeros-default-dtype", lambda m: m.zeros(4), np.zeros(4)),
+    ("ones", lambda m: m.ones((2, 3), np.int32), np.ones((2, 3), np.int32)),
+    ("ones-default-dtype", lambda m: m.ones(3), np.ones(3)),
+    ("full", lambda m: m.full((2, 2), 7, "int64"), np.full((2, 2), 7, np.int64)),
+    ("full-dtype-from-value", lambda m: m.full(3, 2.5), np.full(3, 2.5)),
+    ("full-cast", lambda m: m.full(3, 300, "uint16"), np.full(3, 300, np.uint16)),
+    ("zeros_like", lambda m: m.zeros_like(np.ones((2, 5), np.float32)), np.zeros((2, 5), np.float32)),
+    ("ones_like", lambda m: m.ones_like(np.zeros((3,), np.complex64)), np.ones(3, np.complex64)),
+    ("full_like", lambda m: m.full_like(np.zeros((2, 2), np.int16), 9), np.full((2, 2), 9, np.int16)),
+    ("full_like-dtype", lambda m: m.full_like(np.zeros(2, np.int16), 1.5, dtype=np.float64), np.full(2, 1.5)),
+    ("like-shape", lambda m: m.zeros_like(np.zeros(2, np.int8), shape=(3, 1)), np.zeros((3, 1), np.int8)),
+]
+
+
+@pytest.mark.parametrize("case, make, expected", CONSTRUCTORS, ids=[c[0] for c in CONSTRUCTORS])
+def test_numpys_constructors_make_amso_arrays_of_numpys_values(case, make, expected):
+    a = make(amso)
+    assert isinstance(a, amso.MemArray) and not a.on_device
+    same(a, make(np) if case != "like-shape" else expected)
+    same(a, expected)
+
+
+def test_like_constructors_follow_an_amso_prototype():
+    prototype = filled("float32", (2, 3))
+    for made in (amso.zeros_like(prototype), amso.ones_like(prototype), amso.full_like(prototype, 4),
+                 amso.empty_like(prototype)):
+        assert type(made) is type(prototype) and made.shape == (2, 3) and made.device == prototype.device
+    same(amso.full_like(prototype, 4), np.full((2, 3), 4, np.float32))
+    with pytest.raises(TypeError, match="read-only"):
+        amso.full(3, 1.0, readonly=True)
+    assert amso.zeros(3, readonly=True).readonly
+
+
 # --- on the GPU ---
+
+
+@gpu
+def test_device_arrays_convert_one_element_and_say_numpys_error_otherwise():
+    one = filled("float32", (1, 1))
+    one.move_memory("cuda")
+    x = sample("float32", (1, 1))
+    assert bool(one) == bool(x) and numpy_says(float, one) == numpy_says(float, x)
+    many = filled("float32", (3, 4))
+    many.move_memory("cuda")
+    with pytest.raises(ValueError, match=re.escape("cupy.from_dlpack(a).any()")):
+        bool(many)
+    with pytest.raises(TypeError, match=re.escape("value in a.to_numpy()")):
+        3.0 in many
+    with one.get_dlpack("cuda:0"):
+        assert one.on_device
+
+
+@gpu
+def test_device_arithmetic_names_the_gpu_libraries():
+    a = filled("float32", (2, 3))
+    a.move_memory("cuda")
+    for attempt in (lambda: a + 1, lambda: -a, lambda: np.sin(a)):
+        with pytest.raises(TypeError, match=re.escape("cupy.from_dlpack(a), torch.from_dlpack(a)")):
+            attempt()
+    with pytest.raises(TypeError, match="cupy.from_dlpack"):
+        a += 1
+    assert a.on_device and a[0, 0] == float(sample("float32", (2, 3))[0, 0])
+
+
+@gpu
+def test_constructors_on_the_device():
+    a = amso.full((2, 3), 5, "float32", on_device=True)
+    assert a.on_device
+    same(a.to_numpy(), np.full((2, 3), 5, np.float32))
+    like = amso.ones_like(a)
+    assert like.on_device and like.device == a.device
+    same(like.to_numpy(), np.ones((2, 3), np.float32))
+    assert not amso.zeros_like(a, on_device=False).on_device
+
+
+@gpu
+def test_device_arrays_answer_numpys_names_with_an_attribute_error_naming_the_gpu():
+    a = filled("float32", (2, 3))
+    a.move_memory("cuda")
+    for name in ("sum", "T", "fill", "sort"):
+        assert not hasattr(a, name)
+        with pytest.raises(AttributeError, match=re.escape(f"cupy.from_dlpack(a).{name}")):
+            getattr(a, name)
 
 
 @gpu

@@ -18,6 +18,7 @@ from . import allocators, cuda, dlpack
 from ._amso import __amso_dispatch__, __version__, DLPackContext, MAX_NDIM, MemArrayBase, from_cuda_array_interface
 from ._amso import _dtypes, _set_source_checkout, _uncompiled, _is_amso_array, _set_class_resolver, _wrap
 from ._memarray import MemArray, empty
+from ._constructors import empty_like, full, full_like, ones, ones_like, zeros, zeros_like
 from ._amso import from_dlpack as _from_dlpack
 
 try:  # the memory-management API exists in builds with the CUDA layer
@@ -32,7 +33,7 @@ __all__ = [
     "MemArray", "MemArrayBase", "DLPackContext", "asarray", "empty", "from_dlpack", "cuda", "dlpack", "supported", "class_for",
     "allocators", "set_allocator", "defer_cleanup", "deferred_limits", "flush_frees", "memory_info",
     "set_release_threshold", "empty_cache", "set_cache_limit", "MAX_NDIM", "__version__",
-    "get_include",
+    "get_include", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like",
 ]
 
 _DISPATCH: dict[tuple[str, int], type[MemArrayBase]] = dict(__amso_dispatch__)
@@ -91,6 +92,13 @@ def _dtype_name(dtype: Any) -> str:
         resolved = np.dtype(dtype)
     except TypeError as error:
         raise TypeError(f"unknown dtype {dtype!r}: {error}") from None
+    if not resolved.isnative and resolved.names is None:
+        # As asarray refuses a big-endian NumPy array: never silently the native type.
+        raise ValueError(
+            f"dtype {dtype!r} is {'big' if resolved.byteorder == '>' else 'little'}-endian; amso arrays hold the "
+            f"machine's byte order: pass {resolved.newbyteorder('=').name!r}, and convert such data with "
+            "x.astype(x.dtype.newbyteorder('='))"
+        )
     if resolved.names is not None:
         # A structured dtype names the compiled record whose layout it is: the same field names,
         # types, shapes and offsets, in order, and itemsize (titles aside, as typed arguments

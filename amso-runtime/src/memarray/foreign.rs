@@ -59,6 +59,9 @@ pub(crate) fn check_dims(dims: &[i64]) -> Result<()> {
 /// Refuse `strides` that are not C-contiguous for `dims`; `unit` is what one stride step
 /// counts: 1 for DLPack (elements), the itemsize for the CUDA array interface (bytes).
 pub(crate) fn check_c_contiguous(dims: &[i64], strides: &[i64], unit: i64) -> Result<()> {
+    if dims.contains(&0) {
+        return Ok(()); // no element: any strides lay it out (NumPy calls it contiguous too)
+    }
     let mut expected = unit;
     for axis in (0..dims.len()).rev() {
         if dims[axis] > 1 && strides.get(axis) != Some(&expected) {

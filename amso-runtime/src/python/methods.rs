@@ -7,7 +7,7 @@ use std::ffi::c_int;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyString, PyTuple};
 
 use crate::device::{Device, DeviceId, DeviceType};
 use crate::lock::LockId;
@@ -174,6 +174,36 @@ impl MemArrayBase {
         self.dims()[0] as usize
     }
 
+    /// NumPy's truth value: one element's, else NumPy's `ValueError` (see `views::convert`).
+    fn __bool__(slf: &Bound<'_, Self>) -> PyResult<bool> {
+        crate::python::views::convert(slf, "__bool__")?.extract()
+    }
+
+    /// NumPy's `float(x)` of an array of this shape and values (the installed NumPy's rule).
+    fn __float__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        crate::python::views::convert(slf, "__float__")
+    }
+
+    /// NumPy's `int(x)` of an array of this shape and values (the installed NumPy's rule).
+    fn __int__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        crate::python::views::convert(slf, "__int__")
+    }
+
+    /// NumPy's `complex(x)` of an array of this shape and values (the installed NumPy's rule).
+    fn __complex__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        crate::python::views::convert(slf, "__complex__")
+    }
+
+    /// NumPy's `operator.index(x)`: an array is no index (NumPy's `TypeError`).
+    fn __index__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        crate::python::views::convert(slf, "__index__")
+    }
+
+    /// `value in a`: NumPy's elementwise test of the host data, at every rank.
+    fn __contains__(slf: &Bound<'_, Self>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+        crate::python::views::contains(slf, value)
+    }
+
     /// The values as NumPy prints them (host data), then dtype, device and flags.
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         crate::python::repr::repr(slf)
@@ -187,6 +217,24 @@ impl MemArrayBase {
         op: CompareOp,
     ) -> PyResult<Bound<'py, PyAny>> {
         crate::python::views::compare(slf, other, op)
+    }
+
+    /// NumPy's ufuncs over the host data (`np.sin(a)`, `np.add(a, 1, out=a)`), and through them
+    /// the arithmetic operators (see `views::array_ufunc`).
+    #[pyo3(signature = (ufunc, method, *inputs, **kwargs))]
+    fn __array_ufunc__<'py>(
+        &self,
+        ufunc: &Bound<'py, PyAny>,
+        method: &str,
+        inputs: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::python::views::array_ufunc(ufunc, method, inputs, kwargs)
+    }
+
+    /// NumPy's attributes amso leaves to NumPy (`a.sum()`, `a.T`, ...; see `views::numpy_attribute`).
+    fn __getattr__<'py>(slf: &Bound<'py, Self>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+        crate::python::views::numpy_attribute(slf, name)
     }
 
     /// Unhashable, as NumPy arrays are: `==` compares values.
@@ -224,6 +272,7 @@ impl MemArrayBase {
         match parse_key(key)? {
             Key::Integers(index) if index.len() >= this.dims().len() => {
                 let scalar = scalar_from_py(value, this.element_type())?;
+                crate::python::base::convert::warn_overflow(py, &scalar, this.element_type())?;
                 this.modify(py, |array| {
                     let _borrow = crate::python::base::array::write_borrow(py, array, false)?;
                     Ok(array.set_scalar(&index, scalar, None)?)
@@ -286,20 +335,24 @@ impl MemArrayBase {
         (placement.device_type, placement.device_id)
     }
 
-    /// A context manager that moves the data to the requested device, locks the array for
-    /// the `with` block and exports it through DLPack.
+    /// A context manager that moves the data to the requested device (named as `move_memory`
+    /// names it: `'cpu'`, `'cuda'`, `'cuda:N'` or a DLPack code; None: where it is), locks the
+    /// array for the `with` block and exports it through DLPack.
     #[pyo3(
         signature = (device_type = None, device_id = None, stream = StreamArg(None)),
         text_signature = "($self, device_type=None, device_id=None, stream=None)"
     )]
     fn get_dlpack(
         slf: &Bound<'_, Self>,
-        device_type: Option<i32>,
+        device_type: Option<DeviceArg>,
         device_id: Option<i32>, // checked by `target_device`
         stream: StreamArg,
     ) -> PyResult<DLPackContext> {
         let (py, this) = (slf.py(), slf.get());
-        let target = this.read(py, |array| target_device(&array.raw_view(), device_type, device_id))?;
+        let target = this.read(py, |array| match device_type {
+            Some(device) => named_target(&array.raw_view(), device, device_id),
+            None => target_device(&array.raw_view(), None, device_id),
+        })?;
         this.move_to(py, target, stream, false)?;
         Ok(DLPackContext::new(slf.clone().unbind(), LockId::next()))
     }

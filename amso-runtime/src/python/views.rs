@@ -1,6 +1,8 @@
 //! What goes through a NumPy view of a whole host array, as `iter(a)` takes its rows: `a[key]`
 //! beyond one element (NumPy's basic indexing: integers, slices, `...`, `None`), assignment
-//! through such a key (NumPy's broadcasting), and comparisons (elementwise, as NumPy's).
+//! through such a key (NumPy's broadcasting), comparisons (elementwise, as NumPy's),
+//! conversions to Python scalars and `in`, NumPy's ufuncs and the arithmetic operators, and the
+//! NumPy methods amso answers with NumPy's (`a.sum()`, `a.T`, ...).
 //!
 //! The view is `a.__array__()`'s, so its rules are the iteration's: it holds the array's
 //! memory (the export's reference), not the array object, so it stays valid after `del a`; it
@@ -74,6 +76,174 @@ pub(super) fn compare<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let doing = "comparing an amso array (elementwise, as NumPy does)";
     host_view(slf, doing, "compare a host copy (a.to_numpy() == b)")?.rich_compare(other, op)
+}
+
+/// `bool(a)`, `float(a)`, `int(a)`, `complex(a)` and `operator.index(a)` (`conversion` names the
+/// special method): what NumPy gives for its own array of the same shape and values, errors
+/// included, under the installed NumPy's rules. Host data converts through its NumPy view; a
+/// device array's one element is read from the device into a NumPy array of its shape (any
+/// other size gives NumPy's error, from an empty stand-in, without touching the device).
+pub(super) fn convert<'py>(slf: &Bound<'py, MemArrayBase>, conversion: &str) -> PyResult<Bound<'py, PyAny>> {
+    let (py, array) = (slf.py(), slf.get());
+    let view = if array.header().placement().on_device() && !array.element_type().is_compound() {
+        let numpy = crate::python::npyffi::dtype::numpy(py)?;
+        let dims = array.header().dims().to_vec();
+        let dtype = crate::python::npyffi::dtype::numpy_dtype(py, array.element_type())?;
+        let shape = pyo3::types::PyTuple::new(py, &dims)?;
+        if dims.iter().product::<i64>() == 1 {
+            let value = array.read(py, |array| array.get_scalar(&vec![0; dims.len()], None))?;
+            numpy.call_method1(intern!(py, "full"), (shape, scalar_to_py(py, value)?, dtype))?
+        } else {
+            numpy.call_method1(intern!(py, "empty"), (shape, dtype))?
+        }
+    } else {
+        host_view(slf, "converting an array to a Python scalar", "convert a host copy (float(a.to_numpy()))")?
+    };
+    view.call_method0(conversion).map_err(|error| {
+        // NumPy advises `a.any()`, which amso arrays leave to NumPy: name the one-line way.
+        let text = error.value(py).to_string();
+        if error.is_instance_of::<pyo3::exceptions::PyValueError>(py) && text.contains("a.any()") {
+            pyo3::exceptions::PyValueError::new_err(text.replace(
+                "Use a.any() or a.all()",
+                "Use np.asarray(a).any() or np.asarray(a).all() (on the GPU: cupy.from_dlpack(a).any())",
+            ))
+        } else {
+            error
+        }
+    })
+}
+
+/// `value in a`: NumPy's `(a == value).any()` over the host data, at every rank.
+pub(super) fn contains(slf: &Bound<'_, MemArrayBase>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    host_view(slf, "`value in a`", "test a host copy (value in a.to_numpy())")?.contains(value)
+}
+
+/// `__array_ufunc__`: NumPy's ufuncs (and the operators `install_operators` gives) over the
+/// host data, as over any array-like: each amso array of this runtime among the inputs is its
+/// NumPy view, and each among the outputs (`out=`) is written in place, checked writable and
+/// borrowed for writing while NumPy runs (the lock rules of `a[...] = v`), and returned itself.
+/// Device data is a `TypeError` naming the GPU libraries.
+pub(super) fn array_ufunc<'py>(
+    ufunc: &Bound<'py, PyAny>,
+    method: &str,
+    inputs: &Bound<'py, pyo3::types::PyTuple>,
+    kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = ufunc.py();
+    let doing = "NumPy's ufuncs and arithmetic on an amso array";
+    let view = |object: &Bound<'py, PyAny>| match object.cast::<MemArrayBase>() {
+        Ok(array) => host_view(array, doing, "compute on a host copy (np.add(a.to_numpy(), 1))"),
+        Err(_) => Ok(object.clone()),
+    };
+    let viewed: Vec<Bound<'py, PyAny>> = inputs.iter().map(|input| view(&input)).collect::<PyResult<_>>()?;
+    let kwargs = kwargs.map(|k| k.copy()).transpose()?.unwrap_or_else(|| pyo3::types::PyDict::new(py));
+    let mut borrows = Vec::new();
+    let outputs = match kwargs.get_item(intern!(py, "out"))? {
+        Some(out) => {
+            let out = out.cast_into::<pyo3::types::PyTuple>()?; // NumPy passes `out` as a tuple
+            let mut views = Vec::with_capacity(out.len());
+            for output in out.iter() {
+                if let Ok(array) = output.cast::<MemArrayBase>() {
+                    refuse_device(array, doing, "compute on a host copy and read it back (read_numpy_array)")?;
+                    borrows.push(array.get().read(py, |core| -> PyResult<_> {
+                        core.check_writable(None)?;
+                        write_borrow(py, core, true)
+                    })?);
+                }
+                views.push(view(&output)?);
+            }
+            kwargs.set_item(intern!(py, "out"), pyo3::types::PyTuple::new(py, views)?)?;
+            Some(out)
+        }
+        None => None,
+    };
+    let result = ufunc.getattr(method)?.call(pyo3::types::PyTuple::new(py, viewed)?, Some(&kwargs))?;
+    drop(borrows);
+    match outputs {
+        // The outputs themselves, as NumPy returns them (one, or a tuple); `at` returns None.
+        Some(out) if method != "at" => Ok(if out.len() == 1 { out.get_item(0)? } else { out.into_any() }),
+        _ => Ok(result),
+    }
+}
+
+/// Give `class` NumPy's arithmetic operators: those of `numpy.lib.mixins.NDArrayOperatorsMixin`
+/// (`a + 1`, `-a`, `abs(a)`, `a += 1`, ...), each a call of the ufunc that reaches
+/// `__array_ufunc__`; the comparisons stay amso's own (`compare`).
+pub(super) fn install_operators(class: &Bound<'_, pyo3::types::PyType>) -> PyResult<()> {
+    let py = class.py();
+    let mixin = py.import(intern!(py, "numpy.lib.mixins"))?.getattr(intern!(py, "NDArrayOperatorsMixin"))?;
+    let namespace = mixin.getattr(intern!(py, "__dict__"))?;
+    for item in namespace.call_method0(intern!(py, "items"))?.try_iter()? {
+        let (name, function): (String, Bound<'_, PyAny>) = item?.extract()?;
+        let comparison = ["__lt__", "__le__", "__eq__", "__ne__", "__gt__", "__ge__"].contains(&name.as_str());
+        if name.starts_with("__") && name.ends_with("__") && function.is_callable() && !comparison {
+            class.setattr(name.as_str(), function)?;
+        }
+    }
+    Ok(())
+}
+
+/// NumPy attributes an amso array answers with NumPy's own, over its host data: NumPy results,
+/// or NumPy views of the same memory (`T`, `reshape`), as `np.asarray(a).<name>` gives them.
+const FROM_NUMPY: [&str; 25] = [
+    "T", "mT", "strides", "flags", "tolist", "item", "astype", "reshape", "ravel", "flatten", "sum", "mean", "min",
+    "max", "any", "all", "prod", "std", "var", "argmin", "argmax", "cumsum", "cumprod", "clip", "round",
+];
+
+/// `a.<name>` for a name the class lacks (`__getattr__`): NumPy's attribute of the host view for
+/// the names of `FROM_NUMPY`; `fill`, written under the write rules of `a[...] = v`; any other
+/// name NumPy arrays have is an `AttributeError` naming `np.asarray(a).<name>`. Always an
+/// `AttributeError` when the answer is no (`hasattr` probes stay safe), device data included.
+pub(super) fn numpy_attribute<'py>(
+    slf: &Bound<'py, MemArrayBase>,
+    name: &Bound<'py, pyo3::types::PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = slf.py();
+    if slf.get_type().hasattr(name)? {
+        // A property of the class raised the AttributeError (`__cuda_array_interface__` of host
+        // data): its own, asked again, which says why.
+        // SAFETY: a live object and a str name; a new reference or NULL with an exception set.
+        return unsafe {
+            Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyObject_GenericGetAttr(slf.as_ptr(), name.as_ptr()))
+        };
+    }
+    let text = name.to_cow()?;
+    let kind = slf.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "MemArray".into());
+    let missing = |advice: String| {
+        pyo3::exceptions::PyAttributeError::new_err(format!("'{kind}' object has no attribute '{text}'{advice}"))
+    };
+    let ndarray = crate::python::npyffi::dtype::numpy(py)?.getattr(intern!(py, "ndarray"))?;
+    if text.starts_with("__") || !ndarray.hasattr(name)? {
+        return Err(missing(String::new()));
+    }
+    let call = if ndarray.getattr(name)?.is_callable() { "()" } else { "" };
+    let numpy_way = format!("np.asarray(a).{text}{call}");
+    if slf.get().header().placement().on_device() {
+        return Err(missing(format!(
+            ": NumPy's works on host memory, and this array is in CUDA device memory: use \
+             cupy.from_dlpack(a).{text}{call} or torch.from_dlpack(a), or move the data first (a.move_memory('cpu'))"
+        )));
+    }
+    if text == "fill" {
+        let array = slf.clone().unbind();
+        let fill =
+            move |args: &Bound<'_, pyo3::types::PyTuple>, _: Option<&Bound<'_, pyo3::types::PyDict>>| -> PyResult<()> {
+                let py = args.py();
+                let ellipsis = py.Ellipsis();
+                set_item(array.bind(py), ellipsis.bind(py), &args.get_item(0)?)
+            };
+        return Ok(pyo3::types::PyCFunction::new_closure(
+            py,
+            Some(c"fill"),
+            Some(c"fill(value): every element"),
+            fill,
+        )?
+        .into_any());
+    }
+    if FROM_NUMPY.contains(&text.as_ref()) {
+        return array_view(slf, None, None)?.getattr(name);
+    }
+    Err(missing(format!("; amso leaves it to NumPy: {numpy_way} (a NumPy view of the host data)")))
 }
 
 /// An iterator over an amso array (Python name `amso._amso.ArrayIterator`).

@@ -67,3 +67,18 @@ def describe(array: amso.MemArray) -> str:
 
 print(describe(a), describe(counts), describe(amso.asarray(np.zeros(3))))
 held: amso.MemArray = amso.MemArray((2, 2), "float32")
+
+# NumPy's habits: arithmetic gives NumPy arrays, in-place arithmetic keeps the amso array,
+# conversions and membership follow NumPy.
+plus = held + 1
+scaled: np.ndarray = -held * 2.0
+held += 1
+still: amso.MemArray = held
+one = amso.MemArray(1, "float32")
+flag: bool = bool(one) and 0.0 in held
+with held.get_dlpack("cpu") as context:
+    print(plus, scaled, still, flag, context.lock_id)
+transposed: np.ndarray = held.T
+print(held.sum(), held.mean(axis=0), held.strides, held.astype(np.float64).dtype, held.tolist())
+held.fill(0.5)
+print(amso.zeros((2, 2), "float32"), amso.full(3, 2.5), amso.ones_like(held), transposed)

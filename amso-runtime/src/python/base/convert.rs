@@ -313,6 +313,30 @@ pub(in crate::python) fn scalar_from_py(value: &Bound<'_, PyAny>, dtype: &DType)
     }
 }
 
+/// NumPy 2's `RuntimeWarning` ("overflow encountered in cast") for a finite value that becomes
+/// infinite in a float32, float16 or complex64 element, as `x[i] = 1e40` warns on a NumPy array.
+/// (Raised as an error where warnings are errors, before anything is written.)
+pub(in crate::python) fn warn_overflow(py: Python<'_>, value: &Scalar, dtype: &DType) -> PyResult<()> {
+    let overflows = |f: f64| {
+        f.is_finite()
+            && match dtype.name {
+                "float32" | "complex64" => (f as f32).is_infinite(),
+                "float16" => half::f16::from_f64(f).is_infinite(),
+                _ => false,
+            }
+    };
+    let overflow = match *value {
+        Scalar::Float(f) => overflows(f),
+        Scalar::Complex(re, im) => overflows(re) || overflows(im),
+        _ => false,
+    };
+    if overflow {
+        let category = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+        PyErr::warn(py, &category, c"overflow encountered in cast", 1)?;
+    }
+    Ok(())
+}
+
 /// Whether `value` is complex and not real (Python complex, numpy.complex64, ...).
 fn is_complex(value: &Bound<'_, PyAny>) -> PyResult<bool> {
     if value.is_instance_of::<PyComplex>() {

@@ -45,14 +45,15 @@ SCENARIOS = {
         queue_python_host_function(a.__cuda_array_interface__["stream"])
         assert a[1] == 0.0
     """,
-    # A free of memory a consumer was given waits for the whole device (cuCtxSynchronize),
-    # inside the array's deallocation; one deferred free at a time makes it run right away.
+    # A free of memory a consumer was given waits for the whole device (cuCtxSynchronize) on
+    # the device waiter's thread, which holds no GIL; a flush waits for that batch, and must
+    # let the host function take the GIL meanwhile.
     "free-of-shared-memory": """
-        amso.deferred_limits(count=1)
         a = amso.MemArray(1 << 20, np.float32, on_device=True)
         view = amso.from_dlpack(a)  # the memory is handed to a consumer: freed after the device waits
         queue_python_host_function(a.__cuda_array_interface__["stream"])
         del a, view
+        amso.flush_frees()
     """,
     # Copies out of the device wait for its stream.
     "to-numpy-and-copies": """

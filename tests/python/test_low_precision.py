@@ -29,7 +29,7 @@ CODES = {
     "float8_e5m2": 12, "float8_e5m2fnuz": 13, "float8_e8m0fnu": 14, "float6_e2m3fn": 15, "float6_e3m2fn": 16,
     "float4_e2m1fn": 17,
 }
-FLOAT8 = ["float8_e4m3fn", "float8_e5m2"]  # compiled by the bundled module at ndim 1-3
+FLOAT8 = ["float8_e4m3fn", "float8_e5m2"]  # two of the formats, each compiled at ndim 1 to 8
 
 
 def patterns(name: str) -> np.ndarray:
@@ -324,3 +324,18 @@ def test_managed_allocations_stay_within_the_free_memory():
     free, _ = amso._amso.cuda_memory_info(0)
     with pytest.raises(MemoryError, match="managed"):
         amso.MemArray((free + (1 << 30)) // 4, np.float32, managed=True)
+
+
+def test_every_low_precision_format_is_compiled_at_every_rank():
+    """docs/dtypes.md: the bundled module compiles every float8, float6 and float4 format of the
+    spec at ndim 1 to 8."""
+    import collections
+
+    import amso
+
+    ranks = collections.defaultdict(set)
+    for name, ndim in amso.supported():
+        ranks[name].add(ndim)
+    formats = [name for name in ranks if name.startswith(("float8_", "float6_", "float4_"))]
+    assert len(formats) == 12, formats  # eight float8, two float6, float4 and its pair
+    assert all(ranks[name] == set(range(1, 9)) for name in formats), {name: ranks[name] for name in formats}

@@ -506,9 +506,13 @@ def test_in_place_arithmetic_follows_the_write_rules():
     with pytest.raises(ValueError, match="read-only"):
         readonly += 1
     a, x = _pair()
+    with pytest.raises(ValueError, match="read-only"):
+        np.add.at(readonly, [0], 1)  # `at` writes its first operand in place
     with a.get_dlpack():
         with pytest.raises(Exception, match="lock"):
             a += 1
+        with pytest.raises(Exception, match="lock"):
+            np.add.at(a, (0, 0), 1)
     same(a, x)  # nothing written by a refused operation
     assert (a == x).all()  # comparisons stay amso's elementwise ones
 

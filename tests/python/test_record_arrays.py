@@ -214,3 +214,33 @@ def test_a_titled_spelling_names_the_record_and_another_layout_says_which_record
     assert type(amso.MemArray(2, titled)).__name__ == "MemArray1DParticle"
     with pytest.raises(TypeError, match=r"is the layout of no compiled record \(the records: particle "):
         amso.MemArray(2, [("pos", ">f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])
+
+
+def test_asarray_takes_the_record_by_name_and_by_its_dtype():
+    """`amso.asarray(x, dtype="particle")` and `dtype=a.dtype`, as NumPy users write them (issue 56):
+    a structured array of the layout is adopted, an amso record array is itself, copy=True copies."""
+    x = reference()
+    a = particles()
+    for dtype in ("particle", a.dtype, np.dtype(a.dtype)):
+        adopted = amso.asarray(x, dtype=dtype)
+        assert type(adopted).__name__ == "MemArray1DParticle" and np.shares_memory(np.asarray(adopted), x)
+        assert amso.asarray(a, dtype=dtype) is a
+    copied = amso.asarray(a, dtype="particle", copy=True)
+    assert copied is not a and not np.shares_memory(np.asarray(copied), np.asarray(a))
+    np.testing.assert_array_equal(np.asarray(copied), np.asarray(a))
+    with pytest.raises(TypeError, match="no compiled array for dtype particle with ndim 2"):
+        amso.asarray(np.zeros((2, 2), a.dtype), dtype="particle")
+
+
+def test_a_record_rank_the_wheel_lacks_says_what_a_wheel_user_can_do():
+    """The bundled record is compiled at ndim 1: another rank names the 1-D array and NumPy's
+    reshaped view, never "install amso from its wheel" (issue 56)."""
+    with pytest.raises(TypeError) as error:
+        amso.MemArray((2, 2), "particle")
+    text = str(error.value)
+    assert "this module compiles particle with ndim 1" in text and "np.asarray(a).reshape(...)" in text
+    assert "install amso from its wheel" not in text
+    flat = amso.MemArray(4, "particle")
+    grid = np.asarray(flat).reshape(2, 2)
+    grid["mass"][1, 1] = 5.0
+    assert flat["mass"][3] == 5.0

@@ -411,3 +411,21 @@ def test_threads_share_a_vector_array_through_its_views():
         t.join()
     assert not errors, errors[:3]
     assert np.asarray(a)[0, 0] in (1.0, 2.0)
+
+
+def test_the_spec_names_numpy_lacks_are_amsos(tmp_path):
+    """docs/python.md: every scalar name of amso.supported() is an np.dtype argument; the record
+    and the vector are names amso.MemArray and amso.asarray take; float4_e2m1fn_x2 is
+    MemArray's, viewed as raw uint8 bytes."""
+    names = {name for name, _ in amso.supported()}
+    lacking = set()
+    for name in names:
+        try:
+            np.dtype(name)
+        except TypeError:
+            lacking.add(name)
+    assert lacking == {"particle", "float32x4", "float4_e2m1fn_x2"}
+    for name in ("particle", "float32x4"):
+        made = amso.MemArray(2, name)
+        assert type(amso.asarray(np.asarray(made), dtype=name)) is type(made)
+    assert np.asarray(amso.MemArray(2, "float4_e2m1fn_x2")).dtype == np.uint8

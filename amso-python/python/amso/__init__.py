@@ -201,7 +201,7 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArra
     (BufferError or ValueError instead); with ``copy=None`` host data that is not C-contiguous,
     or not of ``dtype``, is copied; with ``copy=True`` it always is.
     """
-    if isinstance(obj, MemArrayBase) and dtype is None and copy is not True:
+    if isinstance(obj, MemArrayBase) and copy is not True and (dtype is None or class_for(obj.shape, dtype) is type(obj)):
         return obj
     if dtype is not None and _dtype_name(dtype) in _VECTORS:
         return _asarray_lanes(obj, _dtype_name(dtype), copy)
@@ -218,14 +218,16 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArra
             "wanted dtype with its own library first (e.g. tensor.contiguous().to(dtype))"
         )
     # NumPy's own arrays are copied by NumPy (its DLPack export lacks structured dtypes).
-    source = np.from_dlpack(obj) if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray) else obj
+    # (amso's own arrays through their NumPy view, which records have and DLPack lacks.)
+    source = np.from_dlpack(obj) if hasattr(obj, "__dlpack__") and not isinstance(obj, (np.ndarray, MemArrayBase)) else obj
     host = np.asarray(source, dtype=None if dtype is None else _numpy_dtype(dtype), copy=copy)
     if not host.flags.c_contiguous:
         if copy is False:
             raise BufferError("the input is not C-contiguous and copy=False forbids the copy amso needs")
         host = np.ascontiguousarray(host)
     class_for(host.shape, host.dtype)  # a TypeError naming the compiled pairs, before DLPack's own
-    return _from_dlpack(host)
+    # Records reach amso as NumPy structured arrays (DLPack has no record type).
+    return _wrap(host) if host.dtype.names is not None else _from_dlpack(host)
 
 
 def _device_type(obj: Any) -> int:
@@ -258,6 +260,8 @@ def _numpy_dtype(dtype: Any) -> np.dtype:
     name = _dtype_name(dtype)
     if name in _VECTORS:
         return np.dtype(_VECTORS[name])
+    if name in _record_dtypes():
+        return _record_dtypes()[name]
     if name == "bfloat16":
         import ml_dtypes
 

@@ -135,20 +135,28 @@ pub(super) fn array_ufunc<'py>(
         Ok(array) => host_view(array, doing, "compute on a host copy (np.add(a.to_numpy(), 1))"),
         Err(_) => Ok(object.clone()),
     };
+    let mut borrows = Vec::new();
+    let mut borrow_for_writing = |array: &Bound<'py, MemArrayBase>| -> PyResult<()> {
+        refuse_device(array, doing, "compute on a host copy and read it back (read_numpy_array)")?;
+        borrows.push(array.get().read(py, |core| -> PyResult<_> {
+            core.check_writable(None)?;
+            write_borrow(py, core, true)
+        })?);
+        Ok(())
+    };
+    // `ufunc.at(a, indices, ...)` writes its first operand in place.
+    if let (true, Ok(first)) = (method == "at", inputs.get_item(0).and_then(|f| Ok(f.cast_into::<MemArrayBase>()?))) {
+        borrow_for_writing(&first)?;
+    }
     let viewed: Vec<Bound<'py, PyAny>> = inputs.iter().map(|input| view(&input)).collect::<PyResult<_>>()?;
     let kwargs = kwargs.map(|k| k.copy()).transpose()?.unwrap_or_else(|| pyo3::types::PyDict::new(py));
-    let mut borrows = Vec::new();
     let outputs = match kwargs.get_item(intern!(py, "out"))? {
         Some(out) => {
             let out = out.cast_into::<pyo3::types::PyTuple>()?; // NumPy passes `out` as a tuple
             let mut views = Vec::with_capacity(out.len());
             for output in out.iter() {
                 if let Ok(array) = output.cast::<MemArrayBase>() {
-                    refuse_device(array, doing, "compute on a host copy and read it back (read_numpy_array)")?;
-                    borrows.push(array.get().read(py, |core| -> PyResult<_> {
-                        core.check_writable(None)?;
-                        write_borrow(py, core, true)
-                    })?);
+                    borrow_for_writing(array)?;
                 }
                 views.push(view(&output)?);
             }

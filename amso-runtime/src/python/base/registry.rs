@@ -169,6 +169,7 @@ pub(in crate::python) fn find_name(name: &str, ndim: usize) -> Option<&'static R
 pub(in crate::python) fn uncompiled(dtype: &str, ndim: usize) -> String {
     let registry = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
     let compiled: Vec<usize> = registry.iter().filter(|r| r.dtype().name == dtype).map(|r| r.ndim).collect();
+    let compound = registry.iter().any(|r| r.dtype().name == dtype && r.dtype().is_compound());
     drop(registry);
     let install = match (BUNDLED.load(Ordering::Relaxed), SOURCE_CHECKOUT.load(Ordering::Relaxed)) {
         (false, _) => Install::ExtensionCrate,
@@ -176,7 +177,7 @@ pub(in crate::python) fn uncompiled(dtype: &str, ndim: usize) -> String {
         (true, true) => Install::Checkout,
     };
     let spec: Vec<&str> = crate::element::ALL.iter().map(|d| d.name).collect();
-    uncompiled_message(dtype, ndim, compiled, &spec, install)
+    uncompiled_message(dtype, ndim, compiled, &spec, if compound { Install::WheelCompound } else { install })
 }
 
 /// Where the module that could not make an array came from.
@@ -188,6 +189,8 @@ enum Install {
     Checkout,
     /// Another extension crate's module (`#[amso_array]` classes).
     ExtensionCrate,
+    /// A record or vector dtype of the bundled package (compiled at the ranks its spec lists).
+    WheelCompound,
 }
 
 /// `uncompiled`'s text, from what the module compiles (`compiled`: the ndims of `dtype`) and
@@ -237,6 +240,12 @@ fn uncompiled_message(dtype: &str, ndim: usize, mut compiled: Vec<usize>, spec: 
         }
         Install::ExtensionCrate => {
             "Declare it in this extension crate with #[amso_array(YourType, NDIM)] (docs/rust.md)"
+        }
+        Install::WheelCompound => {
+            "Make the 1-D array of all the elements and take NumPy's view of the shape you need \
+             (np.asarray(a).reshape(...), the same memory; a vector's view has its lanes as a last \
+             axis), or build amso from a source checkout with the pair listed under `instantiations` \
+             in specs/types.yaml (docs/python.md, \"Adding a pair\")"
         }
     };
     format!("{asked}; {compiled}. {advice}")

@@ -409,9 +409,12 @@ def test_a_non_native_byte_order_is_refused_as_asarray_refuses_it():
         with pytest.raises(ValueError, match="big-endian"):
             amso.asarray(np.zeros(3, spelling))
     assert amso.MemArray(3, "<f4").dtype == "float32" and amso.MemArray(3, "=i8").dtype == "int64"
+    with pytest.raises(ValueError, match="big-endian"):  # a subarray's element too (a vector's lanes)
+        amso.MemArray(3, np.dtype((">f4", (4,))))
 
 
-@pytest.mark.parametrize("name, value", [("float32", 1e40), ("float16", 1e6), ("complex64", complex(1e40, 1))])
+@pytest.mark.parametrize("name, value", [("float32", 1e40), ("float16", 1e6), ("complex64", complex(1e40, 1)),
+                                         ("float16", 100000)])
 def test_an_overflowing_float_write_warns_as_numpy_does(name, value):
     x = np.zeros(2, np_dtype(name))
     with pytest.warns(RuntimeWarning, match="overflow encountered in cast") as numpys:
@@ -488,8 +491,14 @@ def test_in_place_operators_write_amsos_memory_and_keep_the_array():
     assert np.multiply(a, 2, out=out) is out
     same(out, (x + 1) * 2)
     q, r = amso.MemArray((3, 4), "float32"), np.empty((3, 4), np.float32)
-    assert np.divmod(a, 3, out=(q, r)) == (q, r)
+    got = np.divmod(a, 3, out=(q, r))
+    assert got[0] is q and got[1] is r
     same(q, (x + 1) // 3)
+    got = np.divmod(a, 3, out=(q, None))  # a None slot keeps the array NumPy made for it
+    assert got[0] is q and type(got[1]) is np.ndarray
+    np.testing.assert_array_equal(got[1], (x + 1) % 3)
+    whole, fraction = np.modf(a, out=(out, out))  # one array as two outputs: borrowed once
+    assert whole is out and fraction is out
 
 
 def test_ufuncs_take_amso_arrays_as_numpy_arrays():
@@ -551,10 +560,32 @@ def test_views_among_them_share_the_memory():
     assert a[1, 0] == 42
 
 
+def test_attribute_probes_of_a_locked_array_stay_attribute_errors():
+    a, _ = _pair()
+    with a.get_dlpack():
+        for name in ("T", "strides", "flags", "sum"):
+            assert not hasattr(a, name) and getattr(a, name, None) is None
+        with pytest.raises(AttributeError, match="view of the data is refused") as error:
+            a.sum  # noqa: B018
+        assert error.value.__cause__ is not None
+    assert hasattr(a, "sum")
+
+
+def test_vector_arrays_leave_numpys_attributes_to_the_lanes_view():
+    v = amso.MemArray(3, "float32x4")
+    assert v.shape == (3,) and not hasattr(v, "strides") and not hasattr(v, "T")
+    with pytest.raises(AttributeError, match=re.escape("np.asarray(a).sum() (a NumPy view of the host data, whose "
+                                                       "vectors are a last axis of lanes)")):
+        v.sum()
+
+
 def test_fill_writes_under_the_write_rules():
     a, x = _pair()
     a.fill(3)
     same(a, np.full_like(x, 3))
+    for wrong in (lambda: a.fill(1, 2), lambda: a.fill(value=1), lambda: a.fill()):
+        with pytest.raises(TypeError, match=r"fill\(\) takes one value"):
+            wrong()
     with pytest.raises(ValueError, match="read-only"):
         amso.MemArray(3, "float32", readonly=True).fill(1)
     with a.get_dlpack():
@@ -627,6 +658,10 @@ def test_device_arrays_convert_one_element_and_say_numpys_error_otherwise():
         bool(many)
     with pytest.raises(TypeError, match=re.escape("value in a.to_numpy()")):
         3.0 in many
+    row = filled("float32", (7,))
+    row.move_memory("cuda")
+    x = sample("float32", (7,))
+    assert float(x[3]) in row and 1e9 not in row  # a 1-D device array's elements, read one by one
     with one.get_dlpack("cuda:0"):
         assert one.on_device
 

@@ -429,3 +429,13 @@ def test_the_spec_names_numpy_lacks_are_amsos(tmp_path):
         made = amso.MemArray(2, name)
         assert type(amso.asarray(np.asarray(made), dtype=name)) is type(made)
     assert np.asarray(amso.MemArray(2, "float4_e2m1fn_x2")).dtype == np.uint8
+
+
+def test_asarray_of_an_amso_scalar_array_to_the_vector_gives_the_lanes():
+    """asarray(a, dtype="float32x4") of an amso float32 (n, 4) array is the (n,) vector array, as
+    for the same NumPy array (the pair float32 at ndim 2 -> float32x4 is no early return)."""
+    x = lanes(3)
+    for source in (x, amso.asarray(x)):
+        v = amso.asarray(source, dtype="float32x4")
+        assert type(v).__name__ == "MemArray1DFloat32x4" and v.shape == (3,)
+        np.testing.assert_array_equal(np.asarray(v), x)

@@ -92,12 +92,13 @@ def _dtype_name(dtype: Any) -> str:
         resolved = np.dtype(dtype)
     except TypeError as error:
         raise TypeError(f"unknown dtype {dtype!r}: {error}") from None
-    if not resolved.isnative and resolved.names is None:
+    if not resolved.base.isnative and resolved.names is None:  # `base`: a subarray's element
         # As asarray refuses a big-endian NumPy array: never silently the native type.
+        native = resolved.newbyteorder("=")
         raise ValueError(
-            f"dtype {dtype!r} is {'big' if resolved.byteorder == '>' else 'little'}-endian; amso arrays hold the "
-            f"machine's byte order: pass {resolved.newbyteorder('=').name!r}, and convert such data with "
-            "x.astype(x.dtype.newbyteorder('='))"
+            f"dtype {dtype!r} is {'big' if resolved.base.byteorder == '>' else 'little'}-endian; amso arrays hold the "
+            f"machine's byte order: pass {native.name if native.subdtype is None else str(native)!r}, and convert "
+            "such data with x.astype(x.dtype.newbyteorder('='))"
         )
     if resolved.names is not None:
         # A structured dtype names the compiled record whose layout it is: the same field names,
@@ -201,7 +202,7 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArra
     (BufferError or ValueError instead); with ``copy=None`` host data that is not C-contiguous,
     or not of ``dtype``, is copied; with ``copy=True`` it always is.
     """
-    if isinstance(obj, MemArrayBase) and copy is not True and (dtype is None or class_for(obj.shape, dtype) is type(obj)):
+    if isinstance(obj, MemArrayBase) and copy is not True and (dtype is None or _is_class_for(obj, dtype)):
         return obj
     if dtype is not None and _dtype_name(dtype) in _VECTORS:
         return _asarray_lanes(obj, _dtype_name(dtype), copy)
@@ -228,6 +229,15 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None) -> MemArra
     class_for(host.shape, host.dtype)  # a TypeError naming the compiled pairs, before DLPack's own
     # Records reach amso as NumPy structured arrays (DLPack has no record type).
     return _wrap(host) if host.dtype.names is not None else _from_dlpack(host)
+
+
+def _is_class_for(array: Any, dtype: Any) -> bool:
+    """Whether ``array`` is already of the compiled class for its shape and ``dtype`` (False for a
+    pair that is not compiled: the conversion below may still give one, as float32x4 lanes do)."""
+    try:
+        return class_for(array.shape, dtype) is type(array)
+    except TypeError:
+        return False
 
 
 def _device_type(obj: Any) -> int:

@@ -115,6 +115,17 @@ pub(super) fn convert<'py>(slf: &Bound<'py, MemArrayBase>, conversion: &str) -> 
 
 /// `value in a`: NumPy's `(a == value).any()` over the host data, at every rank.
 pub(super) fn contains(slf: &Bound<'_, MemArrayBase>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let array = slf.get();
+    let device = array.header().placement().on_device();
+    if device && array.header().dims().len() == 1 && !array.element_type().is_compound() {
+        // A 1-D device array's elements, read one by one as iteration reads them.
+        for item in iterate(slf)?.into_pyobject(slf.py())?.try_iter()? {
+            if item?.eq(value)? {
+                return Ok(true);
+            }
+        }
+        return Ok(false);
+    }
     host_view(slf, "`value in a`", "test a host copy (value in a.to_numpy())")?.contains(value)
 }
 
@@ -136,12 +147,17 @@ pub(super) fn array_ufunc<'py>(
         Err(_) => Ok(object.clone()),
     };
     let mut borrows = Vec::new();
+    let mut borrowed: Vec<*mut pyo3::ffi::PyObject> = Vec::new();
     let mut borrow_for_writing = |array: &Bound<'py, MemArrayBase>| -> PyResult<()> {
         refuse_device(array, doing, "compute on a host copy and read it back (read_numpy_array)")?;
+        if borrowed.contains(&array.as_ptr()) {
+            return Ok(()); // one array given as two outputs: borrowed once
+        }
         borrows.push(array.get().read(py, |core| -> PyResult<_> {
             core.check_writable(None)?;
             write_borrow(py, core, true)
         })?);
+        borrowed.push(array.as_ptr());
         Ok(())
     };
     // `ufunc.at(a, indices, ...)` writes its first operand in place.
@@ -167,19 +183,35 @@ pub(super) fn array_ufunc<'py>(
     };
     let result = ufunc.getattr(method)?.call(pyo3::types::PyTuple::new(py, viewed)?, Some(&kwargs))?;
     drop(borrows);
-    match outputs {
-        // The outputs themselves, as NumPy returns them (one, or a tuple); `at` returns None.
-        Some(out) if method != "at" => Ok(if out.len() == 1 { out.get_item(0)? } else { out.into_any() }),
-        _ => Ok(result),
+    // NumPy's result, with each amso output in place of its view (a `None` output slot keeps
+    // the array NumPy made for it); `at` returns None.
+    let Some(out) = outputs.filter(|_| method != "at") else { return Ok(result) };
+    let own = |index: usize, made: Bound<'py, PyAny>| -> PyResult<Bound<'py, PyAny>> {
+        let given = out.get_item(index)?;
+        Ok(if given.cast::<MemArrayBase>().is_ok() { given } else { made })
+    };
+    match result.cast::<pyo3::types::PyTuple>() {
+        Ok(results) if out.len() > 1 => {
+            let items: Vec<_> = results.iter().enumerate().map(|(i, made)| own(i, made)).collect::<PyResult<_>>()?;
+            Ok(pyo3::types::PyTuple::new(py, items)?.into_any())
+        }
+        _ => own(0, result),
     }
 }
 
 /// Give `class` NumPy's arithmetic operators: those of `numpy.lib.mixins.NDArrayOperatorsMixin`
 /// (`a + 1`, `-a`, `abs(a)`, `a += 1`, ...), each a call of the ufunc that reaches
 /// `__array_ufunc__`; the comparisons stay amso's own (`compare`).
+/// Without NumPy (an extension crate's module in a Python that lacks it) there is nothing to
+/// compute with, and nothing is installed.
 pub(super) fn install_operators(class: &Bound<'_, pyo3::types::PyType>) -> PyResult<()> {
     let py = class.py();
-    let mixin = py.import(intern!(py, "numpy.lib.mixins"))?.getattr(intern!(py, "NDArrayOperatorsMixin"))?;
+    let mixins = match py.import(intern!(py, "numpy.lib.mixins")) {
+        Ok(mixins) => mixins,
+        Err(error) if error.is_instance_of::<pyo3::exceptions::PyImportError>(py) => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    let mixin = mixins.getattr(intern!(py, "NDArrayOperatorsMixin"))?;
     let namespace = mixin.getattr(intern!(py, "__dict__"))?;
     for item in namespace.call_method0(intern!(py, "items"))?.try_iter()? {
         let (name, function): (String, Bound<'_, PyAny>) = item?.extract()?;
@@ -234,24 +266,34 @@ pub(super) fn numpy_attribute<'py>(
     }
     if text == "fill" {
         let array = slf.clone().unbind();
-        let fill =
-            move |args: &Bound<'_, pyo3::types::PyTuple>, _: Option<&Bound<'_, pyo3::types::PyDict>>| -> PyResult<()> {
-                let py = args.py();
-                let ellipsis = py.Ellipsis();
-                set_item(array.bind(py), ellipsis.bind(py), &args.get_item(0)?)
-            };
-        return Ok(pyo3::types::PyCFunction::new_closure(
-            py,
-            Some(c"fill"),
-            Some(c"fill(value): every element"),
-            fill,
-        )?
-        .into_any());
+        let fill = move |args: &Bound<'_, pyo3::types::PyTuple>,
+                         kwargs: Option<&Bound<'_, pyo3::types::PyDict>>|
+              -> PyResult<()> {
+            let py = args.py();
+            if args.len() != 1 || kwargs.is_some_and(|k| !k.is_empty()) {
+                return Err(PyTypeError::new_err(format!(
+                    "fill() takes one value (as NumPy's fill(value)), got {} positional and {} keyword arguments",
+                    args.len(),
+                    kwargs.map_or(0, |k| k.len())
+                )));
+            }
+            let ellipsis = py.Ellipsis();
+            set_item(array.bind(py), ellipsis.bind(py), &args.get_item(0)?)
+        };
+        let doc = Some(c"fill(value): every element");
+        return Ok(pyo3::types::PyCFunction::new_closure(py, Some(c"fill"), doc, fill)?.into_any());
     }
-    if FROM_NUMPY.contains(&text.as_ref()) {
-        return array_view(slf, None, None)?.getattr(name);
+    if FROM_NUMPY.contains(&text.as_ref()) && slf.get().element_type().lanes <= 1 {
+        // Any refusal (a locked array) is an AttributeError with its cause, so `hasattr` and
+        // `getattr(a, name, default)` stay safe.
+        return array_view(slf, None, None).and_then(|view| view.getattr(name)).map_err(|cause| {
+            let error = missing(format!(": NumPy's view of the data is refused ({}); {numpy_way}", cause.value(py)));
+            error.set_cause(py, Some(cause));
+            error
+        });
     }
-    Err(missing(format!("; amso leaves it to NumPy: {numpy_way} (a NumPy view of the host data)")))
+    let lanes = if slf.get().element_type().lanes > 1 { ", whose vectors are a last axis of lanes" } else { "" };
+    Err(missing(format!("; amso leaves it to NumPy: {numpy_way} (a NumPy view of the host data{lanes})")))
 }
 
 /// An iterator over an amso array (Python name `amso._amso.ArrayIterator`).

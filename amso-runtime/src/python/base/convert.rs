@@ -327,6 +327,8 @@ pub(in crate::python) fn warn_overflow(py: Python<'_>, value: &Scalar, dtype: &D
     };
     let overflow = match *value {
         Scalar::Float(f) => overflows(f),
+        Scalar::Int(i) => overflows(i as f64),
+        Scalar::UInt(u) => overflows(u as f64),
         Scalar::Complex(re, im) => overflows(re) || overflows(im),
         _ => false,
     };

@@ -199,13 +199,17 @@ pub(super) fn array_ufunc<'py>(
     }
 }
 
-/// Give `class` NumPy's arithmetic operators: those of `numpy.lib.mixins.NDArrayOperatorsMixin`
-/// (`a + 1`, `-a`, `abs(a)`, `a += 1`, ...), each a call of the ufunc that reaches
-/// `__array_ufunc__`; the comparisons stay amso's own (`compare`).
-/// Without NumPy (an extension crate's module in a Python that lacks it) there is nothing to
-/// compute with, and nothing is installed.
-pub(super) fn install_operators(class: &Bound<'_, pyo3::types::PyType>) -> PyResult<()> {
-    let py = class.py();
+/// Give this runtime copy's base class, once, NumPy's arithmetic operators: those of
+/// `numpy.lib.mixins.NDArrayOperatorsMixin` (`a + 1`, `-a`, `abs(a)`, `a += 1`, ...), each a
+/// call of the ufunc that reaches `__array_ufunc__`; the comparisons stay amso's own
+/// (`compare`). Every generated class inherits them. Without NumPy (an extension crate's module
+/// in a Python that lacks it) there is nothing to compute with, and nothing is installed.
+pub(super) fn install_operators(py: Python<'_>) -> PyResult<()> {
+    static INSTALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if INSTALLED.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let class = <MemArrayBase as pyo3::PyTypeInfo>::type_object(py);
     let mixins = match py.import(intern!(py, "numpy.lib.mixins")) {
         Ok(mixins) => mixins,
         Err(error) if error.is_instance_of::<pyo3::exceptions::PyImportError>(py) => return Ok(()),
@@ -220,6 +224,7 @@ pub(super) fn install_operators(class: &Bound<'_, pyo3::types::PyType>) -> PyRes
             class.setattr(name.as_str(), function)?;
         }
     }
+    INSTALLED.store(true, Ordering::Release);
     Ok(())
 }
 

@@ -9,6 +9,7 @@ import ctypes
 import gc
 import os
 import pickle
+import re
 import threading
 
 import numpy as np
@@ -311,6 +312,14 @@ def _typed_argument(a):
 
 
 PYTHON_API = [
+    # NumPy's habits (issue 56): conversions, methods and ufuncs refuse as NumPy does, or name the NumPy way.
+    ("bool-of-many-elements", lambda a: bool(a), ValueError, re.escape("np.asarray(a).any()")),
+    ("float-of-many-elements", lambda a: float(a), TypeError, "arrays can be converted to Python scalars"),
+    ("numpy-method-amso-leaves-to-numpy", lambda a: a.sort(), AttributeError, re.escape("np.asarray(a).sort()")),
+    ("fill-with-two-values", lambda a: a.fill(1, 2), TypeError, r"fill\(\) takes one value"),
+    ("ufunc-into-a-read-only-output", lambda a: np.add(a, 1, out=amso.MemArray((2, 3), np.float64, readonly=True)),
+     ValueError, "read-only"),
+    ("non-native-byte-order", lambda a: amso.MemArray(3, ">f8"), ValueError, "big-endian"),
     ("array-conversion-without-copy", lambda a: a.__array__(np.int8, copy=False), ValueError, "needs a copy, but copy=False"),
     ("move-while-a-buffer-lives", _move_while_viewed, BufferError, "1 live buffer export"),
     ("stream-object-returns-junk", lambda a: a.move_memory(1, stream=type("S", (), {"__cuda_stream__": lambda s: None})()),

@@ -121,6 +121,13 @@ def test_sixteen_threads_create_read_write_export_and_lock_shared_arrays():
                 private = amso.MemArray((int(rng.integers(1, 50)),), np.float32)
                 private[0] = float(i)
                 assert np.from_dlpack(private)[0] == i
+                # NumPy's habits (issue 56) on the shared table and a private array: methods and
+                # ufuncs through NumPy's view, `in`, in-place arithmetic and fill under the write rules.
+                assert table.sum() == 2016.0 and 63.0 in table and (table + 0)[7, 7] == 63.0
+                private += 1
+                assert private[0] == i + 1
+                private.fill(3.0)
+                assert private.max() == 3.0 and bool(amso.zeros(1)) is False
                 # `__dlpack__`'s one keyword cache, switched between call sites by the threads.
                 if me % 2:
                     assert "versioned" in repr(table.__dlpack__(max_version=(1, 0), copy=None))

@@ -59,13 +59,19 @@ pub(super) fn set_item(
     key: &Bound<'_, PyAny>,
     value: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    let (py, array) = (slf.py(), slf.get());
     refuse_device(slf, "assigning to rows or slices", "assign to a host copy and read it back (read_numpy_array)")?;
-    let _borrow = array.read(py, |array| -> PyResult<_> {
+    let _borrow = borrow_for_writing(slf)?;
+    array_view(slf, None, None)?.set_item(key, value)
+}
+
+/// The borrow a write through NumPy's view holds while NumPy writes: refused, as an element
+/// write is, for read-only and locked arrays.
+fn borrow_for_writing<'py>(slf: &Bound<'py, MemArrayBase>) -> PyResult<Option<crate::borrow::guard::Borrow<'py>>> {
+    let py = slf.py();
+    slf.get().read(py, |array| -> PyResult<_> {
         array.check_writable(None)?;
         write_borrow(py, array, true)
-    })?;
-    array_view(slf, None, None)?.set_item(key, value)
+    })
 }
 
 /// `a == b`, `a < b`, ...: NumPy's elementwise comparison of the host data, a NumPy bool array.
@@ -148,21 +154,18 @@ pub(super) fn array_ufunc<'py>(
     };
     let mut borrows = Vec::new();
     let mut borrowed: Vec<*mut pyo3::ffi::PyObject> = Vec::new();
-    let mut borrow_for_writing = |array: &Bound<'py, MemArrayBase>| -> PyResult<()> {
+    let mut borrow_output = |array: &Bound<'py, MemArrayBase>| -> PyResult<()> {
         refuse_device(array, doing, "compute on a host copy and read it back (read_numpy_array)")?;
         if borrowed.contains(&array.as_ptr()) {
             return Ok(()); // one array given as two outputs: borrowed once
         }
-        borrows.push(array.get().read(py, |core| -> PyResult<_> {
-            core.check_writable(None)?;
-            write_borrow(py, core, true)
-        })?);
+        borrows.push(borrow_for_writing(array)?);
         borrowed.push(array.as_ptr());
         Ok(())
     };
     // `ufunc.at(a, indices, ...)` writes its first operand in place.
     if let (true, Ok(first)) = (method == "at", inputs.get_item(0).and_then(|f| Ok(f.cast_into::<MemArrayBase>()?))) {
-        borrow_for_writing(&first)?;
+        borrow_output(&first)?;
     }
     let viewed: Vec<Bound<'py, PyAny>> = inputs.iter().map(|input| view(&input)).collect::<PyResult<_>>()?;
     let kwargs = kwargs.map(|k| k.copy()).transpose()?.unwrap_or_else(|| pyo3::types::PyDict::new(py));
@@ -172,7 +175,7 @@ pub(super) fn array_ufunc<'py>(
             let mut views = Vec::with_capacity(out.len());
             for output in out.iter() {
                 if let Ok(array) = output.cast::<MemArrayBase>() {
-                    borrow_for_writing(array)?;
+                    borrow_output(array)?;
                 }
                 views.push(view(&output)?);
             }

@@ -16,9 +16,10 @@
 //! - **Bound.** The cache holds at most `limit` bytes: a block that would exceed it is handed
 //!   back (`give`'s answer) for the caller to return to the driver.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::address_hash::BuildAddressHasher;
+use super::sorted_map::SortedMap;
 
 /// Blocks up to this size come in power-of-two classes (from 512 bytes) and are never split.
 pub(crate) const SMALL_BLOCK: usize = 1 << 20;
@@ -62,7 +63,7 @@ struct Shelf<F> {
     /// Small blocks by class (`class_slot`), oldest first: (address, free serial).
     small: [VecDeque<(u64, u64)>; CLASSES],
     /// Large blocks by (size, address); their serials are in `BlockCache::large`.
-    large: BTreeSet<(usize, u64)>,
+    large: SortedMap<(usize, u64), ()>,
     /// Blocks freed with a serial up to this are ready on every stream.
     ready_upto: u64,
     /// A fence recorded but not yet passed, and the serial it covers.
@@ -76,7 +77,7 @@ impl<F> Shelf<F> {
         Shelf {
             lasting,
             small: std::array::from_fn(|_| VecDeque::new()),
-            large: BTreeSet::new(),
+            large: SortedMap::default(),
             ready_upto: 0,
             pending: None,
             newest: 0,
@@ -157,7 +158,7 @@ pub(crate) struct Returned {
 pub(crate) struct BlockCache<F> {
     shelves: HashMap<u64, Shelf<F>, BuildAddressHasher>,
     /// Free large blocks by address (for merging neighbours).
-    large: BTreeMap<u64, LargeFree>,
+    large: SortedMap<u64, LargeFree>,
     /// Large driver allocations, by base address: their sizes.
     segments: BTreeMap<u64, usize>,
     bytes: usize,
@@ -171,7 +172,7 @@ impl<F> BlockCache<F> {
     pub(crate) fn new(limit: usize) -> BlockCache<F> {
         BlockCache {
             shelves: HashMap::default(),
-            large: BTreeMap::new(),
+            large: SortedMap::default(),
             segments: BTreeMap::new(),
             bytes: 0,
             limit,
@@ -202,7 +203,7 @@ impl<F> BlockCache<F> {
         let ptr = if size <= SMALL_BLOCK {
             shelf.small[class_slot(size)].pop_back()?.0
         } else {
-            let &(found, ptr) = shelf.large.range((size, 0)..).next()?;
+            let (&(found, ptr), ()) = shelf.large.range((size, 0)..).next()?;
             shelf.large.remove(&(found, ptr));
             let free = self.large.remove(&ptr).expect("a shelved large block is in the address map");
             self.split(ptr, found, size, free);
@@ -233,7 +234,11 @@ impl<F> BlockCache<F> {
                     .filter(|(_, serial)| *serial <= ready)
                     .map(|&(ptr, _)| (size, ptr))
             } else {
-                shelf.large.range((size, 0)..).find(|(_, ptr)| self.large[ptr].serial <= ready).copied()
+                shelf
+                    .large
+                    .range((size, 0)..)
+                    .map(|(&key, ())| key)
+                    .find(|(_, ptr)| self.large.get(ptr).is_some_and(|free| free.serial <= ready))
             };
             if let Some((found, ptr)) = candidate {
                 if best.is_none_or(|(best_size, ..)| found < best_size) {
@@ -264,7 +269,7 @@ impl<F> BlockCache<F> {
             let rest_ptr = ptr + size as u64;
             self.large.insert(rest_ptr, rest);
             if let Some(shelf) = self.shelves.get_mut(&free.stream) {
-                shelf.large.insert((rest.size, rest_ptr));
+                shelf.large.insert((rest.size, rest_ptr), ());
             }
             self.counts.splits += 1;
         }
@@ -346,7 +351,7 @@ impl<F> BlockCache<F> {
             return Some(Returned { ptr: start, stream, lasting });
         }
         self.large.insert(start, merged);
-        shelf.large.insert((merged.size, start));
+        shelf.large.insert((merged.size, start), ());
         None
     }
 
@@ -418,8 +423,8 @@ impl<F> BlockCache<F> {
                     add(SMALLEST << slot, SMALLEST << slot, serial);
                 }
             }
-            for &(size, ptr) in &shelf.large {
-                add(size.next_power_of_two(), size, self.large[&ptr].serial);
+            for (&(size, ptr), ()) in shelf.large.iter() {
+                add(size.next_power_of_two(), size, self.large.get(&ptr).map_or(0, |free| free.serial));
             }
         }
         rows.into_values().filter(|row| row.blocks > 0).collect()

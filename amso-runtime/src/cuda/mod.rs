@@ -34,6 +34,7 @@ pub(crate) mod deferred;
 pub(crate) mod device_memory;
 mod device_waiter;
 pub(crate) mod driver;
+mod sorted_map;
 // Process-to-process sharing is reached from Python only (`MemArray.share`); its handle's bytes
 // (`share/handle.rs`, which the fuzz target reads without Python) take their sizes from here.
 #[cfg_attr(not(feature = "python"), allow(dead_code))]

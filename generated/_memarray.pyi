@@ -6,7 +6,7 @@
 from a literal dtype and the shape's length; other calls give `MemArray`."""
 
 from collections.abc import Sequence
-from typing import Literal, SupportsIndex, TypeAlias, overload
+from typing import Literal, Never, SupportsIndex, TypeAlias, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +49,8 @@ class MemArray(MemArrayBase):
     managed=False, shareable=False)``: a zero-filled array of the compiled class for
     ``(dtype, len(shape))``; every amso array is an instance."""
 
+    @overload
+    def __new__(cls, shape: tuple[Never, ...], dtype: npt.DTypeLike | None = None, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False, managed: bool = False, shareable: bool = False) -> MemArray: ...
     @overload
     def __new__(cls, shape: SupportsIndex | tuple[SupportsIndex], dtype: _bool, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False, managed: bool = False, shareable: bool = False) -> _amso.MemArray1DBool: ...
     @overload
@@ -488,6 +490,8 @@ class MemArray(MemArrayBase):
     @overload
     def __new__(cls, shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False, managed: bool = False, shareable: bool = False) -> MemArray: ...
 
+@overload
+def empty(shape: tuple[Never, ...], dtype: npt.DTypeLike | None = None, device_id: int = 0, *, on_device: bool = False, managed: bool = False, shareable: bool = False) -> MemArray: ...
 @overload
 def empty(shape: SupportsIndex | tuple[SupportsIndex], dtype: _bool, device_id: int = 0, *, on_device: bool = False, managed: bool = False, shareable: bool = False) -> _amso.MemArray1DBool: ...
 @overload

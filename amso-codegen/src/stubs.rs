@@ -54,12 +54,17 @@ fn element_index(ndim: u8) -> String {
 
 /// One instantiation's class in `_amso.pyi`.
 pub(crate) fn class_stub(dtype: &DType, ndim: u8) -> String {
+    if dtype.is_vector() {
+        return vector_class_stub(dtype, ndim);
+    }
     let class = dtype.class_name(ndim);
     let scalar = python_scalar(dtype);
     let value = element_value(dtype);
     let array = numpy_array(dtype);
     let element = element_index(ndim);
     let view = if ndim == 1 { "_View1" } else { "_View" };
+    // A str (a record's field name, which other arrays refuse at run time) is a key as NumPy's
+    // stubs take it on every array.
     // From 2-D on, an integer tuple of the full length is also a view key (of another length):
     // the first overload, which reads one element, wins, as the runtime's scalar path does.
     // A 1-D class narrows the base's keys (which take any tuple): mypy's override check, told
@@ -74,12 +79,48 @@ pub(crate) fn class_stub(dtype: &DType, ndim: u8) -> String {
          readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        \
          uninitialized: bool = False,\n        managed: bool = False,\n        shareable: bool = False,\n    ) -> {class}: ...\n    \
          @overload{decorator}\n    def __getitem__(self, index: {element}, /) -> {scalar}: ...{def}\n    \
-         @overload\n    def __getitem__(self, index: {view}, /) -> {array}: ...\n    \
+         @overload\n    def __getitem__(self, index: {view} | str, /) -> {array}: ...\n    \
          @overload{decorator}\n    def __setitem__(self, index: {element}, value: {value}, /) -> None: ...\n    \
-         @overload\n    def __setitem__(self, index: {view}, value: _Values[{value}], /) -> None: ...\n    \
+         @overload\n    def __setitem__(self, index: {view} | str, value: _Values[{value}], /) -> None: ...\n    \
          def to_numpy(self) -> {array}: ...\n",
         name = dtype.name,
         rust = dtype.rust,
+    )
+}
+
+/// One vector instantiation's class in `_amso.pyi`: an element reads as the array of its lanes
+/// (`v[i]`, NumPy's view with the lanes as a last axis), a lane as the lane's NumPy scalar
+/// (`v[i, k]`); an element is written from a sequence of lanes, a lane from a scalar.
+fn vector_class_stub(dtype: &DType, ndim: u8) -> String {
+    let class = dtype.class_name(ndim);
+    let lane = numpy_scalar(dtype).unwrap_or_else(|| "Any".to_owned());
+    let lane_value = match dtype.code {
+        TypeCode::Int | TypeCode::UInt => "_IntValue",
+        _ => "_FloatValue",
+    };
+    let array = numpy_array(dtype);
+    let element = element_index(ndim);
+    let lane_index = format!("tuple[{}]", vec!["SupportsIndex"; ndim as usize + 1].join(", "));
+    let view = if ndim == 1 { "_View1" } else { "_View" };
+    // From 2-D on, the lane index (one integer more than the element's) is also a view key: the
+    // overlap is told on its `def`; a 1-D class's narrower keys on the first decorator.
+    let (decorator, overlap) = match ndim {
+        1 => ("  # type: ignore[override]", ""),
+        _ => ("", "  # type: ignore[overload-overlap]"),
+    };
+    format!(
+        "\nclass {class}(MemArray):\n    \"\"\"{ndim}-D array of {name} ({rust}): `v[i]` is an element's {lanes} lanes, `v[i, k]` one lane.\"\"\"\n\n    \
+         def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        \
+         readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        \
+         uninitialized: bool = False,\n        managed: bool = False,\n        shareable: bool = False,\n    ) -> {class}: ...\n    \
+         @overload{decorator}\n    def __getitem__(self, index: {lane_index}, /) -> {lane}: ...{overlap}\n    \
+         @overload\n    def __getitem__(self, index: {element} | {view} | str, /) -> {array}: ...\n    \
+         @overload{decorator}\n    def __setitem__(self, index: {lane_index}, value: {lane_value}, /) -> None: ...\n    \
+         @overload\n    def __setitem__(self, index: {element} | {view} | str, value: _Values[{lane_value}], /) -> None: ...\n    \
+         def to_numpy(self) -> {array}: ...\n",
+        name = dtype.name,
+        rust = dtype.rust,
+        lanes = dtype.lanes,
     )
 }
 
@@ -139,7 +180,7 @@ pub(crate) fn memarray_stub(spec: &Spec, header_note: &str) -> String {
          # (The first overload that matches wins: bool's before int64's, as `type[bool]` is also a\n\
          # `type[int]`.)\n\"\"\"The typed face of `amso.MemArray` and `amso.empty`: the class a \
          call returns, known\nfrom a literal dtype and the shape's length; other calls give `MemArray`.\"\"\"\n\n\
-         from collections.abc import Sequence\nfrom typing import Literal, SupportsIndex, TypeAlias, overload\n\n\
+         from collections.abc import Sequence\nfrom typing import Literal, Never, SupportsIndex, TypeAlias, overload\n\n\
          import numpy as np\nimport numpy.typing as npt\n\nfrom . import _amso\nfrom ._amso import MemArrayBase\n\n"
     );
     for dtype in &spec.dtypes {
@@ -168,6 +209,15 @@ pub(crate) fn memarray_stub(spec: &Spec, header_note: &str) -> String {
 /// One `@overload` of `{indent}{head}shape, dtype, device_id, *, keywords)` per instantiation,
 /// returning its class, then the fallback returning `MemArray`.
 fn overloads(out: &mut String, calls: &[(String, String, u8)], indent: &str, head: &str, keywords: &str) {
+    // First, a shape whose length a checker cannot know but whose items are `Any` (NumPy's
+    // `NDArray[Any].shape`, `tuple[Any, ...]`): both checkers would let it match the 1-D overload
+    // below (an `Any` item fits every fixed-length tuple). No known length fits `tuple[Never, ...]`
+    // (only the empty shape, which no class has), so it takes exactly those: the array of any rank.
+    let _ = writeln!(
+        out,
+        "{indent}@overload\n{indent}{head}shape: tuple[Never, ...], dtype: npt.DTypeLike | None = None, \
+         device_id: int = 0, *, {keywords}) -> MemArray: ..."
+    );
     for (name, class, ndim) in calls {
         let default = if name == "float64" { " | None = None" } else { "" };
         let _ = writeln!(

@@ -30,3 +30,8 @@ def describe(array: amso.MemArray) -> str:
 
 describe(np.zeros(3))  # mistake: a NumPy array is not an amso array
 g[0:1] = ["x"]  # mistake: strings are not elements
+v4 = amso.MemArray(2, "float32x4")
+v4[0, 1] = "x"  # mistake: a lane of float32x4 is a float
+text: str = v4[0, 1]  # mistake: a lane reads as np.float32
+k = amso.class_for((2, 3), "float64")
+k((2, 3), readonly="yes")  # mistake: readonly is a bool

@@ -169,11 +169,12 @@ def _ndim(shape: Sequence[SupportsIndex] | SupportsIndex) -> int:
         ) from None
 
 
-def class_for(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: Any = None) -> type[MemArrayBase]:
-    """The compiled class for ``shape``'s ndim and ``dtype``; a TypeError names what is compiled."""
+def class_for(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: Any = None) -> type[MemArray]:
+    """The compiled class for ``shape``'s ndim and ``dtype``; a TypeError names what is compiled.
+    Every compiled class is a subclass of ``MemArray``, and its call takes ``(shape, ...)``."""
     key = (_dtype_name(dtype), _ndim(shape))
     try:
-        return _DISPATCH[key]
+        return _DISPATCH[key]  # type: ignore[return-value]  # the compiled classes subclass MemArray (its metaclass)
     except KeyError:
         raise TypeError(_uncompiled(*key)) from None
 

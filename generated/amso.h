@@ -178,8 +178,26 @@ typedef struct amso_c_api {
 
 #define AMSO_C_API_VERSION 1u
 
+/* The second table (capsule amso._amso._C_TYPED_API): the bundled module's typed exports, one row
+ * per compiled (dtype, ndim) in the spec's order, fingerprinted by AMSO_TYPED_KEY. */
+typedef struct amso_typed_export {
+    int (*handle)(PyObject *object, amso_handle *out);
+    int (*data)(PyObject *object, void **out);
+    int (*shape)(PyObject *object, const int64_t **out);
+} amso_typed_export;
+typedef struct amso_typed_api {
+    uint32_t version;
+    uint32_t count;
+    uint64_t key;
+    const amso_typed_export *exports;
+} amso_typed_api;
+
+#define AMSO_TYPED_API_VERSION 1u
+#define AMSO_TYPED_COUNT 218u
+#define AMSO_TYPED_KEY 0xa81261e4f335c8f2ull /* the spec's pairs, in order */
 #ifdef Py_PYTHON_H
 static const amso_c_api *amso_api = NULL;
+static const amso_typed_api *amso_typed_api_table = NULL;
 
 /* Load the table (with the GIL held); 0 on success, -1 with a Python exception set. */
 static inline int amso_import(void) {
@@ -189,6 +207,17 @@ static inline int amso_import(void) {
         amso_api->header_size != sizeof(struct amso_array_header)) {
         PyErr_SetString(PyExc_ImportError, "amso's C API does not match this amso.h; rebuild against the installed amso");
         amso_api = NULL;
+        return -1;
+    }
+    amso_typed_api_table = (const amso_typed_api *)PyCapsule_Import("amso._amso._C_TYPED_API", 0);
+    if (amso_typed_api_table == NULL || amso_typed_api_table->version < AMSO_TYPED_API_VERSION ||
+        amso_typed_api_table->count != AMSO_TYPED_COUNT || amso_typed_api_table->key != AMSO_TYPED_KEY) {
+        if (amso_typed_api_table != NULL || !PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ImportError, "amso's typed C exports do not match this amso.h (built from another "
+                            "spec); rebuild against the installed amso");
+        }
+        amso_api = NULL;
+        amso_typed_api_table = NULL;
         return -1;
     }
     return 0;
@@ -220,1100 +249,2195 @@ static inline const char *amso_last_error(void) { return amso_api->last_error();
 #endif /* Py_PYTHON_H */
 
 /*
- * Typed exports of the bundled module, one set per compiled (dtype, ndim), exported by
+ * Typed exports of the bundled module, one set per compiled (dtype, ndim). Each fails with
+ * AMSO_ERR_NOT_AN_AMSO_ARRAY for an object not of exactly its class. In a CPython extension
+ * (Python.h included before this header) they are inline calls through the table amso_import()
+ * loads, so the extension needs only amso.get_include(); elsewhere they are symbols of
  * amso/_amso*.so (link against it or dlsym them). The same lifetime rules apply.
  */
+#ifdef Py_PYTHON_H
 
-/* bool, 1-D (MemArray1DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bool, 1-D (MemArray1DBool). */
+static inline int amso_bool_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[0].handle(object, out); }
+static inline int amso_bool_1d_data(PyObject *object, bool **out) { return amso_typed_api_table->exports[0].data(object, (void **)out); }
+static inline int amso_bool_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[0].shape(object, out); }
+
+/* bool, 2-D (MemArray2DBool). */
+static inline int amso_bool_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[1].handle(object, out); }
+static inline int amso_bool_2d_data(PyObject *object, bool **out) { return amso_typed_api_table->exports[1].data(object, (void **)out); }
+static inline int amso_bool_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[1].shape(object, out); }
+
+/* bool, 3-D (MemArray3DBool). */
+static inline int amso_bool_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[2].handle(object, out); }
+static inline int amso_bool_3d_data(PyObject *object, bool **out) { return amso_typed_api_table->exports[2].data(object, (void **)out); }
+static inline int amso_bool_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[2].shape(object, out); }
+
+/* bool, 4-D (MemArray4DBool). */
+static inline int amso_bool_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[3].handle(object, out); }
+static inline int amso_bool_4d_data(PyObject *object, bool **out) { return amso_typed_api_table->exports[3].data(object, (void **)out); }
+static inline int amso_bool_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[3].shape(object, out); }
+
+/* bool, 5-D (MemArray5DBool). */
+static inline int amso_bool_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[4].handle(object, out); }
+static inline int amso_bool_5d_data(PyObject *object, bool **out) { return amso_typed_api_table->exports[4].data(object, (void **)out); }
+static inline int amso_bool_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[4].shape(object, out); }
+
+/* bool, 6-D (MemArray6DBool). */
+static inline int amso_bool_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[5].handle(object, out); }
+static inline int amso_bool_6d_data(PyObject *object, bool **out) { return amso_typed_api_table->exports[5].data(object, (void **)out); }
+static inline int amso_bool_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[5].shape(object, out); }
+
+/* bool, 7-D (MemArray7DBool). */
+static inline int amso_bool_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[6].handle(object, out); }
+static inline int amso_bool_7d_data(PyObject *object, bool **out) { return amso_typed_api_table->exports[6].data(object, (void **)out); }
+static inline int amso_bool_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[6].shape(object, out); }
+
+/* bool, 8-D (MemArray8DBool). */
+static inline int amso_bool_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[7].handle(object, out); }
+static inline int amso_bool_8d_data(PyObject *object, bool **out) { return amso_typed_api_table->exports[7].data(object, (void **)out); }
+static inline int amso_bool_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[7].shape(object, out); }
+
+/* int8, 1-D (MemArray1DInt8). */
+static inline int amso_int8_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[8].handle(object, out); }
+static inline int amso_int8_1d_data(PyObject *object, int8_t **out) { return amso_typed_api_table->exports[8].data(object, (void **)out); }
+static inline int amso_int8_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[8].shape(object, out); }
+
+/* int8, 2-D (MemArray2DInt8). */
+static inline int amso_int8_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[9].handle(object, out); }
+static inline int amso_int8_2d_data(PyObject *object, int8_t **out) { return amso_typed_api_table->exports[9].data(object, (void **)out); }
+static inline int amso_int8_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[9].shape(object, out); }
+
+/* int8, 3-D (MemArray3DInt8). */
+static inline int amso_int8_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[10].handle(object, out); }
+static inline int amso_int8_3d_data(PyObject *object, int8_t **out) { return amso_typed_api_table->exports[10].data(object, (void **)out); }
+static inline int amso_int8_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[10].shape(object, out); }
+
+/* int8, 4-D (MemArray4DInt8). */
+static inline int amso_int8_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[11].handle(object, out); }
+static inline int amso_int8_4d_data(PyObject *object, int8_t **out) { return amso_typed_api_table->exports[11].data(object, (void **)out); }
+static inline int amso_int8_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[11].shape(object, out); }
+
+/* int8, 5-D (MemArray5DInt8). */
+static inline int amso_int8_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[12].handle(object, out); }
+static inline int amso_int8_5d_data(PyObject *object, int8_t **out) { return amso_typed_api_table->exports[12].data(object, (void **)out); }
+static inline int amso_int8_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[12].shape(object, out); }
+
+/* int8, 6-D (MemArray6DInt8). */
+static inline int amso_int8_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[13].handle(object, out); }
+static inline int amso_int8_6d_data(PyObject *object, int8_t **out) { return amso_typed_api_table->exports[13].data(object, (void **)out); }
+static inline int amso_int8_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[13].shape(object, out); }
+
+/* int8, 7-D (MemArray7DInt8). */
+static inline int amso_int8_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[14].handle(object, out); }
+static inline int amso_int8_7d_data(PyObject *object, int8_t **out) { return amso_typed_api_table->exports[14].data(object, (void **)out); }
+static inline int amso_int8_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[14].shape(object, out); }
+
+/* int8, 8-D (MemArray8DInt8). */
+static inline int amso_int8_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[15].handle(object, out); }
+static inline int amso_int8_8d_data(PyObject *object, int8_t **out) { return amso_typed_api_table->exports[15].data(object, (void **)out); }
+static inline int amso_int8_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[15].shape(object, out); }
+
+/* int16, 1-D (MemArray1DInt16). */
+static inline int amso_int16_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[16].handle(object, out); }
+static inline int amso_int16_1d_data(PyObject *object, int16_t **out) { return amso_typed_api_table->exports[16].data(object, (void **)out); }
+static inline int amso_int16_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[16].shape(object, out); }
+
+/* int16, 2-D (MemArray2DInt16). */
+static inline int amso_int16_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[17].handle(object, out); }
+static inline int amso_int16_2d_data(PyObject *object, int16_t **out) { return amso_typed_api_table->exports[17].data(object, (void **)out); }
+static inline int amso_int16_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[17].shape(object, out); }
+
+/* int16, 3-D (MemArray3DInt16). */
+static inline int amso_int16_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[18].handle(object, out); }
+static inline int amso_int16_3d_data(PyObject *object, int16_t **out) { return amso_typed_api_table->exports[18].data(object, (void **)out); }
+static inline int amso_int16_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[18].shape(object, out); }
+
+/* int16, 4-D (MemArray4DInt16). */
+static inline int amso_int16_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[19].handle(object, out); }
+static inline int amso_int16_4d_data(PyObject *object, int16_t **out) { return amso_typed_api_table->exports[19].data(object, (void **)out); }
+static inline int amso_int16_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[19].shape(object, out); }
+
+/* int16, 5-D (MemArray5DInt16). */
+static inline int amso_int16_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[20].handle(object, out); }
+static inline int amso_int16_5d_data(PyObject *object, int16_t **out) { return amso_typed_api_table->exports[20].data(object, (void **)out); }
+static inline int amso_int16_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[20].shape(object, out); }
+
+/* int16, 6-D (MemArray6DInt16). */
+static inline int amso_int16_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[21].handle(object, out); }
+static inline int amso_int16_6d_data(PyObject *object, int16_t **out) { return amso_typed_api_table->exports[21].data(object, (void **)out); }
+static inline int amso_int16_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[21].shape(object, out); }
+
+/* int16, 7-D (MemArray7DInt16). */
+static inline int amso_int16_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[22].handle(object, out); }
+static inline int amso_int16_7d_data(PyObject *object, int16_t **out) { return amso_typed_api_table->exports[22].data(object, (void **)out); }
+static inline int amso_int16_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[22].shape(object, out); }
+
+/* int16, 8-D (MemArray8DInt16). */
+static inline int amso_int16_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[23].handle(object, out); }
+static inline int amso_int16_8d_data(PyObject *object, int16_t **out) { return amso_typed_api_table->exports[23].data(object, (void **)out); }
+static inline int amso_int16_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[23].shape(object, out); }
+
+/* int32, 1-D (MemArray1DInt32). */
+static inline int amso_int32_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[24].handle(object, out); }
+static inline int amso_int32_1d_data(PyObject *object, int32_t **out) { return amso_typed_api_table->exports[24].data(object, (void **)out); }
+static inline int amso_int32_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[24].shape(object, out); }
+
+/* int32, 2-D (MemArray2DInt32). */
+static inline int amso_int32_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[25].handle(object, out); }
+static inline int amso_int32_2d_data(PyObject *object, int32_t **out) { return amso_typed_api_table->exports[25].data(object, (void **)out); }
+static inline int amso_int32_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[25].shape(object, out); }
+
+/* int32, 3-D (MemArray3DInt32). */
+static inline int amso_int32_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[26].handle(object, out); }
+static inline int amso_int32_3d_data(PyObject *object, int32_t **out) { return amso_typed_api_table->exports[26].data(object, (void **)out); }
+static inline int amso_int32_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[26].shape(object, out); }
+
+/* int32, 4-D (MemArray4DInt32). */
+static inline int amso_int32_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[27].handle(object, out); }
+static inline int amso_int32_4d_data(PyObject *object, int32_t **out) { return amso_typed_api_table->exports[27].data(object, (void **)out); }
+static inline int amso_int32_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[27].shape(object, out); }
+
+/* int32, 5-D (MemArray5DInt32). */
+static inline int amso_int32_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[28].handle(object, out); }
+static inline int amso_int32_5d_data(PyObject *object, int32_t **out) { return amso_typed_api_table->exports[28].data(object, (void **)out); }
+static inline int amso_int32_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[28].shape(object, out); }
+
+/* int32, 6-D (MemArray6DInt32). */
+static inline int amso_int32_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[29].handle(object, out); }
+static inline int amso_int32_6d_data(PyObject *object, int32_t **out) { return amso_typed_api_table->exports[29].data(object, (void **)out); }
+static inline int amso_int32_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[29].shape(object, out); }
+
+/* int32, 7-D (MemArray7DInt32). */
+static inline int amso_int32_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[30].handle(object, out); }
+static inline int amso_int32_7d_data(PyObject *object, int32_t **out) { return amso_typed_api_table->exports[30].data(object, (void **)out); }
+static inline int amso_int32_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[30].shape(object, out); }
+
+/* int32, 8-D (MemArray8DInt32). */
+static inline int amso_int32_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[31].handle(object, out); }
+static inline int amso_int32_8d_data(PyObject *object, int32_t **out) { return amso_typed_api_table->exports[31].data(object, (void **)out); }
+static inline int amso_int32_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[31].shape(object, out); }
+
+/* int64, 1-D (MemArray1DInt64). */
+static inline int amso_int64_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[32].handle(object, out); }
+static inline int amso_int64_1d_data(PyObject *object, int64_t **out) { return amso_typed_api_table->exports[32].data(object, (void **)out); }
+static inline int amso_int64_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[32].shape(object, out); }
+
+/* int64, 2-D (MemArray2DInt64). */
+static inline int amso_int64_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[33].handle(object, out); }
+static inline int amso_int64_2d_data(PyObject *object, int64_t **out) { return amso_typed_api_table->exports[33].data(object, (void **)out); }
+static inline int amso_int64_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[33].shape(object, out); }
+
+/* int64, 3-D (MemArray3DInt64). */
+static inline int amso_int64_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[34].handle(object, out); }
+static inline int amso_int64_3d_data(PyObject *object, int64_t **out) { return amso_typed_api_table->exports[34].data(object, (void **)out); }
+static inline int amso_int64_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[34].shape(object, out); }
+
+/* int64, 4-D (MemArray4DInt64). */
+static inline int amso_int64_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[35].handle(object, out); }
+static inline int amso_int64_4d_data(PyObject *object, int64_t **out) { return amso_typed_api_table->exports[35].data(object, (void **)out); }
+static inline int amso_int64_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[35].shape(object, out); }
+
+/* int64, 5-D (MemArray5DInt64). */
+static inline int amso_int64_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[36].handle(object, out); }
+static inline int amso_int64_5d_data(PyObject *object, int64_t **out) { return amso_typed_api_table->exports[36].data(object, (void **)out); }
+static inline int amso_int64_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[36].shape(object, out); }
+
+/* int64, 6-D (MemArray6DInt64). */
+static inline int amso_int64_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[37].handle(object, out); }
+static inline int amso_int64_6d_data(PyObject *object, int64_t **out) { return amso_typed_api_table->exports[37].data(object, (void **)out); }
+static inline int amso_int64_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[37].shape(object, out); }
+
+/* int64, 7-D (MemArray7DInt64). */
+static inline int amso_int64_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[38].handle(object, out); }
+static inline int amso_int64_7d_data(PyObject *object, int64_t **out) { return amso_typed_api_table->exports[38].data(object, (void **)out); }
+static inline int amso_int64_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[38].shape(object, out); }
+
+/* int64, 8-D (MemArray8DInt64). */
+static inline int amso_int64_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[39].handle(object, out); }
+static inline int amso_int64_8d_data(PyObject *object, int64_t **out) { return amso_typed_api_table->exports[39].data(object, (void **)out); }
+static inline int amso_int64_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[39].shape(object, out); }
+
+/* uint8, 1-D (MemArray1DUint8). */
+static inline int amso_uint8_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[40].handle(object, out); }
+static inline int amso_uint8_1d_data(PyObject *object, uint8_t **out) { return amso_typed_api_table->exports[40].data(object, (void **)out); }
+static inline int amso_uint8_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[40].shape(object, out); }
+
+/* uint8, 2-D (MemArray2DUint8). */
+static inline int amso_uint8_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[41].handle(object, out); }
+static inline int amso_uint8_2d_data(PyObject *object, uint8_t **out) { return amso_typed_api_table->exports[41].data(object, (void **)out); }
+static inline int amso_uint8_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[41].shape(object, out); }
+
+/* uint8, 3-D (MemArray3DUint8). */
+static inline int amso_uint8_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[42].handle(object, out); }
+static inline int amso_uint8_3d_data(PyObject *object, uint8_t **out) { return amso_typed_api_table->exports[42].data(object, (void **)out); }
+static inline int amso_uint8_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[42].shape(object, out); }
+
+/* uint8, 4-D (MemArray4DUint8). */
+static inline int amso_uint8_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[43].handle(object, out); }
+static inline int amso_uint8_4d_data(PyObject *object, uint8_t **out) { return amso_typed_api_table->exports[43].data(object, (void **)out); }
+static inline int amso_uint8_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[43].shape(object, out); }
+
+/* uint8, 5-D (MemArray5DUint8). */
+static inline int amso_uint8_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[44].handle(object, out); }
+static inline int amso_uint8_5d_data(PyObject *object, uint8_t **out) { return amso_typed_api_table->exports[44].data(object, (void **)out); }
+static inline int amso_uint8_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[44].shape(object, out); }
+
+/* uint8, 6-D (MemArray6DUint8). */
+static inline int amso_uint8_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[45].handle(object, out); }
+static inline int amso_uint8_6d_data(PyObject *object, uint8_t **out) { return amso_typed_api_table->exports[45].data(object, (void **)out); }
+static inline int amso_uint8_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[45].shape(object, out); }
+
+/* uint8, 7-D (MemArray7DUint8). */
+static inline int amso_uint8_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[46].handle(object, out); }
+static inline int amso_uint8_7d_data(PyObject *object, uint8_t **out) { return amso_typed_api_table->exports[46].data(object, (void **)out); }
+static inline int amso_uint8_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[46].shape(object, out); }
+
+/* uint8, 8-D (MemArray8DUint8). */
+static inline int amso_uint8_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[47].handle(object, out); }
+static inline int amso_uint8_8d_data(PyObject *object, uint8_t **out) { return amso_typed_api_table->exports[47].data(object, (void **)out); }
+static inline int amso_uint8_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[47].shape(object, out); }
+
+/* uint16, 1-D (MemArray1DUint16). */
+static inline int amso_uint16_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[48].handle(object, out); }
+static inline int amso_uint16_1d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[48].data(object, (void **)out); }
+static inline int amso_uint16_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[48].shape(object, out); }
+
+/* uint16, 2-D (MemArray2DUint16). */
+static inline int amso_uint16_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[49].handle(object, out); }
+static inline int amso_uint16_2d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[49].data(object, (void **)out); }
+static inline int amso_uint16_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[49].shape(object, out); }
+
+/* uint16, 3-D (MemArray3DUint16). */
+static inline int amso_uint16_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[50].handle(object, out); }
+static inline int amso_uint16_3d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[50].data(object, (void **)out); }
+static inline int amso_uint16_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[50].shape(object, out); }
+
+/* uint16, 4-D (MemArray4DUint16). */
+static inline int amso_uint16_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[51].handle(object, out); }
+static inline int amso_uint16_4d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[51].data(object, (void **)out); }
+static inline int amso_uint16_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[51].shape(object, out); }
+
+/* uint16, 5-D (MemArray5DUint16). */
+static inline int amso_uint16_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[52].handle(object, out); }
+static inline int amso_uint16_5d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[52].data(object, (void **)out); }
+static inline int amso_uint16_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[52].shape(object, out); }
+
+/* uint16, 6-D (MemArray6DUint16). */
+static inline int amso_uint16_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[53].handle(object, out); }
+static inline int amso_uint16_6d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[53].data(object, (void **)out); }
+static inline int amso_uint16_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[53].shape(object, out); }
+
+/* uint16, 7-D (MemArray7DUint16). */
+static inline int amso_uint16_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[54].handle(object, out); }
+static inline int amso_uint16_7d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[54].data(object, (void **)out); }
+static inline int amso_uint16_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[54].shape(object, out); }
+
+/* uint16, 8-D (MemArray8DUint16). */
+static inline int amso_uint16_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[55].handle(object, out); }
+static inline int amso_uint16_8d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[55].data(object, (void **)out); }
+static inline int amso_uint16_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[55].shape(object, out); }
+
+/* uint32, 1-D (MemArray1DUint32). */
+static inline int amso_uint32_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[56].handle(object, out); }
+static inline int amso_uint32_1d_data(PyObject *object, uint32_t **out) { return amso_typed_api_table->exports[56].data(object, (void **)out); }
+static inline int amso_uint32_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[56].shape(object, out); }
+
+/* uint32, 2-D (MemArray2DUint32). */
+static inline int amso_uint32_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[57].handle(object, out); }
+static inline int amso_uint32_2d_data(PyObject *object, uint32_t **out) { return amso_typed_api_table->exports[57].data(object, (void **)out); }
+static inline int amso_uint32_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[57].shape(object, out); }
+
+/* uint32, 3-D (MemArray3DUint32). */
+static inline int amso_uint32_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[58].handle(object, out); }
+static inline int amso_uint32_3d_data(PyObject *object, uint32_t **out) { return amso_typed_api_table->exports[58].data(object, (void **)out); }
+static inline int amso_uint32_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[58].shape(object, out); }
+
+/* uint32, 4-D (MemArray4DUint32). */
+static inline int amso_uint32_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[59].handle(object, out); }
+static inline int amso_uint32_4d_data(PyObject *object, uint32_t **out) { return amso_typed_api_table->exports[59].data(object, (void **)out); }
+static inline int amso_uint32_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[59].shape(object, out); }
+
+/* uint32, 5-D (MemArray5DUint32). */
+static inline int amso_uint32_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[60].handle(object, out); }
+static inline int amso_uint32_5d_data(PyObject *object, uint32_t **out) { return amso_typed_api_table->exports[60].data(object, (void **)out); }
+static inline int amso_uint32_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[60].shape(object, out); }
+
+/* uint32, 6-D (MemArray6DUint32). */
+static inline int amso_uint32_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[61].handle(object, out); }
+static inline int amso_uint32_6d_data(PyObject *object, uint32_t **out) { return amso_typed_api_table->exports[61].data(object, (void **)out); }
+static inline int amso_uint32_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[61].shape(object, out); }
+
+/* uint32, 7-D (MemArray7DUint32). */
+static inline int amso_uint32_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[62].handle(object, out); }
+static inline int amso_uint32_7d_data(PyObject *object, uint32_t **out) { return amso_typed_api_table->exports[62].data(object, (void **)out); }
+static inline int amso_uint32_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[62].shape(object, out); }
+
+/* uint32, 8-D (MemArray8DUint32). */
+static inline int amso_uint32_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[63].handle(object, out); }
+static inline int amso_uint32_8d_data(PyObject *object, uint32_t **out) { return amso_typed_api_table->exports[63].data(object, (void **)out); }
+static inline int amso_uint32_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[63].shape(object, out); }
+
+/* uint64, 1-D (MemArray1DUint64). */
+static inline int amso_uint64_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[64].handle(object, out); }
+static inline int amso_uint64_1d_data(PyObject *object, uint64_t **out) { return amso_typed_api_table->exports[64].data(object, (void **)out); }
+static inline int amso_uint64_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[64].shape(object, out); }
+
+/* uint64, 2-D (MemArray2DUint64). */
+static inline int amso_uint64_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[65].handle(object, out); }
+static inline int amso_uint64_2d_data(PyObject *object, uint64_t **out) { return amso_typed_api_table->exports[65].data(object, (void **)out); }
+static inline int amso_uint64_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[65].shape(object, out); }
+
+/* uint64, 3-D (MemArray3DUint64). */
+static inline int amso_uint64_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[66].handle(object, out); }
+static inline int amso_uint64_3d_data(PyObject *object, uint64_t **out) { return amso_typed_api_table->exports[66].data(object, (void **)out); }
+static inline int amso_uint64_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[66].shape(object, out); }
+
+/* uint64, 4-D (MemArray4DUint64). */
+static inline int amso_uint64_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[67].handle(object, out); }
+static inline int amso_uint64_4d_data(PyObject *object, uint64_t **out) { return amso_typed_api_table->exports[67].data(object, (void **)out); }
+static inline int amso_uint64_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[67].shape(object, out); }
+
+/* uint64, 5-D (MemArray5DUint64). */
+static inline int amso_uint64_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[68].handle(object, out); }
+static inline int amso_uint64_5d_data(PyObject *object, uint64_t **out) { return amso_typed_api_table->exports[68].data(object, (void **)out); }
+static inline int amso_uint64_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[68].shape(object, out); }
+
+/* uint64, 6-D (MemArray6DUint64). */
+static inline int amso_uint64_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[69].handle(object, out); }
+static inline int amso_uint64_6d_data(PyObject *object, uint64_t **out) { return amso_typed_api_table->exports[69].data(object, (void **)out); }
+static inline int amso_uint64_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[69].shape(object, out); }
+
+/* uint64, 7-D (MemArray7DUint64). */
+static inline int amso_uint64_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[70].handle(object, out); }
+static inline int amso_uint64_7d_data(PyObject *object, uint64_t **out) { return amso_typed_api_table->exports[70].data(object, (void **)out); }
+static inline int amso_uint64_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[70].shape(object, out); }
+
+/* uint64, 8-D (MemArray8DUint64). */
+static inline int amso_uint64_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[71].handle(object, out); }
+static inline int amso_uint64_8d_data(PyObject *object, uint64_t **out) { return amso_typed_api_table->exports[71].data(object, (void **)out); }
+static inline int amso_uint64_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[71].shape(object, out); }
+
+/* float16, 1-D (MemArray1DFloat16). */
+static inline int amso_float16_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[72].handle(object, out); }
+static inline int amso_float16_1d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[72].data(object, (void **)out); }
+static inline int amso_float16_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[72].shape(object, out); }
+
+/* float16, 2-D (MemArray2DFloat16). */
+static inline int amso_float16_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[73].handle(object, out); }
+static inline int amso_float16_2d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[73].data(object, (void **)out); }
+static inline int amso_float16_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[73].shape(object, out); }
+
+/* float16, 3-D (MemArray3DFloat16). */
+static inline int amso_float16_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[74].handle(object, out); }
+static inline int amso_float16_3d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[74].data(object, (void **)out); }
+static inline int amso_float16_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[74].shape(object, out); }
+
+/* float16, 4-D (MemArray4DFloat16). */
+static inline int amso_float16_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[75].handle(object, out); }
+static inline int amso_float16_4d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[75].data(object, (void **)out); }
+static inline int amso_float16_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[75].shape(object, out); }
+
+/* float16, 5-D (MemArray5DFloat16). */
+static inline int amso_float16_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[76].handle(object, out); }
+static inline int amso_float16_5d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[76].data(object, (void **)out); }
+static inline int amso_float16_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[76].shape(object, out); }
+
+/* float16, 6-D (MemArray6DFloat16). */
+static inline int amso_float16_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[77].handle(object, out); }
+static inline int amso_float16_6d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[77].data(object, (void **)out); }
+static inline int amso_float16_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[77].shape(object, out); }
+
+/* float16, 7-D (MemArray7DFloat16). */
+static inline int amso_float16_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[78].handle(object, out); }
+static inline int amso_float16_7d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[78].data(object, (void **)out); }
+static inline int amso_float16_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[78].shape(object, out); }
+
+/* float16, 8-D (MemArray8DFloat16). */
+static inline int amso_float16_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[79].handle(object, out); }
+static inline int amso_float16_8d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[79].data(object, (void **)out); }
+static inline int amso_float16_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[79].shape(object, out); }
+
+/* bfloat16, 1-D (MemArray1DBfloat16). */
+static inline int amso_bfloat16_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[80].handle(object, out); }
+static inline int amso_bfloat16_1d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[80].data(object, (void **)out); }
+static inline int amso_bfloat16_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[80].shape(object, out); }
+
+/* bfloat16, 2-D (MemArray2DBfloat16). */
+static inline int amso_bfloat16_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[81].handle(object, out); }
+static inline int amso_bfloat16_2d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[81].data(object, (void **)out); }
+static inline int amso_bfloat16_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[81].shape(object, out); }
+
+/* bfloat16, 3-D (MemArray3DBfloat16). */
+static inline int amso_bfloat16_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[82].handle(object, out); }
+static inline int amso_bfloat16_3d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[82].data(object, (void **)out); }
+static inline int amso_bfloat16_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[82].shape(object, out); }
+
+/* bfloat16, 4-D (MemArray4DBfloat16). */
+static inline int amso_bfloat16_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[83].handle(object, out); }
+static inline int amso_bfloat16_4d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[83].data(object, (void **)out); }
+static inline int amso_bfloat16_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[83].shape(object, out); }
+
+/* bfloat16, 5-D (MemArray5DBfloat16). */
+static inline int amso_bfloat16_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[84].handle(object, out); }
+static inline int amso_bfloat16_5d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[84].data(object, (void **)out); }
+static inline int amso_bfloat16_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[84].shape(object, out); }
+
+/* bfloat16, 6-D (MemArray6DBfloat16). */
+static inline int amso_bfloat16_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[85].handle(object, out); }
+static inline int amso_bfloat16_6d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[85].data(object, (void **)out); }
+static inline int amso_bfloat16_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[85].shape(object, out); }
+
+/* bfloat16, 7-D (MemArray7DBfloat16). */
+static inline int amso_bfloat16_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[86].handle(object, out); }
+static inline int amso_bfloat16_7d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[86].data(object, (void **)out); }
+static inline int amso_bfloat16_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[86].shape(object, out); }
+
+/* bfloat16, 8-D (MemArray8DBfloat16). */
+static inline int amso_bfloat16_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[87].handle(object, out); }
+static inline int amso_bfloat16_8d_data(PyObject *object, uint16_t **out) { return amso_typed_api_table->exports[87].data(object, (void **)out); }
+static inline int amso_bfloat16_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[87].shape(object, out); }
+
+/* float32, 1-D (MemArray1DFloat32). */
+static inline int amso_float32_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[88].handle(object, out); }
+static inline int amso_float32_1d_data(PyObject *object, float **out) { return amso_typed_api_table->exports[88].data(object, (void **)out); }
+static inline int amso_float32_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[88].shape(object, out); }
+
+/* float32, 2-D (MemArray2DFloat32). */
+static inline int amso_float32_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[89].handle(object, out); }
+static inline int amso_float32_2d_data(PyObject *object, float **out) { return amso_typed_api_table->exports[89].data(object, (void **)out); }
+static inline int amso_float32_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[89].shape(object, out); }
+
+/* float32, 3-D (MemArray3DFloat32). */
+static inline int amso_float32_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[90].handle(object, out); }
+static inline int amso_float32_3d_data(PyObject *object, float **out) { return amso_typed_api_table->exports[90].data(object, (void **)out); }
+static inline int amso_float32_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[90].shape(object, out); }
+
+/* float32, 4-D (MemArray4DFloat32). */
+static inline int amso_float32_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[91].handle(object, out); }
+static inline int amso_float32_4d_data(PyObject *object, float **out) { return amso_typed_api_table->exports[91].data(object, (void **)out); }
+static inline int amso_float32_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[91].shape(object, out); }
+
+/* float32, 5-D (MemArray5DFloat32). */
+static inline int amso_float32_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[92].handle(object, out); }
+static inline int amso_float32_5d_data(PyObject *object, float **out) { return amso_typed_api_table->exports[92].data(object, (void **)out); }
+static inline int amso_float32_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[92].shape(object, out); }
+
+/* float32, 6-D (MemArray6DFloat32). */
+static inline int amso_float32_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[93].handle(object, out); }
+static inline int amso_float32_6d_data(PyObject *object, float **out) { return amso_typed_api_table->exports[93].data(object, (void **)out); }
+static inline int amso_float32_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[93].shape(object, out); }
+
+/* float32, 7-D (MemArray7DFloat32). */
+static inline int amso_float32_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[94].handle(object, out); }
+static inline int amso_float32_7d_data(PyObject *object, float **out) { return amso_typed_api_table->exports[94].data(object, (void **)out); }
+static inline int amso_float32_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[94].shape(object, out); }
+
+/* float32, 8-D (MemArray8DFloat32). */
+static inline int amso_float32_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[95].handle(object, out); }
+static inline int amso_float32_8d_data(PyObject *object, float **out) { return amso_typed_api_table->exports[95].data(object, (void **)out); }
+static inline int amso_float32_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[95].shape(object, out); }
+
+/* float64, 1-D (MemArray1DFloat64). */
+static inline int amso_float64_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[96].handle(object, out); }
+static inline int amso_float64_1d_data(PyObject *object, double **out) { return amso_typed_api_table->exports[96].data(object, (void **)out); }
+static inline int amso_float64_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[96].shape(object, out); }
+
+/* float64, 2-D (MemArray2DFloat64). */
+static inline int amso_float64_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[97].handle(object, out); }
+static inline int amso_float64_2d_data(PyObject *object, double **out) { return amso_typed_api_table->exports[97].data(object, (void **)out); }
+static inline int amso_float64_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[97].shape(object, out); }
+
+/* float64, 3-D (MemArray3DFloat64). */
+static inline int amso_float64_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[98].handle(object, out); }
+static inline int amso_float64_3d_data(PyObject *object, double **out) { return amso_typed_api_table->exports[98].data(object, (void **)out); }
+static inline int amso_float64_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[98].shape(object, out); }
+
+/* float64, 4-D (MemArray4DFloat64). */
+static inline int amso_float64_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[99].handle(object, out); }
+static inline int amso_float64_4d_data(PyObject *object, double **out) { return amso_typed_api_table->exports[99].data(object, (void **)out); }
+static inline int amso_float64_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[99].shape(object, out); }
+
+/* float64, 5-D (MemArray5DFloat64). */
+static inline int amso_float64_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[100].handle(object, out); }
+static inline int amso_float64_5d_data(PyObject *object, double **out) { return amso_typed_api_table->exports[100].data(object, (void **)out); }
+static inline int amso_float64_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[100].shape(object, out); }
+
+/* float64, 6-D (MemArray6DFloat64). */
+static inline int amso_float64_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[101].handle(object, out); }
+static inline int amso_float64_6d_data(PyObject *object, double **out) { return amso_typed_api_table->exports[101].data(object, (void **)out); }
+static inline int amso_float64_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[101].shape(object, out); }
+
+/* float64, 7-D (MemArray7DFloat64). */
+static inline int amso_float64_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[102].handle(object, out); }
+static inline int amso_float64_7d_data(PyObject *object, double **out) { return amso_typed_api_table->exports[102].data(object, (void **)out); }
+static inline int amso_float64_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[102].shape(object, out); }
+
+/* float64, 8-D (MemArray8DFloat64). */
+static inline int amso_float64_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[103].handle(object, out); }
+static inline int amso_float64_8d_data(PyObject *object, double **out) { return amso_typed_api_table->exports[103].data(object, (void **)out); }
+static inline int amso_float64_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[103].shape(object, out); }
+
+/* complex64, 1-D (MemArray1DComplex64). */
+static inline int amso_complex64_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[104].handle(object, out); }
+static inline int amso_complex64_1d_data(PyObject *object, amso_complex64_t **out) { return amso_typed_api_table->exports[104].data(object, (void **)out); }
+static inline int amso_complex64_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[104].shape(object, out); }
+
+/* complex64, 2-D (MemArray2DComplex64). */
+static inline int amso_complex64_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[105].handle(object, out); }
+static inline int amso_complex64_2d_data(PyObject *object, amso_complex64_t **out) { return amso_typed_api_table->exports[105].data(object, (void **)out); }
+static inline int amso_complex64_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[105].shape(object, out); }
+
+/* complex64, 3-D (MemArray3DComplex64). */
+static inline int amso_complex64_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[106].handle(object, out); }
+static inline int amso_complex64_3d_data(PyObject *object, amso_complex64_t **out) { return amso_typed_api_table->exports[106].data(object, (void **)out); }
+static inline int amso_complex64_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[106].shape(object, out); }
+
+/* complex64, 4-D (MemArray4DComplex64). */
+static inline int amso_complex64_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[107].handle(object, out); }
+static inline int amso_complex64_4d_data(PyObject *object, amso_complex64_t **out) { return amso_typed_api_table->exports[107].data(object, (void **)out); }
+static inline int amso_complex64_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[107].shape(object, out); }
+
+/* complex64, 5-D (MemArray5DComplex64). */
+static inline int amso_complex64_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[108].handle(object, out); }
+static inline int amso_complex64_5d_data(PyObject *object, amso_complex64_t **out) { return amso_typed_api_table->exports[108].data(object, (void **)out); }
+static inline int amso_complex64_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[108].shape(object, out); }
+
+/* complex64, 6-D (MemArray6DComplex64). */
+static inline int amso_complex64_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[109].handle(object, out); }
+static inline int amso_complex64_6d_data(PyObject *object, amso_complex64_t **out) { return amso_typed_api_table->exports[109].data(object, (void **)out); }
+static inline int amso_complex64_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[109].shape(object, out); }
+
+/* complex64, 7-D (MemArray7DComplex64). */
+static inline int amso_complex64_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[110].handle(object, out); }
+static inline int amso_complex64_7d_data(PyObject *object, amso_complex64_t **out) { return amso_typed_api_table->exports[110].data(object, (void **)out); }
+static inline int amso_complex64_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[110].shape(object, out); }
+
+/* complex64, 8-D (MemArray8DComplex64). */
+static inline int amso_complex64_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[111].handle(object, out); }
+static inline int amso_complex64_8d_data(PyObject *object, amso_complex64_t **out) { return amso_typed_api_table->exports[111].data(object, (void **)out); }
+static inline int amso_complex64_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[111].shape(object, out); }
+
+/* complex128, 1-D (MemArray1DComplex128). */
+static inline int amso_complex128_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[112].handle(object, out); }
+static inline int amso_complex128_1d_data(PyObject *object, amso_complex128_t **out) { return amso_typed_api_table->exports[112].data(object, (void **)out); }
+static inline int amso_complex128_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[112].shape(object, out); }
+
+/* complex128, 2-D (MemArray2DComplex128). */
+static inline int amso_complex128_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[113].handle(object, out); }
+static inline int amso_complex128_2d_data(PyObject *object, amso_complex128_t **out) { return amso_typed_api_table->exports[113].data(object, (void **)out); }
+static inline int amso_complex128_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[113].shape(object, out); }
+
+/* complex128, 3-D (MemArray3DComplex128). */
+static inline int amso_complex128_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[114].handle(object, out); }
+static inline int amso_complex128_3d_data(PyObject *object, amso_complex128_t **out) { return amso_typed_api_table->exports[114].data(object, (void **)out); }
+static inline int amso_complex128_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[114].shape(object, out); }
+
+/* complex128, 4-D (MemArray4DComplex128). */
+static inline int amso_complex128_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[115].handle(object, out); }
+static inline int amso_complex128_4d_data(PyObject *object, amso_complex128_t **out) { return amso_typed_api_table->exports[115].data(object, (void **)out); }
+static inline int amso_complex128_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[115].shape(object, out); }
+
+/* complex128, 5-D (MemArray5DComplex128). */
+static inline int amso_complex128_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[116].handle(object, out); }
+static inline int amso_complex128_5d_data(PyObject *object, amso_complex128_t **out) { return amso_typed_api_table->exports[116].data(object, (void **)out); }
+static inline int amso_complex128_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[116].shape(object, out); }
+
+/* complex128, 6-D (MemArray6DComplex128). */
+static inline int amso_complex128_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[117].handle(object, out); }
+static inline int amso_complex128_6d_data(PyObject *object, amso_complex128_t **out) { return amso_typed_api_table->exports[117].data(object, (void **)out); }
+static inline int amso_complex128_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[117].shape(object, out); }
+
+/* complex128, 7-D (MemArray7DComplex128). */
+static inline int amso_complex128_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[118].handle(object, out); }
+static inline int amso_complex128_7d_data(PyObject *object, amso_complex128_t **out) { return amso_typed_api_table->exports[118].data(object, (void **)out); }
+static inline int amso_complex128_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[118].shape(object, out); }
+
+/* complex128, 8-D (MemArray8DComplex128). */
+static inline int amso_complex128_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[119].handle(object, out); }
+static inline int amso_complex128_8d_data(PyObject *object, amso_complex128_t **out) { return amso_typed_api_table->exports[119].data(object, (void **)out); }
+static inline int amso_complex128_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[119].shape(object, out); }
+
+/* float8_e3m4, 1-D (MemArray1DFloat8E3m4). */
+static inline int amso_float8_e3m4_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[120].handle(object, out); }
+static inline int amso_float8_e3m4_1d_data(PyObject *object, amso_float8_e3m4_t **out) { return amso_typed_api_table->exports[120].data(object, (void **)out); }
+static inline int amso_float8_e3m4_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[120].shape(object, out); }
+
+/* float8_e3m4, 2-D (MemArray2DFloat8E3m4). */
+static inline int amso_float8_e3m4_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[121].handle(object, out); }
+static inline int amso_float8_e3m4_2d_data(PyObject *object, amso_float8_e3m4_t **out) { return amso_typed_api_table->exports[121].data(object, (void **)out); }
+static inline int amso_float8_e3m4_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[121].shape(object, out); }
+
+/* float8_e3m4, 3-D (MemArray3DFloat8E3m4). */
+static inline int amso_float8_e3m4_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[122].handle(object, out); }
+static inline int amso_float8_e3m4_3d_data(PyObject *object, amso_float8_e3m4_t **out) { return amso_typed_api_table->exports[122].data(object, (void **)out); }
+static inline int amso_float8_e3m4_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[122].shape(object, out); }
+
+/* float8_e3m4, 4-D (MemArray4DFloat8E3m4). */
+static inline int amso_float8_e3m4_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[123].handle(object, out); }
+static inline int amso_float8_e3m4_4d_data(PyObject *object, amso_float8_e3m4_t **out) { return amso_typed_api_table->exports[123].data(object, (void **)out); }
+static inline int amso_float8_e3m4_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[123].shape(object, out); }
+
+/* float8_e3m4, 5-D (MemArray5DFloat8E3m4). */
+static inline int amso_float8_e3m4_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[124].handle(object, out); }
+static inline int amso_float8_e3m4_5d_data(PyObject *object, amso_float8_e3m4_t **out) { return amso_typed_api_table->exports[124].data(object, (void **)out); }
+static inline int amso_float8_e3m4_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[124].shape(object, out); }
+
+/* float8_e3m4, 6-D (MemArray6DFloat8E3m4). */
+static inline int amso_float8_e3m4_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[125].handle(object, out); }
+static inline int amso_float8_e3m4_6d_data(PyObject *object, amso_float8_e3m4_t **out) { return amso_typed_api_table->exports[125].data(object, (void **)out); }
+static inline int amso_float8_e3m4_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[125].shape(object, out); }
+
+/* float8_e3m4, 7-D (MemArray7DFloat8E3m4). */
+static inline int amso_float8_e3m4_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[126].handle(object, out); }
+static inline int amso_float8_e3m4_7d_data(PyObject *object, amso_float8_e3m4_t **out) { return amso_typed_api_table->exports[126].data(object, (void **)out); }
+static inline int amso_float8_e3m4_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[126].shape(object, out); }
+
+/* float8_e3m4, 8-D (MemArray8DFloat8E3m4). */
+static inline int amso_float8_e3m4_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[127].handle(object, out); }
+static inline int amso_float8_e3m4_8d_data(PyObject *object, amso_float8_e3m4_t **out) { return amso_typed_api_table->exports[127].data(object, (void **)out); }
+static inline int amso_float8_e3m4_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[127].shape(object, out); }
+
+/* float8_e4m3, 1-D (MemArray1DFloat8E4m3). */
+static inline int amso_float8_e4m3_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[128].handle(object, out); }
+static inline int amso_float8_e4m3_1d_data(PyObject *object, amso_float8_e4m3_t **out) { return amso_typed_api_table->exports[128].data(object, (void **)out); }
+static inline int amso_float8_e4m3_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[128].shape(object, out); }
+
+/* float8_e4m3, 2-D (MemArray2DFloat8E4m3). */
+static inline int amso_float8_e4m3_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[129].handle(object, out); }
+static inline int amso_float8_e4m3_2d_data(PyObject *object, amso_float8_e4m3_t **out) { return amso_typed_api_table->exports[129].data(object, (void **)out); }
+static inline int amso_float8_e4m3_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[129].shape(object, out); }
+
+/* float8_e4m3, 3-D (MemArray3DFloat8E4m3). */
+static inline int amso_float8_e4m3_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[130].handle(object, out); }
+static inline int amso_float8_e4m3_3d_data(PyObject *object, amso_float8_e4m3_t **out) { return amso_typed_api_table->exports[130].data(object, (void **)out); }
+static inline int amso_float8_e4m3_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[130].shape(object, out); }
+
+/* float8_e4m3, 4-D (MemArray4DFloat8E4m3). */
+static inline int amso_float8_e4m3_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[131].handle(object, out); }
+static inline int amso_float8_e4m3_4d_data(PyObject *object, amso_float8_e4m3_t **out) { return amso_typed_api_table->exports[131].data(object, (void **)out); }
+static inline int amso_float8_e4m3_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[131].shape(object, out); }
+
+/* float8_e4m3, 5-D (MemArray5DFloat8E4m3). */
+static inline int amso_float8_e4m3_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[132].handle(object, out); }
+static inline int amso_float8_e4m3_5d_data(PyObject *object, amso_float8_e4m3_t **out) { return amso_typed_api_table->exports[132].data(object, (void **)out); }
+static inline int amso_float8_e4m3_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[132].shape(object, out); }
+
+/* float8_e4m3, 6-D (MemArray6DFloat8E4m3). */
+static inline int amso_float8_e4m3_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[133].handle(object, out); }
+static inline int amso_float8_e4m3_6d_data(PyObject *object, amso_float8_e4m3_t **out) { return amso_typed_api_table->exports[133].data(object, (void **)out); }
+static inline int amso_float8_e4m3_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[133].shape(object, out); }
+
+/* float8_e4m3, 7-D (MemArray7DFloat8E4m3). */
+static inline int amso_float8_e4m3_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[134].handle(object, out); }
+static inline int amso_float8_e4m3_7d_data(PyObject *object, amso_float8_e4m3_t **out) { return amso_typed_api_table->exports[134].data(object, (void **)out); }
+static inline int amso_float8_e4m3_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[134].shape(object, out); }
+
+/* float8_e4m3, 8-D (MemArray8DFloat8E4m3). */
+static inline int amso_float8_e4m3_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[135].handle(object, out); }
+static inline int amso_float8_e4m3_8d_data(PyObject *object, amso_float8_e4m3_t **out) { return amso_typed_api_table->exports[135].data(object, (void **)out); }
+static inline int amso_float8_e4m3_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[135].shape(object, out); }
+
+/* float8_e4m3b11fnuz, 1-D (MemArray1DFloat8E4m3b11fnuz). */
+static inline int amso_float8_e4m3b11fnuz_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[136].handle(object, out); }
+static inline int amso_float8_e4m3b11fnuz_1d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out) { return amso_typed_api_table->exports[136].data(object, (void **)out); }
+static inline int amso_float8_e4m3b11fnuz_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[136].shape(object, out); }
+
+/* float8_e4m3b11fnuz, 2-D (MemArray2DFloat8E4m3b11fnuz). */
+static inline int amso_float8_e4m3b11fnuz_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[137].handle(object, out); }
+static inline int amso_float8_e4m3b11fnuz_2d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out) { return amso_typed_api_table->exports[137].data(object, (void **)out); }
+static inline int amso_float8_e4m3b11fnuz_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[137].shape(object, out); }
+
+/* float8_e4m3b11fnuz, 3-D (MemArray3DFloat8E4m3b11fnuz). */
+static inline int amso_float8_e4m3b11fnuz_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[138].handle(object, out); }
+static inline int amso_float8_e4m3b11fnuz_3d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out) { return amso_typed_api_table->exports[138].data(object, (void **)out); }
+static inline int amso_float8_e4m3b11fnuz_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[138].shape(object, out); }
+
+/* float8_e4m3b11fnuz, 4-D (MemArray4DFloat8E4m3b11fnuz). */
+static inline int amso_float8_e4m3b11fnuz_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[139].handle(object, out); }
+static inline int amso_float8_e4m3b11fnuz_4d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out) { return amso_typed_api_table->exports[139].data(object, (void **)out); }
+static inline int amso_float8_e4m3b11fnuz_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[139].shape(object, out); }
+
+/* float8_e4m3b11fnuz, 5-D (MemArray5DFloat8E4m3b11fnuz). */
+static inline int amso_float8_e4m3b11fnuz_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[140].handle(object, out); }
+static inline int amso_float8_e4m3b11fnuz_5d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out) { return amso_typed_api_table->exports[140].data(object, (void **)out); }
+static inline int amso_float8_e4m3b11fnuz_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[140].shape(object, out); }
+
+/* float8_e4m3b11fnuz, 6-D (MemArray6DFloat8E4m3b11fnuz). */
+static inline int amso_float8_e4m3b11fnuz_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[141].handle(object, out); }
+static inline int amso_float8_e4m3b11fnuz_6d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out) { return amso_typed_api_table->exports[141].data(object, (void **)out); }
+static inline int amso_float8_e4m3b11fnuz_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[141].shape(object, out); }
+
+/* float8_e4m3b11fnuz, 7-D (MemArray7DFloat8E4m3b11fnuz). */
+static inline int amso_float8_e4m3b11fnuz_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[142].handle(object, out); }
+static inline int amso_float8_e4m3b11fnuz_7d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out) { return amso_typed_api_table->exports[142].data(object, (void **)out); }
+static inline int amso_float8_e4m3b11fnuz_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[142].shape(object, out); }
+
+/* float8_e4m3b11fnuz, 8-D (MemArray8DFloat8E4m3b11fnuz). */
+static inline int amso_float8_e4m3b11fnuz_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[143].handle(object, out); }
+static inline int amso_float8_e4m3b11fnuz_8d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out) { return amso_typed_api_table->exports[143].data(object, (void **)out); }
+static inline int amso_float8_e4m3b11fnuz_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[143].shape(object, out); }
+
+/* float8_e4m3fn, 1-D (MemArray1DFloat8E4m3fn). */
+static inline int amso_float8_e4m3fn_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[144].handle(object, out); }
+static inline int amso_float8_e4m3fn_1d_data(PyObject *object, amso_float8_e4m3fn_t **out) { return amso_typed_api_table->exports[144].data(object, (void **)out); }
+static inline int amso_float8_e4m3fn_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[144].shape(object, out); }
+
+/* float8_e4m3fn, 2-D (MemArray2DFloat8E4m3fn). */
+static inline int amso_float8_e4m3fn_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[145].handle(object, out); }
+static inline int amso_float8_e4m3fn_2d_data(PyObject *object, amso_float8_e4m3fn_t **out) { return amso_typed_api_table->exports[145].data(object, (void **)out); }
+static inline int amso_float8_e4m3fn_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[145].shape(object, out); }
+
+/* float8_e4m3fn, 3-D (MemArray3DFloat8E4m3fn). */
+static inline int amso_float8_e4m3fn_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[146].handle(object, out); }
+static inline int amso_float8_e4m3fn_3d_data(PyObject *object, amso_float8_e4m3fn_t **out) { return amso_typed_api_table->exports[146].data(object, (void **)out); }
+static inline int amso_float8_e4m3fn_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[146].shape(object, out); }
+
+/* float8_e4m3fn, 4-D (MemArray4DFloat8E4m3fn). */
+static inline int amso_float8_e4m3fn_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[147].handle(object, out); }
+static inline int amso_float8_e4m3fn_4d_data(PyObject *object, amso_float8_e4m3fn_t **out) { return amso_typed_api_table->exports[147].data(object, (void **)out); }
+static inline int amso_float8_e4m3fn_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[147].shape(object, out); }
+
+/* float8_e4m3fn, 5-D (MemArray5DFloat8E4m3fn). */
+static inline int amso_float8_e4m3fn_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[148].handle(object, out); }
+static inline int amso_float8_e4m3fn_5d_data(PyObject *object, amso_float8_e4m3fn_t **out) { return amso_typed_api_table->exports[148].data(object, (void **)out); }
+static inline int amso_float8_e4m3fn_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[148].shape(object, out); }
+
+/* float8_e4m3fn, 6-D (MemArray6DFloat8E4m3fn). */
+static inline int amso_float8_e4m3fn_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[149].handle(object, out); }
+static inline int amso_float8_e4m3fn_6d_data(PyObject *object, amso_float8_e4m3fn_t **out) { return amso_typed_api_table->exports[149].data(object, (void **)out); }
+static inline int amso_float8_e4m3fn_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[149].shape(object, out); }
+
+/* float8_e4m3fn, 7-D (MemArray7DFloat8E4m3fn). */
+static inline int amso_float8_e4m3fn_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[150].handle(object, out); }
+static inline int amso_float8_e4m3fn_7d_data(PyObject *object, amso_float8_e4m3fn_t **out) { return amso_typed_api_table->exports[150].data(object, (void **)out); }
+static inline int amso_float8_e4m3fn_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[150].shape(object, out); }
+
+/* float8_e4m3fn, 8-D (MemArray8DFloat8E4m3fn). */
+static inline int amso_float8_e4m3fn_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[151].handle(object, out); }
+static inline int amso_float8_e4m3fn_8d_data(PyObject *object, amso_float8_e4m3fn_t **out) { return amso_typed_api_table->exports[151].data(object, (void **)out); }
+static inline int amso_float8_e4m3fn_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[151].shape(object, out); }
+
+/* float8_e4m3fnuz, 1-D (MemArray1DFloat8E4m3fnuz). */
+static inline int amso_float8_e4m3fnuz_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[152].handle(object, out); }
+static inline int amso_float8_e4m3fnuz_1d_data(PyObject *object, amso_float8_e4m3fnuz_t **out) { return amso_typed_api_table->exports[152].data(object, (void **)out); }
+static inline int amso_float8_e4m3fnuz_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[152].shape(object, out); }
+
+/* float8_e4m3fnuz, 2-D (MemArray2DFloat8E4m3fnuz). */
+static inline int amso_float8_e4m3fnuz_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[153].handle(object, out); }
+static inline int amso_float8_e4m3fnuz_2d_data(PyObject *object, amso_float8_e4m3fnuz_t **out) { return amso_typed_api_table->exports[153].data(object, (void **)out); }
+static inline int amso_float8_e4m3fnuz_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[153].shape(object, out); }
+
+/* float8_e4m3fnuz, 3-D (MemArray3DFloat8E4m3fnuz). */
+static inline int amso_float8_e4m3fnuz_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[154].handle(object, out); }
+static inline int amso_float8_e4m3fnuz_3d_data(PyObject *object, amso_float8_e4m3fnuz_t **out) { return amso_typed_api_table->exports[154].data(object, (void **)out); }
+static inline int amso_float8_e4m3fnuz_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[154].shape(object, out); }
+
+/* float8_e4m3fnuz, 4-D (MemArray4DFloat8E4m3fnuz). */
+static inline int amso_float8_e4m3fnuz_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[155].handle(object, out); }
+static inline int amso_float8_e4m3fnuz_4d_data(PyObject *object, amso_float8_e4m3fnuz_t **out) { return amso_typed_api_table->exports[155].data(object, (void **)out); }
+static inline int amso_float8_e4m3fnuz_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[155].shape(object, out); }
+
+/* float8_e4m3fnuz, 5-D (MemArray5DFloat8E4m3fnuz). */
+static inline int amso_float8_e4m3fnuz_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[156].handle(object, out); }
+static inline int amso_float8_e4m3fnuz_5d_data(PyObject *object, amso_float8_e4m3fnuz_t **out) { return amso_typed_api_table->exports[156].data(object, (void **)out); }
+static inline int amso_float8_e4m3fnuz_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[156].shape(object, out); }
+
+/* float8_e4m3fnuz, 6-D (MemArray6DFloat8E4m3fnuz). */
+static inline int amso_float8_e4m3fnuz_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[157].handle(object, out); }
+static inline int amso_float8_e4m3fnuz_6d_data(PyObject *object, amso_float8_e4m3fnuz_t **out) { return amso_typed_api_table->exports[157].data(object, (void **)out); }
+static inline int amso_float8_e4m3fnuz_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[157].shape(object, out); }
+
+/* float8_e4m3fnuz, 7-D (MemArray7DFloat8E4m3fnuz). */
+static inline int amso_float8_e4m3fnuz_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[158].handle(object, out); }
+static inline int amso_float8_e4m3fnuz_7d_data(PyObject *object, amso_float8_e4m3fnuz_t **out) { return amso_typed_api_table->exports[158].data(object, (void **)out); }
+static inline int amso_float8_e4m3fnuz_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[158].shape(object, out); }
+
+/* float8_e4m3fnuz, 8-D (MemArray8DFloat8E4m3fnuz). */
+static inline int amso_float8_e4m3fnuz_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[159].handle(object, out); }
+static inline int amso_float8_e4m3fnuz_8d_data(PyObject *object, amso_float8_e4m3fnuz_t **out) { return amso_typed_api_table->exports[159].data(object, (void **)out); }
+static inline int amso_float8_e4m3fnuz_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[159].shape(object, out); }
+
+/* float8_e5m2, 1-D (MemArray1DFloat8E5m2). */
+static inline int amso_float8_e5m2_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[160].handle(object, out); }
+static inline int amso_float8_e5m2_1d_data(PyObject *object, amso_float8_e5m2_t **out) { return amso_typed_api_table->exports[160].data(object, (void **)out); }
+static inline int amso_float8_e5m2_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[160].shape(object, out); }
+
+/* float8_e5m2, 2-D (MemArray2DFloat8E5m2). */
+static inline int amso_float8_e5m2_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[161].handle(object, out); }
+static inline int amso_float8_e5m2_2d_data(PyObject *object, amso_float8_e5m2_t **out) { return amso_typed_api_table->exports[161].data(object, (void **)out); }
+static inline int amso_float8_e5m2_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[161].shape(object, out); }
+
+/* float8_e5m2, 3-D (MemArray3DFloat8E5m2). */
+static inline int amso_float8_e5m2_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[162].handle(object, out); }
+static inline int amso_float8_e5m2_3d_data(PyObject *object, amso_float8_e5m2_t **out) { return amso_typed_api_table->exports[162].data(object, (void **)out); }
+static inline int amso_float8_e5m2_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[162].shape(object, out); }
+
+/* float8_e5m2, 4-D (MemArray4DFloat8E5m2). */
+static inline int amso_float8_e5m2_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[163].handle(object, out); }
+static inline int amso_float8_e5m2_4d_data(PyObject *object, amso_float8_e5m2_t **out) { return amso_typed_api_table->exports[163].data(object, (void **)out); }
+static inline int amso_float8_e5m2_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[163].shape(object, out); }
+
+/* float8_e5m2, 5-D (MemArray5DFloat8E5m2). */
+static inline int amso_float8_e5m2_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[164].handle(object, out); }
+static inline int amso_float8_e5m2_5d_data(PyObject *object, amso_float8_e5m2_t **out) { return amso_typed_api_table->exports[164].data(object, (void **)out); }
+static inline int amso_float8_e5m2_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[164].shape(object, out); }
+
+/* float8_e5m2, 6-D (MemArray6DFloat8E5m2). */
+static inline int amso_float8_e5m2_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[165].handle(object, out); }
+static inline int amso_float8_e5m2_6d_data(PyObject *object, amso_float8_e5m2_t **out) { return amso_typed_api_table->exports[165].data(object, (void **)out); }
+static inline int amso_float8_e5m2_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[165].shape(object, out); }
+
+/* float8_e5m2, 7-D (MemArray7DFloat8E5m2). */
+static inline int amso_float8_e5m2_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[166].handle(object, out); }
+static inline int amso_float8_e5m2_7d_data(PyObject *object, amso_float8_e5m2_t **out) { return amso_typed_api_table->exports[166].data(object, (void **)out); }
+static inline int amso_float8_e5m2_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[166].shape(object, out); }
+
+/* float8_e5m2, 8-D (MemArray8DFloat8E5m2). */
+static inline int amso_float8_e5m2_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[167].handle(object, out); }
+static inline int amso_float8_e5m2_8d_data(PyObject *object, amso_float8_e5m2_t **out) { return amso_typed_api_table->exports[167].data(object, (void **)out); }
+static inline int amso_float8_e5m2_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[167].shape(object, out); }
+
+/* float8_e5m2fnuz, 1-D (MemArray1DFloat8E5m2fnuz). */
+static inline int amso_float8_e5m2fnuz_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[168].handle(object, out); }
+static inline int amso_float8_e5m2fnuz_1d_data(PyObject *object, amso_float8_e5m2fnuz_t **out) { return amso_typed_api_table->exports[168].data(object, (void **)out); }
+static inline int amso_float8_e5m2fnuz_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[168].shape(object, out); }
+
+/* float8_e5m2fnuz, 2-D (MemArray2DFloat8E5m2fnuz). */
+static inline int amso_float8_e5m2fnuz_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[169].handle(object, out); }
+static inline int amso_float8_e5m2fnuz_2d_data(PyObject *object, amso_float8_e5m2fnuz_t **out) { return amso_typed_api_table->exports[169].data(object, (void **)out); }
+static inline int amso_float8_e5m2fnuz_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[169].shape(object, out); }
+
+/* float8_e5m2fnuz, 3-D (MemArray3DFloat8E5m2fnuz). */
+static inline int amso_float8_e5m2fnuz_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[170].handle(object, out); }
+static inline int amso_float8_e5m2fnuz_3d_data(PyObject *object, amso_float8_e5m2fnuz_t **out) { return amso_typed_api_table->exports[170].data(object, (void **)out); }
+static inline int amso_float8_e5m2fnuz_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[170].shape(object, out); }
+
+/* float8_e5m2fnuz, 4-D (MemArray4DFloat8E5m2fnuz). */
+static inline int amso_float8_e5m2fnuz_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[171].handle(object, out); }
+static inline int amso_float8_e5m2fnuz_4d_data(PyObject *object, amso_float8_e5m2fnuz_t **out) { return amso_typed_api_table->exports[171].data(object, (void **)out); }
+static inline int amso_float8_e5m2fnuz_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[171].shape(object, out); }
+
+/* float8_e5m2fnuz, 5-D (MemArray5DFloat8E5m2fnuz). */
+static inline int amso_float8_e5m2fnuz_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[172].handle(object, out); }
+static inline int amso_float8_e5m2fnuz_5d_data(PyObject *object, amso_float8_e5m2fnuz_t **out) { return amso_typed_api_table->exports[172].data(object, (void **)out); }
+static inline int amso_float8_e5m2fnuz_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[172].shape(object, out); }
+
+/* float8_e5m2fnuz, 6-D (MemArray6DFloat8E5m2fnuz). */
+static inline int amso_float8_e5m2fnuz_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[173].handle(object, out); }
+static inline int amso_float8_e5m2fnuz_6d_data(PyObject *object, amso_float8_e5m2fnuz_t **out) { return amso_typed_api_table->exports[173].data(object, (void **)out); }
+static inline int amso_float8_e5m2fnuz_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[173].shape(object, out); }
+
+/* float8_e5m2fnuz, 7-D (MemArray7DFloat8E5m2fnuz). */
+static inline int amso_float8_e5m2fnuz_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[174].handle(object, out); }
+static inline int amso_float8_e5m2fnuz_7d_data(PyObject *object, amso_float8_e5m2fnuz_t **out) { return amso_typed_api_table->exports[174].data(object, (void **)out); }
+static inline int amso_float8_e5m2fnuz_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[174].shape(object, out); }
+
+/* float8_e5m2fnuz, 8-D (MemArray8DFloat8E5m2fnuz). */
+static inline int amso_float8_e5m2fnuz_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[175].handle(object, out); }
+static inline int amso_float8_e5m2fnuz_8d_data(PyObject *object, amso_float8_e5m2fnuz_t **out) { return amso_typed_api_table->exports[175].data(object, (void **)out); }
+static inline int amso_float8_e5m2fnuz_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[175].shape(object, out); }
+
+/* float8_e8m0fnu, 1-D (MemArray1DFloat8E8m0fnu). */
+static inline int amso_float8_e8m0fnu_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[176].handle(object, out); }
+static inline int amso_float8_e8m0fnu_1d_data(PyObject *object, amso_float8_e8m0fnu_t **out) { return amso_typed_api_table->exports[176].data(object, (void **)out); }
+static inline int amso_float8_e8m0fnu_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[176].shape(object, out); }
+
+/* float8_e8m0fnu, 2-D (MemArray2DFloat8E8m0fnu). */
+static inline int amso_float8_e8m0fnu_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[177].handle(object, out); }
+static inline int amso_float8_e8m0fnu_2d_data(PyObject *object, amso_float8_e8m0fnu_t **out) { return amso_typed_api_table->exports[177].data(object, (void **)out); }
+static inline int amso_float8_e8m0fnu_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[177].shape(object, out); }
+
+/* float8_e8m0fnu, 3-D (MemArray3DFloat8E8m0fnu). */
+static inline int amso_float8_e8m0fnu_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[178].handle(object, out); }
+static inline int amso_float8_e8m0fnu_3d_data(PyObject *object, amso_float8_e8m0fnu_t **out) { return amso_typed_api_table->exports[178].data(object, (void **)out); }
+static inline int amso_float8_e8m0fnu_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[178].shape(object, out); }
+
+/* float8_e8m0fnu, 4-D (MemArray4DFloat8E8m0fnu). */
+static inline int amso_float8_e8m0fnu_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[179].handle(object, out); }
+static inline int amso_float8_e8m0fnu_4d_data(PyObject *object, amso_float8_e8m0fnu_t **out) { return amso_typed_api_table->exports[179].data(object, (void **)out); }
+static inline int amso_float8_e8m0fnu_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[179].shape(object, out); }
+
+/* float8_e8m0fnu, 5-D (MemArray5DFloat8E8m0fnu). */
+static inline int amso_float8_e8m0fnu_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[180].handle(object, out); }
+static inline int amso_float8_e8m0fnu_5d_data(PyObject *object, amso_float8_e8m0fnu_t **out) { return amso_typed_api_table->exports[180].data(object, (void **)out); }
+static inline int amso_float8_e8m0fnu_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[180].shape(object, out); }
+
+/* float8_e8m0fnu, 6-D (MemArray6DFloat8E8m0fnu). */
+static inline int amso_float8_e8m0fnu_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[181].handle(object, out); }
+static inline int amso_float8_e8m0fnu_6d_data(PyObject *object, amso_float8_e8m0fnu_t **out) { return amso_typed_api_table->exports[181].data(object, (void **)out); }
+static inline int amso_float8_e8m0fnu_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[181].shape(object, out); }
+
+/* float8_e8m0fnu, 7-D (MemArray7DFloat8E8m0fnu). */
+static inline int amso_float8_e8m0fnu_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[182].handle(object, out); }
+static inline int amso_float8_e8m0fnu_7d_data(PyObject *object, amso_float8_e8m0fnu_t **out) { return amso_typed_api_table->exports[182].data(object, (void **)out); }
+static inline int amso_float8_e8m0fnu_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[182].shape(object, out); }
+
+/* float8_e8m0fnu, 8-D (MemArray8DFloat8E8m0fnu). */
+static inline int amso_float8_e8m0fnu_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[183].handle(object, out); }
+static inline int amso_float8_e8m0fnu_8d_data(PyObject *object, amso_float8_e8m0fnu_t **out) { return amso_typed_api_table->exports[183].data(object, (void **)out); }
+static inline int amso_float8_e8m0fnu_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[183].shape(object, out); }
+
+/* float6_e2m3fn, 1-D (MemArray1DFloat6E2m3fn). */
+static inline int amso_float6_e2m3fn_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[184].handle(object, out); }
+static inline int amso_float6_e2m3fn_1d_data(PyObject *object, amso_float6_e2m3fn_t **out) { return amso_typed_api_table->exports[184].data(object, (void **)out); }
+static inline int amso_float6_e2m3fn_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[184].shape(object, out); }
+
+/* float6_e2m3fn, 2-D (MemArray2DFloat6E2m3fn). */
+static inline int amso_float6_e2m3fn_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[185].handle(object, out); }
+static inline int amso_float6_e2m3fn_2d_data(PyObject *object, amso_float6_e2m3fn_t **out) { return amso_typed_api_table->exports[185].data(object, (void **)out); }
+static inline int amso_float6_e2m3fn_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[185].shape(object, out); }
+
+/* float6_e2m3fn, 3-D (MemArray3DFloat6E2m3fn). */
+static inline int amso_float6_e2m3fn_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[186].handle(object, out); }
+static inline int amso_float6_e2m3fn_3d_data(PyObject *object, amso_float6_e2m3fn_t **out) { return amso_typed_api_table->exports[186].data(object, (void **)out); }
+static inline int amso_float6_e2m3fn_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[186].shape(object, out); }
+
+/* float6_e2m3fn, 4-D (MemArray4DFloat6E2m3fn). */
+static inline int amso_float6_e2m3fn_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[187].handle(object, out); }
+static inline int amso_float6_e2m3fn_4d_data(PyObject *object, amso_float6_e2m3fn_t **out) { return amso_typed_api_table->exports[187].data(object, (void **)out); }
+static inline int amso_float6_e2m3fn_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[187].shape(object, out); }
+
+/* float6_e2m3fn, 5-D (MemArray5DFloat6E2m3fn). */
+static inline int amso_float6_e2m3fn_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[188].handle(object, out); }
+static inline int amso_float6_e2m3fn_5d_data(PyObject *object, amso_float6_e2m3fn_t **out) { return amso_typed_api_table->exports[188].data(object, (void **)out); }
+static inline int amso_float6_e2m3fn_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[188].shape(object, out); }
+
+/* float6_e2m3fn, 6-D (MemArray6DFloat6E2m3fn). */
+static inline int amso_float6_e2m3fn_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[189].handle(object, out); }
+static inline int amso_float6_e2m3fn_6d_data(PyObject *object, amso_float6_e2m3fn_t **out) { return amso_typed_api_table->exports[189].data(object, (void **)out); }
+static inline int amso_float6_e2m3fn_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[189].shape(object, out); }
+
+/* float6_e2m3fn, 7-D (MemArray7DFloat6E2m3fn). */
+static inline int amso_float6_e2m3fn_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[190].handle(object, out); }
+static inline int amso_float6_e2m3fn_7d_data(PyObject *object, amso_float6_e2m3fn_t **out) { return amso_typed_api_table->exports[190].data(object, (void **)out); }
+static inline int amso_float6_e2m3fn_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[190].shape(object, out); }
+
+/* float6_e2m3fn, 8-D (MemArray8DFloat6E2m3fn). */
+static inline int amso_float6_e2m3fn_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[191].handle(object, out); }
+static inline int amso_float6_e2m3fn_8d_data(PyObject *object, amso_float6_e2m3fn_t **out) { return amso_typed_api_table->exports[191].data(object, (void **)out); }
+static inline int amso_float6_e2m3fn_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[191].shape(object, out); }
+
+/* float6_e3m2fn, 1-D (MemArray1DFloat6E3m2fn). */
+static inline int amso_float6_e3m2fn_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[192].handle(object, out); }
+static inline int amso_float6_e3m2fn_1d_data(PyObject *object, amso_float6_e3m2fn_t **out) { return amso_typed_api_table->exports[192].data(object, (void **)out); }
+static inline int amso_float6_e3m2fn_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[192].shape(object, out); }
+
+/* float6_e3m2fn, 2-D (MemArray2DFloat6E3m2fn). */
+static inline int amso_float6_e3m2fn_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[193].handle(object, out); }
+static inline int amso_float6_e3m2fn_2d_data(PyObject *object, amso_float6_e3m2fn_t **out) { return amso_typed_api_table->exports[193].data(object, (void **)out); }
+static inline int amso_float6_e3m2fn_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[193].shape(object, out); }
+
+/* float6_e3m2fn, 3-D (MemArray3DFloat6E3m2fn). */
+static inline int amso_float6_e3m2fn_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[194].handle(object, out); }
+static inline int amso_float6_e3m2fn_3d_data(PyObject *object, amso_float6_e3m2fn_t **out) { return amso_typed_api_table->exports[194].data(object, (void **)out); }
+static inline int amso_float6_e3m2fn_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[194].shape(object, out); }
+
+/* float6_e3m2fn, 4-D (MemArray4DFloat6E3m2fn). */
+static inline int amso_float6_e3m2fn_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[195].handle(object, out); }
+static inline int amso_float6_e3m2fn_4d_data(PyObject *object, amso_float6_e3m2fn_t **out) { return amso_typed_api_table->exports[195].data(object, (void **)out); }
+static inline int amso_float6_e3m2fn_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[195].shape(object, out); }
+
+/* float6_e3m2fn, 5-D (MemArray5DFloat6E3m2fn). */
+static inline int amso_float6_e3m2fn_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[196].handle(object, out); }
+static inline int amso_float6_e3m2fn_5d_data(PyObject *object, amso_float6_e3m2fn_t **out) { return amso_typed_api_table->exports[196].data(object, (void **)out); }
+static inline int amso_float6_e3m2fn_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[196].shape(object, out); }
+
+/* float6_e3m2fn, 6-D (MemArray6DFloat6E3m2fn). */
+static inline int amso_float6_e3m2fn_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[197].handle(object, out); }
+static inline int amso_float6_e3m2fn_6d_data(PyObject *object, amso_float6_e3m2fn_t **out) { return amso_typed_api_table->exports[197].data(object, (void **)out); }
+static inline int amso_float6_e3m2fn_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[197].shape(object, out); }
+
+/* float6_e3m2fn, 7-D (MemArray7DFloat6E3m2fn). */
+static inline int amso_float6_e3m2fn_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[198].handle(object, out); }
+static inline int amso_float6_e3m2fn_7d_data(PyObject *object, amso_float6_e3m2fn_t **out) { return amso_typed_api_table->exports[198].data(object, (void **)out); }
+static inline int amso_float6_e3m2fn_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[198].shape(object, out); }
+
+/* float6_e3m2fn, 8-D (MemArray8DFloat6E3m2fn). */
+static inline int amso_float6_e3m2fn_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[199].handle(object, out); }
+static inline int amso_float6_e3m2fn_8d_data(PyObject *object, amso_float6_e3m2fn_t **out) { return amso_typed_api_table->exports[199].data(object, (void **)out); }
+static inline int amso_float6_e3m2fn_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[199].shape(object, out); }
+
+/* float4_e2m1fn, 1-D (MemArray1DFloat4E2m1fn). */
+static inline int amso_float4_e2m1fn_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[200].handle(object, out); }
+static inline int amso_float4_e2m1fn_1d_data(PyObject *object, amso_float4_e2m1fn_t **out) { return amso_typed_api_table->exports[200].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[200].shape(object, out); }
+
+/* float4_e2m1fn, 2-D (MemArray2DFloat4E2m1fn). */
+static inline int amso_float4_e2m1fn_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[201].handle(object, out); }
+static inline int amso_float4_e2m1fn_2d_data(PyObject *object, amso_float4_e2m1fn_t **out) { return amso_typed_api_table->exports[201].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[201].shape(object, out); }
+
+/* float4_e2m1fn, 3-D (MemArray3DFloat4E2m1fn). */
+static inline int amso_float4_e2m1fn_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[202].handle(object, out); }
+static inline int amso_float4_e2m1fn_3d_data(PyObject *object, amso_float4_e2m1fn_t **out) { return amso_typed_api_table->exports[202].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[202].shape(object, out); }
+
+/* float4_e2m1fn, 4-D (MemArray4DFloat4E2m1fn). */
+static inline int amso_float4_e2m1fn_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[203].handle(object, out); }
+static inline int amso_float4_e2m1fn_4d_data(PyObject *object, amso_float4_e2m1fn_t **out) { return amso_typed_api_table->exports[203].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[203].shape(object, out); }
+
+/* float4_e2m1fn, 5-D (MemArray5DFloat4E2m1fn). */
+static inline int amso_float4_e2m1fn_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[204].handle(object, out); }
+static inline int amso_float4_e2m1fn_5d_data(PyObject *object, amso_float4_e2m1fn_t **out) { return amso_typed_api_table->exports[204].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[204].shape(object, out); }
+
+/* float4_e2m1fn, 6-D (MemArray6DFloat4E2m1fn). */
+static inline int amso_float4_e2m1fn_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[205].handle(object, out); }
+static inline int amso_float4_e2m1fn_6d_data(PyObject *object, amso_float4_e2m1fn_t **out) { return amso_typed_api_table->exports[205].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[205].shape(object, out); }
+
+/* float4_e2m1fn, 7-D (MemArray7DFloat4E2m1fn). */
+static inline int amso_float4_e2m1fn_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[206].handle(object, out); }
+static inline int amso_float4_e2m1fn_7d_data(PyObject *object, amso_float4_e2m1fn_t **out) { return amso_typed_api_table->exports[206].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[206].shape(object, out); }
+
+/* float4_e2m1fn, 8-D (MemArray8DFloat4E2m1fn). */
+static inline int amso_float4_e2m1fn_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[207].handle(object, out); }
+static inline int amso_float4_e2m1fn_8d_data(PyObject *object, amso_float4_e2m1fn_t **out) { return amso_typed_api_table->exports[207].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[207].shape(object, out); }
+
+/* float4_e2m1fn_x2, 1-D (MemArray1DFloat4E2m1fnX2). */
+static inline int amso_float4_e2m1fn_x2_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[208].handle(object, out); }
+static inline int amso_float4_e2m1fn_x2_1d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out) { return amso_typed_api_table->exports[208].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_x2_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[208].shape(object, out); }
+
+/* float4_e2m1fn_x2, 2-D (MemArray2DFloat4E2m1fnX2). */
+static inline int amso_float4_e2m1fn_x2_2d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[209].handle(object, out); }
+static inline int amso_float4_e2m1fn_x2_2d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out) { return amso_typed_api_table->exports[209].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_x2_2d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[209].shape(object, out); }
+
+/* float4_e2m1fn_x2, 3-D (MemArray3DFloat4E2m1fnX2). */
+static inline int amso_float4_e2m1fn_x2_3d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[210].handle(object, out); }
+static inline int amso_float4_e2m1fn_x2_3d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out) { return amso_typed_api_table->exports[210].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_x2_3d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[210].shape(object, out); }
+
+/* float4_e2m1fn_x2, 4-D (MemArray4DFloat4E2m1fnX2). */
+static inline int amso_float4_e2m1fn_x2_4d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[211].handle(object, out); }
+static inline int amso_float4_e2m1fn_x2_4d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out) { return amso_typed_api_table->exports[211].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_x2_4d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[211].shape(object, out); }
+
+/* float4_e2m1fn_x2, 5-D (MemArray5DFloat4E2m1fnX2). */
+static inline int amso_float4_e2m1fn_x2_5d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[212].handle(object, out); }
+static inline int amso_float4_e2m1fn_x2_5d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out) { return amso_typed_api_table->exports[212].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_x2_5d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[212].shape(object, out); }
+
+/* float4_e2m1fn_x2, 6-D (MemArray6DFloat4E2m1fnX2). */
+static inline int amso_float4_e2m1fn_x2_6d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[213].handle(object, out); }
+static inline int amso_float4_e2m1fn_x2_6d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out) { return amso_typed_api_table->exports[213].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_x2_6d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[213].shape(object, out); }
+
+/* float4_e2m1fn_x2, 7-D (MemArray7DFloat4E2m1fnX2). */
+static inline int amso_float4_e2m1fn_x2_7d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[214].handle(object, out); }
+static inline int amso_float4_e2m1fn_x2_7d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out) { return amso_typed_api_table->exports[214].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_x2_7d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[214].shape(object, out); }
+
+/* float4_e2m1fn_x2, 8-D (MemArray8DFloat4E2m1fnX2). */
+static inline int amso_float4_e2m1fn_x2_8d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[215].handle(object, out); }
+static inline int amso_float4_e2m1fn_x2_8d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out) { return amso_typed_api_table->exports[215].data(object, (void **)out); }
+static inline int amso_float4_e2m1fn_x2_8d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[215].shape(object, out); }
+
+/* float32x4, 1-D (MemArray1DFloat32x4). */
+static inline int amso_float32x4_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[216].handle(object, out); }
+static inline int amso_float32x4_1d_data(PyObject *object, amso_float32x4_t **out) { return amso_typed_api_table->exports[216].data(object, (void **)out); }
+static inline int amso_float32x4_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[216].shape(object, out); }
+
+/* particle, 1-D (MemArray1DParticle). */
+static inline int amso_particle_1d_handle(PyObject *object, amso_handle *out) { return amso_typed_api_table->exports[217].handle(object, out); }
+static inline int amso_particle_1d_data(PyObject *object, amso_particle_t **out) { return amso_typed_api_table->exports[217].data(object, (void **)out); }
+static inline int amso_particle_1d_shape(PyObject *object, const int64_t **out) { return amso_typed_api_table->exports[217].shape(object, out); }
+#else
+
+/* bool, 1-D (MemArray1DBool). */
 AMSO_EXPORT int amso_bool_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bool_1d_data(PyObject *object, bool **out);
 AMSO_EXPORT int amso_bool_1d_shape(PyObject *object, const int64_t **out);
 
-/* bool, 2-D (MemArray2DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bool, 2-D (MemArray2DBool). */
 AMSO_EXPORT int amso_bool_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bool_2d_data(PyObject *object, bool **out);
 AMSO_EXPORT int amso_bool_2d_shape(PyObject *object, const int64_t **out);
 
-/* bool, 3-D (MemArray3DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bool, 3-D (MemArray3DBool). */
 AMSO_EXPORT int amso_bool_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bool_3d_data(PyObject *object, bool **out);
 AMSO_EXPORT int amso_bool_3d_shape(PyObject *object, const int64_t **out);
 
-/* bool, 4-D (MemArray4DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bool, 4-D (MemArray4DBool). */
 AMSO_EXPORT int amso_bool_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bool_4d_data(PyObject *object, bool **out);
 AMSO_EXPORT int amso_bool_4d_shape(PyObject *object, const int64_t **out);
 
-/* bool, 5-D (MemArray5DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bool, 5-D (MemArray5DBool). */
 AMSO_EXPORT int amso_bool_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bool_5d_data(PyObject *object, bool **out);
 AMSO_EXPORT int amso_bool_5d_shape(PyObject *object, const int64_t **out);
 
-/* bool, 6-D (MemArray6DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bool, 6-D (MemArray6DBool). */
 AMSO_EXPORT int amso_bool_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bool_6d_data(PyObject *object, bool **out);
 AMSO_EXPORT int amso_bool_6d_shape(PyObject *object, const int64_t **out);
 
-/* bool, 7-D (MemArray7DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bool, 7-D (MemArray7DBool). */
 AMSO_EXPORT int amso_bool_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bool_7d_data(PyObject *object, bool **out);
 AMSO_EXPORT int amso_bool_7d_shape(PyObject *object, const int64_t **out);
 
-/* bool, 8-D (MemArray8DBool): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bool, 8-D (MemArray8DBool). */
 AMSO_EXPORT int amso_bool_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bool_8d_data(PyObject *object, bool **out);
 AMSO_EXPORT int amso_bool_8d_shape(PyObject *object, const int64_t **out);
 
-/* int8, 1-D (MemArray1DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int8, 1-D (MemArray1DInt8). */
 AMSO_EXPORT int amso_int8_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int8_1d_data(PyObject *object, int8_t **out);
 AMSO_EXPORT int amso_int8_1d_shape(PyObject *object, const int64_t **out);
 
-/* int8, 2-D (MemArray2DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int8, 2-D (MemArray2DInt8). */
 AMSO_EXPORT int amso_int8_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int8_2d_data(PyObject *object, int8_t **out);
 AMSO_EXPORT int amso_int8_2d_shape(PyObject *object, const int64_t **out);
 
-/* int8, 3-D (MemArray3DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int8, 3-D (MemArray3DInt8). */
 AMSO_EXPORT int amso_int8_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int8_3d_data(PyObject *object, int8_t **out);
 AMSO_EXPORT int amso_int8_3d_shape(PyObject *object, const int64_t **out);
 
-/* int8, 4-D (MemArray4DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int8, 4-D (MemArray4DInt8). */
 AMSO_EXPORT int amso_int8_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int8_4d_data(PyObject *object, int8_t **out);
 AMSO_EXPORT int amso_int8_4d_shape(PyObject *object, const int64_t **out);
 
-/* int8, 5-D (MemArray5DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int8, 5-D (MemArray5DInt8). */
 AMSO_EXPORT int amso_int8_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int8_5d_data(PyObject *object, int8_t **out);
 AMSO_EXPORT int amso_int8_5d_shape(PyObject *object, const int64_t **out);
 
-/* int8, 6-D (MemArray6DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int8, 6-D (MemArray6DInt8). */
 AMSO_EXPORT int amso_int8_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int8_6d_data(PyObject *object, int8_t **out);
 AMSO_EXPORT int amso_int8_6d_shape(PyObject *object, const int64_t **out);
 
-/* int8, 7-D (MemArray7DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int8, 7-D (MemArray7DInt8). */
 AMSO_EXPORT int amso_int8_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int8_7d_data(PyObject *object, int8_t **out);
 AMSO_EXPORT int amso_int8_7d_shape(PyObject *object, const int64_t **out);
 
-/* int8, 8-D (MemArray8DInt8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int8, 8-D (MemArray8DInt8). */
 AMSO_EXPORT int amso_int8_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int8_8d_data(PyObject *object, int8_t **out);
 AMSO_EXPORT int amso_int8_8d_shape(PyObject *object, const int64_t **out);
 
-/* int16, 1-D (MemArray1DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int16, 1-D (MemArray1DInt16). */
 AMSO_EXPORT int amso_int16_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int16_1d_data(PyObject *object, int16_t **out);
 AMSO_EXPORT int amso_int16_1d_shape(PyObject *object, const int64_t **out);
 
-/* int16, 2-D (MemArray2DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int16, 2-D (MemArray2DInt16). */
 AMSO_EXPORT int amso_int16_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int16_2d_data(PyObject *object, int16_t **out);
 AMSO_EXPORT int amso_int16_2d_shape(PyObject *object, const int64_t **out);
 
-/* int16, 3-D (MemArray3DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int16, 3-D (MemArray3DInt16). */
 AMSO_EXPORT int amso_int16_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int16_3d_data(PyObject *object, int16_t **out);
 AMSO_EXPORT int amso_int16_3d_shape(PyObject *object, const int64_t **out);
 
-/* int16, 4-D (MemArray4DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int16, 4-D (MemArray4DInt16). */
 AMSO_EXPORT int amso_int16_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int16_4d_data(PyObject *object, int16_t **out);
 AMSO_EXPORT int amso_int16_4d_shape(PyObject *object, const int64_t **out);
 
-/* int16, 5-D (MemArray5DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int16, 5-D (MemArray5DInt16). */
 AMSO_EXPORT int amso_int16_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int16_5d_data(PyObject *object, int16_t **out);
 AMSO_EXPORT int amso_int16_5d_shape(PyObject *object, const int64_t **out);
 
-/* int16, 6-D (MemArray6DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int16, 6-D (MemArray6DInt16). */
 AMSO_EXPORT int amso_int16_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int16_6d_data(PyObject *object, int16_t **out);
 AMSO_EXPORT int amso_int16_6d_shape(PyObject *object, const int64_t **out);
 
-/* int16, 7-D (MemArray7DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int16, 7-D (MemArray7DInt16). */
 AMSO_EXPORT int amso_int16_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int16_7d_data(PyObject *object, int16_t **out);
 AMSO_EXPORT int amso_int16_7d_shape(PyObject *object, const int64_t **out);
 
-/* int16, 8-D (MemArray8DInt16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int16, 8-D (MemArray8DInt16). */
 AMSO_EXPORT int amso_int16_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int16_8d_data(PyObject *object, int16_t **out);
 AMSO_EXPORT int amso_int16_8d_shape(PyObject *object, const int64_t **out);
 
-/* int32, 1-D (MemArray1DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int32, 1-D (MemArray1DInt32). */
 AMSO_EXPORT int amso_int32_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int32_1d_data(PyObject *object, int32_t **out);
 AMSO_EXPORT int amso_int32_1d_shape(PyObject *object, const int64_t **out);
 
-/* int32, 2-D (MemArray2DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int32, 2-D (MemArray2DInt32). */
 AMSO_EXPORT int amso_int32_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int32_2d_data(PyObject *object, int32_t **out);
 AMSO_EXPORT int amso_int32_2d_shape(PyObject *object, const int64_t **out);
 
-/* int32, 3-D (MemArray3DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int32, 3-D (MemArray3DInt32). */
 AMSO_EXPORT int amso_int32_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int32_3d_data(PyObject *object, int32_t **out);
 AMSO_EXPORT int amso_int32_3d_shape(PyObject *object, const int64_t **out);
 
-/* int32, 4-D (MemArray4DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int32, 4-D (MemArray4DInt32). */
 AMSO_EXPORT int amso_int32_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int32_4d_data(PyObject *object, int32_t **out);
 AMSO_EXPORT int amso_int32_4d_shape(PyObject *object, const int64_t **out);
 
-/* int32, 5-D (MemArray5DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int32, 5-D (MemArray5DInt32). */
 AMSO_EXPORT int amso_int32_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int32_5d_data(PyObject *object, int32_t **out);
 AMSO_EXPORT int amso_int32_5d_shape(PyObject *object, const int64_t **out);
 
-/* int32, 6-D (MemArray6DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int32, 6-D (MemArray6DInt32). */
 AMSO_EXPORT int amso_int32_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int32_6d_data(PyObject *object, int32_t **out);
 AMSO_EXPORT int amso_int32_6d_shape(PyObject *object, const int64_t **out);
 
-/* int32, 7-D (MemArray7DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int32, 7-D (MemArray7DInt32). */
 AMSO_EXPORT int amso_int32_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int32_7d_data(PyObject *object, int32_t **out);
 AMSO_EXPORT int amso_int32_7d_shape(PyObject *object, const int64_t **out);
 
-/* int32, 8-D (MemArray8DInt32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int32, 8-D (MemArray8DInt32). */
 AMSO_EXPORT int amso_int32_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int32_8d_data(PyObject *object, int32_t **out);
 AMSO_EXPORT int amso_int32_8d_shape(PyObject *object, const int64_t **out);
 
-/* int64, 1-D (MemArray1DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int64, 1-D (MemArray1DInt64). */
 AMSO_EXPORT int amso_int64_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int64_1d_data(PyObject *object, int64_t **out);
 AMSO_EXPORT int amso_int64_1d_shape(PyObject *object, const int64_t **out);
 
-/* int64, 2-D (MemArray2DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int64, 2-D (MemArray2DInt64). */
 AMSO_EXPORT int amso_int64_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int64_2d_data(PyObject *object, int64_t **out);
 AMSO_EXPORT int amso_int64_2d_shape(PyObject *object, const int64_t **out);
 
-/* int64, 3-D (MemArray3DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int64, 3-D (MemArray3DInt64). */
 AMSO_EXPORT int amso_int64_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int64_3d_data(PyObject *object, int64_t **out);
 AMSO_EXPORT int amso_int64_3d_shape(PyObject *object, const int64_t **out);
 
-/* int64, 4-D (MemArray4DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int64, 4-D (MemArray4DInt64). */
 AMSO_EXPORT int amso_int64_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int64_4d_data(PyObject *object, int64_t **out);
 AMSO_EXPORT int amso_int64_4d_shape(PyObject *object, const int64_t **out);
 
-/* int64, 5-D (MemArray5DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int64, 5-D (MemArray5DInt64). */
 AMSO_EXPORT int amso_int64_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int64_5d_data(PyObject *object, int64_t **out);
 AMSO_EXPORT int amso_int64_5d_shape(PyObject *object, const int64_t **out);
 
-/* int64, 6-D (MemArray6DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int64, 6-D (MemArray6DInt64). */
 AMSO_EXPORT int amso_int64_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int64_6d_data(PyObject *object, int64_t **out);
 AMSO_EXPORT int amso_int64_6d_shape(PyObject *object, const int64_t **out);
 
-/* int64, 7-D (MemArray7DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int64, 7-D (MemArray7DInt64). */
 AMSO_EXPORT int amso_int64_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int64_7d_data(PyObject *object, int64_t **out);
 AMSO_EXPORT int amso_int64_7d_shape(PyObject *object, const int64_t **out);
 
-/* int64, 8-D (MemArray8DInt64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* int64, 8-D (MemArray8DInt64). */
 AMSO_EXPORT int amso_int64_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_int64_8d_data(PyObject *object, int64_t **out);
 AMSO_EXPORT int amso_int64_8d_shape(PyObject *object, const int64_t **out);
 
-/* uint8, 1-D (MemArray1DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint8, 1-D (MemArray1DUint8). */
 AMSO_EXPORT int amso_uint8_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint8_1d_data(PyObject *object, uint8_t **out);
 AMSO_EXPORT int amso_uint8_1d_shape(PyObject *object, const int64_t **out);
 
-/* uint8, 2-D (MemArray2DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint8, 2-D (MemArray2DUint8). */
 AMSO_EXPORT int amso_uint8_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint8_2d_data(PyObject *object, uint8_t **out);
 AMSO_EXPORT int amso_uint8_2d_shape(PyObject *object, const int64_t **out);
 
-/* uint8, 3-D (MemArray3DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint8, 3-D (MemArray3DUint8). */
 AMSO_EXPORT int amso_uint8_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint8_3d_data(PyObject *object, uint8_t **out);
 AMSO_EXPORT int amso_uint8_3d_shape(PyObject *object, const int64_t **out);
 
-/* uint8, 4-D (MemArray4DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint8, 4-D (MemArray4DUint8). */
 AMSO_EXPORT int amso_uint8_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint8_4d_data(PyObject *object, uint8_t **out);
 AMSO_EXPORT int amso_uint8_4d_shape(PyObject *object, const int64_t **out);
 
-/* uint8, 5-D (MemArray5DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint8, 5-D (MemArray5DUint8). */
 AMSO_EXPORT int amso_uint8_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint8_5d_data(PyObject *object, uint8_t **out);
 AMSO_EXPORT int amso_uint8_5d_shape(PyObject *object, const int64_t **out);
 
-/* uint8, 6-D (MemArray6DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint8, 6-D (MemArray6DUint8). */
 AMSO_EXPORT int amso_uint8_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint8_6d_data(PyObject *object, uint8_t **out);
 AMSO_EXPORT int amso_uint8_6d_shape(PyObject *object, const int64_t **out);
 
-/* uint8, 7-D (MemArray7DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint8, 7-D (MemArray7DUint8). */
 AMSO_EXPORT int amso_uint8_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint8_7d_data(PyObject *object, uint8_t **out);
 AMSO_EXPORT int amso_uint8_7d_shape(PyObject *object, const int64_t **out);
 
-/* uint8, 8-D (MemArray8DUint8): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint8, 8-D (MemArray8DUint8). */
 AMSO_EXPORT int amso_uint8_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint8_8d_data(PyObject *object, uint8_t **out);
 AMSO_EXPORT int amso_uint8_8d_shape(PyObject *object, const int64_t **out);
 
-/* uint16, 1-D (MemArray1DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint16, 1-D (MemArray1DUint16). */
 AMSO_EXPORT int amso_uint16_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint16_1d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_uint16_1d_shape(PyObject *object, const int64_t **out);
 
-/* uint16, 2-D (MemArray2DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint16, 2-D (MemArray2DUint16). */
 AMSO_EXPORT int amso_uint16_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint16_2d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_uint16_2d_shape(PyObject *object, const int64_t **out);
 
-/* uint16, 3-D (MemArray3DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint16, 3-D (MemArray3DUint16). */
 AMSO_EXPORT int amso_uint16_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint16_3d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_uint16_3d_shape(PyObject *object, const int64_t **out);
 
-/* uint16, 4-D (MemArray4DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint16, 4-D (MemArray4DUint16). */
 AMSO_EXPORT int amso_uint16_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint16_4d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_uint16_4d_shape(PyObject *object, const int64_t **out);
 
-/* uint16, 5-D (MemArray5DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint16, 5-D (MemArray5DUint16). */
 AMSO_EXPORT int amso_uint16_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint16_5d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_uint16_5d_shape(PyObject *object, const int64_t **out);
 
-/* uint16, 6-D (MemArray6DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint16, 6-D (MemArray6DUint16). */
 AMSO_EXPORT int amso_uint16_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint16_6d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_uint16_6d_shape(PyObject *object, const int64_t **out);
 
-/* uint16, 7-D (MemArray7DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint16, 7-D (MemArray7DUint16). */
 AMSO_EXPORT int amso_uint16_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint16_7d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_uint16_7d_shape(PyObject *object, const int64_t **out);
 
-/* uint16, 8-D (MemArray8DUint16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint16, 8-D (MemArray8DUint16). */
 AMSO_EXPORT int amso_uint16_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint16_8d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_uint16_8d_shape(PyObject *object, const int64_t **out);
 
-/* uint32, 1-D (MemArray1DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint32, 1-D (MemArray1DUint32). */
 AMSO_EXPORT int amso_uint32_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint32_1d_data(PyObject *object, uint32_t **out);
 AMSO_EXPORT int amso_uint32_1d_shape(PyObject *object, const int64_t **out);
 
-/* uint32, 2-D (MemArray2DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint32, 2-D (MemArray2DUint32). */
 AMSO_EXPORT int amso_uint32_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint32_2d_data(PyObject *object, uint32_t **out);
 AMSO_EXPORT int amso_uint32_2d_shape(PyObject *object, const int64_t **out);
 
-/* uint32, 3-D (MemArray3DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint32, 3-D (MemArray3DUint32). */
 AMSO_EXPORT int amso_uint32_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint32_3d_data(PyObject *object, uint32_t **out);
 AMSO_EXPORT int amso_uint32_3d_shape(PyObject *object, const int64_t **out);
 
-/* uint32, 4-D (MemArray4DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint32, 4-D (MemArray4DUint32). */
 AMSO_EXPORT int amso_uint32_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint32_4d_data(PyObject *object, uint32_t **out);
 AMSO_EXPORT int amso_uint32_4d_shape(PyObject *object, const int64_t **out);
 
-/* uint32, 5-D (MemArray5DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint32, 5-D (MemArray5DUint32). */
 AMSO_EXPORT int amso_uint32_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint32_5d_data(PyObject *object, uint32_t **out);
 AMSO_EXPORT int amso_uint32_5d_shape(PyObject *object, const int64_t **out);
 
-/* uint32, 6-D (MemArray6DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint32, 6-D (MemArray6DUint32). */
 AMSO_EXPORT int amso_uint32_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint32_6d_data(PyObject *object, uint32_t **out);
 AMSO_EXPORT int amso_uint32_6d_shape(PyObject *object, const int64_t **out);
 
-/* uint32, 7-D (MemArray7DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint32, 7-D (MemArray7DUint32). */
 AMSO_EXPORT int amso_uint32_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint32_7d_data(PyObject *object, uint32_t **out);
 AMSO_EXPORT int amso_uint32_7d_shape(PyObject *object, const int64_t **out);
 
-/* uint32, 8-D (MemArray8DUint32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint32, 8-D (MemArray8DUint32). */
 AMSO_EXPORT int amso_uint32_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint32_8d_data(PyObject *object, uint32_t **out);
 AMSO_EXPORT int amso_uint32_8d_shape(PyObject *object, const int64_t **out);
 
-/* uint64, 1-D (MemArray1DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint64, 1-D (MemArray1DUint64). */
 AMSO_EXPORT int amso_uint64_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint64_1d_data(PyObject *object, uint64_t **out);
 AMSO_EXPORT int amso_uint64_1d_shape(PyObject *object, const int64_t **out);
 
-/* uint64, 2-D (MemArray2DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint64, 2-D (MemArray2DUint64). */
 AMSO_EXPORT int amso_uint64_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint64_2d_data(PyObject *object, uint64_t **out);
 AMSO_EXPORT int amso_uint64_2d_shape(PyObject *object, const int64_t **out);
 
-/* uint64, 3-D (MemArray3DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint64, 3-D (MemArray3DUint64). */
 AMSO_EXPORT int amso_uint64_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint64_3d_data(PyObject *object, uint64_t **out);
 AMSO_EXPORT int amso_uint64_3d_shape(PyObject *object, const int64_t **out);
 
-/* uint64, 4-D (MemArray4DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint64, 4-D (MemArray4DUint64). */
 AMSO_EXPORT int amso_uint64_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint64_4d_data(PyObject *object, uint64_t **out);
 AMSO_EXPORT int amso_uint64_4d_shape(PyObject *object, const int64_t **out);
 
-/* uint64, 5-D (MemArray5DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint64, 5-D (MemArray5DUint64). */
 AMSO_EXPORT int amso_uint64_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint64_5d_data(PyObject *object, uint64_t **out);
 AMSO_EXPORT int amso_uint64_5d_shape(PyObject *object, const int64_t **out);
 
-/* uint64, 6-D (MemArray6DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint64, 6-D (MemArray6DUint64). */
 AMSO_EXPORT int amso_uint64_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint64_6d_data(PyObject *object, uint64_t **out);
 AMSO_EXPORT int amso_uint64_6d_shape(PyObject *object, const int64_t **out);
 
-/* uint64, 7-D (MemArray7DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint64, 7-D (MemArray7DUint64). */
 AMSO_EXPORT int amso_uint64_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint64_7d_data(PyObject *object, uint64_t **out);
 AMSO_EXPORT int amso_uint64_7d_shape(PyObject *object, const int64_t **out);
 
-/* uint64, 8-D (MemArray8DUint64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* uint64, 8-D (MemArray8DUint64). */
 AMSO_EXPORT int amso_uint64_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_uint64_8d_data(PyObject *object, uint64_t **out);
 AMSO_EXPORT int amso_uint64_8d_shape(PyObject *object, const int64_t **out);
 
-/* float16, 1-D (MemArray1DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float16, 1-D (MemArray1DFloat16). */
 AMSO_EXPORT int amso_float16_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float16_1d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_float16_1d_shape(PyObject *object, const int64_t **out);
 
-/* float16, 2-D (MemArray2DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float16, 2-D (MemArray2DFloat16). */
 AMSO_EXPORT int amso_float16_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float16_2d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_float16_2d_shape(PyObject *object, const int64_t **out);
 
-/* float16, 3-D (MemArray3DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float16, 3-D (MemArray3DFloat16). */
 AMSO_EXPORT int amso_float16_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float16_3d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_float16_3d_shape(PyObject *object, const int64_t **out);
 
-/* float16, 4-D (MemArray4DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float16, 4-D (MemArray4DFloat16). */
 AMSO_EXPORT int amso_float16_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float16_4d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_float16_4d_shape(PyObject *object, const int64_t **out);
 
-/* float16, 5-D (MemArray5DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float16, 5-D (MemArray5DFloat16). */
 AMSO_EXPORT int amso_float16_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float16_5d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_float16_5d_shape(PyObject *object, const int64_t **out);
 
-/* float16, 6-D (MemArray6DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float16, 6-D (MemArray6DFloat16). */
 AMSO_EXPORT int amso_float16_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float16_6d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_float16_6d_shape(PyObject *object, const int64_t **out);
 
-/* float16, 7-D (MemArray7DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float16, 7-D (MemArray7DFloat16). */
 AMSO_EXPORT int amso_float16_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float16_7d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_float16_7d_shape(PyObject *object, const int64_t **out);
 
-/* float16, 8-D (MemArray8DFloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float16, 8-D (MemArray8DFloat16). */
 AMSO_EXPORT int amso_float16_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float16_8d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_float16_8d_shape(PyObject *object, const int64_t **out);
 
-/* bfloat16, 1-D (MemArray1DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bfloat16, 1-D (MemArray1DBfloat16). */
 AMSO_EXPORT int amso_bfloat16_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bfloat16_1d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_bfloat16_1d_shape(PyObject *object, const int64_t **out);
 
-/* bfloat16, 2-D (MemArray2DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bfloat16, 2-D (MemArray2DBfloat16). */
 AMSO_EXPORT int amso_bfloat16_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bfloat16_2d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_bfloat16_2d_shape(PyObject *object, const int64_t **out);
 
-/* bfloat16, 3-D (MemArray3DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bfloat16, 3-D (MemArray3DBfloat16). */
 AMSO_EXPORT int amso_bfloat16_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bfloat16_3d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_bfloat16_3d_shape(PyObject *object, const int64_t **out);
 
-/* bfloat16, 4-D (MemArray4DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bfloat16, 4-D (MemArray4DBfloat16). */
 AMSO_EXPORT int amso_bfloat16_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bfloat16_4d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_bfloat16_4d_shape(PyObject *object, const int64_t **out);
 
-/* bfloat16, 5-D (MemArray5DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bfloat16, 5-D (MemArray5DBfloat16). */
 AMSO_EXPORT int amso_bfloat16_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bfloat16_5d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_bfloat16_5d_shape(PyObject *object, const int64_t **out);
 
-/* bfloat16, 6-D (MemArray6DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bfloat16, 6-D (MemArray6DBfloat16). */
 AMSO_EXPORT int amso_bfloat16_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bfloat16_6d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_bfloat16_6d_shape(PyObject *object, const int64_t **out);
 
-/* bfloat16, 7-D (MemArray7DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bfloat16, 7-D (MemArray7DBfloat16). */
 AMSO_EXPORT int amso_bfloat16_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bfloat16_7d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_bfloat16_7d_shape(PyObject *object, const int64_t **out);
 
-/* bfloat16, 8-D (MemArray8DBfloat16): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* bfloat16, 8-D (MemArray8DBfloat16). */
 AMSO_EXPORT int amso_bfloat16_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_bfloat16_8d_data(PyObject *object, uint16_t **out);
 AMSO_EXPORT int amso_bfloat16_8d_shape(PyObject *object, const int64_t **out);
 
-/* float32, 1-D (MemArray1DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float32, 1-D (MemArray1DFloat32). */
 AMSO_EXPORT int amso_float32_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float32_1d_data(PyObject *object, float **out);
 AMSO_EXPORT int amso_float32_1d_shape(PyObject *object, const int64_t **out);
 
-/* float32, 2-D (MemArray2DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float32, 2-D (MemArray2DFloat32). */
 AMSO_EXPORT int amso_float32_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float32_2d_data(PyObject *object, float **out);
 AMSO_EXPORT int amso_float32_2d_shape(PyObject *object, const int64_t **out);
 
-/* float32, 3-D (MemArray3DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float32, 3-D (MemArray3DFloat32). */
 AMSO_EXPORT int amso_float32_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float32_3d_data(PyObject *object, float **out);
 AMSO_EXPORT int amso_float32_3d_shape(PyObject *object, const int64_t **out);
 
-/* float32, 4-D (MemArray4DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float32, 4-D (MemArray4DFloat32). */
 AMSO_EXPORT int amso_float32_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float32_4d_data(PyObject *object, float **out);
 AMSO_EXPORT int amso_float32_4d_shape(PyObject *object, const int64_t **out);
 
-/* float32, 5-D (MemArray5DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float32, 5-D (MemArray5DFloat32). */
 AMSO_EXPORT int amso_float32_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float32_5d_data(PyObject *object, float **out);
 AMSO_EXPORT int amso_float32_5d_shape(PyObject *object, const int64_t **out);
 
-/* float32, 6-D (MemArray6DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float32, 6-D (MemArray6DFloat32). */
 AMSO_EXPORT int amso_float32_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float32_6d_data(PyObject *object, float **out);
 AMSO_EXPORT int amso_float32_6d_shape(PyObject *object, const int64_t **out);
 
-/* float32, 7-D (MemArray7DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float32, 7-D (MemArray7DFloat32). */
 AMSO_EXPORT int amso_float32_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float32_7d_data(PyObject *object, float **out);
 AMSO_EXPORT int amso_float32_7d_shape(PyObject *object, const int64_t **out);
 
-/* float32, 8-D (MemArray8DFloat32): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float32, 8-D (MemArray8DFloat32). */
 AMSO_EXPORT int amso_float32_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float32_8d_data(PyObject *object, float **out);
 AMSO_EXPORT int amso_float32_8d_shape(PyObject *object, const int64_t **out);
 
-/* float64, 1-D (MemArray1DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float64, 1-D (MemArray1DFloat64). */
 AMSO_EXPORT int amso_float64_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float64_1d_data(PyObject *object, double **out);
 AMSO_EXPORT int amso_float64_1d_shape(PyObject *object, const int64_t **out);
 
-/* float64, 2-D (MemArray2DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float64, 2-D (MemArray2DFloat64). */
 AMSO_EXPORT int amso_float64_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float64_2d_data(PyObject *object, double **out);
 AMSO_EXPORT int amso_float64_2d_shape(PyObject *object, const int64_t **out);
 
-/* float64, 3-D (MemArray3DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float64, 3-D (MemArray3DFloat64). */
 AMSO_EXPORT int amso_float64_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float64_3d_data(PyObject *object, double **out);
 AMSO_EXPORT int amso_float64_3d_shape(PyObject *object, const int64_t **out);
 
-/* float64, 4-D (MemArray4DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float64, 4-D (MemArray4DFloat64). */
 AMSO_EXPORT int amso_float64_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float64_4d_data(PyObject *object, double **out);
 AMSO_EXPORT int amso_float64_4d_shape(PyObject *object, const int64_t **out);
 
-/* float64, 5-D (MemArray5DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float64, 5-D (MemArray5DFloat64). */
 AMSO_EXPORT int amso_float64_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float64_5d_data(PyObject *object, double **out);
 AMSO_EXPORT int amso_float64_5d_shape(PyObject *object, const int64_t **out);
 
-/* float64, 6-D (MemArray6DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float64, 6-D (MemArray6DFloat64). */
 AMSO_EXPORT int amso_float64_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float64_6d_data(PyObject *object, double **out);
 AMSO_EXPORT int amso_float64_6d_shape(PyObject *object, const int64_t **out);
 
-/* float64, 7-D (MemArray7DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float64, 7-D (MemArray7DFloat64). */
 AMSO_EXPORT int amso_float64_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float64_7d_data(PyObject *object, double **out);
 AMSO_EXPORT int amso_float64_7d_shape(PyObject *object, const int64_t **out);
 
-/* float64, 8-D (MemArray8DFloat64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float64, 8-D (MemArray8DFloat64). */
 AMSO_EXPORT int amso_float64_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float64_8d_data(PyObject *object, double **out);
 AMSO_EXPORT int amso_float64_8d_shape(PyObject *object, const int64_t **out);
 
-/* complex64, 1-D (MemArray1DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex64, 1-D (MemArray1DComplex64). */
 AMSO_EXPORT int amso_complex64_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex64_1d_data(PyObject *object, amso_complex64_t **out);
 AMSO_EXPORT int amso_complex64_1d_shape(PyObject *object, const int64_t **out);
 
-/* complex64, 2-D (MemArray2DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex64, 2-D (MemArray2DComplex64). */
 AMSO_EXPORT int amso_complex64_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex64_2d_data(PyObject *object, amso_complex64_t **out);
 AMSO_EXPORT int amso_complex64_2d_shape(PyObject *object, const int64_t **out);
 
-/* complex64, 3-D (MemArray3DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex64, 3-D (MemArray3DComplex64). */
 AMSO_EXPORT int amso_complex64_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex64_3d_data(PyObject *object, amso_complex64_t **out);
 AMSO_EXPORT int amso_complex64_3d_shape(PyObject *object, const int64_t **out);
 
-/* complex64, 4-D (MemArray4DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex64, 4-D (MemArray4DComplex64). */
 AMSO_EXPORT int amso_complex64_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex64_4d_data(PyObject *object, amso_complex64_t **out);
 AMSO_EXPORT int amso_complex64_4d_shape(PyObject *object, const int64_t **out);
 
-/* complex64, 5-D (MemArray5DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex64, 5-D (MemArray5DComplex64). */
 AMSO_EXPORT int amso_complex64_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex64_5d_data(PyObject *object, amso_complex64_t **out);
 AMSO_EXPORT int amso_complex64_5d_shape(PyObject *object, const int64_t **out);
 
-/* complex64, 6-D (MemArray6DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex64, 6-D (MemArray6DComplex64). */
 AMSO_EXPORT int amso_complex64_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex64_6d_data(PyObject *object, amso_complex64_t **out);
 AMSO_EXPORT int amso_complex64_6d_shape(PyObject *object, const int64_t **out);
 
-/* complex64, 7-D (MemArray7DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex64, 7-D (MemArray7DComplex64). */
 AMSO_EXPORT int amso_complex64_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex64_7d_data(PyObject *object, amso_complex64_t **out);
 AMSO_EXPORT int amso_complex64_7d_shape(PyObject *object, const int64_t **out);
 
-/* complex64, 8-D (MemArray8DComplex64): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex64, 8-D (MemArray8DComplex64). */
 AMSO_EXPORT int amso_complex64_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex64_8d_data(PyObject *object, amso_complex64_t **out);
 AMSO_EXPORT int amso_complex64_8d_shape(PyObject *object, const int64_t **out);
 
-/* complex128, 1-D (MemArray1DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex128, 1-D (MemArray1DComplex128). */
 AMSO_EXPORT int amso_complex128_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex128_1d_data(PyObject *object, amso_complex128_t **out);
 AMSO_EXPORT int amso_complex128_1d_shape(PyObject *object, const int64_t **out);
 
-/* complex128, 2-D (MemArray2DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex128, 2-D (MemArray2DComplex128). */
 AMSO_EXPORT int amso_complex128_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex128_2d_data(PyObject *object, amso_complex128_t **out);
 AMSO_EXPORT int amso_complex128_2d_shape(PyObject *object, const int64_t **out);
 
-/* complex128, 3-D (MemArray3DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex128, 3-D (MemArray3DComplex128). */
 AMSO_EXPORT int amso_complex128_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex128_3d_data(PyObject *object, amso_complex128_t **out);
 AMSO_EXPORT int amso_complex128_3d_shape(PyObject *object, const int64_t **out);
 
-/* complex128, 4-D (MemArray4DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex128, 4-D (MemArray4DComplex128). */
 AMSO_EXPORT int amso_complex128_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex128_4d_data(PyObject *object, amso_complex128_t **out);
 AMSO_EXPORT int amso_complex128_4d_shape(PyObject *object, const int64_t **out);
 
-/* complex128, 5-D (MemArray5DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex128, 5-D (MemArray5DComplex128). */
 AMSO_EXPORT int amso_complex128_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex128_5d_data(PyObject *object, amso_complex128_t **out);
 AMSO_EXPORT int amso_complex128_5d_shape(PyObject *object, const int64_t **out);
 
-/* complex128, 6-D (MemArray6DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex128, 6-D (MemArray6DComplex128). */
 AMSO_EXPORT int amso_complex128_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex128_6d_data(PyObject *object, amso_complex128_t **out);
 AMSO_EXPORT int amso_complex128_6d_shape(PyObject *object, const int64_t **out);
 
-/* complex128, 7-D (MemArray7DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex128, 7-D (MemArray7DComplex128). */
 AMSO_EXPORT int amso_complex128_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex128_7d_data(PyObject *object, amso_complex128_t **out);
 AMSO_EXPORT int amso_complex128_7d_shape(PyObject *object, const int64_t **out);
 
-/* complex128, 8-D (MemArray8DComplex128): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* complex128, 8-D (MemArray8DComplex128). */
 AMSO_EXPORT int amso_complex128_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_complex128_8d_data(PyObject *object, amso_complex128_t **out);
 AMSO_EXPORT int amso_complex128_8d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e3m4, 1-D (MemArray1DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e3m4, 1-D (MemArray1DFloat8E3m4). */
 AMSO_EXPORT int amso_float8_e3m4_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e3m4_1d_data(PyObject *object, amso_float8_e3m4_t **out);
 AMSO_EXPORT int amso_float8_e3m4_1d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e3m4, 2-D (MemArray2DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e3m4, 2-D (MemArray2DFloat8E3m4). */
 AMSO_EXPORT int amso_float8_e3m4_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e3m4_2d_data(PyObject *object, amso_float8_e3m4_t **out);
 AMSO_EXPORT int amso_float8_e3m4_2d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e3m4, 3-D (MemArray3DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e3m4, 3-D (MemArray3DFloat8E3m4). */
 AMSO_EXPORT int amso_float8_e3m4_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e3m4_3d_data(PyObject *object, amso_float8_e3m4_t **out);
 AMSO_EXPORT int amso_float8_e3m4_3d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e3m4, 4-D (MemArray4DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e3m4, 4-D (MemArray4DFloat8E3m4). */
 AMSO_EXPORT int amso_float8_e3m4_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e3m4_4d_data(PyObject *object, amso_float8_e3m4_t **out);
 AMSO_EXPORT int amso_float8_e3m4_4d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e3m4, 5-D (MemArray5DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e3m4, 5-D (MemArray5DFloat8E3m4). */
 AMSO_EXPORT int amso_float8_e3m4_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e3m4_5d_data(PyObject *object, amso_float8_e3m4_t **out);
 AMSO_EXPORT int amso_float8_e3m4_5d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e3m4, 6-D (MemArray6DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e3m4, 6-D (MemArray6DFloat8E3m4). */
 AMSO_EXPORT int amso_float8_e3m4_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e3m4_6d_data(PyObject *object, amso_float8_e3m4_t **out);
 AMSO_EXPORT int amso_float8_e3m4_6d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e3m4, 7-D (MemArray7DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e3m4, 7-D (MemArray7DFloat8E3m4). */
 AMSO_EXPORT int amso_float8_e3m4_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e3m4_7d_data(PyObject *object, amso_float8_e3m4_t **out);
 AMSO_EXPORT int amso_float8_e3m4_7d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e3m4, 8-D (MemArray8DFloat8E3m4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e3m4, 8-D (MemArray8DFloat8E3m4). */
 AMSO_EXPORT int amso_float8_e3m4_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e3m4_8d_data(PyObject *object, amso_float8_e3m4_t **out);
 AMSO_EXPORT int amso_float8_e3m4_8d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3, 1-D (MemArray1DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3, 1-D (MemArray1DFloat8E4m3). */
 AMSO_EXPORT int amso_float8_e4m3_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3_1d_data(PyObject *object, amso_float8_e4m3_t **out);
 AMSO_EXPORT int amso_float8_e4m3_1d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3, 2-D (MemArray2DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3, 2-D (MemArray2DFloat8E4m3). */
 AMSO_EXPORT int amso_float8_e4m3_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3_2d_data(PyObject *object, amso_float8_e4m3_t **out);
 AMSO_EXPORT int amso_float8_e4m3_2d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3, 3-D (MemArray3DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3, 3-D (MemArray3DFloat8E4m3). */
 AMSO_EXPORT int amso_float8_e4m3_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3_3d_data(PyObject *object, amso_float8_e4m3_t **out);
 AMSO_EXPORT int amso_float8_e4m3_3d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3, 4-D (MemArray4DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3, 4-D (MemArray4DFloat8E4m3). */
 AMSO_EXPORT int amso_float8_e4m3_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3_4d_data(PyObject *object, amso_float8_e4m3_t **out);
 AMSO_EXPORT int amso_float8_e4m3_4d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3, 5-D (MemArray5DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3, 5-D (MemArray5DFloat8E4m3). */
 AMSO_EXPORT int amso_float8_e4m3_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3_5d_data(PyObject *object, amso_float8_e4m3_t **out);
 AMSO_EXPORT int amso_float8_e4m3_5d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3, 6-D (MemArray6DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3, 6-D (MemArray6DFloat8E4m3). */
 AMSO_EXPORT int amso_float8_e4m3_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3_6d_data(PyObject *object, amso_float8_e4m3_t **out);
 AMSO_EXPORT int amso_float8_e4m3_6d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3, 7-D (MemArray7DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3, 7-D (MemArray7DFloat8E4m3). */
 AMSO_EXPORT int amso_float8_e4m3_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3_7d_data(PyObject *object, amso_float8_e4m3_t **out);
 AMSO_EXPORT int amso_float8_e4m3_7d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3, 8-D (MemArray8DFloat8E4m3): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3, 8-D (MemArray8DFloat8E4m3). */
 AMSO_EXPORT int amso_float8_e4m3_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3_8d_data(PyObject *object, amso_float8_e4m3_t **out);
 AMSO_EXPORT int amso_float8_e4m3_8d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3b11fnuz, 1-D (MemArray1DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3b11fnuz, 1-D (MemArray1DFloat8E4m3b11fnuz). */
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_1d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_1d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3b11fnuz, 2-D (MemArray2DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3b11fnuz, 2-D (MemArray2DFloat8E4m3b11fnuz). */
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_2d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_2d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3b11fnuz, 3-D (MemArray3DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3b11fnuz, 3-D (MemArray3DFloat8E4m3b11fnuz). */
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_3d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_3d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3b11fnuz, 4-D (MemArray4DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3b11fnuz, 4-D (MemArray4DFloat8E4m3b11fnuz). */
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_4d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_4d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3b11fnuz, 5-D (MemArray5DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3b11fnuz, 5-D (MemArray5DFloat8E4m3b11fnuz). */
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_5d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_5d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3b11fnuz, 6-D (MemArray6DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3b11fnuz, 6-D (MemArray6DFloat8E4m3b11fnuz). */
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_6d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_6d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3b11fnuz, 7-D (MemArray7DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3b11fnuz, 7-D (MemArray7DFloat8E4m3b11fnuz). */
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_7d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_7d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3b11fnuz, 8-D (MemArray8DFloat8E4m3b11fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3b11fnuz, 8-D (MemArray8DFloat8E4m3b11fnuz). */
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_8d_data(PyObject *object, amso_float8_e4m3b11fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3b11fnuz_8d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fn, 1-D (MemArray1DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fn, 1-D (MemArray1DFloat8E4m3fn). */
 AMSO_EXPORT int amso_float8_e4m3fn_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fn_1d_data(PyObject *object, amso_float8_e4m3fn_t **out);
 AMSO_EXPORT int amso_float8_e4m3fn_1d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fn, 2-D (MemArray2DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fn, 2-D (MemArray2DFloat8E4m3fn). */
 AMSO_EXPORT int amso_float8_e4m3fn_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fn_2d_data(PyObject *object, amso_float8_e4m3fn_t **out);
 AMSO_EXPORT int amso_float8_e4m3fn_2d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fn, 3-D (MemArray3DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fn, 3-D (MemArray3DFloat8E4m3fn). */
 AMSO_EXPORT int amso_float8_e4m3fn_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fn_3d_data(PyObject *object, amso_float8_e4m3fn_t **out);
 AMSO_EXPORT int amso_float8_e4m3fn_3d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fn, 4-D (MemArray4DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fn, 4-D (MemArray4DFloat8E4m3fn). */
 AMSO_EXPORT int amso_float8_e4m3fn_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fn_4d_data(PyObject *object, amso_float8_e4m3fn_t **out);
 AMSO_EXPORT int amso_float8_e4m3fn_4d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fn, 5-D (MemArray5DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fn, 5-D (MemArray5DFloat8E4m3fn). */
 AMSO_EXPORT int amso_float8_e4m3fn_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fn_5d_data(PyObject *object, amso_float8_e4m3fn_t **out);
 AMSO_EXPORT int amso_float8_e4m3fn_5d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fn, 6-D (MemArray6DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fn, 6-D (MemArray6DFloat8E4m3fn). */
 AMSO_EXPORT int amso_float8_e4m3fn_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fn_6d_data(PyObject *object, amso_float8_e4m3fn_t **out);
 AMSO_EXPORT int amso_float8_e4m3fn_6d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fn, 7-D (MemArray7DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fn, 7-D (MemArray7DFloat8E4m3fn). */
 AMSO_EXPORT int amso_float8_e4m3fn_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fn_7d_data(PyObject *object, amso_float8_e4m3fn_t **out);
 AMSO_EXPORT int amso_float8_e4m3fn_7d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fn, 8-D (MemArray8DFloat8E4m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fn, 8-D (MemArray8DFloat8E4m3fn). */
 AMSO_EXPORT int amso_float8_e4m3fn_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fn_8d_data(PyObject *object, amso_float8_e4m3fn_t **out);
 AMSO_EXPORT int amso_float8_e4m3fn_8d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fnuz, 1-D (MemArray1DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fnuz, 1-D (MemArray1DFloat8E4m3fnuz). */
 AMSO_EXPORT int amso_float8_e4m3fnuz_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_1d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_1d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fnuz, 2-D (MemArray2DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fnuz, 2-D (MemArray2DFloat8E4m3fnuz). */
 AMSO_EXPORT int amso_float8_e4m3fnuz_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_2d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_2d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fnuz, 3-D (MemArray3DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fnuz, 3-D (MemArray3DFloat8E4m3fnuz). */
 AMSO_EXPORT int amso_float8_e4m3fnuz_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_3d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_3d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fnuz, 4-D (MemArray4DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fnuz, 4-D (MemArray4DFloat8E4m3fnuz). */
 AMSO_EXPORT int amso_float8_e4m3fnuz_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_4d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_4d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fnuz, 5-D (MemArray5DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fnuz, 5-D (MemArray5DFloat8E4m3fnuz). */
 AMSO_EXPORT int amso_float8_e4m3fnuz_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_5d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_5d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fnuz, 6-D (MemArray6DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fnuz, 6-D (MemArray6DFloat8E4m3fnuz). */
 AMSO_EXPORT int amso_float8_e4m3fnuz_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_6d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_6d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fnuz, 7-D (MemArray7DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fnuz, 7-D (MemArray7DFloat8E4m3fnuz). */
 AMSO_EXPORT int amso_float8_e4m3fnuz_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_7d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_7d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e4m3fnuz, 8-D (MemArray8DFloat8E4m3fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e4m3fnuz, 8-D (MemArray8DFloat8E4m3fnuz). */
 AMSO_EXPORT int amso_float8_e4m3fnuz_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_8d_data(PyObject *object, amso_float8_e4m3fnuz_t **out);
 AMSO_EXPORT int amso_float8_e4m3fnuz_8d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2, 1-D (MemArray1DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2, 1-D (MemArray1DFloat8E5m2). */
 AMSO_EXPORT int amso_float8_e5m2_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2_1d_data(PyObject *object, amso_float8_e5m2_t **out);
 AMSO_EXPORT int amso_float8_e5m2_1d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2, 2-D (MemArray2DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2, 2-D (MemArray2DFloat8E5m2). */
 AMSO_EXPORT int amso_float8_e5m2_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2_2d_data(PyObject *object, amso_float8_e5m2_t **out);
 AMSO_EXPORT int amso_float8_e5m2_2d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2, 3-D (MemArray3DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2, 3-D (MemArray3DFloat8E5m2). */
 AMSO_EXPORT int amso_float8_e5m2_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2_3d_data(PyObject *object, amso_float8_e5m2_t **out);
 AMSO_EXPORT int amso_float8_e5m2_3d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2, 4-D (MemArray4DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2, 4-D (MemArray4DFloat8E5m2). */
 AMSO_EXPORT int amso_float8_e5m2_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2_4d_data(PyObject *object, amso_float8_e5m2_t **out);
 AMSO_EXPORT int amso_float8_e5m2_4d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2, 5-D (MemArray5DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2, 5-D (MemArray5DFloat8E5m2). */
 AMSO_EXPORT int amso_float8_e5m2_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2_5d_data(PyObject *object, amso_float8_e5m2_t **out);
 AMSO_EXPORT int amso_float8_e5m2_5d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2, 6-D (MemArray6DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2, 6-D (MemArray6DFloat8E5m2). */
 AMSO_EXPORT int amso_float8_e5m2_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2_6d_data(PyObject *object, amso_float8_e5m2_t **out);
 AMSO_EXPORT int amso_float8_e5m2_6d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2, 7-D (MemArray7DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2, 7-D (MemArray7DFloat8E5m2). */
 AMSO_EXPORT int amso_float8_e5m2_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2_7d_data(PyObject *object, amso_float8_e5m2_t **out);
 AMSO_EXPORT int amso_float8_e5m2_7d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2, 8-D (MemArray8DFloat8E5m2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2, 8-D (MemArray8DFloat8E5m2). */
 AMSO_EXPORT int amso_float8_e5m2_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2_8d_data(PyObject *object, amso_float8_e5m2_t **out);
 AMSO_EXPORT int amso_float8_e5m2_8d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2fnuz, 1-D (MemArray1DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2fnuz, 1-D (MemArray1DFloat8E5m2fnuz). */
 AMSO_EXPORT int amso_float8_e5m2fnuz_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_1d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_1d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2fnuz, 2-D (MemArray2DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2fnuz, 2-D (MemArray2DFloat8E5m2fnuz). */
 AMSO_EXPORT int amso_float8_e5m2fnuz_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_2d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_2d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2fnuz, 3-D (MemArray3DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2fnuz, 3-D (MemArray3DFloat8E5m2fnuz). */
 AMSO_EXPORT int amso_float8_e5m2fnuz_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_3d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_3d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2fnuz, 4-D (MemArray4DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2fnuz, 4-D (MemArray4DFloat8E5m2fnuz). */
 AMSO_EXPORT int amso_float8_e5m2fnuz_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_4d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_4d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2fnuz, 5-D (MemArray5DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2fnuz, 5-D (MemArray5DFloat8E5m2fnuz). */
 AMSO_EXPORT int amso_float8_e5m2fnuz_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_5d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_5d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2fnuz, 6-D (MemArray6DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2fnuz, 6-D (MemArray6DFloat8E5m2fnuz). */
 AMSO_EXPORT int amso_float8_e5m2fnuz_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_6d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_6d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2fnuz, 7-D (MemArray7DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2fnuz, 7-D (MemArray7DFloat8E5m2fnuz). */
 AMSO_EXPORT int amso_float8_e5m2fnuz_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_7d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_7d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e5m2fnuz, 8-D (MemArray8DFloat8E5m2fnuz): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e5m2fnuz, 8-D (MemArray8DFloat8E5m2fnuz). */
 AMSO_EXPORT int amso_float8_e5m2fnuz_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_8d_data(PyObject *object, amso_float8_e5m2fnuz_t **out);
 AMSO_EXPORT int amso_float8_e5m2fnuz_8d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e8m0fnu, 1-D (MemArray1DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e8m0fnu, 1-D (MemArray1DFloat8E8m0fnu). */
 AMSO_EXPORT int amso_float8_e8m0fnu_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e8m0fnu_1d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
 AMSO_EXPORT int amso_float8_e8m0fnu_1d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e8m0fnu, 2-D (MemArray2DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e8m0fnu, 2-D (MemArray2DFloat8E8m0fnu). */
 AMSO_EXPORT int amso_float8_e8m0fnu_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e8m0fnu_2d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
 AMSO_EXPORT int amso_float8_e8m0fnu_2d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e8m0fnu, 3-D (MemArray3DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e8m0fnu, 3-D (MemArray3DFloat8E8m0fnu). */
 AMSO_EXPORT int amso_float8_e8m0fnu_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e8m0fnu_3d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
 AMSO_EXPORT int amso_float8_e8m0fnu_3d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e8m0fnu, 4-D (MemArray4DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e8m0fnu, 4-D (MemArray4DFloat8E8m0fnu). */
 AMSO_EXPORT int amso_float8_e8m0fnu_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e8m0fnu_4d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
 AMSO_EXPORT int amso_float8_e8m0fnu_4d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e8m0fnu, 5-D (MemArray5DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e8m0fnu, 5-D (MemArray5DFloat8E8m0fnu). */
 AMSO_EXPORT int amso_float8_e8m0fnu_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e8m0fnu_5d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
 AMSO_EXPORT int amso_float8_e8m0fnu_5d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e8m0fnu, 6-D (MemArray6DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e8m0fnu, 6-D (MemArray6DFloat8E8m0fnu). */
 AMSO_EXPORT int amso_float8_e8m0fnu_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e8m0fnu_6d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
 AMSO_EXPORT int amso_float8_e8m0fnu_6d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e8m0fnu, 7-D (MemArray7DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e8m0fnu, 7-D (MemArray7DFloat8E8m0fnu). */
 AMSO_EXPORT int amso_float8_e8m0fnu_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e8m0fnu_7d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
 AMSO_EXPORT int amso_float8_e8m0fnu_7d_shape(PyObject *object, const int64_t **out);
 
-/* float8_e8m0fnu, 8-D (MemArray8DFloat8E8m0fnu): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float8_e8m0fnu, 8-D (MemArray8DFloat8E8m0fnu). */
 AMSO_EXPORT int amso_float8_e8m0fnu_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float8_e8m0fnu_8d_data(PyObject *object, amso_float8_e8m0fnu_t **out);
 AMSO_EXPORT int amso_float8_e8m0fnu_8d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e2m3fn, 1-D (MemArray1DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e2m3fn, 1-D (MemArray1DFloat6E2m3fn). */
 AMSO_EXPORT int amso_float6_e2m3fn_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e2m3fn_1d_data(PyObject *object, amso_float6_e2m3fn_t **out);
 AMSO_EXPORT int amso_float6_e2m3fn_1d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e2m3fn, 2-D (MemArray2DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e2m3fn, 2-D (MemArray2DFloat6E2m3fn). */
 AMSO_EXPORT int amso_float6_e2m3fn_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e2m3fn_2d_data(PyObject *object, amso_float6_e2m3fn_t **out);
 AMSO_EXPORT int amso_float6_e2m3fn_2d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e2m3fn, 3-D (MemArray3DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e2m3fn, 3-D (MemArray3DFloat6E2m3fn). */
 AMSO_EXPORT int amso_float6_e2m3fn_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e2m3fn_3d_data(PyObject *object, amso_float6_e2m3fn_t **out);
 AMSO_EXPORT int amso_float6_e2m3fn_3d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e2m3fn, 4-D (MemArray4DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e2m3fn, 4-D (MemArray4DFloat6E2m3fn). */
 AMSO_EXPORT int amso_float6_e2m3fn_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e2m3fn_4d_data(PyObject *object, amso_float6_e2m3fn_t **out);
 AMSO_EXPORT int amso_float6_e2m3fn_4d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e2m3fn, 5-D (MemArray5DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e2m3fn, 5-D (MemArray5DFloat6E2m3fn). */
 AMSO_EXPORT int amso_float6_e2m3fn_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e2m3fn_5d_data(PyObject *object, amso_float6_e2m3fn_t **out);
 AMSO_EXPORT int amso_float6_e2m3fn_5d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e2m3fn, 6-D (MemArray6DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e2m3fn, 6-D (MemArray6DFloat6E2m3fn). */
 AMSO_EXPORT int amso_float6_e2m3fn_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e2m3fn_6d_data(PyObject *object, amso_float6_e2m3fn_t **out);
 AMSO_EXPORT int amso_float6_e2m3fn_6d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e2m3fn, 7-D (MemArray7DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e2m3fn, 7-D (MemArray7DFloat6E2m3fn). */
 AMSO_EXPORT int amso_float6_e2m3fn_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e2m3fn_7d_data(PyObject *object, amso_float6_e2m3fn_t **out);
 AMSO_EXPORT int amso_float6_e2m3fn_7d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e2m3fn, 8-D (MemArray8DFloat6E2m3fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e2m3fn, 8-D (MemArray8DFloat6E2m3fn). */
 AMSO_EXPORT int amso_float6_e2m3fn_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e2m3fn_8d_data(PyObject *object, amso_float6_e2m3fn_t **out);
 AMSO_EXPORT int amso_float6_e2m3fn_8d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e3m2fn, 1-D (MemArray1DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e3m2fn, 1-D (MemArray1DFloat6E3m2fn). */
 AMSO_EXPORT int amso_float6_e3m2fn_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e3m2fn_1d_data(PyObject *object, amso_float6_e3m2fn_t **out);
 AMSO_EXPORT int amso_float6_e3m2fn_1d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e3m2fn, 2-D (MemArray2DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e3m2fn, 2-D (MemArray2DFloat6E3m2fn). */
 AMSO_EXPORT int amso_float6_e3m2fn_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e3m2fn_2d_data(PyObject *object, amso_float6_e3m2fn_t **out);
 AMSO_EXPORT int amso_float6_e3m2fn_2d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e3m2fn, 3-D (MemArray3DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e3m2fn, 3-D (MemArray3DFloat6E3m2fn). */
 AMSO_EXPORT int amso_float6_e3m2fn_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e3m2fn_3d_data(PyObject *object, amso_float6_e3m2fn_t **out);
 AMSO_EXPORT int amso_float6_e3m2fn_3d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e3m2fn, 4-D (MemArray4DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e3m2fn, 4-D (MemArray4DFloat6E3m2fn). */
 AMSO_EXPORT int amso_float6_e3m2fn_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e3m2fn_4d_data(PyObject *object, amso_float6_e3m2fn_t **out);
 AMSO_EXPORT int amso_float6_e3m2fn_4d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e3m2fn, 5-D (MemArray5DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e3m2fn, 5-D (MemArray5DFloat6E3m2fn). */
 AMSO_EXPORT int amso_float6_e3m2fn_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e3m2fn_5d_data(PyObject *object, amso_float6_e3m2fn_t **out);
 AMSO_EXPORT int amso_float6_e3m2fn_5d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e3m2fn, 6-D (MemArray6DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e3m2fn, 6-D (MemArray6DFloat6E3m2fn). */
 AMSO_EXPORT int amso_float6_e3m2fn_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e3m2fn_6d_data(PyObject *object, amso_float6_e3m2fn_t **out);
 AMSO_EXPORT int amso_float6_e3m2fn_6d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e3m2fn, 7-D (MemArray7DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e3m2fn, 7-D (MemArray7DFloat6E3m2fn). */
 AMSO_EXPORT int amso_float6_e3m2fn_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e3m2fn_7d_data(PyObject *object, amso_float6_e3m2fn_t **out);
 AMSO_EXPORT int amso_float6_e3m2fn_7d_shape(PyObject *object, const int64_t **out);
 
-/* float6_e3m2fn, 8-D (MemArray8DFloat6E3m2fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float6_e3m2fn, 8-D (MemArray8DFloat6E3m2fn). */
 AMSO_EXPORT int amso_float6_e3m2fn_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float6_e3m2fn_8d_data(PyObject *object, amso_float6_e3m2fn_t **out);
 AMSO_EXPORT int amso_float6_e3m2fn_8d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn, 1-D (MemArray1DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn, 1-D (MemArray1DFloat4E2m1fn). */
 AMSO_EXPORT int amso_float4_e2m1fn_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_1d_data(PyObject *object, amso_float4_e2m1fn_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_1d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn, 2-D (MemArray2DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn, 2-D (MemArray2DFloat4E2m1fn). */
 AMSO_EXPORT int amso_float4_e2m1fn_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_2d_data(PyObject *object, amso_float4_e2m1fn_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_2d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn, 3-D (MemArray3DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn, 3-D (MemArray3DFloat4E2m1fn). */
 AMSO_EXPORT int amso_float4_e2m1fn_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_3d_data(PyObject *object, amso_float4_e2m1fn_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_3d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn, 4-D (MemArray4DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn, 4-D (MemArray4DFloat4E2m1fn). */
 AMSO_EXPORT int amso_float4_e2m1fn_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_4d_data(PyObject *object, amso_float4_e2m1fn_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_4d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn, 5-D (MemArray5DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn, 5-D (MemArray5DFloat4E2m1fn). */
 AMSO_EXPORT int amso_float4_e2m1fn_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_5d_data(PyObject *object, amso_float4_e2m1fn_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_5d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn, 6-D (MemArray6DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn, 6-D (MemArray6DFloat4E2m1fn). */
 AMSO_EXPORT int amso_float4_e2m1fn_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_6d_data(PyObject *object, amso_float4_e2m1fn_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_6d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn, 7-D (MemArray7DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn, 7-D (MemArray7DFloat4E2m1fn). */
 AMSO_EXPORT int amso_float4_e2m1fn_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_7d_data(PyObject *object, amso_float4_e2m1fn_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_7d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn, 8-D (MemArray8DFloat4E2m1fn): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn, 8-D (MemArray8DFloat4E2m1fn). */
 AMSO_EXPORT int amso_float4_e2m1fn_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_8d_data(PyObject *object, amso_float4_e2m1fn_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_8d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn_x2, 1-D (MemArray1DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn_x2, 1-D (MemArray1DFloat4E2m1fnX2). */
 AMSO_EXPORT int amso_float4_e2m1fn_x2_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_1d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_1d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn_x2, 2-D (MemArray2DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn_x2, 2-D (MemArray2DFloat4E2m1fnX2). */
 AMSO_EXPORT int amso_float4_e2m1fn_x2_2d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_2d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_2d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn_x2, 3-D (MemArray3DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn_x2, 3-D (MemArray3DFloat4E2m1fnX2). */
 AMSO_EXPORT int amso_float4_e2m1fn_x2_3d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_3d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_3d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn_x2, 4-D (MemArray4DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn_x2, 4-D (MemArray4DFloat4E2m1fnX2). */
 AMSO_EXPORT int amso_float4_e2m1fn_x2_4d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_4d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_4d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn_x2, 5-D (MemArray5DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn_x2, 5-D (MemArray5DFloat4E2m1fnX2). */
 AMSO_EXPORT int amso_float4_e2m1fn_x2_5d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_5d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_5d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn_x2, 6-D (MemArray6DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn_x2, 6-D (MemArray6DFloat4E2m1fnX2). */
 AMSO_EXPORT int amso_float4_e2m1fn_x2_6d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_6d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_6d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn_x2, 7-D (MemArray7DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn_x2, 7-D (MemArray7DFloat4E2m1fnX2). */
 AMSO_EXPORT int amso_float4_e2m1fn_x2_7d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_7d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_7d_shape(PyObject *object, const int64_t **out);
 
-/* float4_e2m1fn_x2, 8-D (MemArray8DFloat4E2m1fnX2): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float4_e2m1fn_x2, 8-D (MemArray8DFloat4E2m1fnX2). */
 AMSO_EXPORT int amso_float4_e2m1fn_x2_8d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_8d_data(PyObject *object, amso_float4_e2m1fn_x2_t **out);
 AMSO_EXPORT int amso_float4_e2m1fn_x2_8d_shape(PyObject *object, const int64_t **out);
 
-/* float32x4, 1-D (MemArray1DFloat32x4): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* float32x4, 1-D (MemArray1DFloat32x4). */
 AMSO_EXPORT int amso_float32x4_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_float32x4_1d_data(PyObject *object, amso_float32x4_t **out);
 AMSO_EXPORT int amso_float32x4_1d_shape(PyObject *object, const int64_t **out);
 
-/* particle, 1-D (MemArray1DParticle): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */
+/* particle, 1-D (MemArray1DParticle). */
 AMSO_EXPORT int amso_particle_1d_handle(PyObject *object, amso_handle *out);
 AMSO_EXPORT int amso_particle_1d_data(PyObject *object, amso_particle_t **out);
 AMSO_EXPORT int amso_particle_1d_shape(PyObject *object, const int64_t **out);
-
+#endif /* Py_PYTHON_H */
 /*
  * The DLPack C exchange API (DLPack >= 1.2). Every amso array type carries
  * __dlpack_c_exchange_api__, a "dlpack_exchange_api" capsule pointing at a static

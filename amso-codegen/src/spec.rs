@@ -105,6 +105,23 @@ impl Spec {
         self.instantiations.iter().filter_map(|inst| Some((self.record(&inst.dtype)?, inst.ndim)))
     }
 
+    /// The typed C exports' stems in the bundled module's table order (every dtype pair, then
+    /// every record pair, as the classes are generated): `float32_3d`.
+    pub fn typed_stems(&self) -> Vec<String> {
+        let pairs = self.instances().map(|(d, ndim)| format!("{}_{ndim}d", d.name));
+        pairs.chain(self.record_instances().map(|(r, ndim)| format!("{}_{ndim}d", r.name))).collect()
+    }
+
+    /// A fingerprint of `typed_stems` (64-bit FNV-1a over the stems, each ended by `;`): the
+    /// header's `AMSO_TYPED_KEY`, which `amso_import()` compares with the module's table.
+    pub fn typed_key(&self) -> u64 {
+        let mut hash = 0xcbf2_9ce4_8422_2325u64;
+        for byte in self.typed_stems().iter().flat_map(|stem| stem.bytes().chain(std::iter::once(b';'))) {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+        hash
+    }
+
     /// The record called `name`.
     pub fn record(&self, name: &str) -> Option<&Record> {
         self.records.iter().find(|r| r.name == name)

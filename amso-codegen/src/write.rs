@@ -417,11 +417,19 @@ pub fn c_header(spec: &Spec) -> String {
     let mut typed = String::new();
     let records = spec.record_instances().map(|(r, ndim)| (r.name.clone(), r.class_name(ndim), r.c_type(), ndim));
     let pairs = spec.instances().map(|(d, ndim)| (d.name.clone(), d.class_name(ndim), d.c.clone(), ndim));
-    for (name, class, c, ndim) in pairs.chain(records) {
+    let mut inline = String::new();
+    for (index, (name, class, c, ndim)) in pairs.chain(records).enumerate() {
         let stem = format!("amso_{name}_{ndim}d");
         let _ = write!(
+            inline,
+            "\n/* {name}, {ndim}-D ({class}). */\n\
+             static inline int {stem}_handle(PyObject *object, amso_handle *out) {{ return amso_typed_api_table->exports[{index}].handle(object, out); }}\n\
+             static inline int {stem}_data(PyObject *object, {c} **out) {{ return amso_typed_api_table->exports[{index}].data(object, (void **)out); }}\n\
+             static inline int {stem}_shape(PyObject *object, const int64_t **out) {{ return amso_typed_api_table->exports[{index}].shape(object, out); }}\n",
+        );
+        let _ = write!(
             typed,
-            "\n/* {name}, {ndim}-D ({class}): fail with AMSO_ERR_NOT_AN_AMSO_ARRAY for any other class. */\n\
+            "\n/* {name}, {ndim}-D ({class}). */\n\
              AMSO_EXPORT int {stem}_handle(PyObject *object, amso_handle *out);\n\
              AMSO_EXPORT int {stem}_data(PyObject *object, {c} **out);\n\
              AMSO_EXPORT int {stem}_shape(PyObject *object, const int64_t **out);\n",
@@ -463,6 +471,15 @@ pub fn c_header(spec: &Spec) -> String {
         crate::dtype::TypeCode::table().map(|(number, name, _)| format!("    {name} = {number},\n")).collect();
     C_HEADER_TEMPLATE
         .replace("@NOTE@", HEADER_NOTE)
+        .replace(
+            "@TYPED_KEY@",
+            &format!(
+                "#define AMSO_TYPED_COUNT {}u\n#define AMSO_TYPED_KEY 0x{:016x}ull /* the spec's pairs, in order */",
+                spec.typed_stems().len(),
+                spec.typed_key()
+            ),
+        )
+        .replace("@TYPED_INLINE@", &inline)
         .replace("@TYPED@", &typed)
         .replace("@STORAGE@", &storage)
         .replace("@RECORDS@", &records)
@@ -650,8 +667,25 @@ typedef struct amso_c_api {
 
 #define AMSO_C_API_VERSION 1u
 
+/* The second table (capsule amso._amso._C_TYPED_API): the bundled module's typed exports, one row
+ * per compiled (dtype, ndim) in the spec's order, fingerprinted by AMSO_TYPED_KEY. */
+typedef struct amso_typed_export {
+    int (*handle)(PyObject *object, amso_handle *out);
+    int (*data)(PyObject *object, void **out);
+    int (*shape)(PyObject *object, const int64_t **out);
+} amso_typed_export;
+typedef struct amso_typed_api {
+    uint32_t version;
+    uint32_t count;
+    uint64_t key;
+    const amso_typed_export *exports;
+} amso_typed_api;
+
+#define AMSO_TYPED_API_VERSION 1u
+@TYPED_KEY@
 #ifdef Py_PYTHON_H
 static const amso_c_api *amso_api = NULL;
+static const amso_typed_api *amso_typed_api_table = NULL;
 
 /* Load the table (with the GIL held); 0 on success, -1 with a Python exception set. */
 static inline int amso_import(void) {
@@ -661,6 +695,17 @@ static inline int amso_import(void) {
         amso_api->header_size != sizeof(struct amso_array_header)) {
         PyErr_SetString(PyExc_ImportError, "amso's C API does not match this amso.h; rebuild against the installed amso");
         amso_api = NULL;
+        return -1;
+    }
+    amso_typed_api_table = (const amso_typed_api *)PyCapsule_Import("amso._amso._C_TYPED_API", 0);
+    if (amso_typed_api_table == NULL || amso_typed_api_table->version < AMSO_TYPED_API_VERSION ||
+        amso_typed_api_table->count != AMSO_TYPED_COUNT || amso_typed_api_table->key != AMSO_TYPED_KEY) {
+        if (amso_typed_api_table != NULL || !PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ImportError, "amso's typed C exports do not match this amso.h (built from another "
+                            "spec); rebuild against the installed amso");
+        }
+        amso_api = NULL;
+        amso_typed_api_table = NULL;
         return -1;
     }
     return 0;
@@ -692,10 +737,15 @@ static inline const char *amso_last_error(void) { return amso_api->last_error();
 #endif /* Py_PYTHON_H */
 
 /*
- * Typed exports of the bundled module, one set per compiled (dtype, ndim), exported by
+ * Typed exports of the bundled module, one set per compiled (dtype, ndim). Each fails with
+ * AMSO_ERR_NOT_AN_AMSO_ARRAY for an object not of exactly its class. In a CPython extension
+ * (Python.h included before this header) they are inline calls through the table amso_import()
+ * loads, so the extension needs only amso.get_include(); elsewhere they are symbols of
  * amso/_amso*.so (link against it or dlsym them). The same lifetime rules apply.
  */
-@TYPED@
+#ifdef Py_PYTHON_H
+@TYPED_INLINE@#else
+@TYPED@#endif /* Py_PYTHON_H */
 /*
  * The DLPack C exchange API (DLPack >= 1.2). Every amso array type carries
  * __dlpack_c_exchange_api__, a "dlpack_exchange_api" capsule pointing at a static

@@ -88,7 +88,9 @@ def test_c_block_compiles_and_sums(where, code, tmp_path):
 def test_build_line_builds_its_pages_c_block(where, line, tmp_path):
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
-    (code,) = [code for place, code in C if place.split(":")[0] == where.split(":")[0]]
+    page, line_number = where.split(":")
+    # The page's C block the line builds: the last one above it.
+    code = [code for place, code in C if place.split(":")[0] == page and int(place.split(":")[1]) < int(line_number)][-1]
     (tmp_path / re.search(r"(\S+\.c)\b", line).group(1)).write_text(code)
     library = re.search(r"-o (\S+)$", line).group(1)
     assert library.split(".")[0] not in sys.stdlib_module_names, f"{where}: {library} shadows a standard module"
@@ -99,6 +101,41 @@ def test_build_line_builds_its_pages_c_block(where, line, tmp_path):
     if "describe" in code:
         built.describe.argtypes, built.describe.restype = [ctypes.py_object], ctypes.c_int
         assert built.describe(amso.MemArray((2, 3), np.int32)) == 0
+
+
+def test_the_extension_module_of_the_c_guide_builds_with_setuptools_and_the_include_path_only(tmp_path):
+    """docs/c-abi.md's extension module and its setup.py, as written: setuptools builds it with
+    amso.get_include() only (no link against amso's module), and its typed exports reach the
+    bundled classes through the table amso_import() loads."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    page = ROOT / "docs" / "c-abi.md"
+    (module,) = [code for _, code in blocks_of([page], "c") if "PyInit_amso_demo" in code]
+    (setup,) = [code for _, code in blocks_of([page], "python setup.py")]
+    (tmp_path / "amso_demo.c").write_text(module)
+    (tmp_path / "setup.py").write_text(setup)
+    built = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (library,) = tmp_path.glob("amso_demo*.so")
+    linked = subprocess.run(["ldd", str(library)], capture_output=True, text=True).stdout if shutil.which("ldd") else ""
+    assert "_amso" not in linked, linked
+    check = """
+import numpy as np, amso, amso_demo
+values = np.random.default_rng(5).normal(size=(4, 6))
+assert abs(amso_demo.total(amso.asarray(values)) - values.sum()) < 1e-9
+assert amso_demo.total(amso.asarray([[1.0, 2.0], [3.0, 4.0]])) == 10.0
+for wrong, message in [(amso.MemArray((2, 3), "float32"), "expected a 2-D float64 amso array"),
+                       (np.zeros((2, 3)), "not an amso array")]:
+    try:
+        amso_demo.total(wrong)
+    except TypeError as error:
+        assert message in str(error), error
+    else:
+        raise AssertionError(f"{type(wrong)} was summed")
+"""
+    result = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
 
 
 def test_the_declared_licenses_ship_their_texts():

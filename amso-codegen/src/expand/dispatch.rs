@@ -3,7 +3,7 @@
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
-use syn::Visibility;
+use syn::{Ident, Visibility};
 
 use crate::expand::pyclass::{instantiation_class, typed_exports, ClassNames, ElementType};
 use crate::Spec;
@@ -29,13 +29,24 @@ pub fn spec_classes(spec: &Spec, module: &str) -> TokenStream {
         classes.push(typed_exports(&record.name, ndim, &ident));
         idents.push(ident);
     }
+    let stems: Vec<Ident> = spec.typed_stems().iter().map(|stem| format_ident!("amso_{stem}")).collect();
+    let rows = stems.iter().map(|stem| {
+        let (handle, data, shape) =
+            (format_ident!("{stem}_handle"), format_ident!("{stem}_data"), format_ident!("{stem}_shape"));
+        quote! { ::amso_runtime::__private::TypedExport { handle: #handle, data: #data, shape: #shape } }
+    });
+    let count = stems.len();
+    let key = spec.typed_key();
     quote! {
         #(#classes)*
+
+        /// The typed exports in the spec's order: the table `amso_import()` loads.
+        static TYPED_EXPORTS: [::amso_runtime::__private::TypedExport; #count] = [#(#rows),*];
 
         /// Adds every instantiation's class to `module` with its `(dtype, ndim)` dispatch entry.
         pub fn register_classes(module: &::pyo3::Bound<'_, ::pyo3::types::PyModule>) -> ::pyo3::PyResult<()> {
             #( ::amso_runtime::python::register::<#idents>(module)?; )*
-            Ok(())
+            ::amso_runtime::__private::add_typed_api(module, &TYPED_EXPORTS, #key)
         }
     }
 }

@@ -306,6 +306,56 @@ pub(crate) fn api_capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
     Ok(unsafe { Bound::from_owned_ptr_or_err(py, capsule) }?.unbind())
 }
 
+/// One compiled class's typed C exports (`amso_float32_3d_handle`, `_data`, `_shape`), as a row
+/// of the typed table: generated/amso.h's `amso_typed_export`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct TypedExport {
+    /// `amso_<dtype>_<n>d_handle`.
+    pub handle: unsafe extern "C" fn(*mut ffi::PyObject, *mut Handle) -> c_int,
+    /// `amso_<dtype>_<n>d_data`.
+    pub data: unsafe extern "C" fn(*mut ffi::PyObject, *mut *mut c_void) -> c_int,
+    /// `amso_<dtype>_<n>d_shape`.
+    pub shape: unsafe extern "C" fn(*mut ffi::PyObject, *mut *const i64) -> c_int,
+}
+
+/// The second table `amso_import()` loads (capsule `amso._amso._C_TYPED_API`): the bundled
+/// module's typed exports in the spec's order, so that a C extension calls them with the include
+/// path only, as it calls the getters. `key` fingerprints that order (generated/amso.h's
+/// `AMSO_TYPED_KEY`): a header of another spec is refused at import, never given another class's
+/// functions. Its layout is `amso_typed_api` there.
+#[repr(C)]
+struct TypedApi {
+    version: u32,
+    count: u32,
+    key: u64,
+    exports: *const TypedExport,
+}
+
+/// Version of the `TypedApi` table.
+const TYPED_API_VERSION: u32 = 1;
+
+/// Add the `_C_TYPED_API` capsule of `exports` (the generated module's table, in the spec's
+/// order, fingerprinted by `key`) to `module`.
+pub fn add_typed_api(module: &Bound<'_, PyModule>, exports: &'static [TypedExport], key: u64) -> PyResult<()> {
+    // Made once per module initialisation and kept for the process, as the capsule's users keep
+    // the pointer (a module initialised again, in a subinterpreter, makes its own).
+    let table: &'static TypedApi = Box::leak(Box::new(TypedApi {
+        version: TYPED_API_VERSION,
+        count: u32::try_from(exports.len())
+            .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("too many classes"))?,
+        key,
+        exports: exports.as_ptr(),
+    }));
+    // SAFETY: a table kept for the process and a static name; no destructor is needed.
+    let capsule = unsafe {
+        ffi::PyCapsule_New((table as *const TypedApi).cast_mut().cast(), c"amso._amso._C_TYPED_API".as_ptr(), None)
+    };
+    // SAFETY: a new reference or NULL with an exception set.
+    let capsule = unsafe { Bound::from_owned_ptr_or_err(module.py(), capsule) }?;
+    module.add("_C_TYPED_API", capsule)
+}
+
 #[cfg(test)]
 mod tests {
     use crate::object::ArrayObject;

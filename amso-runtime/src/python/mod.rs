@@ -49,7 +49,7 @@ use crate::stream::Stream;
 
 /// What generated code and the bundled module need; see the crate's `__private`.
 pub(crate) mod __private {
-    pub use crate::python::capi::{typed_data, typed_handle, typed_shape, Handle};
+    pub use crate::python::capi::{add_typed_api, typed_data, typed_handle, typed_shape, Handle, TypedExport};
     pub use crate::python::{new_base, register_runtime, Instantiation};
 }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 REQUIREMENTS = [
-    "maturin>=1.9,<2", "numpy>=1.26", "pytest>=8", "ml_dtypes>=0.4", "apache-tvm-ffi>=0.1",
+    "maturin>=1.9,<2", "numpy>=2.2.5", "pytest>=8", "ml_dtypes>=0.4", "apache-tvm-ffi>=0.1",
     "mpi4py>=4", "mpich", "dask[distributed]>=2024",  # the distributed examples' engines
     "twine>=6", "auditwheel>=6",  # the package checks
     "mypy>=1.18", "typing_extensions>=4.15",  # stubtest checks generated/_amso.pyi against the built module
@@ -208,7 +209,7 @@ def sdist_check() -> None:
 
 
 # What `bundled` needs in .venv: the build tool and the package's own dependencies.
-BUNDLED_REQUIREMENTS = ["maturin>=1.9,<2", "numpy>=1.26", "ml_dtypes>=0.4"]
+BUNDLED_REQUIREMENTS = ["maturin>=1.9,<2", "numpy>=2.2.5", "ml_dtypes>=0.4"]
 
 
 def bundled_job() -> None:
@@ -276,6 +277,21 @@ def wheel_check() -> None:
     print(f"  ({wheel.name}: {wheel.stat().st_size / 2**20:.2f} MiB, every dtype at ndim 1 to 8)")
     run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel, "pytest>=8")
     run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python/test_conventions.py", "tests/python/test_include.py")
+    lowest_numpy_check(wheel, out)
+
+
+def lowest_numpy_check(wheel: Path, out: Path) -> None:
+    """The README's and the guide's Python blocks against the lowest NumPy the wheel declares,
+    in a second fresh environment: the declaration is a promise that they run there."""
+    declared = re.search(r'"numpy>=([0-9.]+)"', (ROOT / "amso-python" / "pyproject.toml").read_text())
+    if declared is None:
+        sys.exit("amso: amso-python/pyproject.toml declares no lowest NumPy (numpy>=X)")
+    lowest = declared.group(1)
+    run(sys.executable, "-m", "venv", out / "lowest-numpy")
+    python = out / "lowest-numpy" / ("Scripts" if os.name == "nt" else "bin") / "python"
+    run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel, f"numpy=={lowest}", "pytest>=8")
+    run(python, "-c", f"import numpy; assert numpy.__version__ in ({lowest!r}, {lowest + '.0'!r}), numpy.__version__")
+    run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python/test_docs.py", "-k", "python_block_runs")
 
 
 LICENSES = ("LICENSE-MIT", "LICENSE-APACHE")

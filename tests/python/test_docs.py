@@ -194,3 +194,11 @@ def test_the_rust_guide_states_the_reports_range_against_rust_numpy():
     text = " ".join((ROOT / "docs" / "rust.md").read_text().split())
     caveat = re.search(r"no-op over one argument at (\d\.\d\d)x rust-numpy's in executed instructions", text)
     assert caveat and float(caveat.group(1)) == round(noop["amso"] / noop["rust-numpy"], 2)
+
+
+def test_the_guide_states_the_lowest_numpy_the_wheel_declares():
+    """docs/python.md names the lowest NumPy of amso-python/pyproject.toml (the test command's
+    lowest-NumPy environment runs the blocks there)."""
+    declared = re.search(r'"numpy>=([0-9.]+)"', (ROOT / "amso-python" / "pyproject.toml").read_text())
+    assert declared, "amso-python/pyproject.toml declares no lowest NumPy"
+    assert f"NumPy {declared.group(1)} or newer" in (ROOT / "docs" / "python.md").read_text()

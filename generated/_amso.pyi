@@ -149,6 +149,7 @@ class SharedHandle:
     def open(self, device_id: int | None = None) -> MemArray: ...
 
 _C_API: Any
+_C_TYPED_API: Any
 
 @disjoint_base
 class MemArrayBase:
@@ -307,6 +308,22 @@ class MemArrayBase:
     def copy(self) -> Self: ...
     def __copy__(self) -> Self: ...
     def __deepcopy__(self, memo: Any, /) -> Self: ...
+
+class _CompiledArray(MemArray):
+    """Stub only (`class_for`'s result): what every compiled class's call takes."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> Self: ...
 
 @final
 class ArrayIterator:

@@ -201,6 +201,7 @@ static const amso_typed_api *amso_typed_api_table = NULL;
 
 /* Load the table (with the GIL held); 0 on success, -1 with a Python exception set. */
 static inline int amso_import(void) {
+    amso_typed_api_table = NULL;
     amso_api = (const amso_c_api *)PyCapsule_Import("amso._amso._C_API", 0);
     if (amso_api == NULL) return -1;
     if (amso_api->version < AMSO_C_API_VERSION || amso_api->header_version != AMSO_HEADER_VERSION ||
@@ -210,7 +211,7 @@ static inline int amso_import(void) {
         return -1;
     }
     amso_typed_api_table = (const amso_typed_api *)PyCapsule_Import("amso._amso._C_TYPED_API", 0);
-    if (amso_typed_api_table == NULL || amso_typed_api_table->version < AMSO_TYPED_API_VERSION ||
+    if (amso_typed_api_table == NULL || amso_typed_api_table->version != AMSO_TYPED_API_VERSION ||
         amso_typed_api_table->count != AMSO_TYPED_COUNT || amso_typed_api_table->key != AMSO_TYPED_KEY) {
         if (amso_typed_api_table != NULL || !PyErr_Occurred()) {
             PyErr_SetString(PyExc_ImportError, "amso's typed C exports do not match this amso.h (built from another "

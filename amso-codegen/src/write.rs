@@ -190,6 +190,7 @@ class SharedHandle:
     def open(self, device_id: int | None = None) -> MemArray: ...
 
 _C_API: Any
+_C_TYPED_API: Any
 
 @disjoint_base
 class MemArrayBase:
@@ -312,6 +313,22 @@ const STUB_AFTER_OPERATORS: &str = r#"    def __divmod__(self, other: Any, /) ->
     def copy(self) -> Self: ...
     def __copy__(self) -> Self: ...
     def __deepcopy__(self, memo: Any, /) -> Self: ...
+
+class _CompiledArray(MemArray):
+    """Stub only (`class_for`'s result): what every compiled class's call takes."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> Self: ...
 
 @final
 class ArrayIterator:
@@ -689,6 +706,7 @@ static const amso_typed_api *amso_typed_api_table = NULL;
 
 /* Load the table (with the GIL held); 0 on success, -1 with a Python exception set. */
 static inline int amso_import(void) {
+    amso_typed_api_table = NULL;
     amso_api = (const amso_c_api *)PyCapsule_Import("amso._amso._C_API", 0);
     if (amso_api == NULL) return -1;
     if (amso_api->version < AMSO_C_API_VERSION || amso_api->header_version != AMSO_HEADER_VERSION ||
@@ -698,7 +716,7 @@ static inline int amso_import(void) {
         return -1;
     }
     amso_typed_api_table = (const amso_typed_api *)PyCapsule_Import("amso._amso._C_TYPED_API", 0);
-    if (amso_typed_api_table == NULL || amso_typed_api_table->version < AMSO_TYPED_API_VERSION ||
+    if (amso_typed_api_table == NULL || amso_typed_api_table->version != AMSO_TYPED_API_VERSION ||
         amso_typed_api_table->count != AMSO_TYPED_COUNT || amso_typed_api_table->key != AMSO_TYPED_KEY) {
         if (amso_typed_api_table != NULL || !PyErr_Occurred()) {
             PyErr_SetString(PyExc_ImportError, "amso's typed C exports do not match this amso.h (built from another "

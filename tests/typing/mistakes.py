@@ -35,3 +35,4 @@ v4[0, 1] = "x"  # mistake: a lane of float32x4 is a float
 text: str = v4[0, 1]  # mistake: a lane reads as np.float32
 k = amso.class_for((2, 3), "float64")
 k((2, 3), readonly="yes")  # mistake: readonly is a bool
+k((2, 3), "float64")  # mistake: a compiled class takes no dtype (its second argument is device_id)

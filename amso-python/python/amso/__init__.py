@@ -10,7 +10,7 @@ import operator
 import os
 
 from collections.abc import Sequence
-from typing import Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from ._amso import _dtypes, _set_source_checkout, _uncompiled, _is_amso_array, _
 from ._memarray import MemArray, empty
 from ._constructors import empty_like, full, full_like, ones, ones_like, zeros, zeros_like
 from ._amso import from_dlpack as _from_dlpack
+
+if TYPE_CHECKING:
+    from ._amso import _CompiledArray
 
 try:  # the memory-management API exists in builds with the CUDA layer
     from .memory import (
@@ -169,12 +172,13 @@ def _ndim(shape: Sequence[SupportsIndex] | SupportsIndex) -> int:
         ) from None
 
 
-def class_for(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: Any = None) -> type[MemArray]:
+def class_for(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: Any = None) -> type[_CompiledArray]:
     """The compiled class for ``shape``'s ndim and ``dtype``; a TypeError names what is compiled.
-    Every compiled class is a subclass of ``MemArray``, and its call takes ``(shape, ...)``."""
+    Every compiled class is a subclass of ``MemArray``; its call takes ``(shape, device_id=0, *,
+    readonly, pinned, on_device, uninitialized, managed, shareable)``, without a dtype."""
     key = (_dtype_name(dtype), _ndim(shape))
     try:
-        return _DISPATCH[key]  # type: ignore[return-value]  # the compiled classes subclass MemArray (its metaclass)
+        return _DISPATCH[key]  # type: ignore[return-value]  # each compiled class has _CompiledArray's call
     except KeyError:
         raise TypeError(_uncompiled(*key)) from None
 

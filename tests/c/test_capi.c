@@ -88,6 +88,24 @@ int null_argument_codes(PyObject *obj) {
     return bits;
 }
 
+/* The float32 3-D typed exports, through the table amso_import() loads: bit i set when check i
+ * holds (right: a float32 3-D amso array; wrong: any other object). */
+int typed_codes(PyObject *right, PyObject *wrong) {
+    if (ensure_import() < 0) return -1;
+    amso_handle h, other;
+    float *data;
+    const int64_t *shape;
+    int bits = 0, i = 0;
+    if (amso_float32_3d_handle(right, &h) != AMSO_OK) return -2;
+    bits |= (amso_float32_3d_data(right, &data) == AMSO_OK && (uintptr_t)data == h->data) << i++;
+    bits |= (amso_float32_3d_shape(right, &shape) == AMSO_OK && shape == h->shape) << i++;
+    bits |= (amso_float32_3d_handle(wrong, &other) == AMSO_ERR_NOT_AN_AMSO_ARRAY) << i++;
+    bits |= (amso_float32_3d_data(wrong, &data) == AMSO_ERR_NOT_AN_AMSO_ARRAY) << i++;
+    bits |= (amso_float32_3d_data(NULL, &data) == AMSO_ERR_NULL_ARGUMENT) << i++;
+    bits |= (amso_float32_3d_shape(right, NULL) == AMSO_ERR_NULL_ARGUMENT) << i++;
+    return bits;
+}
+
 static const DLPackExchangeAPI *exchange_api(PyObject *obj) {
     PyObject *capsule = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__dlpack_c_exchange_api__");
     if (capsule == NULL) return NULL;

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import re
 import shutil
 import subprocess
 import sysconfig
@@ -57,6 +58,7 @@ def lib(tmp_path_factory):
         "handle_code": [py],
         "placement": [py, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int32)],
         "null_argument_codes": [py],
+        "typed_codes": [py, py],
         "exchange_version": [py, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32)],
         "exchange_dltensor": [py, ctypes.POINTER(DLTensor)],
         "exchange_managed_matches": [py],
@@ -272,6 +274,38 @@ def test_allocator_on_the_device(lib):
     assert b.on_device and b.__dlpack_device__() == (2, 0)
     b.add_index_tuple()
     np.testing.assert_array_equal(b.to_numpy(), np.indices((3, 3)).sum(axis=0))
+
+
+def test_typed_exports_through_the_import_table_refuse_bad_input_without_an_exception(lib):
+    """In a CPython extension the typed exports are inline calls through the table amso_import()
+    loads: the right class answers, any other object or a NULL is its error code, and no Python
+    exception is set (ctypes.PyDLL would raise it)."""
+    right = amso.MemArray((2, 3, 4), np.float32)
+    wrongs = [amso.MemArray((2, 3, 4), np.float64), amso.MemArray(24, np.float32), np.zeros((2, 3, 4), np.float32),
+              None, "text"]
+    for name, wrong in [(repr(w)[:40], w) for w in wrongs] + impostors():
+        assert lib.typed_codes(right, wrong) == 0b111111, name
+
+
+def test_a_header_of_another_spec_is_refused_at_import(tmp_path):
+    """amso_import() compares the header's AMSO_TYPED_KEY (the spec's pairs, in order) with the
+    installed module's table: a header generated from another spec is an ImportError, never
+    another class's functions."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    header = (Path(amso.get_include()) / "amso.h").read_text()
+    altered = re.sub(r"#define AMSO_TYPED_KEY 0x[0-9a-f]+ull", "#define AMSO_TYPED_KEY 0x1ull", header)
+    assert altered != header
+    (tmp_path / "amso.h").write_text(altered)  # found first: beside the source
+    (tmp_path / "importer.c").write_text('#include <Python.h>\n#include "amso.h"\nint import_code(void) { return amso_import(); }\n')
+    include = sysconfig.get_paths()["include"]
+    subprocess.run([compiler, "-shared", "-fPIC", "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{include}",
+                    str(tmp_path / "importer.c"), "-o", str(tmp_path / "importer.so")], check=True)
+    importer = ctypes.PyDLL(str(tmp_path / "importer.so"))
+    importer.import_code.restype = ctypes.c_int
+    with pytest.raises(ImportError, match="another spec"):
+        importer.import_code()
 
 
 def test_record_typed_exports_and_the_exchange_api_refusal(lib):

@@ -200,6 +200,25 @@ def readers_during(long_operation, array, capi, allowed: dict[int, set[int]]):
     return errors, seen, bad
 
 
+def test_typed_exports_through_the_import_table_from_eight_threads(capi):
+    """The typed C exports (through the table amso_import() loads) from 8 threads at once, each
+    over arrays the others also read and over a wrong object, while a ninth writes the array."""
+    import ctypes
+
+    capi.typed_codes.argtypes, capi.typed_codes.restype = [ctypes.py_object, ctypes.py_object], ctypes.c_int
+    right, wrong = amso.MemArray((4, 5, 6), np.float32), amso.MemArray((4, 5, 6), np.float64)
+
+    def reader():
+        for _ in range(2000):
+            assert capi.typed_codes(right, wrong) == 0b111111
+
+    def writer():
+        for value in range(200):
+            right[...] = value
+
+    assert run_threads(writer, *[reader] * 8) == []
+
+
 def test_facts_and_c_header_stay_readable_during_a_long_copy_in(capi):
     n = 32 << 20  # 256 MiB of float64: each copy in takes a while, detached
     array = amso.MemArray((n,), np.float64)

@@ -309,22 +309,6 @@ class MemArrayBase:
     def __copy__(self) -> Self: ...
     def __deepcopy__(self, memo: Any, /) -> Self: ...
 
-class _CompiledArray(MemArray):
-    """Stub only (`class_for`'s result): what every compiled class's call takes."""
-
-    def __new__(
-        cls,
-        shape: _Shape,
-        device_id: int = 0,
-        *,
-        readonly: bool = False,
-        pinned: bool = False,
-        on_device: bool = False,
-        uninitialized: bool = False,
-        managed: bool = False,
-        shareable: bool = False,
-    ) -> Self: ...
-
 @final
 class ArrayIterator:
     """What `iter(array)` returns: elements of a 1-D array, rows (NumPy views) of higher ranks."""
@@ -371,6 +355,22 @@ class DLPackContext:
         copy: bool | None = None,
     ) -> Any: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
+
+class _CompiledArray(MemArray):
+    """Stub only (`class_for`'s result): what every compiled class's call takes."""
+
+    def __new__(
+        cls,
+        shape: _Shape,
+        device_id: int = 0,
+        *,
+        readonly: bool = False,
+        pinned: bool = False,
+        on_device: bool = False,
+        uninitialized: bool = False,
+        managed: bool = False,
+        shareable: bool = False,
+    ) -> Self: ...
 
 class MemArray1DBool(MemArray):
     """1-D array of bool (bool)."""

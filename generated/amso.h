@@ -194,7 +194,7 @@ typedef struct amso_typed_api {
 
 #define AMSO_TYPED_API_VERSION 1u
 #define AMSO_TYPED_COUNT 218u
-#define AMSO_TYPED_KEY 0xa81261e4f335c8f2ull /* the spec's pairs, in order */
+#define AMSO_TYPED_KEY 0x594de37b03b830baull /* the spec's pairs, in order */
 #ifdef Py_PYTHON_H
 static const amso_c_api *amso_api = NULL;
 static const amso_typed_api *amso_typed_api_table = NULL;

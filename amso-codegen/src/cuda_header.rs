@@ -312,7 +312,7 @@ records:
         let compiler = compilers.iter().find(|c| std::process::Command::new(c).arg("--version").output().is_ok())?;
         let dir = std::env::temp_dir().join(format!("amso-records-{}-{file}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("amso.h"), crate::write::c_header(spec)).unwrap();
+        std::fs::write(dir.join("amso.h"), crate::c_header::c_header(spec)).unwrap();
         std::fs::write(dir.join("amso.cuh"), cuda_header(spec)).unwrap();
         std::fs::write(dir.join(file), source).unwrap();
         let status = std::process::Command::new(compiler)

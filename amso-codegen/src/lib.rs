@@ -4,6 +4,7 @@
 //! This is a plain library so that it is unit-tested without a compiler in the loop; the
 //! proc-macro crate `amso-macros` and the runtime's build script are thin callers of it.
 
+pub mod c_header;
 pub mod cuda_header;
 pub mod dtype;
 pub mod expand;

@@ -52,6 +52,11 @@ impl fmt::Display for SpecError {
 
 impl std::error::Error for SpecError {}
 
+/// The stem of one pair's typed C exports (`amso_float32_3d`: `_handle`, `_data`, `_shape`).
+pub fn typed_stem(name: &str, ndim: u8) -> String {
+    format!("amso_{name}_{ndim}d")
+}
+
 impl Spec {
     /// Parse and validate spec text; `path` names the file in error messages.
     pub fn parse(text: &str, path: &str) -> Result<Spec, SpecError> {
@@ -106,10 +111,10 @@ impl Spec {
     }
 
     /// The typed C exports' stems in the bundled module's table order (every dtype pair, then
-    /// every record pair, as the classes are generated): `float32_3d`.
+    /// every record pair, as the classes are generated): `amso_float32_3d`.
     pub fn typed_stems(&self) -> Vec<String> {
-        let pairs = self.instances().map(|(d, ndim)| format!("{}_{ndim}d", d.name));
-        pairs.chain(self.record_instances().map(|(r, ndim)| format!("{}_{ndim}d", r.name))).collect()
+        let pairs = self.instances().map(|(d, ndim)| typed_stem(&d.name, ndim));
+        pairs.chain(self.record_instances().map(|(r, ndim)| typed_stem(&r.name, ndim))).collect()
     }
 
     /// A fingerprint of `typed_stems` (64-bit FNV-1a over the stems, each ended by `;`): the

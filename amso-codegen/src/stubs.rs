@@ -52,6 +52,24 @@ fn element_index(ndim: u8) -> String {
     }
 }
 
+/// A compiled class's `__new__` (every class's call takes the same arguments), returning `returns`.
+fn constructor(returns: &str) -> String {
+    format!(
+        "def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        \
+         readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        \
+         uninitialized: bool = False,\n        managed: bool = False,\n        shareable: bool = False,\n    ) -> {returns}: ...\n"
+    )
+}
+
+/// `_CompiledArray`, a stub-only class (`class_for`'s result): what every compiled class's call
+/// takes, without naming the class.
+pub(crate) fn compiled_array_stub() -> String {
+    format!(
+        "\nclass _CompiledArray(MemArray):\n    \"\"\"Stub only (`class_for`'s result): what every compiled class's call takes.\"\"\"\n\n    {}",
+        constructor("Self")
+    )
+}
+
 /// One instantiation's class in `_amso.pyi`.
 pub(crate) fn class_stub(dtype: &DType, ndim: u8) -> String {
     if dtype.is_vector() {
@@ -75,9 +93,7 @@ pub(crate) fn class_stub(dtype: &DType, ndim: u8) -> String {
     };
     format!(
         "\nclass {class}(MemArray):\n    \"\"\"{ndim}-D array of {name} ({rust}).\"\"\"\n\n    \
-         def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        \
-         readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        \
-         uninitialized: bool = False,\n        managed: bool = False,\n        shareable: bool = False,\n    ) -> {class}: ...\n    \
+         {constructor}    \
          @overload{decorator}\n    def __getitem__(self, index: {element}, /) -> {scalar}: ...{def}\n    \
          @overload\n    def __getitem__(self, index: {view} | str, /) -> {array}: ...\n    \
          @overload{decorator}\n    def __setitem__(self, index: {element}, value: {value}, /) -> None: ...\n    \
@@ -85,6 +101,7 @@ pub(crate) fn class_stub(dtype: &DType, ndim: u8) -> String {
          def to_numpy(self) -> {array}: ...\n",
         name = dtype.name,
         rust = dtype.rust,
+        constructor = constructor(&class),
     )
 }
 
@@ -110,9 +127,7 @@ fn vector_class_stub(dtype: &DType, ndim: u8) -> String {
     };
     format!(
         "\nclass {class}(MemArray):\n    \"\"\"{ndim}-D array of {name} ({rust}): `v[i]` is an element's {lanes} lanes, `v[i, k]` one lane.\"\"\"\n\n    \
-         def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        \
-         readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        \
-         uninitialized: bool = False,\n        managed: bool = False,\n        shareable: bool = False,\n    ) -> {class}: ...\n    \
+         {constructor}    \
          @overload{decorator}\n    def __getitem__(self, index: {lane_index}, /) -> {lane}: ...{overlap}\n    \
          @overload\n    def __getitem__(self, index: {element} | {view} | str, /) -> {array}: ...\n    \
          @overload{decorator}\n    def __setitem__(self, index: {lane_index}, value: {lane_value}, /) -> None: ...\n    \
@@ -121,6 +136,7 @@ fn vector_class_stub(dtype: &DType, ndim: u8) -> String {
         name = dtype.name,
         rust = dtype.rust,
         lanes = dtype.lanes,
+        constructor = constructor(&class),
     )
 }
 
@@ -131,9 +147,7 @@ pub(crate) fn record_class_stub(record: &crate::record::Record, ndim: u8) -> Str
     let fields: Vec<&str> = record.fields.iter().map(|f| f.name.as_str()).collect();
     format!(
         "\nclass {class}(MemArray):\n    \"\"\"{ndim}-D array of record {name} (records::{camel}; fields {fields}).\"\"\"\n\n    \
-         def __new__(\n        cls,\n        shape: _Shape,\n        device_id: int = 0,\n        *,\n        \
-         readonly: bool = False,\n        pinned: bool = False,\n        on_device: bool = False,\n        \
-         uninitialized: bool = False,\n        managed: bool = False,\n        shareable: bool = False,\n    ) -> {class}: ...\n    \
+         {constructor}    \
          @overload\n    def __getitem__(self, index: str, /) -> npt.NDArray[Any]: ...\n    \
          @overload\n    def __getitem__(self, index: _View, /) -> Any: ...\n    \
          def __setitem__(self, index: str | _View, value: Any, /) -> None: ...\n    \
@@ -141,6 +155,7 @@ pub(crate) fn record_class_stub(record: &crate::record::Record, ndim: u8) -> Str
         name = record.name,
         camel = record.camel(),
         fields = fields.join(", "),
+        constructor = constructor(&class),
     )
 }
 

@@ -3,9 +3,9 @@
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
-use syn::{Ident, Visibility};
+use syn::Visibility;
 
-use crate::expand::pyclass::{instantiation_class, typed_exports, ClassNames, ElementType};
+use crate::expand::pyclass::{export_names, instantiation_class, typed_exports, ClassNames, ElementType};
 use crate::Spec;
 
 /// Every instantiation's class plus `pub fn register_classes(module)`.
@@ -29,10 +29,9 @@ pub fn spec_classes(spec: &Spec, module: &str) -> TokenStream {
         classes.push(typed_exports(&record.name, ndim, &ident));
         idents.push(ident);
     }
-    let stems: Vec<Ident> = spec.typed_stems().iter().map(|stem| format_ident!("amso_{stem}")).collect();
+    let stems = spec.typed_stems();
     let rows = stems.iter().map(|stem| {
-        let (handle, data, shape) =
-            (format_ident!("{stem}_handle"), format_ident!("{stem}_data"), format_ident!("{stem}_shape"));
+        let [handle, data, shape] = export_names(stem);
         quote! { ::amso_runtime::__private::TypedExport { handle: #handle, data: #data, shape: #shape } }
     });
     let count = stems.len();

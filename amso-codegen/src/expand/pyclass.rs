@@ -76,13 +76,15 @@ pub fn instantiation_class(element: &ElementType, ndim: u8, names: &ClassNames<'
     }
 }
 
+/// The three export functions of a typed stem (`typed_stem`): `_handle`, `_data`, `_shape`.
+pub fn export_names(stem: &str) -> [Ident; 3] {
+    ["handle", "data", "shape"].map(|what| quote::format_ident!("{stem}_{what}"))
+}
+
 /// The typed C exports of one bundled instantiation, named from the spec
 /// (`amso_float32_3d_handle`, `_data`, `_shape`), each a delegation to the runtime.
 pub fn typed_exports(dtype: &str, ndim: u8, class: &Ident) -> TokenStream {
-    let stem = format!("amso_{dtype}_{ndim}d");
-    let handle = quote::format_ident!("{stem}_handle");
-    let data = quote::format_ident!("{stem}_data");
-    let shape = quote::format_ident!("{stem}_shape");
+    let [handle, data, shape] = export_names(&crate::spec::typed_stem(dtype, ndim));
     let doc = format!("C getter exports of the {dtype} {ndim}-D class (see generated/amso.h).");
     quote! {
         #[doc = #doc]

@@ -234,11 +234,7 @@ impl<F> BlockCache<F> {
                     .filter(|(_, serial)| *serial <= ready)
                     .map(|&(ptr, _)| (size, ptr))
             } else {
-                shelf
-                    .large
-                    .range((size, 0)..)
-                    .map(|(&key, ())| key)
-                    .find(|(_, ptr)| self.large.get(ptr).is_some_and(|free| free.serial <= ready))
+                shelf.large.range((size, 0)..).map(|(&key, ())| key).find(|(_, ptr)| self.large[ptr].serial <= ready)
             };
             if let Some((found, ptr)) = candidate {
                 if best.is_none_or(|(best_size, ..)| found < best_size) {
@@ -424,7 +420,7 @@ impl<F> BlockCache<F> {
                 }
             }
             for (&(size, ptr), ()) in shelf.large.iter() {
-                add(size.next_power_of_two(), size, self.large.get(&ptr).map_or(0, |free| free.serial));
+                add(size.next_power_of_two(), size, self.large[&ptr].serial);
             }
         }
         rows.into_values().filter(|row| row.blocks > 0).collect()

@@ -6,7 +6,7 @@
 //! moves at most its length on an insert or removal, which for the few hundred blocks a
 //! fragmented cache holds is less than a node allocation.
 
-use std::ops::{Bound, RangeBounds};
+use std::ops::{Bound, Index, RangeBounds};
 
 /// Entries kept sorted by key; each key at most once.
 #[derive(Debug, Clone)]
@@ -70,6 +70,15 @@ impl<K: Ord + Copy, V> SortedMap<K, V> {
     }
 }
 
+impl<K: Ord + Copy, V> Index<&K> for SortedMap<K, V> {
+    type Output = V;
+
+    /// The value at `key`, which must be present (as `BTreeMap`'s index).
+    fn index(&self, key: &K) -> &V {
+        self.get(key).expect("a key of the map")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -105,6 +114,9 @@ mod tests {
                 }
             }
             assert_eq!(ours.get(&key), reference.get(&key));
+            if let Some(value) = reference.get(&key) {
+                assert_eq!(&ours[&key], value);
+            }
             assert_eq!(ours.is_empty(), reference.is_empty());
         }
         assert!(ours.iter().eq(reference.iter()));

@@ -152,15 +152,14 @@ pub(super) fn array_ufunc<'py>(
         Ok(array) => host_view(array, doing, "compute on a host copy (np.add(a.to_numpy(), 1))"),
         Err(_) => Ok(object.clone()),
     };
+    // Each output array with its write borrow, held while NumPy runs.
     let mut borrows = Vec::new();
-    let mut borrowed: Vec<*mut pyo3::ffi::PyObject> = Vec::new();
     let mut borrow_output = |array: &Bound<'py, MemArrayBase>| -> PyResult<()> {
         refuse_device(array, doing, "compute on a host copy and read it back (read_numpy_array)")?;
-        if borrowed.contains(&array.as_ptr()) {
+        if borrows.iter().any(|(held, _)| *held == array.as_ptr()) {
             return Ok(()); // one array given as two outputs: borrowed once
         }
-        borrows.push(borrow_for_writing(array)?);
-        borrowed.push(array.as_ptr());
+        borrows.push((array.as_ptr(), borrow_for_writing(array)?));
         Ok(())
     };
     // `ufunc.at(a, indices, ...)` writes its first operand in place.

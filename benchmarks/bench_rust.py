@@ -4,7 +4,9 @@ no-op with 1 and 3 arguments, a sum, an in-place scale, a new 1-D float64 result
 elements handed to NumPy (rust-numpy: `into_pyarray`), and the no-op with an amso array as its
 argument; rust-numpy's `head` example over an object array of 24 elements, and its
 `add_minutes_to_seconds` over 1024 timedelta64[s] and [m] elements; an `ArrayLike` argument
-converting a list of 8 ints (rust-numpy: `PyArrayLike1<i32, AllowTypeChange>`). PyO3's own call (a
+converting a list of 8 ints (rust-numpy: `PyArrayLike1<i32, AllowTypeChange>`); a cast of 1024
+int64 elements to float32 (rust-numpy: `cast_array`); a new object array of three Python objects
+(rust-numpy: `into_pyarray`). PyO3's own call (a
 function taking `&Bound<PyAny>`) is the floor under both.
 
 A second table puts amso's own arrays beside NumPy's as the input of the same amso function
@@ -34,7 +36,8 @@ from protocols import paired, spread_cell
 
 ROWS = ["no-op, 1 argument", "no-op, 3 arguments", "sum", "in-place scale", "new 1-D float64 result",
         "no-op, 1 amso array argument", "object array: head", "timedelta: add minutes to seconds",
-        "ArrayLike: a list of 8 ints to int32"]
+        "ArrayLike: a list of 8 ints to int32", "cast: 1024 int64 to float32",
+        "object result: [None, 1, 'two']"]
 #: The same amso function, amso arrays against NumPy arrays as its input.
 INPUT_ROWS = ["amso input: no-op, 1 argument", "amso input: no-op, 3 arguments"]
 #: A record argument (the spec's particle, 40 bytes) against a float64 one, NumPy arrays of 1024.
@@ -49,6 +52,7 @@ def calls() -> dict[str, dict[str, object]]:
     objects = np.array([object(), 1, "two"] * 8, dtype=object)  # rust-numpy's `head` example
     seconds, minutes = np.zeros(1024, "timedelta64[s]"), np.ones(1024, "timedelta64[m]")
     ints = list(range(8))  # converted by each crate's ArrayLike argument (AllowTypeChange)
+    int64s = np.arange(1024, dtype=np.int64)  # cast to float32 by NumPy's cast, through each crate
     a, b, c = (amso.asarray(np.zeros((1024, 3), np.float32)) for _ in range(3))
     particle = np.dtype([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])
     records, floats = np.zeros(1024, particle), np.zeros(1024)
@@ -64,6 +68,9 @@ def calls() -> dict[str, dict[str, object]]:
         "object array: head": {"amso": lambda: p.amso_head(objects), "rust-numpy": lambda: p.numpy_head(objects)},
         "ArrayLike: a list of 8 ints to int32": {"amso": lambda: p.like_i32_coerce(ints),
                                                  "rust-numpy": lambda: p.numpy_like_i32_coerce(ints)},
+        "object result: [None, 1, 'two']": {"amso": p.amso_objects, "rust-numpy": p.numpy_objects},
+        "cast: 1024 int64 to float32": {"amso": lambda: p.amso_cast_f32(int64s),
+                                        "rust-numpy": lambda: p.numpy_cast_f32(int64s)},
         "timedelta: add minutes to seconds": {"amso": lambda: p.amso_add_minutes_to_seconds(seconds, minutes),
                                               "rust-numpy": lambda: p.numpy_add_minutes_to_seconds(seconds, minutes)},
         "amso input: no-op, 1 argument": {"amso array": lambda: p.amso_noop1(a), "NumPy array": lambda: p.amso_noop1(x)},

@@ -6,6 +6,7 @@
 
 use crate::element::{scalar, ArrayElement, DType, Element, Scalar};
 use crate::error::Result;
+use std::fmt::Write as _;
 
 // NumPy's intp and uintp are 64-bit where amso runs (`source` asserts 64-bit producers too).
 const _: () = assert!(size_of::<isize>() == 8 && size_of::<usize>() == 8);
@@ -232,6 +233,35 @@ impl<const N: usize> FixedUnicode<N> {
     }
 }
 
+/// NumPy's value as text: the bytes before the padding, read as UTF-8, each invalid sequence
+/// shown as U+FFFD (rust-numpy's `PyFixedString` panics on one).
+impl<const N: usize> std::fmt::Display for FixedBytes<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Ok(text) = std::str::from_utf8(self.trimmed()) {
+            return f.pad(text); // width, fill and precision as `str`'s
+        }
+        for chunk in self.trimmed().utf8_chunks() {
+            f.write_str(chunk.valid())?;
+            if !chunk.invalid().is_empty() {
+                f.write_char(char::REPLACEMENT_CHARACTER)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// NumPy's value as text: the code points before the padding, each one that is not a `char`
+/// shown as U+FFFD (as `to_string_lossy`, without the allocation).
+impl<const N: usize> std::fmt::Display for FixedUnicode<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if f.width().is_some() || f.precision().is_some() {
+            return f.pad(&self.to_string_lossy()); // width, fill and precision as `str`'s
+        }
+        let end = self.0.iter().rposition(|&c| c != 0).map_or(0, |last| last + 1);
+        self.0[..end].iter().try_for_each(|&c| f.write_char(char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER)))
+    }
+}
+
 impl<const N: usize> From<[u8; N]> for FixedBytes<N> {
     fn from(bytes: [u8; N]) -> Self {
         FixedBytes(bytes)
@@ -305,6 +335,21 @@ unsafe impl ArrayElement for pyo3::Py<pyo3::PyAny> {
 mod tests {
     use super::datetime::{units, Datetime, Timedelta};
     use super::*;
+
+    #[test]
+    fn fixed_strings_display_numpy_values() {
+        assert_eq!(FixedBytes(*b"foo\0\0").to_string(), "foo");
+        assert_eq!(FixedBytes(*b"a\0b\0").to_string(), "a\0b", "only the padding at the end is dropped");
+        assert_eq!(FixedBytes([b'x', 0xff, b'y']).to_string(), "x\u{fffd}y");
+        assert_eq!(FixedBytes([0u8; 3]).to_string(), "");
+        let text: Vec<u32> = "héllo".chars().map(u32::from).chain([0, 0]).collect();
+        assert_eq!(FixedUnicode::<7>(text.try_into().unwrap()).to_string(), "héllo");
+        assert_eq!(FixedUnicode([0x41, 0xD800, 0x110000, 0]).to_string(), "A\u{fffd}\u{fffd}");
+        assert_eq!(
+            format!("[{:>5}|{:<4}|{:.2}]", FixedBytes(*b"ab\0"), FixedUnicode([0x78, 0]), FixedBytes(*b"xyz")),
+            "[   ab|x   |xy]"
+        );
+    }
 
     #[test]
     fn names_and_sizes() {

@@ -7,8 +7,10 @@ value owns; nalgebra and faer views against NumPy's matmul."""
 from __future__ import annotations
 
 import gc
+import re
 import warnings
 
+import amso
 import numpy as np
 import pytest
 
@@ -132,11 +134,30 @@ def test_arrays_of_another_float_type_fail_without_coercion(shape):
 def test_conversion_errors_say_what_arrived_and_what_was_expected():
     with pytest.raises(TypeError, match=r"expected a float32 array with 2 dimensions, got list that converts to 1"):
         peers.like_f32_2d([1.0, 2.0])
-    with pytest.raises(TypeError, match=r"got list, which it cannot convert") as raised:
-        peers.like_f64([[1.0, 2.0], [3.0]])
-    assert isinstance(raised.value.__cause__, ValueError)
-    with pytest.raises(TypeError, match=r"got str, which it cannot convert"):
-        peers.like_f64("not a number")
+
+
+@pytest.mark.parametrize("value, dtype", [
+    ([[1.0, 2.0], [3.0]], np.float64),  # ragged: NumPy's ValueError
+    ("not a number", np.float64),  # NumPy's ValueError
+    ([1.0, object()], np.float64),  # NumPy's TypeError
+    ([1, 2, 1 << 40], np.int32),  # NumPy 2's OverflowError
+], ids=["ragged", "text", "object", "overflow"])
+def test_conversion_errors_are_numpys_own_as_rust_numpy_raises_them(value, dtype):
+    """What numpy.asarray(x, dtype=T) cannot convert raises NumPy's own exception, of its type and
+    with its message, as rust-numpy's `PyArrayLike<T, AllowTypeChange>` does (which passes the
+    dtype too); amso adds the argument's name, as it does to every argument error, and a note of
+    what it expected. Without AllowTypeChange amso converts values the same way."""
+    with pytest.raises(Exception) as numpy_error:
+        np.asarray(value, dtype=dtype)
+    kind, message = type(numpy_error.value), str(numpy_error.value)
+    name = "like_i32" if dtype == np.int32 else "like_f64"
+    assert both(name + "_coerce", value) == [kind, kind]
+    for function in (name, name + "_coerce"):
+        with pytest.raises(kind) as raised:
+            getattr(peers, function)(value)
+        assert str(raised.value) == f"argument 'x': {message}"
+        expected = f"amso: expected {'an int32' if dtype == np.int32 else 'a float64'} array"
+        assert any(note.startswith(expected) for note in raised.value.__notes__), raised.value.__notes__
 
 
 def test_other_frameworks_arrays_of_the_type_are_read_in_place():
@@ -356,6 +377,163 @@ def test_untyped_strides_of_producers_without_numpy():
     # byte strides worked out by hand.
     assert peers.untyped_layout(amso.MemArray((2, 3), "int16")) == ([6, 2], True, False, True)
     assert peers.untyped_layout(memoryview(bytearray(64)).cast("d", (2, 4))) == ([32, 8], True, False, True)
+
+
+def _particles():
+    import amso
+
+    records = np.asarray(amso.MemArray((3,), "particle")).copy()
+    records["id"] = [7, 8, 9]
+    return records
+
+
+KINDS = {
+    "object": (lambda: np.array([None, "a", 3], dtype=object), "object", "None"),
+    "object-strided": (lambda: np.array([1, None, 2.5, "b"], dtype=object)[::2], "object", "1"),
+    "bytes": (lambda: np.array([b"ab", b"abc"], dtype="S3"), "S3", "ab"),
+    "bytes-of-another-width": (lambda: np.array([b"abcd"], dtype="S4"), "S4", None),
+    "unicode": (lambda: np.array(["h\u00e9", "x"], dtype="U2"), "U2", "h\u00e9"),
+    "datetime": (lambda: np.array(["1970-01-02", "2000-01-01"], dtype="datetime64[s]"), "datetime64[s]", "86400"),
+    "timedelta": (lambda: np.array([5], dtype="timedelta64[ms]"), "timedelta64[ms]", None),
+    "record": (_particles, "record", "7"),
+    "record-2d": (lambda: _particles().reshape(3, 1), "record", "7"),
+    "float64": (lambda: np.array([[1.5, 2.0]]), None, "1.5"),
+}
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_untyped_arguments_take_every_kind_numpy_has_and_dispatch_to_its_typed_view(name):
+    """rust-numpy's `PyUntypedArray` takes any NumPy array; amso's `UntypedArray` too, naming the
+    kinds DLPack lacks (`kind()`), with the same strides and contiguity as rust-numpy's, and
+    `is::<T>()` / `into_typed()` reaching the typed view of each (the first element as text)."""
+    make, kind, first = KINDS[name]
+    x = make()
+    dtype, found_kind, shape, strides, text = peers.untyped_kind(x)
+    assert found_kind == kind
+    assert dtype == (None if kind else x.dtype.name)
+    assert (list(shape), list(strides)) == (list(x.shape), list(x.strides))
+    assert text == first
+    assert peers.untyped_layout(x) == peers.numpy_untyped_layout(x)
+
+
+@pytest.mark.parametrize("make", [lambda: np.zeros(2, np.longdouble), lambda: np.zeros(2, "V8")], ids=["longdouble", "void"])
+def test_untyped_arguments_refuse_what_typed_arguments_refuse(make):
+    with pytest.raises(TypeError, match="has no DLPack type"):
+        peers.untyped_kind(make())
+
+
+def test_an_untyped_vector_is_its_typed_view():
+    """A float32 array with a trailing axis of 4 is a float32x4 array to `is` as to `into_typed`."""
+    lanes = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert peers.untyped_vectors(lanes) == (True, [3], [0.0, 1.0, 2.0, 3.0])
+    assert peers.untyped_vectors(lanes[:, :3].copy())[0] is False
+
+
+def test_an_untyped_argument_of_another_kind_is_refused_by_into_typed():
+    assert peers.untyped_as_objects(np.array([None, 1], dtype=object)) == 2
+    for x, got in [(np.zeros(3), "float64"), (np.array([b"a"], dtype="S1"), "S1"),
+                   (np.array([1], dtype="datetime64[D]"), r"datetime64\[D\]")]:
+        with pytest.raises(TypeError, match=rf"expected a NumPy object array.* got .*{got}"):
+            peers.untyped_as_objects(x)
+
+
+def _misaligned_int64(values):
+    """An int64 NumPy array one byte off its alignment (read by amso through an aligned copy)."""
+    raw = np.zeros(len(values) * 8 + 1, np.uint8)
+    x = np.frombuffer(raw.data, np.int64, count=len(values), offset=1)
+    x.flags.writeable = True
+    x[:] = values
+    assert x.ctypes.data % 8 != 0
+    return x
+
+
+CASTS = {
+    "c-order": lambda: np.array([300, -1, 255, 256, 7, -129]),
+    "strided-2d": lambda: np.arange(-300, 300, 10).reshape(6, -1)[::2, 1::3],
+    "reversed": lambda: np.arange(250, 262)[::-1],
+    "fortran": lambda: np.asfortranarray(np.arange(24).reshape(4, 6) * 50),
+    "empty": lambda: np.zeros((0, 3), np.int64),
+    "misaligned": lambda: _misaligned_int64([300, 511, -2]),
+}
+
+
+@pytest.mark.parametrize("layout", CASTS)
+def test_cast_matches_numpy_astype_and_rust_numpys_cast_array(layout):
+    """rust-numpy's `cast_array` (NumPy's `PyArray_CastToType`) and amso's `cast` give NumPy's
+    `astype` with unsafe casting: 300 becomes 44 in uint8, -1 becomes 255; a new C-order array."""
+    x = CASTS[layout]()
+    expected = x.astype(np.uint8)
+    for found in (peers.amso_cast_u8(x), peers.numpy_cast_u8(x)):
+        assert isinstance(found, np.ndarray) and found.dtype == np.uint8 and found.flags.c_contiguous
+        np.testing.assert_array_equal(found, expected)
+    assert amso._amso._live_borrows() == 0
+
+
+def test_cast_takes_every_producer_of_host_data():
+    x = np.array([[300, -1], [7, 1 << 40]])
+    expected = x.astype(np.uint8)
+    for producer in (amso.asarray(x), memoryview(x), amso.asarray(x)[:, ::-1]):
+        found = peers.amso_cast_u8(producer)
+        assert isinstance(found, np.ndarray)
+        np.testing.assert_array_equal(found, np.asarray(producer).astype(np.uint8))
+    # A misaligned buffer: amso reads it through an aligned copy, which the cast views.
+    raw = bytearray(x.size * 8 + 1)
+    raw[1:] = x.tobytes()
+    misaligned = memoryview(raw)[1:].cast("B").cast("q", list(x.shape))
+    np.testing.assert_array_equal(peers.amso_cast_u8(misaligned), expected)
+    assert amso._amso._live_borrows() == 0
+
+
+def test_cast_rules_that_allow_a_cast_let_it_through():
+    """Rules that allow: int64 to float64 under same_kind and unsafe, float64 to float64 under
+    every rule (amso_cast_f64_by), against NumPy's can_cast."""
+    x = np.array([1.5, -2.0])
+    for rule in ("no", "equiv", "safe", "same_kind", "unsafe"):
+        assert np.can_cast(x.dtype, np.float64, casting=rule)
+        assert peers.amso_cast_f64_by(x, rule) == ([2], [1.5, -2.0])
+    ints = np.array([3, 1 << 60])
+    for rule, allowed in (("no", False), ("equiv", False), ("safe", True), ("same_kind", True), ("unsafe", True)):
+        assert np.can_cast(ints.dtype, np.float64, casting=rule) is allowed
+        if allowed:
+            assert peers.amso_cast_f64_from_i64_by(ints, rule) == ([2], ints.astype(np.float64).tolist())
+        else:
+            with pytest.raises(TypeError, match=f"according to the rule '{rule}'$"):
+                peers.amso_cast_f64_from_i64_by(ints, rule)
+
+
+def test_a_refused_cast_of_a_0d_argument_says_scalar_as_numpy_does():
+    x = np.float64(2.5) * np.ones(())
+    with pytest.raises(TypeError) as numpy_error:
+        x.astype(np.int32, casting="safe")
+    with pytest.raises(TypeError, match=f"^{re.escape(str(numpy_error.value))}$"):
+        peers.amso_cast_i32_by(x, "safe")
+
+
+@pytest.mark.parametrize("rule", ["no", "equiv", "safe", "same_kind"])
+def test_cast_by_a_rule_refuses_as_numpys_astype_does(rule):
+    x = np.array([1.5, -2.7, 3e9])
+    with pytest.raises(TypeError) as numpy_error:
+        x.astype(np.int32, casting=rule)
+    with pytest.raises(TypeError, match=f"^{re.escape(str(numpy_error.value))}$"):
+        peers.amso_cast_i32_by(x, rule)
+    # 3e9 has no int32: NumPy's cast warns, through amso as through astype.
+    with pytest.warns(RuntimeWarning, match="invalid value encountered in cast"):
+        shape, values = peers.amso_cast_i32_by(x, "unsafe")
+    with pytest.warns(RuntimeWarning, match="invalid value encountered in cast"):
+        expected = x.astype(np.int32).tolist()
+    assert (shape, values) == ([3], expected)
+
+
+def test_cast_between_kinds_numpy_alone_has():
+    x = np.array(["1970-01-01T00:00:00", "1970-01-02T23:59:59", "2000-03-01T12:00:00"], dtype="datetime64[s]")
+    assert peers.amso_cast_days(x) == x.astype("datetime64[D]").astype(np.int64).tolist()
+
+
+@pytest.mark.skipif(not amso.cuda.is_available(), reason="needs a CUDA device")
+def test_cast_of_device_data_names_its_frameworks_cast():
+    d = amso.asarray(np.arange(4), on_device=True)
+    with pytest.raises(ValueError, match=r"cast\(\) converts host data, and this argument is on cuda:0"):
+        peers.amso_cast_u8(d)
 
 
 def test_only_immutable_types_are_remembered_as_speaking_no_protocol():

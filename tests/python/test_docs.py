@@ -149,8 +149,24 @@ def test_the_declared_licenses_ship_their_texts():
 
 def test_the_guide_states_the_number_of_compiled_classes():
     text = (ROOT / "docs" / "python.md").read_text()
-    stated = re.search(r"every ndim from 1 to 8, (\d+) classes", text)
+    stated = re.search(r"every ndim from 1 to 8, and the record\s+`particle` and the vector `float32x4` at ndim 1: (\d+) classes", text)
     assert stated and int(stated.group(1)) == len(amso.supported()), stated
+    ranks: dict[str, set[int]] = {}
+    for name, ndim in amso.supported():
+        ranks.setdefault(name, set()).add(ndim)
+    assert ranks.pop("particle") == {1} and ranks.pop("float32x4") == {1}
+    assert all(found == set(range(1, 9)) for found in ranks.values()), ranks
+
+
+def test_the_performance_sections_state_the_classes_this_build_compiles():
+    """README's and docs/performance.md's class count (from the scale report, which builds the
+    spec as shipped) is the number of classes this build has. The wheel's size is checked against
+    the built wheel by the test command's wheel check (`scripts/amso.py`)."""
+    scale = json.loads((ROOT / "benchmarks" / "results" / "scale.json").read_text())
+    assert scale["results"][-1]["instantiations"] == len(amso.supported())
+    for doc in (ROOT / "README.md", ROOT / "docs" / "performance.md"):
+        stated = re.search(r"The wheel's matrix \(.*?, (\d+) classes\) against the goals", doc.read_text())
+        assert stated and int(stated.group(1)) == len(amso.supported()), (doc.name, stated)
 
 
 def test_the_header_excerpts_are_the_generated_headers():

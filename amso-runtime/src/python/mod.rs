@@ -33,7 +33,7 @@ use pyo3::PyClassInitializer;
 
 pub use args::{
     Access, AllowTypeChange, ArgumentError, ArrayLike, ArrayLikeDyn, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn,
-    Coerce, Dimensions, DynRank, Framework, IntoFramework, NewArray, Rank, Read, TypeMustMatch, TypedArray,
+    Casting, Coerce, Dimensions, DynRank, Framework, IntoFramework, NewArray, Rank, Read, TypeMustMatch, TypedArray,
     TypedArrayLike, UntypedArray, Write,
 };
 #[cfg(feature = "ndarray")]

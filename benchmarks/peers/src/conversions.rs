@@ -4,12 +4,14 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use amso_runtime::datetime::{units, Datetime};
 use amso_runtime::ndarray::{Array2, ArrayViewMut1};
 use amso_runtime::python::{
-    AllowTypeChange, ArrayLike, ArrayLikeDyn, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Framework, IntoFramework,
-    OwnedView, UntypedArray,
+    AllowTypeChange, ArrayLike, ArrayLikeDyn, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Casting, Framework,
+    IntoFramework, OwnedView, UntypedArray,
 };
-use amso_runtime::{Element, MemArray};
+use amso_runtime::records::Particle;
+use amso_runtime::{Element, FixedBytes, FixedUnicode, MemArray};
 use num_complex::Complex;
 use numpy::{PyArrayLike1, PyArrayLike2, PyArrayLikeDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::PyTypeError;
@@ -74,6 +76,12 @@ fn like_f64_coerce(x: ArrayLikeDyn<'_, f64, AllowTypeChange>) -> PyResult<Flat<f
 /// rust-numpy's `PyArrayLikeDyn<f64>`, the same answer.
 #[pyfunction]
 fn numpy_like_f64(x: PyArrayLikeDyn<'_, f64>) -> Flat<f64> {
+    (x.shape().to_vec(), x.as_array().iter().copied().collect(), false)
+}
+
+/// rust-numpy's `PyArrayLikeDyn<f64, AllowTypeChange>`.
+#[pyfunction]
+fn numpy_like_f64_coerce(x: PyArrayLikeDyn<'_, f64, numpy::AllowTypeChange>) -> Flat<f64> {
     (x.shape().to_vec(), x.as_array().iter().copied().collect(), false)
 }
 
@@ -267,6 +275,125 @@ fn untyped_layout(x: UntypedArray<'_>) -> (Vec<isize>, bool, bool, bool) {
     (x.strides().to_vec(), x.is_c_contiguous(), x.is_fortran_contiguous(), x.is_contiguous())
 }
 
+/// What an untyped argument of any kind reports: (the spec's dtype, NumPy's kind, shape, byte
+/// strides), and, dispatched to the typed view of the kinds this crate knows, its first element
+/// as text.
+#[pyfunction]
+fn untyped_kind(py: Python<'_>, x: UntypedArray<'_>) -> PyResult<UntypedFacts> {
+    let facts = (x.dtype().map(|d| d.name), x.kind().map(str::to_owned), x.shape().to_vec(), x.strides().to_vec());
+    let first = if x.is::<Py<PyAny>>() {
+        let x: ArrayRefDyn<'_, Py<PyAny>> = x.into_typed()?;
+        x.as_array()?.iter().next().map(|o| o.bind(py).str().map(|s| s.to_string())).transpose()?
+    } else if x.is::<FixedBytes<3>>() {
+        let x: ArrayRefDyn<'_, FixedBytes<3>> = x.into_typed()?;
+        x.as_array()?.iter().next().map(ToString::to_string)
+    } else if x.is::<FixedUnicode<2>>() {
+        let x: ArrayRefDyn<'_, FixedUnicode<2>> = x.into_typed()?;
+        x.as_array()?.iter().next().map(ToString::to_string)
+    } else if x.is::<Datetime<units::Seconds>>() {
+        let x: ArrayRefDyn<'_, Datetime<units::Seconds>> = x.into_typed()?;
+        x.as_array()?.iter().next().map(|&t| i64::from(t).to_string())
+    } else if x.is::<Particle>() {
+        let x: ArrayRefDyn<'_, Particle> = x.into_typed()?;
+        x.as_array()?.iter().next().map(|p| p.id.to_string())
+    } else if x.is::<f64>() {
+        let x: ArrayRefDyn<'_, f64> = x.into_typed()?;
+        x.as_array()?.iter().next().map(f64::to_string)
+    } else {
+        None
+    };
+    Ok((facts.0, facts.1, facts.2, facts.3, first))
+}
+
+/// `untyped_kind`'s answer.
+type UntypedFacts = (Option<&'static str>, Option<String>, Vec<usize>, Vec<isize>, Option<String>);
+
+/// An untyped argument turned into a typed view of an element type it does not hold: the error.
+#[pyfunction]
+fn untyped_as_objects(x: UntypedArray<'_>) -> PyResult<usize> {
+    let x: ArrayRefDyn<'_, Py<PyAny>> = x.into_typed()?;
+    Ok(x.as_array()?.len())
+}
+
+/// `x.astype(np.uint8)` through `cast`: the new array (unsafe casting, as NumPy's).
+#[pyfunction]
+fn amso_cast_u8<'py>(x: ArrayRefDyn<'py, i64>) -> PyResult<Bound<'py, PyAny>> {
+    Ok(x.cast::<u8>()?.object().clone())
+}
+
+/// The same through rust-numpy's `cast_array`.
+#[pyfunction]
+fn numpy_cast_u8<'py>(x: &Bound<'py, numpy::PyArrayDyn<i64>>) -> PyResult<Bound<'py, numpy::PyArrayDyn<u8>>> {
+    use numpy::PyArrayMethods;
+    x.cast_array::<u8>(false)
+}
+
+/// int64 into float32, the first element of the cast (the benchmark's row).
+#[pyfunction]
+fn amso_cast_f32(x: ArrayRef<'_, i64, 1>) -> PyResult<f32> {
+    Ok(x.cast::<f32>()?.as_slice()?.first().copied().unwrap_or(0.0))
+}
+
+/// The same through rust-numpy's `cast_array`.
+#[pyfunction]
+fn numpy_cast_f32(x: numpy::PyReadonlyArray1<'_, i64>) -> PyResult<f32> {
+    use numpy::PyArrayMethods;
+    let y = x.cast_array::<f32>(false)?;
+    let first = y.readonly().as_slice()?.first().copied().unwrap_or(0.0);
+    Ok(first)
+}
+
+/// `x` cast to `U` by a casting rule ("no", "equiv", "safe", "same_kind", "unsafe"): (shape,
+/// elements).
+fn cast_by<T: Element, U: Element>(x: &ArrayRefDyn<'_, T>, rule: &str) -> PyResult<(Vec<usize>, Vec<U>)> {
+    let casting = match rule {
+        "no" => Casting::No,
+        "equiv" => Casting::Equiv,
+        "safe" => Casting::Safe,
+        "same_kind" => Casting::SameKind,
+        _ => Casting::Unsafe,
+    };
+    let y = x.cast_with::<U>(casting)?;
+    Ok((y.shape().to_vec(), y.as_array()?.iter().copied().collect()))
+}
+
+/// float64 into int32 by a casting rule.
+#[pyfunction]
+fn amso_cast_i32_by(x: ArrayRefDyn<'_, f64>, rule: &str) -> PyResult<(Vec<usize>, Vec<i32>)> {
+    cast_by(&x, rule)
+}
+
+/// float64 into float64 by a casting rule (every rule allows it).
+#[pyfunction]
+fn amso_cast_f64_by(x: ArrayRefDyn<'_, f64>, rule: &str) -> PyResult<(Vec<usize>, Vec<f64>)> {
+    cast_by(&x, rule)
+}
+
+/// int64 into float64 by a casting rule (safe and wider allow it).
+#[pyfunction]
+fn amso_cast_f64_from_i64_by(x: ArrayRefDyn<'_, i64>, rule: &str) -> PyResult<(Vec<usize>, Vec<f64>)> {
+    cast_by(&x, rule)
+}
+
+/// Whether an untyped argument is a float32x4 array (`is`), and then its typed view's shape and
+/// first vector.
+#[pyfunction]
+fn untyped_vectors(x: UntypedArray<'_>) -> PyResult<(bool, Vec<usize>, Vec<f32>)> {
+    use amso_runtime::dtypes::float32x4;
+    if !x.is::<float32x4>() {
+        return Ok((false, Vec::new(), Vec::new()));
+    }
+    let x: ArrayRefDyn<'_, float32x4> = x.into_typed()?;
+    let first = x.as_array()?.iter().next().map(|v| v.to_vec()).unwrap_or_default();
+    Ok((true, x.shape().to_vec(), first))
+}
+
+/// The datetimes of a `datetime64[s]` argument as `datetime64[D]` (NumPy's own unit cast).
+#[pyfunction]
+fn amso_cast_days(x: ArrayRef<'_, Datetime<units::Seconds>, 1>) -> PyResult<Vec<i64>> {
+    Ok(x.cast::<Datetime<units::Days>>()?.as_array()?.iter().map(|&d| i64::from(d)).collect())
+}
+
 /// The same facts from rust-numpy's untyped array.
 #[pyfunction]
 fn numpy_untyped_layout(x: &Bound<'_, numpy::PyUntypedArray>) -> (Vec<isize>, bool, bool, bool) {
@@ -276,6 +403,17 @@ fn numpy_untyped_layout(x: &Bound<'_, numpy::PyUntypedArray>) -> (Vec<isize>, bo
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     for function in [
         wrap_pyfunction!(untyped_layout, module)?,
+        wrap_pyfunction!(untyped_kind, module)?,
+        wrap_pyfunction!(untyped_as_objects, module)?,
+        wrap_pyfunction!(amso_cast_u8, module)?,
+        wrap_pyfunction!(numpy_cast_u8, module)?,
+        wrap_pyfunction!(amso_cast_i32_by, module)?,
+        wrap_pyfunction!(amso_cast_f64_by, module)?,
+        wrap_pyfunction!(amso_cast_f64_from_i64_by, module)?,
+        wrap_pyfunction!(untyped_vectors, module)?,
+        wrap_pyfunction!(amso_cast_days, module)?,
+        wrap_pyfunction!(amso_cast_f32, module)?,
+        wrap_pyfunction!(numpy_cast_f32, module)?,
         wrap_pyfunction!(numpy_untyped_layout, module)?,
         wrap_pyfunction!(like_f64, module)?,
         wrap_pyfunction!(like_i32, module)?,
@@ -288,6 +426,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(numpy_like_f64, module)?,
         wrap_pyfunction!(numpy_like_i32, module)?,
         wrap_pyfunction!(numpy_like_i32_coerce, module)?,
+        wrap_pyfunction!(numpy_like_f64_coerce, module)?,
         wrap_pyfunction!(numpy_like_f32_2d, module)?,
         wrap_pyfunction!(copy_any, module)?,
         wrap_pyfunction!(reverse_any, module)?,

@@ -138,15 +138,15 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
         kwargs.set_item(intern!(py, "dtype"), crate::python::npyffi::dtype::numpy_dtype(py, &T::DTYPE)?)?;
         let array = crate::python::npyffi::dtype::numpy(py)?
             .call_method(intern!(py, "asarray"), (&object,), Some(&kwargs))
-            .map_err(|cause| {
-                let error = PyTypeError::new_err(format!(
-                    "expected {} or a value numpy.asarray converts to one, got {}, which it cannot convert: {}",
+            .inspect_err(|error| {
+                // NumPy's own exception, its type and message, as rust-numpy's `PyArrayLike`
+                // raises it; a note says what the argument expected (best effort).
+                let note = format!(
+                    "amso: expected {} or a value numpy.asarray converts to one, got {}",
                     wanted::<T, D, Read>(),
-                    arrived(),
-                    cause.value(py)
-                ));
-                error.set_cause(py, Some(cause));
-                error
+                    arrived()
+                );
+                let _ = error.value(py).call_method1(intern!(py, "add_note"), (note,));
             })?;
         let Some(source) = source::acquire(&array, None)? else {
             return Err(PyTypeError::new_err(format!("numpy.asarray gave no array for {}", arrived())));

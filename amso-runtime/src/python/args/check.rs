@@ -89,6 +89,27 @@ fn fold_lanes<'a, T: ArrayElement>(
     (source::Extents { dims: &extents.dims[..ndim], strides }, dtype.dlpack())
 }
 
+/// Whether `source`'s elements (of DLPack type `dtype`, lanes folded) are `T`s by kind: a kind
+/// DLPack lacks matches by its NumPy name alone (datetime64[s] and int64 share DLPack's fields);
+/// every other kind by DLPack's fields, from any producer.
+#[inline]
+fn kind_matches<T: ArrayElement>(source: &Source, dtype: (u8, u8, u16)) -> bool {
+    let numpy_only = const { T::DTYPE.numpy_only() };
+    let same_kind = match &source.numpy_kind {
+        Some(name) => numpy_only && *name == T::DTYPE.numpy,
+        None => !numpy_only,
+    };
+    same_kind && dtype == T::DTYPE.dlpack()
+}
+
+/// Whether `check` would take `source`'s elements as `T`s (the element type alone: kind, DLPack
+/// type with a vector's lanes folded, a record's fields), for `UntypedArray::is`.
+pub(super) fn holds<T: ArrayElement>(object: &Bound<'_, PyAny>, source: &Source) -> bool {
+    let mut lane_strides = Vec::new();
+    let (_, dtype) = fold_lanes::<T>(source, source.extents(object.py()), &mut lane_strides);
+    kind_matches::<T>(source, dtype) && check_record::<T>(object, source).is_ok()
+}
+
 /// "torch.Tensor on cuda:0": the argument's type and where its data lives.
 pub(super) fn describe(object: &Bound<'_, PyAny>, device: Option<Device>) -> String {
     let kind = object.get_type().fully_qualified_name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
@@ -140,14 +161,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         let (extents, dtype) = fold_lanes::<T>(&source, source.extents(object.py()), &mut lane_strides);
         let ndim = extents.dims.len();
         check_record::<T>(&object, &source).map_err(|error| Box::new(error.into()))?;
-        // A kind DLPack lacks matches by its NumPy name alone (datetime64[s] and int64 share
-        // DLPack's fields); every other kind by DLPack's fields, from any producer.
-        let numpy_only = const { T::DTYPE.numpy_only() };
-        let same_kind = match &source.numpy_kind {
-            Some(name) => numpy_only && *name == T::DTYPE.numpy,
-            None => !numpy_only,
-        };
-        if !same_kind || dtype != T::DTYPE.dlpack() || D::NDIM.is_some_and(|n| n != ndim) {
+        if !kind_matches::<T>(&source, dtype) || D::NDIM.is_some_and(|n| n != ndim) {
             let kind = Refusal::Kind { numpy_kind: source.numpy_kind.as_deref(), dtype, ndim };
             return Err(refuse::<T, D, A>(kind, &object, &source));
         }

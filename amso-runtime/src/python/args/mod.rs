@@ -28,6 +28,7 @@
 //! for writing first and is refused (`BufferError`) while an argument holds it.
 
 mod array_like;
+mod cast;
 mod check;
 mod error;
 #[cfg(any(feature = "nalgebra", feature = "faer"))]
@@ -55,6 +56,7 @@ use crate::strided::{self, Dims};
 use self::check::{describe, wanted};
 
 pub use array_like::{AllowTypeChange, ArrayLike, ArrayLikeDyn, Coerce, TypeMustMatch, TypedArrayLike};
+pub use cast::Casting;
 pub use error::ArgumentError;
 #[cfg(feature = "ndarray")]
 pub use owned_view::OwnedView;

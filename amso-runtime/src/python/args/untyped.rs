@@ -1,13 +1,15 @@
 //! `UntypedArray`: an array argument of any element type and rank, as rust-numpy's
-//! `PyUntypedArray`. It reports what arrived and becomes a typed argument on request, without
-//! reading the producer again, so one function can dispatch on the dtype.
+//! `PyUntypedArray`: what a typed argument can take, every producer's numbers and NumPy's
+//! objects, byte and unicode strings, datetimes, timedeltas and records. It reports what arrived
+//! and becomes a typed argument on request, without reading the producer again, so one function
+//! can dispatch on the dtype.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::Borrowed;
 
 use crate::device::Device;
-use crate::element::{DType, Element};
+use crate::element::{ArrayElement, DType};
 use crate::python::args::{describe, name_the_argument, Access, ArgumentError, Dimensions, Framework, TypedArray};
 use crate::python::source::{self, Source};
 
@@ -37,7 +39,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for UntypedArray<'py> {
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let object = obj.to_owned();
-        let acquired = source::acquire(&object, None).map_err(|error| name_the_argument(obj.py(), error))?;
+        let acquired = source::acquire_any_kind(&object).map_err(|error| name_the_argument(obj.py(), error))?;
         let Some(source) = acquired else {
             return Err(name_the_argument(
                 obj.py(),
@@ -66,19 +68,33 @@ impl<'py> UntypedArray<'py> {
         &self.object
     }
 
-    /// The spec's dtype of the elements, if the spec has one for what arrived.
+    /// The spec's dtype of the elements, if the spec has one for what arrived (`None` for the
+    /// kinds DLPack lacks: see `kind`).
     pub fn dtype(&self) -> Option<&'static DType> {
-        DType::from_dlpack_type(self.source.dtype)
+        match self.source.numpy_kind {
+            Some(_) => None,
+            None => DType::from_dlpack_type(self.source.dtype),
+        }
     }
 
-    /// The elements' DLPack type: (code, bits, lanes).
+    /// NumPy's name of a kind DLPack lacks, for a NumPy array of one: `"object"`,
+    /// `"datetime64[s]"`, `"timedelta64[ms]"`, `"S8"`, `"U4"`, or `"record"` for a structured
+    /// dtype; `None` for every other array.
+    pub fn kind(&self) -> Option<&str> {
+        self.source.numpy_kind.as_deref()
+    }
+
+    /// The elements' DLPack type: (code, bits, lanes). For a kind DLPack lacks (`kind`), only
+    /// its size: (the DLPack code amso files it under, bits per lane, lanes).
     pub fn dlpack_dtype(&self) -> (u8, u8, u16) {
         self.source.dtype
     }
 
-    /// Whether the elements are `T`s.
-    pub fn is<T: Element>(&self) -> bool {
-        self.source.dtype == T::DTYPE.dlpack()
+    /// Whether the elements are `T`s: the test `into_typed` makes of the element type (a kind
+    /// DLPack lacks by its NumPy name, a record by its fields, a vector by its lanes, every
+    /// other type by DLPack's).
+    pub fn is<T: ArrayElement>(&self) -> bool {
+        super::check::holds::<T>(&self.object, &self.source)
     }
 
     /// The shape.
@@ -133,9 +149,12 @@ impl<'py> UntypedArray<'py> {
     }
 
     /// The typed argument (any of `ArrayRef`, `ArrayMut`, `ArrayRefDyn`, `ArrayMutDyn`, named
-    /// by the type it is assigned to), checked as extraction checks it: a mismatch is the same
-    /// `TypeError` or `ValueError`.
-    pub fn into_typed<T: Element, D: Dimensions, A: Access>(self) -> Result<TypedArray<'py, T, D, A>, ArgumentError> {
+    /// by the type it is assigned to, of any element type: objects, strings, datetimes and
+    /// records included), checked as extraction checks it: a mismatch is the same `TypeError` or
+    /// `ValueError`.
+    pub fn into_typed<T: ArrayElement, D: Dimensions, A: Access>(
+        self,
+    ) -> Result<TypedArray<'py, T, D, A>, ArgumentError> {
         TypedArray::check(self.object, self.source).map_err(|error| *error)
     }
 }

@@ -114,7 +114,7 @@ pub(in crate::python) fn to_numpy<'py>(array: &MemArrayBase, py: Python<'py>) ->
 
 /// The dtype of NumPy arrays of `dtype`'s elements: `numpy_dtype`, except for a vector, whose
 /// NumPy arrays are of its lane type (a trailing axis holds the lanes).
-fn numpy_element<'py>(py: Python<'py>, dtype: &crate::element::DType) -> PyResult<Bound<'py, PyAny>> {
+fn numpy_element<'py>(py: Python<'py>, dtype: &'static crate::element::DType) -> PyResult<Bound<'py, PyAny>> {
     let own = numpy_dtype(py, dtype)?;
     match dtype.is_vector() {
         true => own.getattr(intern!(py, "base")),

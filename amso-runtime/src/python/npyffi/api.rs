@@ -41,7 +41,9 @@ const GET_NDARRAY_C_VERSION: usize = 0;
 const ARRAY_TYPE: usize = 2;
 const DESCR_TYPE: usize = 3;
 pub(super) const DESCR_FROM_TYPE: usize = 45;
+pub(super) const CAST_TO_TYPE: usize = 49;
 pub(super) const NEW_FROM_DESCR: usize = 94;
+pub(super) const CAN_CAST_ARRAY_TO: usize = 274;
 pub(super) const SET_BASE_OBJECT: usize = 282;
 
 /// NumPy's C API if some code has imported NumPy (never importing it): after the first success,

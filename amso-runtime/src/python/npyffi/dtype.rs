@@ -3,6 +3,7 @@
 //! through NumPy's validated C API table (`api.rs`).
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3::exceptions::{PyImportError, PyTypeError};
 use pyo3::prelude::*;
@@ -10,7 +11,10 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use pyo3::{ffi, intern};
 
-use super::api::{api_or_import, type_name, NumPyApi, DESCR_FROM_TYPE, NEW_FROM_DESCR, SET_BASE_OBJECT};
+use super::api::{
+    api_or_import, type_name, NumPyApi, CAN_CAST_ARRAY_TO, CAST_TO_TYPE, DESCR_FROM_TYPE, NEW_FROM_DESCR,
+    SET_BASE_OBJECT,
+};
 use super::{builtin_type_num, ArrayStruct, NPY_ARRAY_WRITEABLE};
 use crate::element::DType;
 use crate::strided::Dims;
@@ -28,9 +32,68 @@ pub(crate) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
         .map(|numpy| numpy.bind(py))
 }
 
+/// The dtype objects made so far, by their `DType`'s address: the lookup of every owned result of
+/// a kind NumPy names by more than a type number (objects, strings, datetimes, records), without
+/// a lock, an allocation or a Python call. Each entry keeps one reference to its dtype, for the
+/// process. Full, the lookups fall back to `numpy_dtype`'s dict.
+struct Known {
+    dtypes: [AtomicPtr<DType>; KNOWN],
+    objects: [AtomicPtr<ffi::PyObject>; KNOWN],
+}
+
+const KNOWN: usize = 64;
+
+static KNOWN_DTYPES: Known = Known {
+    dtypes: [const { AtomicPtr::new(std::ptr::null_mut()) }; KNOWN],
+    objects: [const { AtomicPtr::new(std::ptr::null_mut()) }; KNOWN],
+};
+
+impl Known {
+    fn find<'py>(&self, py: Python<'py>, dtype: &DType) -> Option<Bound<'py, PyAny>> {
+        let wanted = (dtype as *const DType).cast_mut();
+        for (slot, object) in self.dtypes.iter().zip(&self.objects) {
+            match slot.load(Ordering::Acquire) {
+                found if found == wanted => {
+                    // SAFETY: a reference this table holds for the process (`keep`).
+                    return Some(unsafe { Bound::from_borrowed_ptr(py, object.load(Ordering::Acquire)) });
+                }
+                found if found.is_null() => return None,
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Keep `object` as `dtype`'s, in the first free slot (none: not kept here). A slot is
+    /// claimed by its object (compare-and-swap), then named by its `DType`, so that two threads
+    /// never share one, and a reader that finds the `DType` finds its object.
+    fn keep(&self, dtype: &'static DType, object: &Bound<'_, PyAny>) {
+        let object = object.clone().into_ptr();
+        for (slot, kept) in self.dtypes.iter().zip(&self.objects) {
+            if kept.compare_exchange(std::ptr::null_mut(), object, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                slot.store((dtype as *const DType).cast_mut(), Ordering::Release);
+                return;
+            }
+        }
+        // SAFETY: the reference taken above, which no slot kept.
+        unsafe { ffi::Py_DecRef(object) };
+    }
+}
+
 /// The NumPy dtype object of `dtype` (cached), importing the module that defines it if NumPy
 /// does not (bfloat16 from ml_dtypes).
-pub(crate) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn numpy_dtype<'py>(py: Python<'py>, dtype: &'static DType) -> PyResult<Bound<'py, PyAny>> {
+    if let Some(found) = KNOWN_DTYPES.find(py, dtype) {
+        return Ok(found);
+    }
+    let object = numpy_dtype_made(py, dtype)?;
+    KNOWN_DTYPES.keep(dtype, &object);
+    Ok(object)
+}
+
+/// `numpy_dtype` the first time for each `DType` address: by name (by address for records) in a
+/// dict, else made.
+fn numpy_dtype_made<'py>(py: Python<'py>, dtype: &'static DType) -> PyResult<Bound<'py, PyAny>> {
     static CACHE: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
     let cache = CACHE.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
     // Records are kept by address too: two crates may each have a record of one name.
@@ -100,7 +163,7 @@ pub(crate) fn numpy_dtype<'py>(py: Python<'py>, dtype: &DType) -> PyResult<Bound
 
 /// The descriptor of `dtype` (a new reference): NumPy's builtin one, or the registered one of
 /// a dtype another package defines, checked to be a `numpy.dtype` (NumPy steals and reads it).
-fn descriptor<'py>(py: Python<'py>, numpy: &NumPyApi, dtype: &DType) -> PyResult<Bound<'py, PyAny>> {
+fn descriptor<'py>(py: Python<'py>, numpy: &NumPyApi, dtype: &'static DType) -> PyResult<Bound<'py, PyAny>> {
     // The kinds DLPack lacks share DLPack fields with plain ones (datetime64 with int64): by name.
     let builtin = if dtype.numpy_only() { None } else { builtin_type_num(dtype.dlpack()) };
     match builtin {
@@ -138,7 +201,7 @@ fn descriptor<'py>(py: Python<'py>, numpy: &NumPyApi, dtype: &DType) -> PyResult
 /// `strides` reach, valid while `owner` lives and writable unless `readonly`.
 pub(crate) unsafe fn array_over<'py>(
     py: Python<'py>,
-    dtype: &DType,
+    dtype: &'static DType,
     shape: &[usize],
     strides: Option<&[isize]>,
     data: *mut c_void,
@@ -194,6 +257,44 @@ pub(crate) unsafe fn array_over<'py>(
         }
     }
     Ok(array)
+}
+
+/// NumPy's `array.astype(dtype, casting=rule)`: a new C-order array of `dtype` holding `array`'s
+/// elements converted by NumPy's own casts (`PyArray_CastToType`, as rust-numpy's
+/// `cast_array`), after NumPy's check of `rule` (`numpy.can_cast`; 4, unsafe, allows every
+/// cast), whose refusal is NumPy's `TypeError`, in NumPy's words.
+///
+/// # Safety
+/// `array` is a NumPy array (of a type `is_array_type` accepts).
+pub(crate) unsafe fn cast<'py>(
+    array: &Bound<'py, PyAny>,
+    dtype: &'static DType,
+    rule: c_int,
+) -> PyResult<Bound<'py, PyAny>> {
+    const UNSAFE: c_int = 4;
+    const RULES: [&str; 5] = ["no", "equiv", "safe", "same_kind", "unsafe"];
+    let py = array.py();
+    let numpy = api_or_import(py)?;
+    let descr = descriptor(py, numpy, dtype)?;
+    type CanCastArrayTo = unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject, c_int) -> std::ffi::c_uchar;
+    type CastToType = unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject, c_int) -> *mut ffi::PyObject;
+    // SAFETY: the table's functions with their C signatures (numpy/__multiarray_api.h).
+    let (can_cast, cast_to): (CanCastArrayTo, CastToType) =
+        unsafe { (numpy.function(CAN_CAST_ARRAY_TO), numpy.function(CAST_TO_TYPE)) };
+    // SAFETY: a NumPy array (the caller's promise) and a live descriptor, borrowed.
+    if rule != UNSAFE && unsafe { can_cast(array.as_ptr(), descr.as_ptr(), rule) } == 0 {
+        let from = array.getattr(intern!(py, "dtype"))?.repr()?;
+        // NumPy's words (`npy_set_invalid_cast_error`): "scalar" for a 0-d array.
+        let what = if array.getattr(intern!(py, "ndim"))?.extract::<usize>()? == 0 { "scalar" } else { "array data" };
+        return Err(PyTypeError::new_err(format!(
+            "Cannot cast {what} from {from} to {} according to the rule '{}'",
+            descr.repr()?,
+            RULES.get(rule as usize).copied().unwrap_or("?")
+        )));
+    }
+    // SAFETY: as above; NumPy steals the descriptor reference, and returns a new reference or
+    // NULL with an exception set. 0: C order.
+    unsafe { Bound::from_owned_ptr_or_err(py, cast_to(array.as_ptr(), descr.into_ptr(), 0)) }
 }
 
 /// The address of the first element of NumPy array `array` (of a type `is_array_type` accepts).

@@ -328,6 +328,14 @@ pub(crate) fn acquire(obj: &Bound<'_, PyAny>, stream: Option<Stream>) -> PyResul
     acquire_as(obj, protocol, Request { stream, ..Request::default() }).map(Some)
 }
 
+/// `obj`'s memory for an untyped argument (`UntypedArray`): NumPy arrays of the kinds DLPack
+/// lacks are taken too, as typed arguments take them (`Request::numpy_kinds`).
+pub(crate) fn acquire_any_kind(obj: &Bound<'_, PyAny>) -> PyResult<Option<Source>> {
+    crate::process::join(obj.py())?;
+    let Some(protocol) = protocol_of(obj)? else { return Ok(None) };
+    acquire_as(obj, protocol, Request { numpy_kinds: true, ..Request::default() }).map(Some)
+}
+
 /// `obj`'s memory for a typed argument (`Request::in_place`, `Request::numpy_kinds`): the
 /// caller keeps `obj`, and borrows non-empty host memory in the registry before it next
 /// releases the GIL; NumPy arrays of the kinds DLPack lacks are taken too (typed arguments

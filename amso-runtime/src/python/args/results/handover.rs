@@ -155,12 +155,15 @@ pub(in crate::python::args) fn capsule<'py>(
     let capsule = unsafe { ffi::PyCapsule_New(pointer, OWNER.as_ptr(), Some(release)) };
     // SAFETY: a valid capsule takes any context.
     if capsule.is_null() || unsafe { ffi::PyCapsule_SetContext(capsule, context) } != 0 {
-        if capsule.is_null() {
-            release_now();
-        } else {
-            // SAFETY: our new reference; its destructor frees the pointer.
-            unsafe { ffi::Py_DecRef(capsule) };
+        if !capsule.is_null() {
+            // SAFETY: our new reference, freed without its destructor, which would read the
+            // context that was not set.
+            unsafe {
+                ffi::PyCapsule_SetDestructor(capsule, None);
+                ffi::Py_DecRef(capsule);
+            }
         }
+        release_now();
         return Err(PyErr::fetch(py));
     }
     // SAFETY: a new reference.
@@ -171,9 +174,11 @@ pub(in crate::python::args) fn capsule<'py>(
 /// capsule's context): no allocation beyond the vector's own.
 impl<T: ArrayElement> Owner for Vec<T> {
     fn into_capsule(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-        if std::mem::needs_drop::<T>() {
-            // Elements that own something (`Py<PyAny>`: one reference each) drop with the
-            // vector, when the framework lets go of it (the GIL held, as NumPy frees arrays).
+        // Elements that own something (`Py<PyAny>`: one reference each) drop with the vector,
+        // when the framework lets go of it (the GIL held, as NumPy frees arrays): all `capacity`
+        // of them, so only a full vector goes into the capsule as its parts.
+        let owned = std::mem::needs_drop::<T>();
+        if owned && self.len() != self.capacity() {
             return self.into_arc().into_capsule(py);
         }
         unsafe extern "C" fn release<T>(capsule: *mut ffi::PyObject) {
@@ -182,16 +187,28 @@ impl<T: ArrayElement> Owner for Vec<T> {
                 (ffi::PyCapsule_GetPointer(capsule, OWNER.as_ptr()), ffi::PyCapsule_GetContext(capsule) as usize)
             };
             if !pointer.is_null() {
+                // Elements that need a drop fill the whole buffer (checked before the capsule
+                // was made); the others are not dropped.
+                let len = if std::mem::needs_drop::<T>() { capacity } else { 0 };
                 // SAFETY: the buffer of a vector of that capacity, given up below and freed once,
-                // here; its elements need no drop (checked before the capsule was made).
-                drop(unsafe { Vec::from_raw_parts(pointer.cast::<T>(), 0, capacity) });
+                // here, with `len` initialised elements.
+                let vector = unsafe { Vec::from_raw_parts(pointer.cast::<T>(), len, capacity) };
+                if len > 0 {
+                    // Attached (the caller holds the GIL), so that the references `Py` elements
+                    // hold are released now, not queued by PyO3 for its next call. No panic may
+                    // cross into NumPy; a panicking drop leaks instead.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        crate::python::base::drop_attached(vector);
+                    }));
+                }
             }
         }
         let mut vector = std::mem::ManuallyDrop::new(self);
         let (pointer, capacity) = (vector.as_mut_ptr(), vector.capacity());
         let free = || {
+            let len = if owned { capacity } else { 0 };
             // SAFETY: the parts just taken from the vector, freed once (no capsule took them).
-            drop(unsafe { Vec::from_raw_parts(pointer, 0, capacity) })
+            drop(unsafe { Vec::from_raw_parts(pointer, len, capacity) })
         };
         capsule(py, pointer.cast(), capacity as *mut c_void, release::<T>, free)
     }

@@ -5,8 +5,8 @@ elements handed to NumPy (rust-numpy: `into_pyarray`), and the no-op with an ams
 argument; rust-numpy's `head` example over an object array of 24 elements, and its
 `add_minutes_to_seconds` over 1024 timedelta64[s] and [m] elements; an `ArrayLike` argument
 converting a list of 8 ints (rust-numpy: `PyArrayLike1<i32, AllowTypeChange>`); a cast of 1024
-int64 elements to float32 (rust-numpy: `cast_array`); a new object array of three Python objects
-(rust-numpy: `into_pyarray`). PyO3's own call (a
+int64 elements to float32 (rust-numpy: `cast_array`); new object, datetime64[s] and S4 arrays from
+`Vec`s (rust-numpy: `into_pyarray`). PyO3's own call (a
 function taking `&Bound<PyAny>`) is the floor under both.
 
 A second table puts amso's own arrays beside NumPy's as the input of the same amso function
@@ -37,7 +37,7 @@ from protocols import paired, spread_cell
 ROWS = ["no-op, 1 argument", "no-op, 3 arguments", "sum", "in-place scale", "new 1-D float64 result",
         "no-op, 1 amso array argument", "object array: head", "timedelta: add minutes to seconds",
         "ArrayLike: a list of 8 ints to int32", "cast: 1024 int64 to float32",
-        "object result: [None, 1, 'two']"]
+        "object result: [None, 1, 'two']", "datetime result: 1024 datetime64[s]", "fixed-string result: 64 S4"]
 #: The same amso function, amso arrays against NumPy arrays as its input.
 INPUT_ROWS = ["amso input: no-op, 1 argument", "amso input: no-op, 3 arguments"]
 #: A record argument (the spec's particle, 40 bytes) against a float64 one, NumPy arrays of 1024.
@@ -69,6 +69,8 @@ def calls() -> dict[str, dict[str, object]]:
         "ArrayLike: a list of 8 ints to int32": {"amso": lambda: p.like_i32_coerce(ints),
                                                  "rust-numpy": lambda: p.numpy_like_i32_coerce(ints)},
         "object result: [None, 1, 'two']": {"amso": p.amso_objects, "rust-numpy": p.numpy_objects},
+        "datetime result: 1024 datetime64[s]": {"amso": p.amso_days, "rust-numpy": p.numpy_days},
+        "fixed-string result: 64 S4": {"amso": p.amso_words, "rust-numpy": p.numpy_words},
         "cast: 1024 int64 to float32": {"amso": lambda: p.amso_cast_f32(int64s),
                                         "rust-numpy": lambda: p.numpy_cast_f32(int64s)},
         "timedelta: add minutes to seconds": {"amso": lambda: p.amso_add_minutes_to_seconds(seconds, minutes),

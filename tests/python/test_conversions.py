@@ -531,7 +531,7 @@ def test_cast_between_kinds_numpy_alone_has():
 
 @pytest.mark.skipif(not amso.cuda.is_available(), reason="needs a CUDA device")
 def test_cast_of_device_data_names_its_frameworks_cast():
-    d = amso.asarray(np.arange(4), on_device=True)
+    d = amso.MemArray(4, "int64", on_device=True)
     with pytest.raises(ValueError, match=r"cast\(\) converts host data, and this argument is on cuda:0"):
         peers.amso_cast_u8(d)
 

@@ -232,6 +232,16 @@ def test_isize_and_usize():
     assert r.dtype == np.uintp == np.uint64 and r.tolist() == [0, 1, 2, 3]
 
 
+def test_owned_datetime_and_string_results_match_rust_numpys():
+    """The benchmark's owned results (bench_rust.py): the same NumPy arrays from both crates."""
+    for ours, theirs, dtype in ((peers.amso_days(), peers.numpy_days(), "datetime64[s]"),
+                                (peers.amso_words(), peers.numpy_words(), "S4")):
+        assert ours.dtype == theirs.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(ours, theirs)
+    assert peers.amso_days()[1] == np.datetime64("1970-01-02T00:00:00")
+    assert peers.amso_words()[12] == b"w012"
+
+
 def test_derived_element_matches_its_numpy_dtype():
     x = np.array([1, -5, 7], dtype="timedelta64[ms]")
     doubled = peers.amso_double_millis(x)

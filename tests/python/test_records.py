@@ -81,6 +81,25 @@ def test_owned_records_go_to_numpy_with_the_layout():
     assert peers.record_total_mass(r) == r["mass"].sum()  # and back in
 
 
+def test_record_results_go_to_numpy_only_even_for_an_amso_argument():
+    """docs/dtypes.md: a record result goes to NumPy; for an amso record argument, whose
+    framework is amso, `output` refuses with a ValueError naming Framework::NumPy."""
+    import amso
+
+    r = peers.record_new(3)
+    echoed = peers.record_echo(r)
+    assert isinstance(echoed, np.ndarray) and echoed.dtype == r.dtype
+    np.testing.assert_array_equal(echoed, r)
+    with pytest.raises(ValueError, match=r"particle arrays go to NumPy only .* hand them to Framework::NumPy"):
+        peers.record_echo(amso.asarray(r, dtype="particle"))
+
+
+def test_a_field_view_has_the_arrays_dimensions_then_the_fields_shape():
+    r = peers.record_new(4).reshape(2, 2)
+    shape, values = peers.record_positions(r)
+    assert shape == [2, 2, 3] and values == r["pos"].ravel().tolist()
+
+
 MISMATCHES = {
     "order": ([("vel", "<f4", (3,)), ("pos", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")], "field 0 is named `vel`"),
     "type": ([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f4"), ("id", "<i8")], "field 2 `mass` is float32"),

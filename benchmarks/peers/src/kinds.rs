@@ -47,7 +47,37 @@ fn numpy_objects(py: Python<'_>) -> PyResult<Bound<'_, PyArray1<Py<PyAny>>>> {
     Ok(items.into_pyarray(py))
 }
 
+/// 1024 datetimes a day apart from the epoch, as a new `datetime64[s]` array.
+#[pyfunction]
+fn numpy_days(py: Python<'_>) -> Bound<'_, PyArray1<numpy::datetime::Datetime<numpy::datetime::units::Seconds>>> {
+    (0..1024_i64).map(|day| (day * 86_400).into()).collect::<Vec<_>>().into_pyarray(py)
+}
+
+/// 64 byte strings `b"w000"` to `b"w063"`, as a new `S4` array.
+#[pyfunction]
+fn numpy_words(py: Python<'_>) -> Bound<'_, PyArray1<numpy::PyFixedString<4>>> {
+    words().into_iter().map(numpy::PyFixedString::from).collect::<Vec<_>>().into_pyarray(py)
+}
+
+/// The words of `numpy_words` and `amso_words`.
+fn words() -> Vec<[u8; 4]> {
+    (0..64_u8).map(|i| [b'w', b'0', b'0' + i / 10, b'0' + i % 10]).collect()
+}
+
 // --- amso ---
+
+/// As `numpy_days`, through amso's owned results.
+#[pyfunction]
+fn amso_days(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let days: Vec<Datetime<units::Seconds>> = (0..1024_i64).map(|day| (day * 86_400).into()).collect();
+    days.into_framework(py, Framework::NumPy)
+}
+
+/// As `numpy_words`, through amso's owned results.
+#[pyfunction]
+fn amso_words(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    words().into_iter().map(FixedBytes::from).collect::<Vec<_>>().into_framework(py, Framework::NumPy)
+}
 
 #[pyfunction(name = "amso_head")]
 fn amso_head_py(x: ArrayRefDyn<'_, Py<PyAny>>) -> PyResult<Py<PyAny>> {
@@ -178,6 +208,10 @@ fn amso_double_millis<'py>(x: ArrayRef<'py, Millis, 1>) -> PyResult<Bound<'py, P
 
 pub(crate) fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(numpy_head_py, module)?)?;
+    module.add_function(wrap_pyfunction!(numpy_days, module)?)?;
+    module.add_function(wrap_pyfunction!(numpy_words, module)?)?;
+    module.add_function(wrap_pyfunction!(amso_days, module)?)?;
+    module.add_function(wrap_pyfunction!(amso_words, module)?)?;
     module.add_function(wrap_pyfunction!(numpy_add_minutes_to_seconds, module)?)?;
     module.add_function(wrap_pyfunction!(numpy_bytes, module)?)?;
     module.add_function(wrap_pyfunction!(numpy_objects, module)?)?;

@@ -53,6 +53,12 @@ fn record_scale_mass(mut x: ArrayMut<'_, Particle, 1>, by: f64) -> PyResult<()> 
     Ok(())
 }
 
+/// A copy of the records, in the caller's framework (`output`).
+#[pyfunction]
+fn record_echo<'py>(x: ArrayRef<'py, Particle, 1>) -> PyResult<Bound<'py, PyAny>> {
+    x.output(x.as_array()?.to_owned())
+}
+
 /// The ids, from the records themselves.
 #[pyfunction]
 fn record_ids(x: ArrayRefDyn<'_, Particle>) -> PyResult<Vec<i64>> {
@@ -100,6 +106,7 @@ pub(crate) fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(record_kick, module)?)?;
     module.add_function(wrap_pyfunction!(record_scale_mass, module)?)?;
     module.add_function(wrap_pyfunction!(record_ids, module)?)?;
+    module.add_function(wrap_pyfunction!(record_echo, module)?)?;
     module.add_function(wrap_pyfunction!(record_field_f32, module)?)?;
     module.add_function(wrap_pyfunction!(record_new, module)?)?;
     module.add_function(wrap_pyfunction!(flagged_live_weight, module)?)?;

@@ -181,7 +181,7 @@ impl<T: ArrayElement> Owner for Vec<T> {
         if owned && self.len() != self.capacity() {
             return self.into_arc().into_capsule(py);
         }
-        unsafe extern "C" fn release<T>(capsule: *mut ffi::PyObject) {
+        unsafe extern "C" fn release<T: 'static>(capsule: *mut ffi::PyObject) {
             // SAFETY: a capsule made below: the vector's buffer and, as context, its capacity.
             let (pointer, capacity) = unsafe {
                 (ffi::PyCapsule_GetPointer(capsule, OWNER.as_ptr()), ffi::PyCapsule_GetContext(capsule) as usize)
@@ -190,6 +190,20 @@ impl<T: ArrayElement> Owner for Vec<T> {
                 // Elements that need a drop fill the whole buffer (checked before the capsule
                 // was made); the others are not dropped.
                 let len = if std::mem::needs_drop::<T>() { capacity } else { 0 };
+                if std::any::TypeId::of::<T>() == std::any::TypeId::of::<Py<PyAny>>() {
+                    // Object references, given back directly: a capsule's destructor runs with
+                    // the GIL held (NumPy frees its arrays so), where PyO3's drop would first
+                    // attach to learn that.
+                    // SAFETY: the buffer of a vector of that capacity, given up below and freed
+                    // once, here; `Py<PyAny>` is one non-NULL `PyObject*` (transparent), each
+                    // holding one reference, given back once, here.
+                    let objects = unsafe { Vec::from_raw_parts(pointer.cast::<*mut ffi::PyObject>(), len, capacity) };
+                    for &object in &objects {
+                        // SAFETY: as above; the GIL is held.
+                        unsafe { ffi::Py_DecRef(object) };
+                    }
+                    return;
+                }
                 // SAFETY: the buffer of a vector of that capacity, given up below and freed once,
                 // here, with `len` initialised elements.
                 let vector = unsafe { Vec::from_raw_parts(pointer.cast::<T>(), len, capacity) };

@@ -100,6 +100,20 @@ def test_a_field_view_has_the_arrays_dimensions_then_the_fields_shape():
     assert shape == [2, 2, 3] and values == r["pos"].ravel().tolist()
 
 
+def test_static_rank_field_views_reduce_and_write_as_numpy_does():
+    r = peers.record_new(5)
+    r["pos"] *= 1.5
+    expected_total, expected_mass = r["pos"].sum(axis=0), r["mass"] * 2
+    assert peers.record_pos_total_and_double_mass(r) == pytest.approx(expected_total.tolist())
+    np.testing.assert_array_equal(r["mass"], expected_mass)
+    strided = peers.record_new(6)[::2]  # every other record: the field views step over them
+    masses = strided["mass"] * 2
+    peers.record_pos_total_and_double_mass(strided)
+    np.testing.assert_array_equal(strided["mass"], masses)
+    with pytest.raises(TypeError, match=r"field `pos` has 2 dimensions \(the array's, then the field's own shape\), not 1 dimensions: ask for Ix2"):
+        peers.record_pos_as_1d(r)
+
+
 MISMATCHES = {
     "order": ([("vel", "<f4", (3,)), ("pos", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")], "field 0 is named `vel`"),
     "type": ([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f4"), ("id", "<i8")], "field 2 `mass` is float32"),

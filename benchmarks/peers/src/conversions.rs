@@ -268,7 +268,6 @@ fn faer_add_index(mut x: ArrayMut<'_, f64, 2>) -> PyResult<()> {
     Ok(())
 }
 
-/// Adds this file's functions to the module.
 /// An untyped argument's byte strides and contiguity (rust-numpy's `PyUntypedArray` facts).
 #[pyfunction]
 fn untyped_layout(x: UntypedArray<'_>) -> (Vec<isize>, bool, bool, bool) {

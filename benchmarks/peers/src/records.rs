@@ -53,6 +53,22 @@ fn record_scale_mass(mut x: ArrayMut<'_, Particle, 1>, by: f64) -> PyResult<()> 
     Ok(())
 }
 
+/// The positions summed over the records (`sum_axis` over the 2-D `pos` view), and the masses
+/// doubled in place, through the static-rank field views.
+#[pyfunction]
+fn record_pos_total_and_double_mass(mut x: ArrayMut<'_, Particle, 1>) -> PyResult<Vec<f32>> {
+    use amso_runtime::ndarray::{Axis, Ix1, Ix2};
+    let total = x.field_view::<f32, Ix2>("pos")?.sum_axis(Axis(0)).to_vec();
+    x.field_view_mut::<f64, Ix1>("mass")?.map_inplace(|m| *m *= 2.0);
+    Ok(total)
+}
+
+/// The `pos` field asked for at rank 1 (it has 2): the error.
+#[pyfunction]
+fn record_pos_as_1d(x: ArrayRef<'_, Particle, 1>) -> PyResult<usize> {
+    Ok(x.field_view::<f32, amso_runtime::ndarray::Ix1>("pos")?.len())
+}
+
 /// A copy of the records, in the caller's framework (`output`).
 #[pyfunction]
 fn record_echo<'py>(x: ArrayRef<'py, Particle, 1>) -> PyResult<Bound<'py, PyAny>> {
@@ -107,6 +123,8 @@ pub(crate) fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(record_scale_mass, module)?)?;
     module.add_function(wrap_pyfunction!(record_ids, module)?)?;
     module.add_function(wrap_pyfunction!(record_echo, module)?)?;
+    module.add_function(wrap_pyfunction!(record_pos_total_and_double_mass, module)?)?;
+    module.add_function(wrap_pyfunction!(record_pos_as_1d, module)?)?;
     module.add_function(wrap_pyfunction!(record_field_f32, module)?)?;
     module.add_function(wrap_pyfunction!(record_new, module)?)?;
     module.add_function(wrap_pyfunction!(flagged_live_weight, module)?)?;

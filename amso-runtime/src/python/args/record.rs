@@ -66,6 +66,19 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         Ok(view)
     }
 
+    /// Field `name` as a view of static rank `E` (`Ix1` for a scalar field of a 1-D array,
+    /// `Ix2` for `pos: [f32; 3]` of one): `field`'s view, which `ndarray`'s axis reductions
+    /// (`sum_axis`) and indexing by `[i, j]` want. A rank that is not the array's plus the
+    /// field's is a `TypeError` naming both, as an argument of another rank is.
+    pub fn field_view<F: ArrayElement, E: ndarray::Dimension>(
+        &self,
+        name: &str,
+    ) -> PyResult<ndarray::ArrayView<'_, F, E>> {
+        let view = self.field::<F>(name)?;
+        let ndim = view.ndim();
+        view.into_dimensionality::<E>().map_err(|_| field_rank_error::<E>(name, ndim))
+    }
+
     /// The lowest-addressed `F` of the field, the view's dimensions and absolute strides (in
     /// `F`s), and the axes to turn round (the argument's reversed ones).
     fn field_layout<F: ArrayElement>(
@@ -97,6 +110,15 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     }
 }
 
+/// The error for a field view asked for at rank `E` that has `ndim` dimensions.
+fn field_rank_error<E: ndarray::Dimension>(name: &str, ndim: usize) -> pyo3::PyErr {
+    let asked = E::NDIM.map_or_else(|| "a dynamic rank".to_owned(), |n| format!("{n} dimensions"));
+    PyTypeError::new_err(format!(
+        "field `{name}` has {ndim} dimensions (the array's, then the field's own shape), not {asked}: ask for \
+         Ix{ndim}, or use field() for a view of dynamic rank"
+    ))
+}
+
 impl<'py, T: ArrayElement, D: Dimensions> TypedArray<'py, T, D, Write> {
     /// Field `name` of a writable record argument as a writable `ndarray` view (see `field`).
     pub fn field_mut<F: ArrayElement>(&mut self, name: &str) -> PyResult<ndarray::ArrayViewMutD<'_, F>> {
@@ -114,5 +136,15 @@ impl<'py, T: ArrayElement, D: Dimensions> TypedArray<'py, T, D, Write> {
             view.invert_axis(ndarray::Axis(axis));
         }
         Ok(view)
+    }
+
+    /// Field `name` as a writable view of static rank `E` (see `field_view`).
+    pub fn field_view_mut<F: ArrayElement, E: ndarray::Dimension>(
+        &mut self,
+        name: &str,
+    ) -> PyResult<ndarray::ArrayViewMut<'_, F, E>> {
+        let view = self.field_mut::<F>(name)?;
+        let ndim = view.ndim();
+        view.into_dimensionality::<E>().map_err(|_| field_rank_error::<E>(name, ndim))
     }
 }

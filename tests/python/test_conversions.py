@@ -524,6 +524,13 @@ def test_cast_by_a_rule_refuses_as_numpys_astype_does(rule):
     assert (shape, values) == ([3], expected)
 
 
+def test_a_cast_of_vectors_is_refused_before_numpy_broadcasts_it():
+    """NumPy's cast would broadcast float32 lanes into float32x4's trailing axis instead of
+    converting them: refused, naming what to cast instead."""
+    with pytest.raises(TypeError, match=r"cast\(\) converts scalars, and float32 to float32x4 is a cast of vectors"):
+        peers.amso_cast_to_vectors(np.zeros((3, 4), np.float32))
+
+
 def test_cast_between_kinds_numpy_alone_has():
     x = np.array(["1970-01-01T00:00:00", "1970-01-02T23:59:59", "2000-03-01T12:00:00"], dtype="datetime64[s]")
     assert peers.amso_cast_days(x) == x.astype("datetime64[D]").astype(np.int64).tolist()

@@ -110,7 +110,7 @@ def test_static_rank_field_views_reduce_and_write_as_numpy_does():
     masses = strided["mass"] * 2
     peers.record_pos_total_and_double_mass(strided)
     np.testing.assert_array_equal(strided["mass"], masses)
-    with pytest.raises(TypeError, match=r"field `pos` has 2 dimensions \(the array's, then the field's own shape\), not 1 dimensions: ask for Ix2"):
+    with pytest.raises(TypeError, match=r"field `pos` has 2 dimensions \(the array's, then the field's own shape\), not 1 dimension: ask for Ix2"):
         peers.record_pos_as_1d(r)
 
 

@@ -374,6 +374,12 @@ fn amso_cast_f64_from_i64_by(x: ArrayRefDyn<'_, i64>, rule: &str) -> PyResult<(V
     cast_by(&x, rule)
 }
 
+/// float32 lanes cast to float32x4 vectors: the error.
+#[pyfunction]
+fn amso_cast_to_vectors(x: ArrayRef<'_, f32, 2>) -> PyResult<usize> {
+    Ok(x.cast::<amso_runtime::dtypes::float32x4>()?.len())
+}
+
 /// Whether an untyped argument is a float32x4 array (`is`), and then its typed view's shape and
 /// first vector.
 #[pyfunction]
@@ -410,6 +416,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(amso_cast_f64_by, module)?,
         wrap_pyfunction!(amso_cast_f64_from_i64_by, module)?,
         wrap_pyfunction!(untyped_vectors, module)?,
+        wrap_pyfunction!(amso_cast_to_vectors, module)?,
         wrap_pyfunction!(amso_cast_days, module)?,
         wrap_pyfunction!(amso_cast_f32, module)?,
         wrap_pyfunction!(numpy_cast_f32, module)?,

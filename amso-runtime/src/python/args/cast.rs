@@ -3,7 +3,7 @@
 //! (`300` becomes `44` in uint8, a float's fraction is dropped). The result is a typed argument
 //! over the new NumPy array, read as any other.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::element::ArrayElement;
@@ -30,7 +30,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     /// The elements as `U`s, in a new C-order NumPy array, converted as NumPy's
     /// `x.astype(U)` converts them (unsafe casting, as rust-numpy's `cast_array`). Host data
     /// only: device data is a `ValueError` naming its framework's cast. Vector element types
-    /// (`float32x4`) do not compile here: cast the array of their lanes.
+    /// (`float32x4`) are a `TypeError`: cast the array of their lanes.
     pub fn cast<U: ArrayElement>(&self) -> PyResult<TypedArray<'py, U, D, Read>> {
         self.cast_with(Casting::Unsafe)
     }
@@ -41,12 +41,14 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     pub fn cast_with<U: ArrayElement>(&self, casting: Casting) -> PyResult<TypedArray<'py, U, D, Read>> {
         // NumPy shows a vector as its lanes on a trailing axis, which its cast would broadcast
         // into rather than convert lane by lane.
-        const {
-            assert!(
-                !T::DTYPE.is_vector() && !U::DTYPE.is_vector(),
-                "cast() converts scalars: cast a vector's lanes (cast the array of its lane type)"
-            )
-        };
+        if const { T::DTYPE.is_vector() || U::DTYPE.is_vector() } {
+            return Err(PyTypeError::new_err(format!(
+                "cast() converts scalars, and {} to {} is a cast of vectors: cast the array of the lanes \
+                 (ArrayRef of the lane type, one more dimension) instead",
+                T::DTYPE.name,
+                U::DTYPE.name
+            )));
+        }
         let py = self.object().py();
         crate::element::own::register::<U>();
         let data = self.host_ptr().map_err(|_| {

@@ -112,7 +112,8 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
 
 /// The error for a field view asked for at rank `E` that has `ndim` dimensions.
 fn field_rank_error<E: ndarray::Dimension>(name: &str, ndim: usize) -> pyo3::PyErr {
-    let asked = E::NDIM.map_or_else(|| "a dynamic rank".to_owned(), |n| format!("{n} dimensions"));
+    let asked = E::NDIM
+        .map_or_else(|| "a dynamic rank".to_owned(), |n| format!("{n} dimension{}", if n == 1 { "" } else { "s" }));
     PyTypeError::new_err(format!(
         "field `{name}` has {ndim} dimensions (the array's, then the field's own shape), not {asked}: ask for \
          Ix{ndim}, or use field() for a view of dynamic rank"

@@ -49,8 +49,8 @@ pub(crate) trait DeviceAllocator: Send + Sync + 'static {
     }
 }
 
-/// Counters reported by `memory_info`, by client (`pool::Client`); amso's pool counts its hits
-/// and misses itself, under its lock.
+/// Counters reported by `memory_info`, by client (`pool::Client`), of memory from allocators
+/// other than amso's pool, which counts its own (and its hits and misses) under its lock.
 #[derive(Debug)]
 pub(crate) struct Stats {
     /// Bytes of live allocations.
@@ -241,8 +241,14 @@ impl PendingFree {
                     After::Stream(stream) => (stream, lasting(client, stream)),
                     After::Device => (StreamHandle::LEGACY, true), // the device's work is done
                 };
-                source.allocator().free_on(device_id, ptr, bytes, stream, lasting);
-                STATS.in_use[client as usize].fetch_sub(bytes, Ordering::Relaxed);
+                match &source {
+                    // Counted under the pool's lock.
+                    Source::Pool => default_pool().free_for(device_id, (ptr, bytes), stream, lasting, client),
+                    other => {
+                        other.allocator().free_on(device_id, ptr, bytes, stream, lasting);
+                        STATS.in_use[client as usize].fetch_sub(bytes, Ordering::Relaxed);
+                    }
+                }
             }
             PendingFree::Driver { device_id, ptr } => {
                 if let Ok(_ctx) = Current::enter(device_id) {
@@ -263,7 +269,7 @@ impl PendingFree {
 /// Whether `stream` outlives memory `client` frees on it, so that amso's pool may later record
 /// an event on it: the default streams, amso's own, and PyTorch's (which PyTorch never
 /// destroys). A CuPy, RMM or user stream may be destroyed while its blocks are cached.
-fn lasting(client: Client, stream: StreamHandle) -> bool {
+pub(crate) fn lasting(client: Client, stream: StreamHandle) -> bool {
     client == Client::Torch || stream == StreamHandle::LEGACY || super::stream::is_amso_stream(stream)
 }
 
@@ -421,17 +427,34 @@ pub(crate) fn allocate_for(
         Request::Managed => Source::Managed,
         Request::Shareable => Source::Shareable,
     };
-    let allocator = source.allocator();
-    let ptr = match allocator.allocate(device_id, bytes, stream) {
+    let allocate = || match &source {
+        // Counted under the pool's lock.
+        Source::Pool => default_pool().allocate_for(device_id, bytes, stream, client),
+        other => other.allocator().allocate(device_id, bytes, stream),
+    };
+    let ptr = match allocate() {
         Err(Error::OutOfMemory { .. }) => {
             run_all(take_pending());
-            allocator.allocate(device_id, bytes, stream)?
+            allocate()?
         }
         other => other?,
     };
-    STATS.in_use[client as usize].fetch_add(bytes, Ordering::Relaxed);
-    STATS.allocations[client as usize].fetch_add(1, Ordering::Relaxed);
+    if !matches!(source, Source::Pool) {
+        STATS.in_use[client as usize].fetch_add(bytes, Ordering::Relaxed);
+        STATS.allocations[client as usize].fetch_add(1, Ordering::Relaxed);
+    }
     Ok((ptr, source))
+}
+
+/// Whether a free ordered on a stream may go back to amso's pool now: no `defer_cleanup` block
+/// or capture holds the frees.
+pub(crate) fn frees_run_now() -> bool {
+    !DEFERRED.holding() && !capturing()
+}
+
+/// Whether new device memory comes from amso's pool (no allocator is plugged in).
+pub(crate) fn pooling() -> bool {
+    !PLUGGED.load(Ordering::Acquire)
 }
 
 /// Return memory to the allocator it came from through the deferred queue (this copy's pool:
@@ -444,7 +467,7 @@ pub(crate) fn release(source: Source, device_id: DeviceId, ptr: u64, bytes: usiz
         After::Stream(stream) if stream == StreamHandle::PER_THREAD => After::Device,
         other => other,
     };
-    let free_now = matches!(source, Source::Pool) && !DEFERRED.holding() && !capturing();
+    let free_now = matches!(source, Source::Pool) && frees_run_now();
     let pending = PendingFree::Device { source, device_id, ptr, bytes, after, client };
     match after {
         After::Stream(_) if free_now => pending.run(), // stream-ordered into amso's pool: no driver call

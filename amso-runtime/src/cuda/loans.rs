@@ -1,7 +1,10 @@
 //! Device memory lent to other libraries through their plug-in points (`python/allocators.rs`):
 //! Numba, CuPy, PyTorch and RMM allocate from the process's pool (`pool.rs`) and give the
-//! memory back by its address. Each loan is kept here by device and address, with a serial
-//! number, so that what comes back is checked before anything is freed: a double free, an
+//! memory back by its address. Each loan is kept by device and address, with a serial number:
+//! blocks of amso's own pool in its device's ledger (`lent.rs`), under the lock its cache takes
+//! anyway, so that a lend its stream's own blocks serve and its give-back take one lock each;
+//! other memory (another runtime copy's pool, a plugged-in allocator's, shareable memory) in
+//! `LOANS` here. What comes back is checked before anything is freed: a double free, an
 //! address amso never lent, one given back on another device, by another client, or after the
 //! client's loans were reset, is refused (and counted), never freed twice. A give-back that
 //! carries the loan's serial (`_Loan` objects: CuPy's and Numba's) is also told from a later
@@ -20,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::address_hash::BuildAddressHasher;
-use super::alloc::After;
+use super::alloc::{self, default_pool, After};
 use super::pool::{self, Grant};
 use super::request::{Client, Request, CLIENTS};
 use super::stream::StreamHandle;
@@ -50,7 +53,7 @@ thread_local! {
     static LENDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// The loans out, by (device, address).
+/// The loans out of memory other than amso's own pool's, by (device, address).
 static LOANS: Mutex<Option<Ledger>> = Mutex::new(None);
 
 /// The loans by (device, address).
@@ -101,6 +104,13 @@ fn lend_once(
     super::driver::require()?;
     let handle = StreamHandle::of(stream)?;
     let checked = handle.check(device_id)?;
+    let pooled = request == Request::Current && pool::is_own() && alloc::pooling();
+    if pooled && !checked.capturing() {
+        // The common case: a block of the stream's own, lent and recorded under one lock.
+        if let Some(lent) = default_pool().lend_own(device_id, bytes, handle, client) {
+            return lent;
+        }
+    }
     let grant = if checked.capturing() {
         // A stream being captured into a graph: the memory is allocated outside the capture,
         // on amso's own stream, and ready before it is lent, as amso's arrays' is.
@@ -112,15 +122,14 @@ fn lend_once(
         pool::allocate(request, device_id, bytes, handle, client)?
     };
     let ptr = grant.ptr;
+    if grant.is_own_pool() {
+        let serial = default_pool().record_loan(device_id, (ptr, bytes), handle, client)?;
+        return Ok((ptr, serial));
+    }
     let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
     let loan = Loan { grant, bytes, client, stream: handle.stream(), serial };
     if with_loans(|loans| loans.insert((device_id, ptr), loan)).is_some() {
-        // The pool handed out an address still lent: a loan was freed behind the ledger's back.
-        return Err(Error::Cuda {
-            call: "amso's pool",
-            code: None,
-            message: format!("it lent address 0x{ptr:x} twice; please report it"),
-        });
+        return Err(super::pool_allocator::lent_twice(ptr));
     }
     Ok((ptr, serial))
 }
@@ -179,9 +188,33 @@ pub(crate) fn reclaim(
     client: Client,
     back: GiveBack,
 ) -> std::result::Result<(), Refusal> {
-    let GiveBack { bytes, stream, serial } = back;
     if ptr == 0 {
         return Ok(()); // the zero-byte loan
+    }
+    // A block of amso's pool (the common case): checked and, ordered on a stream, returned to
+    // the cache under one lock.
+    let now = alloc::frees_run_now();
+    let from_pool = default_pool().reclaim(device_id, ptr, |lent| {
+        refusal(client, back, lent.serial, lent.client, lent.bytes).map_or(Ok(()), Err)?;
+        Ok(match after(lent.client, back.stream, lent.stream) {
+            After::Stream(stream) if now && stream != StreamHandle::PER_THREAD => {
+                Some((stream, alloc::lasting(lent.client, stream)))
+            }
+            _ => None,
+        })
+    });
+    match from_pool {
+        Some(Ok(None)) => return Ok(()),
+        Some(Ok(Some(lent))) => {
+            let after = after(lent.client, back.stream, lent.stream);
+            pool::release(pool::Grant::own_pool(ptr), device_id, lent.bytes, after, lent.client);
+            return Ok(());
+        }
+        Some(Err(refused)) => {
+            count_refused();
+            return Err(refused);
+        }
+        None => {}
     }
     let loan = with_loans(|loans| {
         // Taken out at once (one lookup), and put back when the give-back is refused.
@@ -189,16 +222,7 @@ pub(crate) fn reclaim(
             let lent = loans.keys().find(|(_, address)| *address == ptr).map(|(device, _)| *device);
             return Err(lent.map_or(Refusal::Unknown, Refusal::OtherDevice));
         };
-        let refusal = if serial.is_some_and(|serial| serial != loan.serial) {
-            Some(Refusal::Unknown) // a give-back of an earlier loan of this address
-        } else if loan.client != client {
-            Some(Refusal::OtherClient(loan.client))
-        } else if bytes.is_some_and(|bytes| bytes != loan.bytes) {
-            Some(Refusal::OtherSize(loan.bytes))
-        } else {
-            None
-        };
-        match refusal {
+        match refusal(client, back, loan.serial, loan.client, loan.bytes) {
             None => Ok(loan),
             Some(refusal) => {
                 loans.insert((device_id, ptr), loan);
@@ -206,17 +230,42 @@ pub(crate) fn reclaim(
             }
         }
     });
-    let loan = loan.inspect_err(|_| count_refused())?;
-    let after = match loan.client {
-        Client::Numba => After::Device,
-        _ => After::Stream(
-            stream
-                .and_then(|s| StreamHandle::of(s).ok())
-                .unwrap_or_else(|| StreamHandle::of(loan.stream).unwrap_or(StreamHandle::LEGACY)),
-        ),
-    };
+    let loan = loan
+        .map_err(|refused| match refused {
+            Refusal::Unknown => default_pool().lent_on(ptr).map_or(Refusal::Unknown, Refusal::OtherDevice),
+            other => other,
+        })
+        .inspect_err(|_| count_refused())?;
+    let after = after(loan.client, back.stream, loan.stream);
     pool::release(loan.grant, device_id, loan.bytes, after, loan.client);
     Ok(())
+}
+
+/// Why `client`'s give-back of a loan (its serial, client and size) is refused, if it is.
+fn refusal(client: Client, back: GiveBack, serial: u64, lent_to: Client, bytes: usize) -> Option<Refusal> {
+    if back.serial.is_some_and(|given| given != serial) {
+        Some(Refusal::Unknown) // a give-back of an earlier loan of this address
+    } else if lent_to != client {
+        Some(Refusal::OtherClient(lent_to))
+    } else if back.bytes.is_some_and(|given| given != bytes) {
+        Some(Refusal::OtherSize(bytes))
+    } else {
+        None
+    }
+}
+
+/// What the free of a loan to `client`, lent for `lent` and given back naming `named`, waits
+/// for: Numba's, all of the device's work (module doc); the others', the named stream's, else
+/// the one it was lent for.
+fn after(client: Client, named: Option<Stream>, lent: Stream) -> After {
+    match client {
+        Client::Numba => After::Device,
+        _ => After::Stream(
+            named
+                .and_then(|stream| StreamHandle::of(stream).ok())
+                .unwrap_or_else(|| StreamHandle::of(lent).unwrap_or(StreamHandle::LEGACY)),
+        ),
+    }
 }
 
 /// Take back every loan of `client` on `device_id` (its context was reset, so nothing of it
@@ -230,9 +279,13 @@ pub(crate) fn reset(client: Client, device_id: DeviceId) -> usize {
             .collect();
         keys.into_iter().filter_map(|key| loans.remove(&key)).collect()
     });
-    let count = taken.len();
+    let pooled = default_pool().take_loans(device_id, client);
+    let count = taken.len() + pooled.len();
     for loan in taken {
         pool::release(loan.grant, device_id, loan.bytes, After::Device, loan.client);
+    }
+    for (ptr, lent) in pooled {
+        pool::release(pool::Grant::own_pool(ptr), device_id, lent.bytes, After::Device, lent.client);
     }
     count
 }

@@ -40,6 +40,7 @@ mod sorted_map;
 #[cfg_attr(not(feature = "python"), allow(dead_code))]
 pub(crate) mod ipc;
 mod kernel;
+mod lent;
 #[cfg(feature = "python")]
 pub(crate) mod loans;
 pub(crate) mod pool;

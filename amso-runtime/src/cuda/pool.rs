@@ -198,6 +198,24 @@ pub(crate) struct Grant {
     table: &'static PoolTable,
 }
 
+impl Grant {
+    /// A block of this copy's own pool at `ptr` (a loan its ledger kept, `lent.rs`).
+    pub(crate) fn own_pool(ptr: u64) -> Grant {
+        Grant { ptr, token: Source::Pool.into_token(), table: &OWN }
+    }
+
+    /// Whether it is a block of this copy's own pool (not another copy's, nor memory of a
+    /// plugged-in allocator, managed or shareable).
+    pub(crate) fn is_own_pool(&self) -> bool {
+        std::ptr::eq(self.table, &OWN) && self.token == Source::Pool.into_token()
+    }
+}
+
+/// Whether this copy's pool is the process's (it has joined no other copy's).
+pub(crate) fn is_own() -> bool {
+    std::ptr::eq(pool(), &OWN)
+}
+
 impl std::fmt::Debug for PoolTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(if std::ptr::eq(self, &OWN) { "PoolTable(own)" } else { "PoolTable(another copy's)" })

@@ -2,7 +2,9 @@
 //! stream-ordered pool (`cuMemAllocAsync` / `cuMemFreeAsync`, release threshold configurable).
 //!
 //! A request the block's own stream can serve takes one lock and makes no driver call, so it
-//! runs with the GIL held. Everything else (another stream's block behind a fence, the driver)
+//! runs with the GIL held. The device's figures by client, and its blocks lent to other
+//! libraries (`lent.rs`), are kept under the same lock: a lend and a give-back through a
+//! plug-in (`loans.rs`) take that lock once each, and nothing else. Everything else (another stream's block behind a fence, the driver)
 //! runs with the GIL released. When the driver is out of memory, the pool synchronises the
 //! device, gives every cached block back, trims the driver's pool and asks once more
 //! (`release_cached`); nothing else on the allocate or free path synchronises.
@@ -17,6 +19,8 @@ use super::block_cache::{self, BlockCache, Counts, Fences, Returned, Shelved};
 use super::capture;
 use super::context::Current;
 use super::driver::{cuda_error, map_error};
+use super::lent::{Ledger, Lent};
+use super::request::{Client, CLIENTS};
 use super::stream::StreamHandle;
 use crate::device::DeviceId;
 use crate::error::{Error, Result};
@@ -34,6 +38,8 @@ struct DeviceCache {
     spare_events: Vec<Event>,
     /// Whether the cache's bound was set from the device's memory.
     bounded: bool,
+    /// What the pool has out on the device.
+    ledger: Ledger,
 }
 
 /// The driver's side of `Fences`: events of one device, recorded and queried with its context
@@ -104,7 +110,12 @@ impl PoolAllocator {
             (0..count)
                 .map(|_| {
                     let cache = BlockCache::new(usize::MAX);
-                    Mutex::new(DeviceCache { cache, spare_events: Vec::new(), bounded: false })
+                    Mutex::new(DeviceCache {
+                        cache,
+                        spare_events: Vec::new(),
+                        bounded: false,
+                        ledger: Ledger::default(),
+                    })
                 })
                 .collect()
         });
@@ -175,17 +186,22 @@ impl PoolAllocator {
     /// The driver's side of a request the stream's own blocks could not serve: another
     /// stream's ready block, else the driver, else (out of memory) the driver again after the
     /// cache went back to it. The GIL is released.
-    fn allocate_elsewhere(&self, device_id: DeviceId, size: usize, stream: StreamHandle) -> Result<u64> {
+    fn allocate_elsewhere(
+        &self,
+        device_id: DeviceId,
+        (size, bytes): (usize, usize),
+        stream: StreamHandle,
+        client: Client,
+    ) -> Result<u64> {
         // Never on a capturing stream (`DeviceMemory::alloc_for`); relaxed so that neither the
         // pool's configuration nor the allocation invalidates a capture elsewhere.
         let _relaxed = capture::Relaxed::enter();
         let _ctx = Current::enter(device_id)?;
         {
-            let Some(mut device) = self.device(device_id) else {
-                return Err(Error::InvalidArgument(format!("device {device_id} is not one of this machine's")));
-            };
-            let DeviceCache { cache, spare_events, .. } = &mut *device;
+            let Some(mut device) = self.device(device_id) else { return Err(not_a_device(device_id)) };
+            let DeviceCache { cache, spare_events, ledger, .. } = &mut *device;
             if let Some(ptr) = cache.take_other(size, stream.raw() as u64, &mut DriverFences { spare: spare_events }) {
+                ledger.allocated(client, bytes);
                 return Ok(ptr);
             }
             cache.count_miss();
@@ -200,6 +216,7 @@ impl PoolAllocator {
         };
         if let Some(mut device) = self.device(device_id) {
             device.cache.add_segment(ptr, size);
+            device.ledger.allocated(client, bytes);
         }
         Ok(ptr)
     }
@@ -282,45 +299,193 @@ fn default_mem_pool(device_id: DeviceId) -> Result<sys::CUmemoryPool> {
     unsafe { result::device::get_default_mem_pool(device) }.map_err(cuda_error("cuDeviceGetDefaultMemPool"))
 }
 
-impl DeviceAllocator for PoolAllocator {
-    fn name(&self) -> String {
-        "amso pool (cache + cuMemAllocAsync)".into()
-    }
-
-    fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64> {
-        let size = block_cache::block_size(bytes).ok_or(Error::OutOfMemory { bytes, what: "device" })?;
-        if let Some(ptr) =
-            self.device(device_id).and_then(|mut device| device.cache.take_own(size, stream.raw() as u64))
-        {
+impl PoolAllocator {
+    /// `bytes` (> 0) on `device_id` for `client`, usable in order on `stream`, counted under the
+    /// device's lock.
+    pub(crate) fn allocate_for(
+        &self,
+        device_id: DeviceId,
+        bytes: usize,
+        stream: StreamHandle,
+        client: Client,
+    ) -> Result<u64> {
+        let size = block_size(bytes)?;
+        if let Some(ptr) = self.device(device_id).and_then(|mut device| device.take_own(size, bytes, stream, client)) {
             return Ok(ptr);
         }
         crate::gil::released(|| {
             // A block the device waiter is about to return (a Numba free) is taken rather than a
             // new one from the driver.
             if super::alloc::settle_device_waiter() {
-                let own =
-                    self.device(device_id).and_then(|mut device| device.cache.take_own(size, stream.raw() as u64));
+                let own = self.device(device_id).and_then(|mut device| device.take_own(size, bytes, stream, client));
                 if let Some(ptr) = own {
                     return Ok(ptr);
                 }
             }
-            self.allocate_elsewhere(device_id, size, stream)
+            self.allocate_elsewhere(device_id, (size, bytes), stream, client)
         })
     }
 
-    fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle) {
-        self.free_on(device_id, ptr, bytes, stream, false);
-    }
-
-    fn free_on(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle, lasting: bool) {
-        let Some(size) = block_cache::block_size(bytes) else { return };
+    /// Return `ptr` (of `bytes`, of `client`) after the work queued on `stream`, which outlives
+    /// the memory if `lasting` (`DeviceAllocator::free_on`).
+    pub(crate) fn free_for(
+        &self,
+        device_id: DeviceId,
+        (ptr, bytes): (u64, usize),
+        stream: StreamHandle,
+        lasting: bool,
+        client: Client,
+    ) {
+        let Ok(size) = block_size(bytes) else { return };
         let returned = match self.device(device_id) {
-            Some(mut device) => device.cache.give(ptr, size, stream.raw() as u64, lasting),
+            Some(mut device) => {
+                device.ledger.freed(client, bytes);
+                device.cache.give(ptr, size, stream.raw() as u64, lasting)
+            }
             None => return,
         };
         if let Some(returned) = returned {
             self.return_to_driver(device_id, returned);
         }
+    }
+
+    /// Lend `bytes` to `client` from `stream`'s own blocks, taking the device's lock once: the
+    /// address and the loan's serial; None when the stream has no block of the size (nothing
+    /// was taken), an error when the block is lent already.
+    pub(crate) fn lend_own(
+        &self,
+        device_id: DeviceId,
+        bytes: usize,
+        stream: StreamHandle,
+        client: Client,
+    ) -> Option<Result<(u64, u64)>> {
+        let size = block_size(bytes).ok()?;
+        let mut device = self.device(device_id)?;
+        let ptr = device.take_own(size, bytes, stream, client)?;
+        Some(match device.ledger.lend(ptr, bytes, client, stream.stream()) {
+            Some(serial) => Ok((ptr, serial)),
+            None => Err(lent_twice(ptr)),
+        })
+    }
+
+    /// Record the loan of `ptr`, memory of this pool allocated for `client` on `stream`: its
+    /// serial.
+    pub(crate) fn record_loan(
+        &self,
+        device_id: DeviceId,
+        (ptr, bytes): (u64, usize),
+        stream: StreamHandle,
+        client: Client,
+    ) -> Result<u64> {
+        let mut device = self.device(device_id).ok_or_else(|| not_a_device(device_id))?;
+        device.ledger.lend(ptr, bytes, client, stream.stream()).ok_or_else(|| lent_twice(ptr))
+    }
+
+    /// Take back the loan of `ptr` on `device_id`, taking the device's lock once; None when
+    /// this pool did not lend it there. `decide` sees the loan: an error refuses the give-back
+    /// (the loan stays), `Some((stream, lasting))` returns the block to the cache at once, after
+    /// the work queued on that stream, and `None` hands the loan back, still counted in use,
+    /// for the deferred frees (`pool::release` with `Grant::own_pool`).
+    pub(crate) fn reclaim<E>(
+        &self,
+        device_id: DeviceId,
+        ptr: u64,
+        decide: impl FnOnce(&Lent) -> std::result::Result<Option<(StreamHandle, bool)>, E>,
+    ) -> Option<std::result::Result<Option<Lent>, E>> {
+        let mut device = self.device(device_id)?;
+        let (lent, decided) = match device.ledger.take_if(ptr, decide)? {
+            Ok(taken) => taken,
+            Err(refusal) => return Some(Err(refusal)),
+        };
+        let Some((stream, lasting)) = decided else { return Some(Ok(Some(lent))) };
+        let returned = match block_size(lent.bytes) {
+            Ok(size) => {
+                device.ledger.freed(lent.client, lent.bytes);
+                device.cache.give(ptr, size, stream.raw() as u64, lasting)
+            }
+            Err(_) => None,
+        };
+        drop(device);
+        if let Some(returned) = returned {
+            self.return_to_driver(device_id, returned);
+        }
+        Some(Ok(None))
+    }
+
+    /// Take every loan of `client` on `device_id` out of the ledger (still counted in use).
+    pub(crate) fn take_loans(&self, device_id: DeviceId, client: Client) -> Vec<(u64, Lent)> {
+        self.device(device_id).map_or_else(Vec::new, |mut device| device.ledger.take_client(client))
+    }
+
+    /// The device on which this pool lent `ptr`, if any.
+    pub(crate) fn lent_on(&self, ptr: u64) -> Option<DeviceId> {
+        (0..super::driver::device_count().unwrap_or(0))
+            .map(DeviceId::from_driver)
+            .find(|&device_id| self.device(device_id).is_some_and(|device| device.ledger.holds(ptr)))
+    }
+
+    /// Bytes in use and allocations served by client, over every device.
+    pub(crate) fn client_counts(&self) -> ([usize; CLIENTS.len()], [u64; CLIENTS.len()]) {
+        let (mut in_use, mut allocations) = ([0; CLIENTS.len()], [0; CLIENTS.len()]);
+        for device in 0..super::driver::device_count().unwrap_or(0) {
+            if let Some(device) = self.device(DeviceId::from_driver(device)) {
+                let (bytes, count) = device.ledger.counts();
+                for client in 0..CLIENTS.len() {
+                    in_use[client] += bytes[client];
+                    allocations[client] += count[client];
+                }
+            }
+        }
+        (in_use, allocations)
+    }
+}
+
+impl DeviceCache {
+    /// A block of `size` (for `bytes`) from `stream`'s own blocks, counted for `client`.
+    fn take_own(&mut self, size: usize, bytes: usize, stream: StreamHandle, client: Client) -> Option<u64> {
+        let ptr = self.cache.take_own(size, stream.raw() as u64)?;
+        self.ledger.allocated(client, bytes);
+        Some(ptr)
+    }
+}
+
+/// The block size of a request of `bytes`, or out of memory.
+fn block_size(bytes: usize) -> Result<usize> {
+    block_cache::block_size(bytes).ok_or(Error::OutOfMemory { bytes, what: "device" })
+}
+
+/// The error for a loan of an address still lent.
+pub(crate) fn lent_twice(ptr: u64) -> Error {
+    // The pool handed out an address still lent: a loan was freed behind the ledger's back.
+    Error::Cuda {
+        call: "amso's pool",
+        code: None,
+        message: format!("it lent address 0x{ptr:x} twice; please report it"),
+    }
+}
+
+fn not_a_device(device_id: DeviceId) -> Error {
+    Error::InvalidArgument(format!("device {device_id} is not one of this machine's"))
+}
+
+/// The pool as a `DeviceAllocator` (its name and cached bytes for `memory_info`): allocations
+/// and frees through it are counted as amso's own; amso's paths call `allocate_for` and
+/// `free_for`, which name the client.
+impl DeviceAllocator for PoolAllocator {
+    fn name(&self) -> String {
+        "amso pool (cache + cuMemAllocAsync)".into()
+    }
+
+    fn allocate(&self, device_id: DeviceId, bytes: usize, stream: StreamHandle) -> Result<u64> {
+        self.allocate_for(device_id, bytes, stream, Client::Amso)
+    }
+
+    fn free(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle) {
+        self.free_for(device_id, (ptr, bytes), stream, false, Client::Amso);
+    }
+
+    fn free_on(&self, device_id: DeviceId, ptr: u64, bytes: usize, stream: StreamHandle, lasting: bool) {
+        self.free_for(device_id, (ptr, bytes), stream, lasting, Client::Amso);
     }
 
     fn cached_bytes(&self, device_id: DeviceId) -> usize {

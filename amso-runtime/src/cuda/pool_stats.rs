@@ -66,9 +66,10 @@ impl PoolStats {
         let text = allocator.allocator().name();
         let n = text.len().min(name.len() - 1);
         name[..n].copy_from_slice(&text.as_bytes()[..n]);
+        let (pool_in_use, pool_allocations) = default_pool().client_counts();
         PoolStats {
-            in_use: std::array::from_fn(|i| STATS.in_use[i].load(Ordering::Relaxed)),
-            allocations: std::array::from_fn(|i| STATS.allocations[i].load(Ordering::Relaxed)),
+            in_use: std::array::from_fn(|i| STATS.in_use[i].load(Ordering::Relaxed) + pool_in_use[i]),
+            allocations: std::array::from_fn(|i| STATS.allocations[i].load(Ordering::Relaxed) + pool_allocations[i]),
             cached: allocator.allocator().cached_bytes(device_id),
             pending,
             pending_bytes,

@@ -6,10 +6,12 @@ while the four libraries allocate and free 256 MiB blocks in turn and together, 
 pool against each library's own.
 
 A plug-in must be set before its library's first allocation, so each configuration runs in a
-fresh child process. CuPy and RMM switch allocators within one child; PyTorch's floor and amso
-share one forwarding plug-in in one child, timed in turn, because whole processes on the GPU
-machine run at one of two speeds (up to 2x apart, pinned to a core or not), which a ratio
-between two processes would take for the allocator's. Every row is the median of `PROCESSES`
+fresh child process. Within it the contenders are timed in turn, three times, each cell its
+best: CuPy and RMM switch allocators, and PyTorch's and Numba's floor and amso share one
+forwarding plug-in (a C function, a manager whose `memalloc` is switched), because whole
+processes on the GPU machine run at one of two speeds (up to 2x apart, pinned to a core or not)
+and drift within one, which a ratio between two processes, or between cells timed one after
+the other, would take for the allocator's. Every row is the median of `PROCESSES`
 rounds of fresh children, with the ratio's spread. The figures are gathered here, in
 run.py's process."""
 
@@ -59,6 +61,20 @@ def rows(make, side):
                     out[stream][label] = per_pair_us(lambda: make(size), ITERATIONS[size])
     return out
 
+def best_of(targets, switch, make, side):
+    # Each target's rows, its allocator switched in with `switch`, timed in turn three times:
+    # each cell its best.
+    out = {}
+    for _ in range(3):
+        for which, target in targets.items():
+            switch(target)
+            found = rows(make, side)
+            best = out.setdefault(which, found)
+            for stream in found:
+                for label in found[stream]:
+                    best[stream][label] = min(best[stream][label], found[stream][label])
+    return out
+
 def floor_block():
     import amso_peers
     keep = amso.empty(%(block)d, np.uint8, on_device=True)
@@ -85,14 +101,8 @@ if library == "torch":
     if mode == "own":
         out["own"] = rows(make, lambda: torch.cuda.stream(side))
     else:
-        for _ in range(3):
-            for which, (to_alloc, to_free) in targets.items():
-                amso_peers.forward_torch_to(to_alloc, to_free, False)
-                found = rows(make, lambda: torch.cuda.stream(side))
-                best = out.setdefault(which, found)
-                for stream in found:
-                    for label in found[stream]:
-                        best[stream][label] = min(best[stream][label], found[stream][label])
+        out |= best_of(targets, lambda t: amso_peers.forward_torch_to(t[0], t[1], False), make,
+                       lambda: torch.cuda.stream(side))
         # amso's two C functions alone, called from a C loop as PyTorch calls them (GIL released).
         out["amso's part (ns)"] = {
             stream: {label: min(amso_peers.time_torch_pairs(alloc, free, size, handle, 20000, True) for _ in range(3))
@@ -100,26 +110,24 @@ if library == "torch":
             for stream, handle in (("default", 0), ("own stream", side.cuda_stream))}
 elif library == "cupy":
     import cupy as cp, amso_peers
+    import cupy.cuda.stream
     side = cp.cuda.Stream(non_blocking=True)
     make = lambda size: cp.empty(size, cp.uint8)
-    out["own"] = rows(make, lambda: side)
     keep = floor_block()
+    own_pool = cp.get_default_memory_pool().malloc
     malloc, free = amso_peers.floor_cupy_functions()
-    cp.cuda.set_allocator(cp.cuda.memory.CFunctionAllocator(0, malloc, free, None).malloc)
-    out["floor"] = rows(make, lambda: side)
-    import cupy.cuda.stream
+    floor = cp.cuda.memory.CFunctionAllocator(0, malloc, free, None).malloc
     malloc, free = amso_peers.floor_cupy_stream_functions(cupy.cuda.stream.__pyx_capi__["get_current_stream_ptr"])
-    cp.cuda.set_allocator(cp.cuda.memory.CFunctionAllocator(0, malloc, free, None).malloc)
-    out["floor + stream"] = rows(make, lambda: side)
-    cp.cuda.set_allocator(amso.allocators.cupy_malloc)
-    out["amso"] = rows(make, lambda: side)
+    floor_stream = cp.cuda.memory.CFunctionAllocator(0, malloc, free, None).malloc
+    targets = {"own": own_pool, "floor": floor, "floor + stream": floor_stream, "amso": amso.allocators.cupy_malloc}
+    out |= best_of(targets, cp.cuda.set_allocator, make, lambda: side)
     out["amso's part (ns)"] = {stream: {label: amso._amso._pool_pair_ns(size, handle, 2, 20000) for label, size in SIZES.items()}
                                for stream, handle in (("default", 1), ("own stream", side.ptr))}
 elif library == "numba":
     from numba import cuda
-    if mode == "amso":
-        cuda.set_memory_manager(amso.allocators.NumbaManager)
-    elif mode == "floor":
+    if mode == "plug":
+        # One manager for the process, whose `memalloc` is the floor's or amso's in turn (an
+        # instance attribute: no frame of its own), timed in one process as PyTorch's are.
         from cuda.bindings.driver import CUdeviceptr
         from numba.cuda import HostOnlyCUDAMemoryManager, MemoryInfo, MemoryPointer
         import weakref
@@ -133,7 +141,20 @@ elif library == "numba":
             def get_memory_info(self): return MemoryInfo(free=0, total=0)
             @property
             def interface_version(self): return 1
-        cuda.set_memory_manager(Floor)
+        class Forward(HostOnlyCUDAMemoryManager):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                self.targets = {"floor": Floor(*args, **kwargs), "amso": amso.allocators.NumbaManager(*args, **kwargs)}
+                self.memalloc = self.targets["floor"].memalloc
+            def initialize(self):
+                for target in self.targets.values():
+                    target.initialize()
+            def memalloc(self, size): raise AssertionError("replaced in __init__")
+            def get_ipc_handle(self, memory): raise NotImplementedError
+            def get_memory_info(self): return self.targets["amso"].get_memory_info()
+            @property
+            def interface_version(self): return 1
+        cuda.set_memory_manager(Forward)
     side = cuda.stream()
     import contextlib
     @contextlib.contextmanager
@@ -143,7 +164,12 @@ elif library == "numba":
         yield
         stream_arg = 0
     stream_arg = 0
-    out[mode] = rows(lambda size: cuda.device_array(size, np.uint8, stream=stream_arg), on_side)
+    make = lambda size: cuda.device_array(size, np.uint8, stream=stream_arg)
+    if mode == "own":
+        out["own"] = rows(make, on_side)
+    else:
+        manager = cuda.current_context().memory_manager
+        out |= best_of(manager.targets, lambda target: setattr(manager, "memalloc", target.memalloc), make, on_side)
 elif library == "rmm":
     import rmm, contextlib
     from rmm.pylibrmm.stream import Stream
@@ -160,10 +186,9 @@ elif library == "rmm":
         current["stream"] = None
     def make(size):
         return rmm.DeviceBuffer(size=size) if current["stream"] is None else rmm.DeviceBuffer(size=size, stream=current["stream"])
-    rmm.mr.set_current_device_resource(rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=1 << 31))
-    out["own"] = rows(make, on_side)
-    rmm.mr.set_current_device_resource(amso.allocators.rmm_resource())
-    out["amso"] = rows(make, on_side)
+    targets = {"own": rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=1 << 31),
+               "amso": amso.allocators.rmm_resource()}
+    out |= best_of(targets, rmm.mr.set_current_device_resource, make, on_side)
 print("ROWS " + json.dumps(out))
 """
 
@@ -222,7 +247,7 @@ def one_round() -> dict:
     script = CHILD % {"sizes": SIZES, "block": BLOCK}
     found: dict = {}
     for library in LIBRARIES:
-        modes = {"torch": ("own", "plug"), "numba": ("own", "amso", "floor")}.get(library, ("all",))
+        modes = {"torch": ("own", "plug"), "numba": ("own", "plug")}.get(library, ("all",))
         found[library] = {}
         for mode in modes:
             rows = child(script, library, mode)

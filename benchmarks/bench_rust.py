@@ -37,7 +37,8 @@ from protocols import paired, spread_cell
 ROWS = ["no-op, 1 argument", "no-op, 3 arguments", "sum", "in-place scale", "new 1-D float64 result",
         "no-op, 1 amso array argument", "object array: head", "timedelta: add minutes to seconds",
         "ArrayLike: a list of 8 ints to int32", "cast: 1024 int64 to float32",
-        "object result: [None, 1, 'two']", "datetime result: 1024 datetime64[s]", "fixed-string result: 64 S4"]
+        "object result: [None, 1, 'two']", "datetime result: 1024 datetime64[s]", "fixed-string result: 64 S4",
+        "misaligned sum: 1000 float64 at an odd byte offset"]
 #: The same amso function, amso arrays against NumPy arrays as its input.
 INPUT_ROWS = ["amso input: no-op, 1 argument", "amso input: no-op, 3 arguments"]
 #: A record argument (the spec's particle, 40 bytes) against a float64 one, NumPy arrays of 1024.
@@ -56,6 +57,10 @@ def calls() -> dict[str, dict[str, object]]:
     a, b, c = (amso.asarray(np.zeros((1024, 3), np.float32)) for _ in range(3))
     particle = np.dtype([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])
     records, floats = np.zeros(1024, particle), np.zeros(1024)
+    # 1000 float64 one byte past an aligned address: each crate's in-place loop over them.
+    misaligned = np.frombuffer(bytearray(8 * 1000 + 64), np.uint8)
+    misaligned = misaligned[(-misaligned.ctypes.data) % 64 + 1:][:8000].view(np.float64)
+    misaligned[...] = np.linspace(-1.0, 1.0, 1000)
     return {
         "no-op, 1 argument": {"amso": lambda: p.amso_noop1(x), "rust-numpy": lambda: p.numpy_noop1(x),
                               "PyO3 alone": lambda: p.pyo3_noop1(x)},
@@ -71,6 +76,8 @@ def calls() -> dict[str, dict[str, object]]:
         "object result: [None, 1, 'two']": {"amso": p.amso_objects, "rust-numpy": p.numpy_objects},
         "datetime result: 1024 datetime64[s]": {"amso": p.amso_days, "rust-numpy": p.numpy_days},
         "fixed-string result: 64 S4": {"amso": p.amso_words, "rust-numpy": p.numpy_words},
+        "misaligned sum: 1000 float64 at an odd byte offset": {"amso": lambda: p.indexer_sum(misaligned),
+                                                               "rust-numpy": lambda: p.numpy_iter_sum(misaligned)},
         "cast: 1024 int64 to float32": {"amso": lambda: p.amso_cast_f32(int64s),
                                         "rust-numpy": lambda: p.numpy_cast_f32(int64s)},
         "timedelta: add minutes to seconds": {"amso": lambda: p.amso_add_minutes_to_seconds(seconds, minutes),

@@ -2,12 +2,14 @@
 //!
 //! Host and device data get different types. `HostIndexer` and `HostIndexerMut` read and
 //! write host memory safely (bounds-checked, with `unsafe` unchecked variants) and borrow the
-//! array they came from. `DeviceIndexer` is what a CUDA kernel receives by value: it holds a
+//! array they came from. They read and write elements by value, with unaligned loads and
+//! stores (the same instructions as aligned ones on x86-64 and AArch64), so a misaligned
+//! argument is read in place. `DeviceIndexer` is what a CUDA kernel receives by value: it holds a
 //! device address, so it offers no host reads at all.
 
 use std::marker::PhantomData;
 
-use crate::element::{read_element, Element};
+use crate::element::{read_element_unaligned, Element};
 use crate::shape;
 
 /// A read-only view of an array's host data.
@@ -20,8 +22,8 @@ pub struct HostIndexer<'a, T, const N: usize> {
 
 impl<'a, T: Element, const N: usize> HostIndexer<'a, T, N> {
     /// # Safety
-    /// `data` points to `shape.product()` initialised host elements, alive and not written
-    /// through any other path for `'a`.
+    /// `data` points to `shape.product()` initialised host elements (aligned or not), alive
+    /// and not written through any other path for `'a`.
     pub(crate) unsafe fn new(data: *const T, shape: [usize; N]) -> Self {
         HostIndexer { data, shape, _borrow: PhantomData }
     }
@@ -53,13 +55,20 @@ impl<'a, T: Element, const N: usize> HostIndexer<'a, T, N> {
         Some(unsafe { self.get_unchecked(offset) })
     }
 
+    /// The elements in C order, by value.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = T> + '_ {
+        // SAFETY: every offset is below the size.
+        (0..self.size()).map(|offset| unsafe { self.get_unchecked(offset) })
+    }
+
     /// The element at linear `offset` without a bounds check.
     ///
     /// # Safety
     /// `offset < self.size()`.
     pub unsafe fn get_unchecked(&self, offset: usize) -> T {
-        // SAFETY: in bounds (the caller) of the live buffer this indexer borrows.
-        unsafe { read_element(self.data.add(offset)) }
+        // SAFETY: in bounds (the caller) of the live buffer this indexer borrows; read as a
+        // value, aligned or not.
+        unsafe { read_element_unaligned(self.data.add(offset)) }
     }
 }
 
@@ -126,8 +135,9 @@ impl<'a, T: Element, const N: usize> HostIndexerMut<'a, T, N> {
     /// # Safety
     /// `offset < self.size()`.
     pub unsafe fn set_unchecked(&mut self, offset: usize, value: T) {
-        // SAFETY: in bounds (the caller) of the buffer this indexer borrows exclusively.
-        unsafe { self.data.add(offset).write(value) }
+        // SAFETY: in bounds (the caller) of the buffer this indexer borrows exclusively;
+        // written as a value, aligned or not.
+        unsafe { self.data.add(offset).write_unaligned(value) }
     }
 }
 
@@ -199,6 +209,24 @@ mod tests {
         assert_eq!((reader.get([1, 2]), reader.get([0, 3])), (Some(7), None));
         assert_eq!(reader.unravel(5), [1, 2]);
         assert_eq!(reader.offset([1, 2]), Some(5));
+    }
+
+    /// Elements at an odd byte offset are read and written in place, as values (Miri checks
+    /// that no aligned access or reference reaches them).
+    #[test]
+    fn misaligned_elements_are_read_and_written_in_place() {
+        let mut bytes = vec![0u8; 1 + 4 * size_of::<f64>()];
+        for (i, value) in [1.5f64, -2.0, 3.25, 4.0].iter().enumerate() {
+            bytes[1 + i * 8..9 + i * 8].copy_from_slice(&value.to_ne_bytes());
+        }
+        let data = bytes[1..].as_mut_ptr().cast::<f64>();
+        // SAFETY: four f64 values' bytes at `data` (misaligned), borrowed through `bytes`.
+        let mut writer = unsafe { super::HostIndexerMut::new(data, [2, 2]) };
+        assert_eq!(writer.as_indexer().iter().collect::<Vec<_>>(), [1.5, -2.0, 3.25, 4.0]);
+        assert_eq!(writer.as_indexer().iter().sum::<f64>(), 6.75);
+        assert_eq!(writer.set([1, 0], 10.0), Some(()));
+        assert_eq!(writer.get([1, 0]), Some(10.0));
+        assert_eq!(f64::from_ne_bytes(bytes[17..25].try_into().unwrap()), 10.0, "written in place");
     }
 
     #[test]

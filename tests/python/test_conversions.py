@@ -232,6 +232,43 @@ def test_a_misaligned_array_is_viewed_through_a_c_order_copy():
     assert peers.layout_f64(aligned) == ([4, 3], [1, 4], False)
 
 
+@pytest.mark.parametrize("offset", [0, 1, 3], ids=["aligned", "offset 1", "offset 3"])
+def test_indexers_read_misaligned_arrays_in_place(offset):
+    x = misaligned(np.float64, count=1000, offset=offset)
+    x[...] = np.linspace(-3.0, 5.0, 1000)
+    assert (x.__array_interface__["data"][0] % 8 == 0) == (offset == 0)
+    # The same elements in the same order as rust-numpy's in-place loop, and NumPy's sum.
+    assert peers.indexer_sum(x) == peers.numpy_iter_sum(x)
+    assert peers.indexer_sum(x) == pytest.approx(float(np.sum(x)), rel=1e-12)
+    # Empty, and the sum of a view NumPy made by slicing.
+    assert peers.indexer_sum(x[:0]) == 0.0
+    assert peers.indexer_sum(x[10:20]) == pytest.approx(float(np.sum(x[10:20])), rel=1e-12)
+
+
+def test_a_misaligned_write_through_indexer_mut_goes_in_place():
+    x = misaligned(np.float64, count=12).reshape(3, 4)
+    expected = x.copy()
+    expected[2, 1] = -7.5
+    # Read back through the caller's array during the call: only an in-place write shows.
+    assert peers.indexer_write_seen(x, [2, 1], -7.5) == -7.5
+    np.testing.assert_array_equal(x, expected)
+    with pytest.raises(IndexError):
+        peers.indexer_write_seen(x, [3, 0], 1.0)
+    np.testing.assert_array_equal(x, expected)
+
+
+def test_a_misaligned_indexer_after_a_view_reads_the_same_elements():
+    x = misaligned(np.float64, count=12).reshape(3, 4)
+    viewed, indexed = peers.indexer_after_view(x)
+    assert viewed == indexed == x.ravel().tolist()
+    # A strided misaligned view has no in-place C order: its indexer reads the C-order copy.
+    viewed, indexed = peers.indexer_after_view(x[:, ::2])
+    assert viewed == indexed == x[:, ::2].ravel().tolist()
+    # An aligned strided view has neither: the indexer refuses it, as `as_slice()` does.
+    with pytest.raises(ValueError, match=r"indexer\(\)"):
+        peers.indexer_after_view(np.arange(12.0).reshape(3, 4)[:, ::2])
+
+
 def test_a_misaligned_read_only_array_is_refused_as_writable():
     x = misaligned(np.float64)
     x.flags.writeable = False

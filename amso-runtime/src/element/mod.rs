@@ -450,6 +450,21 @@ pub(crate) unsafe fn read_element<T: Element>(source: *const T) -> T {
     unsafe { bytes.assume_init() }
 }
 
+/// As `read_element`, from an address that need not be aligned for `T` (a misaligned array
+/// read in place).
+///
+/// # Safety
+/// `source` points to `size_of::<T>()` readable bytes holding a valid `T`'s value (bools and
+/// records with bool fields: any bytes, as `read_element`).
+pub(crate) unsafe fn read_element_unaligned<T: Element>(source: *const T) -> T {
+    if !has_invalid_bit_patterns::<T>() {
+        // SAFETY: the caller vouches for the bytes; every bit pattern is a valid `T`.
+        return unsafe { source.read_unaligned() };
+    }
+    // SAFETY: `read_element` reads such types bytewise (a bool is one byte: always aligned).
+    unsafe { read_element(source) }
+}
+
 /// Read `len` elements starting at `source` (see `read_element`).
 ///
 /// # Safety

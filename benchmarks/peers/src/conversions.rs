@@ -163,6 +163,35 @@ fn layout_f64(x: ArrayRefDyn<'_, f64>) -> (Vec<usize>, Vec<isize>, bool) {
     (x.shape().to_vec(), x.strides().to_vec(), x.is_c_contiguous())
 }
 
+/// The sum of `x` through `indexer()`: read in place, aligned or not.
+#[pyfunction]
+fn indexer_sum(x: ArrayRef<'_, f64, 1>) -> PyResult<f64> {
+    Ok(x.indexer()?.iter().sum())
+}
+
+/// rust-numpy's sum of the same elements in the same order, in place (`as_array().iter()`).
+#[pyfunction]
+fn numpy_iter_sum(x: numpy::PyReadonlyArray1<'_, f64>) -> f64 {
+    x.as_array().iter().sum()
+}
+
+/// Set `x[index]` to `value` through `indexer_mut()`, then read `x[index]` through the caller's
+/// object while the argument still holds `x`: `value` when the write went to `x`'s own memory.
+#[pyfunction]
+fn indexer_write_seen(mut x: ArrayMut<'_, f64, 2>, index: [usize; 2], value: f64) -> PyResult<f64> {
+    let mut writer = x.indexer_mut()?;
+    writer.set(index, value).ok_or_else(|| pyo3::exceptions::PyIndexError::new_err(format!("{index:?}")))?;
+    x.object().get_item((index[0], index[1]))?.extract()
+}
+
+/// `x` as a list through `indexer()` after a view that needs the aligned copy
+/// (`as_array()`): both read the same elements.
+#[pyfunction]
+fn indexer_after_view(x: ArrayRef<'_, f64, 2>) -> PyResult<(Vec<f64>, Vec<f64>)> {
+    let viewed: Vec<f64> = x.as_array()?.iter().copied().collect();
+    Ok((viewed, x.indexer()?.iter().collect()))
+}
+
 /// Nested lists as a 2-D float64 array (`MemArray::from_vec2`), handed to NumPy.
 #[pyfunction]
 fn from_vec2(py: Python<'_>, rows: Vec<Vec<f64>>) -> PyResult<Bound<'_, PyAny>> {
@@ -437,6 +466,10 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(copy_any, module)?,
         wrap_pyfunction!(reverse_any, module)?,
         wrap_pyfunction!(layout_f64, module)?,
+        wrap_pyfunction!(indexer_sum, module)?,
+        wrap_pyfunction!(numpy_iter_sum, module)?,
+        wrap_pyfunction!(indexer_write_seen, module)?,
+        wrap_pyfunction!(indexer_after_view, module)?,
         wrap_pyfunction!(from_vec2, module)?,
         wrap_pyfunction!(from_vec3, module)?,
         wrap_pyfunction!(cast_to_i32, module)?,

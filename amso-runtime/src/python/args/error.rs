@@ -1,7 +1,7 @@
 //! Why a typed argument is refused, as a value a Rust caller can match on: rust-numpy's typed
 //! errors (`TypeError`, `DimensionalityError`, `NotContiguousError`, `BorrowError`) as one
 //! enum. Extraction raises it as the Python exception of its kind (`From<ArgumentError> for
-//! PyErr`); `UntypedArray::into_typed`, `as_slice`, `as_slice_mut` and `device_indexer` return
+//! PyErr`); `UntypedArray::into_typed`, `as_slice`, `as_slice_mut`, the indexers and `device_indexer` return
 //! it as it is.
 
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};

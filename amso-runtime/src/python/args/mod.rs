@@ -88,8 +88,9 @@ pub struct TypedArray<'py, T: ArrayElement, D: Dimensions, A: Access> {
 /// What holds an argument's memory beyond the caller's object and the registry, dropped in
 /// this order.
 struct Held<'py, T> {
-    /// For a misaligned host array: the aligned copy the views read, written back while the
-    /// borrow and the producer's memory below are still held.
+    /// For a misaligned host array: read and written in place by the indexers, else through
+    /// an aligned copy the views read, written back while the borrow and the producer's memory
+    /// below are still held.
     staged: Option<staged::Staged<T>>,
     _borrow: Option<Borrow<'py>>,
     source: Source,
@@ -364,7 +365,7 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         self.require_host()?;
         Ok(match self.held.as_ref().and_then(|held| held.staged.as_ref()) {
             _ if self.is_empty() => std::ptr::NonNull::dangling().as_ptr(),
-            Some(staged) => staged.copy.as_ptr().cast::<T>().cast_mut(),
+            Some(staged) => staged.copy_ptr().cast_mut(),
             None => self.data as *mut T,
         })
     }
@@ -376,9 +377,22 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         let empty = self.is_empty();
         Ok(match self.held.as_mut().and_then(|held| held.staged.as_mut()) {
             _ if empty => std::ptr::NonNull::dangling().as_ptr(),
-            Some(staged) => staged.copy.as_mut_ptr().cast::<T>(),
+            Some(staged) => staged.copy_ptr_mut(),
             None => self.data as *mut T,
         })
+    }
+
+    /// A misaligned host array's first element, while its elements are in C order and read in
+    /// place (no aligned copy stands for them).
+    fn in_place(&self) -> Option<*const T> {
+        let staged = self.held.as_ref()?.staged.as_ref()?;
+        (!self.is_empty() && self.require_host().is_ok()).then(|| staged.in_place())?.map(|data| data as *const T)
+    }
+
+    /// `data`, the first element of host data, if the argument is in C order.
+    fn c_order_host(&self, what: &'static str, data: *mut T) -> Result<*const T, ArgumentError> {
+        self.require_c_contiguous(what)?;
+        Ok(data)
     }
 
     fn require_host(&self) -> Result<(), ArgumentError> {
@@ -452,6 +466,23 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
     }
 }
 
+impl<'py, T: Element, const N: usize> TypedArray<'py, T, Rank<N>, Write> {
+    /// The host data as a writable indexer in C order, written in place: a misaligned array
+    /// too, with unaligned reads and writes and no copy.
+    pub fn indexer_mut(&mut self) -> Result<crate::indexer::HostIndexerMut<'_, T, N>, ArgumentError> {
+        let data = match self.in_place() {
+            Some(data) => data.cast_mut(),
+            None => {
+                let data = self.host_ptr_mut()?;
+                self.c_order_host("indexer_mut()", data)?.cast_mut()
+            }
+        };
+        // SAFETY: as in `indexer`, borrowed exclusively (a writable argument's borrow, and
+        // `&mut self` for the indexer's life).
+        Ok(unsafe { crate::indexer::HostIndexerMut::new(data, self.shape) })
+    }
+}
+
 impl<'py, T: ArrayElement, D: Dimensions> TypedArray<'py, T, D, Write> {
     /// The elements in C order, writable: host data that is C-contiguous.
     pub fn as_slice_mut(&mut self) -> Result<&mut [T], ArgumentError> {
@@ -488,6 +519,20 @@ impl<'py, T: ArrayElement, const N: usize, A: Access> TypedArray<'py, T, Rank<N>
 }
 
 impl<'py, T: Element, const N: usize, A: Access> TypedArray<'py, T, Rank<N>, A> {
+    /// The host data as an indexer in C order, read in place: a misaligned array too (a view
+    /// at an odd byte offset), with unaligned reads and no copy, where `as_slice()` reads its
+    /// aligned copy.
+    pub fn indexer(&self) -> Result<crate::indexer::HostIndexer<'_, T, N>, ArgumentError> {
+        let data = match self.in_place() {
+            Some(data) => data,
+            None => self.c_order_host("indexer()", self.host_ptr()?)?,
+        };
+        // SAFETY: the array's elements in C order (the producer's, possibly misaligned, which
+        // the indexer reads unaligned; or the aligned copy), held and borrowed (shared) by this
+        // argument for the indexer's life.
+        Ok(unsafe { crate::indexer::HostIndexer::new(data, self.shape) })
+    }
+
     /// What a CUDA kernel receives for this argument's device data (C order); launch it on
     /// `stream()`.
     #[cfg(feature = "cuda")]

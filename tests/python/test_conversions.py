@@ -293,6 +293,28 @@ def test_from_vec2_and_from_vec3():
         peers.from_vec3([[[1, 2]], [[3]]])
 
 
+@pytest.mark.parametrize("rows", [[[1.5, 2.0], [3.0, -4.0], [5.0, 6.0]], [[7.0]], []], ids=["3x2", "1x1", "empty"])
+def test_from_vec2_matches_rust_numpys(rows):
+    out, theirs = peers.from_vec2(rows), peers.numpy_from_vec2(rows)
+    assert out.shape == theirs.shape and out.dtype == theirs.dtype == np.float64
+    np.testing.assert_array_equal(out, theirs)
+    # The NumPy array owns amso's buffer (its base), writable, and outlives the call's values.
+    assert out.base is not None and out.flags.writeable
+    out[...] = 0.0
+    del theirs
+    gc.collect()
+    assert not out.any()
+
+
+@pytest.mark.parametrize("shapes", [([10, 10], [100, 100]), ([4, 6], [3, 2]), ([2, 2], [0, 5])],
+                         ids=["grow", "shrink", "to empty"])
+def test_resize_of_zeros_matches_rust_numpys(shapes):
+    shape, to = shapes
+    out, theirs = peers.amso_zeros_resized(shape, to), peers.numpy_zeros_resized(shape, to)
+    assert out.shape == theirs.shape == tuple(to)
+    np.testing.assert_array_equal(out, theirs)
+
+
 def test_cast_matches_numpy_astype_in_range():
     x = np.array([[1.9, -2.5], [0.0, 300.75]])
     out = peers.cast_to_i32(x)

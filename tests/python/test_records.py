@@ -81,17 +81,21 @@ def test_owned_records_go_to_numpy_with_the_layout():
     assert peers.record_total_mass(r) == r["mass"].sum()  # and back in
 
 
-def test_record_results_go_to_numpy_only_even_for_an_amso_argument():
-    """docs/dtypes.md: a record result goes to NumPy; for an amso record argument, whose
-    framework is amso, `output` refuses with a ValueError naming Framework::NumPy."""
+def test_record_results_go_to_the_callers_framework_numpy_or_amso():
+    """docs/dtypes.md: a record result goes to the caller's framework: NumPy for a NumPy
+    argument, amso's record class (over the same memory) for an amso record argument; a rank
+    the bundled module has no class for is amso's TypeError naming the spec."""
     import amso
 
     r = peers.record_new(3)
     echoed = peers.record_echo(r)
     assert isinstance(echoed, np.ndarray) and echoed.dtype == r.dtype
     np.testing.assert_array_equal(echoed, r)
-    with pytest.raises(ValueError, match=r"particle arrays go to NumPy only .* hand them to Framework::NumPy"):
-        peers.record_echo(amso.asarray(r, dtype="particle"))
+    as_amso = peers.record_echo(amso.asarray(r, dtype="particle"))
+    assert type(as_amso).__name__ == "MemArray1DParticle" and as_amso.shape == (3,)
+    np.testing.assert_array_equal(np.asarray(as_amso), r)
+    with pytest.raises(TypeError, match=r"no compiled record class of 40 bytes with 2 dimensions.*specs/types.yaml"):
+        peers.record_echo_2d_to_amso(peers.record_new(4).reshape(2, 2))
 
 
 def test_a_field_view_has_the_arrays_dimensions_then_the_fields_shape():

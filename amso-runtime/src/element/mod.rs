@@ -86,8 +86,9 @@ impl DType {
     }
 
     /// Whether NumPy alone has this kind (`object`, `datetime64[s]`, `timedelta64[ms]`, `S8`,
-    /// `U4`): DLPack has no such type (its DLPack fields only size it), so typed arguments take
-    /// it from NumPy arrays of exactly that dtype, and results go to NumPy only.
+    /// `U4`, records): DLPack has no such type (its DLPack fields only size it), so typed
+    /// arguments take it from NumPy arrays of exactly that dtype, and results go to NumPy only
+    /// (host records also to amso's record classes, over NumPy's array).
     pub const fn numpy_only(&self) -> bool {
         self.is_record() || numpy_only_name(self.numpy)
     }

@@ -18,7 +18,14 @@ impl<T: Element> MemArray<T, 2> {
                 row.len()
             )));
         }
-        Self::from_slice([rows.len(), columns], &rows.concat())
+        let mut array = Self::new([rows.len(), columns])?;
+        let data = array.as_mut_ptr()?;
+        for (index, row) in rows.iter().enumerate() {
+            // SAFETY: row `index` of a new host array of `columns` columns, written once from a
+            // row of that length (checked above); nothing else refers to the array yet.
+            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), data.add(index * columns), columns) };
+        }
+        Ok(array)
     }
 }
 
@@ -66,12 +73,16 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         if self.readonly() {
             return Err(Error::ReadOnly);
         }
-        let mut values = self.to_vec()?;
+        let source = self.as_ptr()?;
         let options =
             ArrayOptions { device_id: self.cuda_device_id(), pinned: self.pinned(), ..ArrayOptions::default() };
+        // Zero-filled: past the kept elements, the new ones are zero (`T::default()` for every
+        // element type amso has: numbers, bools, records of them).
         let mut resized = Self::with_options(shape, options)?;
-        values.resize(resized.size(), T::default());
-        resized.copy_from_slice(&values)?;
+        let kept = self.size().min(resized.size());
+        // SAFETY: `kept` elements of this host array's memory (`as_ptr` checked it is host
+        // data), copied into the new array's distinct memory, which has room for them.
+        unsafe { std::ptr::copy_nonoverlapping(source, resized.as_mut_ptr()?, kept) };
         *self = resized;
         Ok(())
     }

@@ -198,6 +198,31 @@ fn from_vec2(py: Python<'_>, rows: Vec<Vec<f64>>) -> PyResult<Bound<'_, PyAny>> 
     MemArray::<f64, 2>::from_vec2(&rows)?.into_framework(py, Framework::NumPy)
 }
 
+/// rust-numpy's `PyArray::from_vec2`, for the report's row.
+#[pyfunction]
+fn numpy_from_vec2(py: Python<'_>, rows: Vec<Vec<f64>>) -> PyResult<Bound<'_, numpy::PyArray2<f64>>> {
+    numpy::PyArray2::from_vec2(py, &rows).map_err(|error| pyo3::exceptions::PyValueError::new_err(error.to_string()))
+}
+
+/// A zeroed `shape` array grown to `to` (`MemArray::resize`), handed to NumPy.
+#[pyfunction]
+fn amso_zeros_resized(py: Python<'_>, shape: [usize; 2], to: [usize; 2]) -> PyResult<Bound<'_, PyAny>> {
+    let mut array = MemArray::<f64, 2>::new(shape)?;
+    array.resize(to)?;
+    array.into_framework(py, Framework::NumPy)
+}
+
+/// rust-numpy's: a zeroed NumPy array resized in place (`PyArray::resize`, NumPy's
+/// `PyArray_Resize`).
+#[pyfunction]
+fn numpy_zeros_resized(py: Python<'_>, shape: [usize; 2], to: [usize; 2]) -> PyResult<Bound<'_, numpy::PyArray2<f64>>> {
+    use numpy::PyArrayMethods;
+    let array = numpy::PyArray2::<f64>::zeros(py, shape, false);
+    // SAFETY: a new array no other code references or views.
+    unsafe { array.resize(to)? };
+    Ok(array)
+}
+
 /// Nested lists as a 3-D int64 array (`MemArray::from_vec3`).
 #[pyfunction]
 fn from_vec3(py: Python<'_>, planes: Vec<Vec<Vec<i64>>>) -> PyResult<Bound<'_, PyAny>> {
@@ -471,6 +496,9 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(indexer_write_seen, module)?,
         wrap_pyfunction!(indexer_after_view, module)?,
         wrap_pyfunction!(from_vec2, module)?,
+        wrap_pyfunction!(numpy_from_vec2, module)?,
+        wrap_pyfunction!(amso_zeros_resized, module)?,
+        wrap_pyfunction!(numpy_zeros_resized, module)?,
         wrap_pyfunction!(from_vec3, module)?,
         wrap_pyfunction!(cast_to_i32, module)?,
         wrap_pyfunction!(resized, module)?,

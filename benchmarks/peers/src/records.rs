@@ -75,6 +75,12 @@ fn record_echo<'py>(x: ArrayRef<'py, Particle, 1>) -> PyResult<Bound<'py, PyAny>
     x.output(x.as_array()?.to_owned())
 }
 
+/// A 2-D copy of `x` handed to amso (which has no 2-D particle class).
+#[pyfunction]
+fn record_echo_2d_to_amso<'py>(x: ArrayRef<'py, Particle, 2>) -> PyResult<Bound<'py, PyAny>> {
+    x.as_array()?.to_owned().into_framework(x.object().py(), Framework::Amso)
+}
+
 /// The ids, from the records themselves.
 #[pyfunction]
 fn record_ids(x: ArrayRefDyn<'_, Particle>) -> PyResult<Vec<i64>> {
@@ -123,6 +129,7 @@ pub(crate) fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(record_scale_mass, module)?)?;
     module.add_function(wrap_pyfunction!(record_ids, module)?)?;
     module.add_function(wrap_pyfunction!(record_echo, module)?)?;
+    module.add_function(wrap_pyfunction!(record_echo_2d_to_amso, module)?)?;
     module.add_function(wrap_pyfunction!(record_pos_total_and_double_mass, module)?)?;
     module.add_function(wrap_pyfunction!(record_pos_as_1d, module)?)?;
     module.add_function(wrap_pyfunction!(record_field_f32, module)?)?;

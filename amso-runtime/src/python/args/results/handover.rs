@@ -41,10 +41,20 @@ impl<O: Owner> Handover<O> {
     /// Hand the memory to `framework`, as its array object.
     pub(in crate::python::args) fn deliver(self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
         framework.check_device(self.device)?;
+        if self.dtype.is_record() && framework == Framework::Amso && self.device.device_type != DeviceType::Cuda {
+            // DLPack has no record type: NumPy's array over the memory, then amso's record
+            // class over NumPy's (`amso.asarray(copy=False)`, the bundled module's classes).
+            let array = self.deliver(py, Framework::NumPy)?;
+            let asarray = py.import(pyo3::intern!(py, "amso"))?.getattr(pyo3::intern!(py, "asarray"))?;
+            let kwargs = pyo3::types::PyDict::new(py);
+            kwargs.set_item(pyo3::intern!(py, "copy"), false)?;
+            return asarray.call((array,), Some(&kwargs));
+        }
         if self.dtype.numpy_only() && framework != Framework::NumPy {
+            let also = if self.dtype.is_record() { " (and, on the host, to amso)" } else { "" };
             return Err(PyValueError::new_err(format!(
-                "{} arrays go to NumPy only (DLPack has no such element type, so {framework:?} cannot take them); \
-                 hand them to Framework::NumPy",
+                "{} arrays go to NumPy{also} only (DLPack has no such element type, so {framework:?} cannot take \
+                 them); hand them to Framework::NumPy",
                 self.dtype.name
             )));
         }
@@ -229,6 +239,36 @@ impl<T: ArrayElement> Owner for Vec<T> {
 
     fn into_arc(self) -> Arc<dyn Any + Send + Sync> {
         Arc::new(self)
+    }
+}
+
+/// An amso array's host buffer goes into its capsule as the `Arc`'s own pointer: no allocation.
+impl Owner for Arc<crate::host::HostBuffer> {
+    fn into_capsule(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        unsafe extern "C" fn release(capsule: *mut ffi::PyObject) {
+            // SAFETY: a capsule made below, holding one reference of the `Arc`.
+            let pointer = unsafe { ffi::PyCapsule_GetPointer(capsule, OWNER.as_ptr()) };
+            if !pointer.is_null() {
+                // No panic may cross into NumPy; a panicking drop leaks instead.
+                let _ = std::panic::catch_unwind(|| {
+                    // SAFETY: given up below, taken back once, here.
+                    let owner = unsafe { Arc::from_raw(pointer.cast::<crate::host::HostBuffer>()) };
+                    // Attached (the caller holds the GIL): a foreign producer's owner the
+                    // buffer keeps may hold Python references.
+                    crate::python::base::drop_attached(owner);
+                });
+            }
+        }
+        let pointer = Arc::into_raw(self);
+        let free = || {
+            // SAFETY: given up just above, taken back once (no capsule took it).
+            drop(unsafe { Arc::from_raw(pointer) })
+        };
+        capsule(py, pointer.cast_mut().cast(), std::ptr::null_mut(), release, free)
+    }
+
+    fn into_arc(self) -> Arc<dyn Any + Send + Sync> {
+        self
     }
 }
 

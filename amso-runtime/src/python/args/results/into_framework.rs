@@ -85,6 +85,22 @@ pub(in crate::python::args) fn core_into_framework(
             return Ok((registration.instance)(py, MemArrayBase::new(core))?.into_bound(py));
         }
     }
+    let host = core.residence() == crate::device::Residence::Host;
+    if framework == Framework::NumPy && host && core.lock_id().is_none() && !core.dtype().is_record() {
+        // An owned host array to NumPy: its buffer is the NumPy array's owner as it is (no
+        // export plan, no boxed owner).
+        return Handover {
+            data: core.host_ptr().cast(),
+            device: Device::CPU,
+            dtype: core.dtype(),
+            shape: Dims::from_slice(core.shape()),
+            strides: None,
+            owner: Arc::clone(core.host_buffer()),
+            readonly: core.readonly(),
+            stream: None,
+        }
+        .deliver(py, framework);
+    }
     let device = core.device();
     let request = crate::dlpack::DlpackRequest { max_version: Some(DLPACK_VERSION), ..Default::default() };
     let plan = crate::dlpack::plan_export(device, core.pinned(), &request)?;

@@ -96,6 +96,25 @@ def test_record_results_go_to_the_callers_framework_numpy_or_amso():
     np.testing.assert_array_equal(np.asarray(as_amso), r)
     with pytest.raises(TypeError, match=r"no compiled record class of 40 bytes with 2 dimensions.*specs/types.yaml"):
         peers.record_echo_2d_to_amso(peers.record_new(4).reshape(2, 2))
+    # A result in reverse memory order reaches amso as a C-order copy, in the same order.
+    reversed_amso = peers.record_reversed(amso.asarray(r, dtype="particle"))
+    assert type(reversed_amso).__name__ == "MemArray1DParticle"
+    np.testing.assert_array_equal(np.asarray(reversed_amso), r[::-1])
+    np.testing.assert_array_equal(peers.record_reversed(r), r[::-1])
+
+
+@pytest.mark.parametrize("framework", ["numpy", "amso"])
+def test_an_owned_record_memarray_goes_to_numpy_and_amso(framework):
+    out = peers.record_memarray_to(3, framework)
+    assert np.asarray(out).dtype == PACKED and out.shape == (3,)
+    assert not np.asarray(out)["mass"].any()
+    if framework == "amso":
+        assert type(out).__name__ == "Particles"  # the benchmark crate's own class of particle arrays
+
+
+def test_an_owned_record_memarray_is_refused_by_a_dlpack_framework():
+    with pytest.raises(ValueError, match=r"particle arrays go to NumPy \(and, on the host, to amso\) only"):
+        peers.record_memarray_to(3, "tvm_ffi")
 
 
 def test_a_field_view_has_the_arrays_dimensions_then_the_fields_shape():

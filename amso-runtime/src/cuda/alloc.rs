@@ -59,7 +59,7 @@ pub(crate) struct Stats {
     pub allocations: [AtomicU64; CLIENTS.len()],
 }
 
-/// The counters of this copy's pool.
+/// This copy's counters of memory from allocators other than its pool.
 pub(crate) static STATS: Stats = Stats {
     in_use: [const { AtomicUsize::new(0) }; CLIENTS.len()],
     allocations: [const { AtomicU64::new(0) }; CLIENTS.len()],

@@ -44,6 +44,7 @@ impl Ledger {
     /// Count a free of `bytes` of `client`.
     pub(crate) fn freed(&mut self, client: Client, bytes: usize) {
         let in_use = &mut self.in_use[client as usize];
+        debug_assert!(*in_use >= bytes, "a free of {bytes} bytes of {client:?}, which has {in_use} in use");
         *in_use = in_use.saturating_sub(bytes);
     }
 

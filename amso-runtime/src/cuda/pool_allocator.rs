@@ -364,7 +364,12 @@ impl PoolAllocator {
         let ptr = device.take_own(size, bytes, stream, client)?;
         Some(match device.ledger.lend(ptr, bytes, client, stream.stream()) {
             Some(serial) => Ok((ptr, serial)),
-            None => Err(lent_twice(ptr)),
+            None => {
+                // An address the ledger holds as lent (a bug): the block stays with its loan,
+                // and this request is not counted.
+                device.ledger.freed(client, bytes);
+                Err(lent_twice(ptr))
+            }
         })
     }
 
@@ -419,24 +424,31 @@ impl PoolAllocator {
 
     /// The device on which this pool lent `ptr`, if any.
     pub(crate) fn lent_on(&self, ptr: u64) -> Option<DeviceId> {
-        (0..super::driver::device_count().unwrap_or(0))
-            .map(DeviceId::from_driver)
-            .find(|&device_id| self.device(device_id).is_some_and(|device| device.ledger.holds(ptr)))
+        self.used_devices().find(|(_, device)| device.ledger.holds(ptr)).map(|(device_id, _)| device_id)
     }
 
     /// Bytes in use and allocations served by client, over every device.
     pub(crate) fn client_counts(&self) -> ([usize; CLIENTS.len()], [u64; CLIENTS.len()]) {
         let (mut in_use, mut allocations) = ([0; CLIENTS.len()], [0; CLIENTS.len()]);
-        for device in 0..super::driver::device_count().unwrap_or(0) {
-            if let Some(device) = self.device(DeviceId::from_driver(device)) {
-                let (bytes, count) = device.ledger.counts();
-                for client in 0..CLIENTS.len() {
-                    in_use[client] += bytes[client];
-                    allocations[client] += count[client];
-                }
+        for (_, device) in self.used_devices() {
+            let (bytes, count) = device.ledger.counts();
+            for client in 0..CLIENTS.len() {
+                in_use[client] += bytes[client];
+                allocations[client] += count[client];
             }
         }
         (in_use, allocations)
+    }
+
+    /// The caches of the devices this pool has served, each locked in turn: a device it never
+    /// served is not touched (`device` would bound its cache, which asks the driver, and so
+    /// makes its context).
+    fn used_devices(&self) -> impl Iterator<Item = (DeviceId, MutexGuard<'_, DeviceCache>)> {
+        let slots = self.devices.get().map_or(&[][..], Vec::as_slice);
+        slots.iter().enumerate().filter_map(|(index, slot)| {
+            let device = slot.lock().unwrap_or_else(|e| e.into_inner());
+            device.bounded.then(|| (DeviceId::from_driver(index as i32), device))
+        })
     }
 }
 

@@ -425,7 +425,9 @@ pub(crate) fn record_stretches(dtype: &DType) -> Vec<Stretch<'_>> {
 /// byte other than 0 reads as `true`, as NumPy reads it (in a record's bool fields too).
 ///
 /// # Safety
-/// `source` is valid for reads of one `T` (aligned).
+/// `source` is valid for reads of one `T` (aligned; types that have invalid bit patterns,
+/// bools and records with bool fields, are read bytewise, so for them any address will do,
+/// which `read_element_unaligned` relies on).
 pub(crate) unsafe fn read_element<T: Element>(source: *const T) -> T {
     if !has_invalid_bit_patterns::<T>() {
         // SAFETY: the caller vouches for the read; every bit pattern is a valid `T`.

@@ -100,7 +100,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
 
     /// A zero-filled host array of `shape` with `options`.
     pub fn with_options(shape: [usize; N], options: ArrayOptions) -> Result<Self> {
-        let dims: Vec<i64> = shape.iter().map(|&d| i64::try_from(d).unwrap_or(i64::MAX)).collect();
+        let dims: [i64; N] = shape.map(|d| i64::try_from(d).unwrap_or(i64::MAX));
         Self::from_dims(&dims, options)
     }
 

@@ -37,7 +37,7 @@ pub use args::{
     TypedArrayLike, UntypedArray, Write,
 };
 #[cfg(feature = "ndarray")]
-pub use args::{NdDimensions, OwnedView};
+pub use args::{ClassView, NdDimensions, OwnedView};
 pub use base::array::{MemArrayBase, TypedMut};
 pub use base::registry::Instantiation;
 pub use export::dlpack_context::DLPackContext;

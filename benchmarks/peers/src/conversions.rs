@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use amso_runtime::datetime::{units, Datetime};
 use amso_runtime::ndarray::{Array2, ArrayViewMut1};
 use amso_runtime::python::{
-    AllowTypeChange, ArrayLike, ArrayLikeDyn, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Casting, Framework,
-    IntoFramework, OwnedView, UntypedArray,
+    AllowTypeChange, ArrayLike, ArrayLikeDyn, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Casting, ClassView,
+    Framework, IntoFramework, OwnedView, UntypedArray,
 };
 use amso_runtime::records::Particle;
 use amso_runtime::{Element, FixedBytes, FixedUnicode, MemArray};
@@ -184,6 +184,31 @@ fn indexer_write_seen(mut x: ArrayMut<'_, f64, 2>, index: [usize; 2], value: f64
     x.object().get_item((index[0], index[1]))?.extract()
 }
 
+/// Write `value` at `x[0, 0]` through `as_slice_mut()` (a misaligned array's aligned copy),
+/// then read it through `indexer()`: the indexer reads what the copy holds.
+#[pyfunction]
+fn slice_write_then_indexer(mut x: ArrayMut<'_, f64, 2>, value: f64) -> PyResult<Option<f64>> {
+    x.as_slice_mut()?[0] = value;
+    Ok(x.indexer()?.get([0, 0]))
+}
+
+/// Read `x` through `as_array()` (a misaligned array's aligned copy), then set `x[0]` through
+/// the caller's object: a copy that was only read is not written back over it.
+#[pyfunction]
+fn view_then_python_write(x: ArrayMut<'_, f64, 1>, value: f64) -> PyResult<f64> {
+    let total = x.as_array()?.sum();
+    x.object().set_item(0, value)?;
+    Ok(total)
+}
+
+/// Write `value` at `x[0]` through `as_slice_mut()`, then cast the argument to float32: the
+/// cast sees the write.
+#[pyfunction]
+fn write_then_cast(mut x: ArrayMut<'_, f64, 1>, value: f64) -> PyResult<Vec<f32>> {
+    x.as_slice_mut()?[0] = value;
+    Ok(x.cast::<f32>()?.as_slice()?.to_vec())
+}
+
 /// `x` as a list through `indexer()` after a view that needs the aligned copy
 /// (`as_array()`): both read the same elements.
 #[pyfunction]
@@ -221,6 +246,59 @@ fn numpy_zeros_resized(py: Python<'_>, shape: [usize; 2], to: [usize; 2]) -> PyR
     // SAFETY: a new array no other code references or views.
     unsafe { array.resize(to)? };
     Ok(array)
+}
+
+/// `rows` x `columns` of 0, 0.5, 1, ... in C order.
+fn halves(rows: usize, columns: usize) -> Array2<f64> {
+    Array2::from_shape_fn((rows, columns), |(i, j)| (i * columns + j) as f64 / 2.0)
+}
+
+/// A frozen class holding an array, shown by a getter without a copy (rust-numpy's
+/// `borrow_from_array` example): amso's `ClassView`.
+#[pyclass(frozen, module = "amso_peers")]
+struct Holder {
+    values: Array2<f64>,
+}
+
+#[pymethods]
+impl Holder {
+    #[new]
+    fn new(rows: usize, columns: usize) -> Holder {
+        Holder { values: halves(rows, columns) }
+    }
+
+    /// The whole array, read-only, its base this object.
+    #[getter]
+    fn values<'py>(this: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        ClassView::new(&this, |holder| holder.values.view()).into_framework(this.py(), Framework::NumPy)
+    }
+
+    /// Column `j`, a strided view.
+    fn column<'py>(this: Bound<'py, Self>, j: usize) -> PyResult<Bound<'py, PyAny>> {
+        ClassView::new(&this, |holder| holder.values.column(j)).into_framework(this.py(), Framework::NumPy)
+    }
+}
+
+/// The same class through rust-numpy (`PyArray::borrow_from_array`).
+#[pyclass(frozen, module = "amso_peers")]
+struct NumpyHolder {
+    values: Array2<f64>,
+}
+
+#[pymethods]
+impl NumpyHolder {
+    #[new]
+    fn new(rows: usize, columns: usize) -> NumpyHolder {
+        NumpyHolder { values: halves(rows, columns) }
+    }
+
+    #[getter]
+    fn values<'py>(this: Bound<'py, Self>) -> Bound<'py, numpy::PyArray2<f64>> {
+        let array = &this.get().values;
+        // SAFETY: the class is frozen: nothing moves or writes `values` while the object,
+        // which the array keeps as its base, lives.
+        unsafe { numpy::PyArray2::borrow_from_array(array, this.clone().into_any()) }
+    }
 }
 
 /// Nested lists as a 3-D int64 array (`MemArray::from_vec3`).
@@ -495,6 +573,9 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(numpy_iter_sum, module)?,
         wrap_pyfunction!(indexer_write_seen, module)?,
         wrap_pyfunction!(indexer_after_view, module)?,
+        wrap_pyfunction!(slice_write_then_indexer, module)?,
+        wrap_pyfunction!(view_then_python_write, module)?,
+        wrap_pyfunction!(write_then_cast, module)?,
         wrap_pyfunction!(from_vec2, module)?,
         wrap_pyfunction!(numpy_from_vec2, module)?,
         wrap_pyfunction!(amso_zeros_resized, module)?,
@@ -511,5 +592,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     ] {
         module.add_function(function)?;
     }
+    module.add_class::<Holder>()?;
+    module.add_class::<NumpyHolder>()?;
     Ok(())
 }

@@ -81,6 +81,20 @@ fn record_echo_2d_to_amso<'py>(x: ArrayRef<'py, Particle, 2>) -> PyResult<Bound<
     x.as_array()?.to_owned().into_framework(x.object().py(), Framework::Amso)
 }
 
+/// `x` reversed (an owned result in reverse memory order), to the caller's framework.
+#[pyfunction]
+fn record_reversed<'py>(x: ArrayRef<'py, Particle, 1>) -> PyResult<Bound<'py, PyAny>> {
+    let mut reversed = x.as_array()?.to_owned();
+    reversed.invert_axis(amso_runtime::ndarray::Axis(0));
+    x.output(reversed)
+}
+
+/// `n` zeroed particles as an owned `MemArray`, handed to `framework`.
+#[pyfunction]
+fn record_memarray_to(py: Python<'_>, n: usize, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
+    amso_runtime::MemArray::<Particle, 1>::new([n])?.into_framework(py, framework)
+}
+
 /// The ids, from the records themselves.
 #[pyfunction]
 fn record_ids(x: ArrayRefDyn<'_, Particle>) -> PyResult<Vec<i64>> {
@@ -130,6 +144,8 @@ pub(crate) fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(record_ids, module)?)?;
     module.add_function(wrap_pyfunction!(record_echo, module)?)?;
     module.add_function(wrap_pyfunction!(record_echo_2d_to_amso, module)?)?;
+    module.add_function(wrap_pyfunction!(record_reversed, module)?)?;
+    module.add_function(wrap_pyfunction!(record_memarray_to, module)?)?;
     module.add_function(wrap_pyfunction!(record_pos_total_and_double_mass, module)?)?;
     module.add_function(wrap_pyfunction!(record_pos_as_1d, module)?)?;
     module.add_function(wrap_pyfunction!(record_field_f32, module)?)?;

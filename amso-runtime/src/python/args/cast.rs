@@ -51,19 +51,21 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
         }
         let py = self.object().py();
         crate::element::own::register::<U>();
-        let data = self.host_ptr().map_err(|_| {
+        self.require_host().map_err(|_| {
             PyValueError::new_err(format!(
                 "cast() converts host data, and this argument is on cuda:{}: cast it in its own framework \
                  (x.astype(...) in CuPy, x.to(...) in PyTorch) before the call",
                 self.device().id
             ))
         })?;
-        // A NumPy array is cast as it is (NumPy reads any layout and alignment itself); anything
-        // else through a NumPy view of the memory this argument reads, which lives for the call.
+        // A NumPy array is cast as it is (NumPy reads any layout and alignment itself), unless
+        // it is misaligned (its aligned copy may hold this call's writes); anything else
+        // through a NumPy view of the memory this argument reads, which lives for the call.
         let numpy = self.object().get_type();
-        let source = if npyffi::is_array_type(&numpy) {
+        let source = if npyffi::is_array_type(&numpy) && !self.misaligned() {
             self.object().clone()
         } else {
+            let data = self.host_ptr()?;
             // SAFETY: every index of the shape reaches, through these element strides, an
             // initialised `T` that this argument holds (borrowed, or its aligned copy) while
             // `&self` lives, which outlasts the view: the cast below copies out of it, and the

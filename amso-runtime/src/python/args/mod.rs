@@ -59,7 +59,7 @@ pub use array_like::{AllowTypeChange, ArrayLike, ArrayLikeDyn, Coerce, TypeMustM
 pub use cast::Casting;
 pub use error::ArgumentError;
 #[cfg(feature = "ndarray")]
-pub use owned_view::OwnedView;
+pub use owned_view::{ClassView, OwnedView};
 pub use results::{Framework, IntoFramework, NewArray};
 pub use untyped::UntypedArray;
 
@@ -380,6 +380,11 @@ impl<'py, T: ArrayElement, D: Dimensions, A: Access> TypedArray<'py, T, D, A> {
             Some(staged) => staged.copy_ptr_mut(),
             None => self.data as *mut T,
         })
+    }
+
+    /// Whether host data is misaligned (read in place by the indexers, else through a copy).
+    fn misaligned(&self) -> bool {
+        self.held.as_ref().is_some_and(|held| held.staged.is_some())
     }
 
     /// A misaligned host array's first element, while its elements are in C order and read in

@@ -2,7 +2,8 @@
 //! buffer of a library's own type), handed to a framework without a copy: the framework's
 //! array keeps the value alive and drops it when the array goes. rust-numpy's
 //! `borrow_from_array` asks the caller to keep a container alive (`unsafe`); here the value is
-//! moved in, so nothing can free or move it while Python sees the memory.
+//! moved in, so nothing can free or move it while Python sees the memory. `ClassView` is the
+//! same for memory inside a frozen `#[pyclass]` object, which the array holds instead.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -78,6 +79,71 @@ impl<T: Element> IntoFramework for OwnedView<T> {
         .deliver(py, framework)
     }
 }
+
+/// A read-only view of memory inside a frozen `#[pyclass]` object, for a getter to return: the
+/// framework's array holds the object, so the memory lives as long as the array (NumPy's array
+/// has the object itself as its base). rust-numpy's `borrow_from_array`, without its `unsafe`:
+/// a frozen class gives no `&mut` access, so nothing moves or writes the memory meanwhile.
+///
+/// ```ignore
+/// #[pyclass(frozen)]
+/// struct Grid { values: ndarray::Array2<f64> }
+///
+/// #[pymethods]
+/// impl Grid {
+///     #[getter]
+///     fn values<'py>(this: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+///         ClassView::new(&this, |grid| grid.values.view()).into_framework(this.py(), Framework::NumPy)
+///     }
+/// }
+/// ```
+pub struct ClassView<T: Element> {
+    owner: Py<PyAny>,
+    data: *const T,
+    shape: Dims<usize>,
+    /// In elements, negative for reversed axes.
+    strides: Dims<isize>,
+}
+
+impl<T: Element> ClassView<T> {
+    /// The memory `view` picks in `object`'s value.
+    pub fn new<'py, C, D: ndarray::Dimension>(
+        object: &Bound<'py, C>,
+        view: impl for<'a> FnOnce(&'a C) -> ndarray::ArrayView<'a, T, D>,
+    ) -> Self
+    where
+        C: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync,
+    {
+        let view = view(object.get());
+        let (shape, strides) = (Dims::from_slice(view.shape()), Dims::from_slice(view.strides()));
+        ClassView { owner: object.clone().into_any().unbind(), data: view.as_ptr(), shape, strides }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+}
+
+impl<T: Element> IntoFramework for ClassView<T> {
+    fn into_framework(self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
+        Handover {
+            data: self.data.cast_mut().cast(),
+            device: Device::CPU,
+            dtype: &T::DTYPE,
+            shape: self.shape,
+            strides: Some(self.strides),
+            owner: self.owner,
+            readonly: true,
+            stream: None,
+        }
+        .deliver(py, framework)
+    }
+}
+
+// SAFETY: `data` points into the value of the object `owner` holds (frozen, so never written
+// or moved while it lives); a `Py` is `Send`.
+unsafe impl<T: Element> Send for ClassView<T> {}
 
 /// A leaked `Box<O>` of any type, dropped once with its value.
 struct Erased {

@@ -16,10 +16,14 @@ use crate::strided;
 /// for the producer's memory for the duration of the call, whatever the element kind (for
 /// `Py<PyAny>`, the references stay the producer's; a value Rust writes into the copy moves
 /// into the producer's memory at write-back, as a write in place would). Only types aligned to
-/// more than one byte are ever misaligned, so bool (whose bytes need checking) never gets here.
+/// more than one byte are ever misaligned: never a bool, but a record with bool fields, whose
+/// bool bytes the copy makes 0 or 1 (as `read_element` reads them).
 pub(super) struct Staged<T> {
     /// The elements in C order, once copied.
     copy: OnceCell<Vec<MaybeUninit<T>>>,
+    /// Whether the copy was handed out for writes: only then is it written back (a copy that
+    /// was only read would undo the producer's own writes made meanwhile).
+    written: bool,
     /// The producer's first element (not aligned for `T`).
     data: usize,
     shape: Box<[usize]>,
@@ -28,7 +32,7 @@ pub(super) struct Staged<T> {
     write_back: bool,
 }
 
-impl<T> Staged<T> {
+impl<T: crate::element::ArrayElement> Staged<T> {
     /// A misaligned host array whose extent the caller checked, shape and strides (in
     /// elements) from `data`; nothing is copied yet.
     ///
@@ -37,7 +41,7 @@ impl<T> Staged<T> {
     /// valid `T`s, and, when `write_back`, writable and held exclusively until this value
     /// drops (the caller's exclusive borrow, which must outlive it).
     pub(super) unsafe fn new(data: usize, shape: &[usize], strides: &[isize], write_back: bool) -> Staged<T> {
-        Staged { copy: OnceCell::new(), data, shape: shape.into(), strides: strides.into(), write_back }
+        Staged { copy: OnceCell::new(), written: false, data, shape: shape.into(), strides: strides.into(), write_back }
     }
 
     /// The producer's first element, while its elements are in C order and no copy stands for
@@ -51,9 +55,10 @@ impl<T> Staged<T> {
         self.copy().as_ptr().cast()
     }
 
-    /// The aligned copy's first element, for writes.
+    /// The aligned copy's first element, for writes (written back when the argument drops).
     pub(super) fn copy_ptr_mut(&mut self) -> *mut T {
         self.copy();
+        self.written = true;
         self.copy.get_mut().map_or(std::ptr::null_mut(), |copy| copy.as_mut_ptr().cast())
     }
 
@@ -67,6 +72,13 @@ impl<T> Staged<T> {
                 // producer's own), copied as bytes into an aligned slot: no reference to the
                 // misaligned memory.
                 unsafe { std::ptr::copy_nonoverlapping(source, value.as_mut_ptr().cast::<u8>(), size_of::<T>()) };
+                for at in crate::element::record_bool_bytes(&T::DTYPE) {
+                    // SAFETY: a bool entry inside the record (its DType states the layout).
+                    unsafe {
+                        let byte = value.as_mut_ptr().cast::<u8>().add(at);
+                        byte.write(u8::from(byte.read() != 0));
+                    }
+                }
                 copy.push(value);
             });
             copy
@@ -76,7 +88,7 @@ impl<T> Staged<T> {
 
 impl<T> Drop for Staged<T> {
     fn drop(&mut self) {
-        let Some(copy) = self.copy.get().filter(|_| self.write_back) else { return };
+        let Some(copy) = self.copy.get().filter(|_| self.write_back && self.written) else { return };
         let mut values = copy.iter();
         strided::for_each_offset(&self.shape, &self.strides, |offset| {
             let target = (self.data as *mut u8).wrapping_offset(offset * size_of::<T>() as isize);

@@ -43,11 +43,14 @@ impl<O: Owner> Handover<O> {
         framework.check_device(self.device)?;
         if self.dtype.is_record() && framework == Framework::Amso && self.device.device_type != DeviceType::Cuda {
             // DLPack has no record type: NumPy's array over the memory, then amso's record
-            // class over NumPy's (`amso.asarray(copy=False)`, the bundled module's classes).
+            // class over NumPy's (`amso.asarray`, the bundled module's classes), without a copy
+            // in C order (amso's arrays are), with one otherwise.
+            let c_order =
+                self.strides.as_deref().is_none_or(|strides| crate::strided::is_c_contiguous(&self.shape, strides));
             let array = self.deliver(py, Framework::NumPy)?;
             let asarray = py.import(pyo3::intern!(py, "amso"))?.getattr(pyo3::intern!(py, "asarray"))?;
             let kwargs = pyo3::types::PyDict::new(py);
-            kwargs.set_item(pyo3::intern!(py, "copy"), false)?;
+            kwargs.set_item(pyo3::intern!(py, "copy"), if c_order { Some(false) } else { None })?;
             return asarray.call((array,), Some(&kwargs));
         }
         if self.dtype.numpy_only() && framework != Framework::NumPy {
@@ -235,6 +238,18 @@ impl<T: ArrayElement> Owner for Vec<T> {
             drop(unsafe { Vec::from_raw_parts(pointer, len, capacity) })
         };
         capsule(py, pointer.cast(), capacity as *mut c_void, release::<T>, free)
+    }
+
+    fn into_arc(self) -> Arc<dyn Any + Send + Sync> {
+        Arc::new(self)
+    }
+}
+
+/// A Python object (a `#[pyclass]` instance whose memory a `ClassView` shows) is the array's
+/// owner itself: NumPy takes it as the array's base, with no capsule.
+impl Owner for Py<PyAny> {
+    fn into_capsule(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        Ok(self.into_bound(py))
     }
 
     fn into_arc(self) -> Arc<dyn Any + Send + Sync> {

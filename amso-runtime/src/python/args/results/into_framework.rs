@@ -86,9 +86,10 @@ pub(in crate::python::args) fn core_into_framework(
         }
     }
     let host = core.residence() == crate::device::Residence::Host;
-    if framework == Framework::NumPy && host && core.lock_id().is_none() && !core.dtype().is_record() {
+    if (framework == Framework::NumPy || core.dtype().is_record()) && host && core.lock_id().is_none() {
         // An owned host array to NumPy: its buffer is the NumPy array's owner as it is (no
-        // export plan, no boxed owner).
+        // export plan, no boxed owner). Records (which DLPack cannot carry) go this way to
+        // every framework: `deliver` takes them to NumPy and amso, and refuses the others.
         return Handover {
             data: core.host_ptr().cast(),
             device: Device::CPU,

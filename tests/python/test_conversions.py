@@ -247,6 +247,12 @@ def test_indexers_read_misaligned_arrays_in_place(offset):
     assert peers.indexer_sum(x[10:20]) == pytest.approx(float(np.sum(x[10:20])), rel=1e-12)
 
 
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned"])
+def test_an_indexer_reads_the_arrays_own_memory_during_the_call(offset):
+    x = misaligned(np.float64, count=5, offset=offset)
+    assert peers.python_write_then_indexer(x, 42.5) == 42.5  # no copy was made at extraction
+
+
 def test_a_misaligned_indexer_reads_the_copy_a_view_wrote():
     x = misaligned(np.float64, count=12).reshape(3, 4)
     assert peers.slice_write_then_indexer(x, -9.5) == -9.5

@@ -184,6 +184,14 @@ fn indexer_write_seen(mut x: ArrayMut<'_, f64, 2>, index: [usize; 2], value: f64
     x.object().get_item((index[0], index[1]))?.extract()
 }
 
+/// Set `x[0]` to `value` through the caller's object, then read `x[0]` through `indexer()`:
+/// `value` when the indexer reads `x`'s own memory (a copy made before would hold the old one).
+#[pyfunction]
+fn python_write_then_indexer(x: ArrayRef<'_, f64, 1>, value: f64) -> PyResult<Option<f64>> {
+    x.object().set_item(0, value)?;
+    Ok(x.indexer()?.get([0]))
+}
+
 /// Write `value` at `x[0, 0]` through `as_slice_mut()` (a misaligned array's aligned copy),
 /// then read it through `indexer()`: the indexer reads what the copy holds.
 #[pyfunction]
@@ -574,6 +582,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(indexer_write_seen, module)?,
         wrap_pyfunction!(indexer_after_view, module)?,
         wrap_pyfunction!(slice_write_then_indexer, module)?,
+        wrap_pyfunction!(python_write_then_indexer, module)?,
         wrap_pyfunction!(view_then_python_write, module)?,
         wrap_pyfunction!(write_then_cast, module)?,
         wrap_pyfunction!(from_vec2, module)?,

@@ -442,15 +442,24 @@ pub(crate) unsafe fn read_element<T: Element>(source: *const T) -> T {
     let mut bytes = std::mem::MaybeUninit::<T>::uninit();
     // SAFETY: the caller vouches for one readable `T`; `bytes` holds one.
     unsafe { std::ptr::copy_nonoverlapping(source.cast::<u8>(), bytes.as_mut_ptr().cast::<u8>(), size_of::<T>()) };
-    for at in record_bool_bytes(&T::DTYPE) {
+    // SAFETY: `bytes` holds one `T`'s bytes, just copied.
+    unsafe { normalise_record_bools(&T::DTYPE, bytes.as_mut_ptr().cast::<u8>()) };
+    // SAFETY: every field holds a valid value now (bool entries 0 or 1, the rest any bits).
+    unsafe { bytes.assume_init() }
+}
+
+/// Make each bool entry of the record of `dtype` at `record` 0 or 1 (nothing for other types).
+///
+/// # Safety
+/// `record` points to `dtype.itemsize()` writable bytes laid out as `dtype` states.
+pub(crate) unsafe fn normalise_record_bools(dtype: &DType, record: *mut u8) {
+    for at in record_bool_bytes(dtype) {
         // SAFETY: a bool entry inside the record (the DType states the layout exactly).
         unsafe {
-            let byte = bytes.as_mut_ptr().cast::<u8>().add(at);
+            let byte = record.add(at);
             byte.write(u8::from(byte.read() != 0));
         }
     }
-    // SAFETY: every field holds a valid value now (bool entries 0 or 1, the rest any bits).
-    unsafe { bytes.assume_init() }
 }
 
 /// As `read_element`, from an address that need not be aligned for `T` (a misaligned array

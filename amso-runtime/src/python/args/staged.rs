@@ -72,13 +72,8 @@ impl<T: crate::element::ArrayElement> Staged<T> {
                 // producer's own), copied as bytes into an aligned slot: no reference to the
                 // misaligned memory.
                 unsafe { std::ptr::copy_nonoverlapping(source, value.as_mut_ptr().cast::<u8>(), size_of::<T>()) };
-                for at in crate::element::record_bool_bytes(&T::DTYPE) {
-                    // SAFETY: a bool entry inside the record (its DType states the layout).
-                    unsafe {
-                        let byte = value.as_mut_ptr().cast::<u8>().add(at);
-                        byte.write(u8::from(byte.read() != 0));
-                    }
-                }
+                // SAFETY: `value` holds one `T`'s bytes, just copied.
+                unsafe { crate::element::normalise_record_bools(&T::DTYPE, value.as_mut_ptr().cast::<u8>()) };
                 copy.push(value);
             });
             copy

@@ -102,20 +102,27 @@ print(took)
 @gpu
 @needs("cupy", "numba.cuda")
 def test_numba_through_amso_never_waits_for_the_device():
-    """Numba names no stream: its blocks come back after the device's work, but the device
-    waiter synchronises on its own thread, so 200 pairs finish well inside a 1 s kernel on
-    another stream (Numba's own deferred cuMemFree synchronises on the freeing thread)."""
+    """Numba names no stream: each free queues a barrier on the legacy stream and the block goes
+    back to the cache at once, so 200 pairs finish well inside a 1 s kernel on another stream
+    (Numba's own deferred cuMemFree synchronises on the freeing thread)."""
     own = float(run(f"PLUGGED = False\nSIZES = {SIZES!r}\n" + NUMBA_NO_WAIT))
     plugged = float(run(f"PLUGGED = True\nSIZES = {SIZES!r}\n" + NUMBA_NO_WAIT))
     assert plugged < 0.3 and plugged <= own + 0.05, f"Numba through amso {plugged:.3f} s, Numba's own {own:.3f} s"
 
 
+# A Numba stream's handle (a driver binding's CUstream, or a ctypes pointer in older Numba).
+NUMBA_HANDLE = """
+def handle(stream):
+    raw = stream.handle
+    return raw.value if hasattr(raw, "value") else int(raw)
+"""
+
+
 @gpu
 @needs("cupy", "numba.cuda")
-def test_a_numba_block_returns_to_the_cache_without_a_flush():
-    """A freed Numba block is back in amso's cache once the device has reached it, with no
-    batch to fill and no explicit flush: the next allocation of its size hits; while a kernel
-    still runs, the block waits for it."""
+def test_a_numba_block_returns_to_the_cache_at_once():
+    """A freed Numba block is back in amso's cache at once, with no batch to fill, no flush and
+    no wait for a kernel that runs on another stream: the next allocation of its size hits."""
     out = run(script(SPIN, """
         from numba import cuda
         cuda.set_memory_manager(amso.allocators.NumbaManager)
@@ -125,19 +132,57 @@ def test_a_numba_block_returns_to_the_cache_without_a_flush():
         spin(0.5, stream)
         del x
         gc.collect()
-        time.sleep(0.1)
-        waiting = amso.memory_info()["pending_frees"]
-        deadline = time.time() + 5
-        while amso.memory_info()["pending_frees"] and time.time() < deadline:
-            time.sleep(0.01)
         before = amso.memory_info()
         y = cuda.device_array(n, np.uint8)
         after = amso.memory_info()
-        print(waiting, before["pending_frees"], after["hits"] - before["hits"], after["misses"] - before["misses"])
+        print(before["pending_frees"], after["hits"] - before["hits"], after["misses"] - before["misses"], stream.done)
     """))
-    waiting, left, hits, misses = map(int, out.split())
-    assert waiting == 1, "the block waits for the kernel that runs"
-    assert (left, hits, misses) == (0, 1, 0), (left, hits, misses)
+    waiting, hits, misses, done = out.split()
+    assert (waiting, hits, misses, done) == ("0", "1", "0", "False"), out
+
+
+NUMBA_REUSE = SPIN + NUMBA_HANDLE + """
+from numba import cuda
+cuda.set_memory_manager(amso.allocators.NumbaManager)
+n = 64 << 20
+first_stream = cuda.stream() if BLOCKING else None
+writer = cp.cuda.ExternalStream(handle(first_stream)) if BLOCKING else side_stream()
+x = cuda.device_array(n, np.uint8)
+first = x.device_ctypes_pointer.value
+spin(0.5, writer, first, n)              # writes 1s into x at its end
+del x                                    # freed while the kernel still writes it
+gc.collect()
+y = cuda.device_array(n, np.uint8)       # the same block, at once
+second = cuda.stream()
+start = time.perf_counter()
+cp.cuda.runtime.memsetAsync(y.device_ctypes_pointer.value, 0, n, handle(second))
+second.synchronize()
+waited = time.perf_counter() - start
+cuda.synchronize()
+print(y.device_ctypes_pointer.value == first, int(cp.asarray(y).sum()), waited > 0.3)
+"""
+
+
+@gpu
+@needs("cupy", "numba.cuda")
+def test_a_numba_block_is_reused_behind_the_kernels_of_numbas_streams():
+    """One of Numba's streams (blocking) still writes a block when it is freed: the next Numba
+    array of that size gets the block at once, and zeroing it on another of Numba's streams
+    waits behind the kernel (the barrier queued on the legacy stream at the free), so the
+    zeros are what stays."""
+    same, total, waited = run("BLOCKING = True\n" + NUMBA_REUSE).split()
+    assert (same, total, waited) == ("True", "0", "True"), (same, total, waited)
+
+
+@gpu
+@needs("cupy", "numba.cuda")
+def test_a_kernel_on_a_non_blocking_stream_is_not_waited_for():
+    """docs/memory.md's limit: a kernel on a non-blocking stream (one Numba reaches through
+    `cuda.external_stream`) is not behind the barrier, so a Numba array it still uses must not
+    be dropped before that stream is synchronised: here the zeroing runs at once and the
+    kernel's later writes land in the new array."""
+    same, total, waited = run("BLOCKING = False\n" + NUMBA_REUSE).split()
+    assert (same, total, waited) == ("True", str(64 << 20), "False"), (same, total, waited)
 
 
 @gpu

@@ -208,6 +208,38 @@ pub(crate) enum After {
     Stream(StreamHandle),
     /// All work on the device (memory handed to consumers whose streams are unknown).
     Device,
+    /// The work queued so far on every stream that synchronises with the legacy default stream
+    /// (all but non-blocking ones): a barrier is queued on the legacy stream at the free, and
+    /// the block is filed under it. Numba's frees, which name no stream (`loans.rs`).
+    Barrier,
+}
+
+/// Queue a barrier on `device_id`'s legacy default stream: an event recorded there, which every
+/// later operation on a blocking stream waits behind, as the legacy stream's implicit
+/// synchronisation orders it after every earlier one. False when it could not be queued (a
+/// capture in progress, or the device's context failed): the free must wait for the device.
+pub(crate) fn legacy_barrier(device_id: DeviceId) -> bool {
+    /// One event per device, recorded again at each barrier and never queried: its record is
+    /// the barrier.
+    static EVENTS: OnceLock<Vec<OnceLock<usize>>> = OnceLock::new();
+    if capturing() {
+        return false; // the legacy stream may not be used while a capture is in progress
+    }
+    let Ok(_ctx) = Current::enter(device_id) else { return false };
+    let slots =
+        EVENTS.get_or_init(|| (0..super::driver::device_count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
+    let Ok(slot) = super::driver::per_device(slots, device_id) else { return false };
+    let event = match slot.get() {
+        Some(&event) => event,
+        None => match result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING) {
+            // Kept for the process (a lost race leaks one event).
+            Ok(event) => *slot.get_or_init(|| event as usize),
+            Err(_) => return false,
+        },
+    };
+    // SAFETY: an event of the device's primary context (current here), never destroyed; a
+    // record from several threads at once is allowed, and each orders what follows it.
+    unsafe { result::event::record(event as sys::CUevent, StreamHandle::LEGACY.raw()) }.is_ok()
 }
 
 /// A pending free.
@@ -240,6 +272,11 @@ impl PendingFree {
                 let (stream, lasting) = match after {
                     After::Stream(stream) => (stream, lasting(client, stream)),
                     After::Device => (StreamHandle::LEGACY, true), // the device's work is done
+                    After::Barrier if legacy_barrier(device_id) => (StreamHandle::LEGACY, true),
+                    After::Barrier => {
+                        let free = PendingFree::Device { source, device_id, ptr, bytes, after: After::Device, client };
+                        return wait_for_device(free, bytes);
+                    }
                 };
                 match &source {
                     // Counted under the pool's lock.
@@ -470,7 +507,7 @@ pub(crate) fn release(source: Source, device_id: DeviceId, ptr: u64, bytes: usiz
     let free_now = matches!(source, Source::Pool) && frees_run_now();
     let pending = PendingFree::Device { source, device_id, ptr, bytes, after, client };
     match after {
-        After::Stream(_) if free_now => pending.run(), // stream-ordered into amso's pool: no driver call
+        After::Stream(_) | After::Barrier if free_now => pending.run(), // into amso's pool, no wait
         After::Device if free_now => wait_for_device(pending, bytes),
         _ => run_all(DEFERRED.push(pending, bytes, capacity(device_id), capturing())),
     }

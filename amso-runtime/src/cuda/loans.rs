@@ -13,10 +13,12 @@
 //!
 //! Frees are ordered after the work on a stream: the stream the client names at the free
 //! (PyTorch's, RMM's), else the one the loan was made for (CuPy's current stream at the
-//! allocation, as CuPy's own pool files its blocks). Numba's wait for the device's work, on the
-//! device waiter's thread (`device_waiter.rs`): Numba names no stream, and a block reused at once on the
-//! legacy stream would queue nothing there for its next kernel, on another of Numba's streams,
-//! to wait behind.
+//! allocation, as CuPy's own pool files its blocks). Numba names no stream, and its contract
+//! lets a freed block go back to a pool at once (NBEP 7): each Numba free queues a barrier on
+//! the legacy default stream (`alloc::legacy_barrier`), behind which every later operation on
+//! a blocking stream waits, and the block is filed under the legacy stream. So a kernel on any
+//! of Numba's own streams (all blocking) that still uses the block is done before its next
+//! owner's work starts; one on a non-blocking stream is not waited for (docs/memory.md).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -194,12 +196,16 @@ pub(crate) fn reclaim(
     // A block of amso's pool (the common case): checked and, ordered on a stream, returned to
     // the cache under one lock.
     let now = alloc::frees_run_now();
+    // Numba's barrier is queued before the lock is taken (a refused give-back leaves a harmless
+    // one); a block whose barrier could not be queued waits for the device.
+    let barrier = now && client == Client::Numba && alloc::legacy_barrier(device_id);
     let from_pool = default_pool().reclaim(device_id, ptr, |lent| {
         refusal(client, back, lent.serial, lent.client, lent.bytes).map_or(Ok(()), Err)?;
         Ok(match after(lent.client, back.stream, lent.stream) {
             After::Stream(stream) if now && stream != StreamHandle::PER_THREAD => {
                 Some((stream, alloc::lasting(lent.client, stream)))
             }
+            After::Barrier if barrier => Some((StreamHandle::LEGACY, true)),
             _ => None,
         })
     });
@@ -255,11 +261,11 @@ fn refusal(client: Client, back: GiveBack, serial: u64, lent_to: Client, bytes: 
 }
 
 /// What the free of a loan to `client`, lent for `lent` and given back naming `named`, waits
-/// for: Numba's, all of the device's work (module doc); the others', the named stream's, else
-/// the one it was lent for.
+/// for: Numba's, every blocking stream's work (module doc); the others', the named stream's,
+/// else the one it was lent for.
 fn after(client: Client, named: Option<Stream>, lent: Stream) -> After {
     match client {
-        Client::Numba => After::Device,
+        Client::Numba => After::Barrier,
         _ => After::Stream(
             named
                 .and_then(|stream| StreamHandle::of(stream).ok())

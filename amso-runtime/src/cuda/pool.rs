@@ -274,6 +274,7 @@ pub(crate) fn release(grant: Grant, device_id: DeviceId, bytes: usize, after: Af
     let after = match after {
         After::Stream(stream) => stream.stream().protocol_value(),
         After::Device => -1,
+        After::Barrier => -2, // a copy that predates it waits for the device instead
     };
     // SAFETY: a grant of this table, given back once (it is consumed).
     unsafe { (grant.table.release)(grant.token, device_id, grant.ptr, bytes, after, client as u32) }
@@ -436,6 +437,7 @@ unsafe extern "C" fn own_release(token: u64, device_id: DeviceId, ptr: u64, byte
     guarded((), || {
         let after = match StreamHandle::of(Stream::reported(after)) {
             Ok(stream) if after >= 0 => After::Stream(stream),
+            _ if after == -2 => After::Barrier,
             _ => After::Device,
         };
         // SAFETY: a token this table's `allocate` wrote, given back once (`release` consumes

@@ -70,16 +70,22 @@ impl StreamHandle {
         if self == StreamHandle::LEGACY {
             return Ok(Checked { handle: self, capture: Capture::Idle });
         }
-        crate::gil::released(|| {
+        // The query never blocks (a capture allows it), so it runs as the caller is: holding
+        // the GIL where CuPy's allocator holds it, with no release and retake per lend.
+        let capture = {
             let _ctx = Current::enter(device_id)?;
             // The driver dereferences handles: a made-up number is undefined behaviour here, as
             // in every CUDA library; destroyed or foreign handles are reported.
-            let capture = capture::state(self).map_err(|code| capture::state_error(self, device_id, code))?;
-            if let Capture::Active(id) = capture {
-                capture::note(device_id, self, id)?;
-            }
-            Ok(Checked { handle: self, capture })
-        })
+            capture::state(self).map_err(|code| capture::state_error(self, device_id, code))?
+        };
+        if let Capture::Active(id) = capture {
+            // Noting a capture takes a lock and may create a stream: with the GIL released.
+            crate::gil::released(|| {
+                let _ctx = Current::enter(device_id)?;
+                capture::note(device_id, self, id)
+            })?;
+        }
+        Ok(Checked { handle: self, capture })
     }
 }
 

@@ -39,7 +39,8 @@ ROWS = ["no-op, 1 argument", "no-op, 3 arguments", "sum", "in-place scale", "new
         "ArrayLike: a list of 8 ints to int32", "cast: 1024 int64 to float32",
         "object result: [None, 1, 'two']", "datetime result: 1024 datetime64[s]", "fixed-string result: 64 S4",
         "misaligned sum: 1000 float64 at an odd byte offset", "from_vec2: 8 rows of 8 float64",
-        "resize: 10x10 float64 zeros to 100x100", "getter view of a frozen class's 8x8 float64"]
+        "resize: 10x10 float64 zeros to 100x100", "getter view of a frozen class's 8x8 float64",
+        "nalgebra: 16x16 float64 (Fortran order) times a 16-vector"]
 #: The same amso function, amso arrays against NumPy arrays as its input.
 INPUT_ROWS = ["amso input: no-op, 1 argument", "amso input: no-op, 3 arguments"]
 #: A record argument (the spec's particle, 40 bytes) against a float64 one, NumPy arrays of 1024.
@@ -60,6 +61,8 @@ def calls() -> dict[str, dict[str, object]]:
     records, floats = np.zeros(1024, particle), np.zeros(1024)
     rows = [[float(8 * i + j) for j in range(8)] for i in range(8)]  # nested lists, to each crate's from_vec2
     holder, numpy_holder = p.Holder(8, 8), p.NumpyHolder(8, 8)  # ClassView and borrow_from_array getters
+    # nalgebra's product over each crate's views (rows one element apart: nalgebra #1616).
+    matrix, vector = np.asfortranarray(np.linspace(-1.0, 1.0, 256).reshape(16, 16)), np.linspace(0.0, 1.0, 16)
     # 1000 float64 one byte past an aligned address: each crate's in-place loop over them.
     misaligned = np.frombuffer(bytearray(8 * 1000 + 64), np.uint8)
     misaligned = misaligned[(-misaligned.ctypes.data) % 64 + 1:][:8000].view(np.float64)
@@ -86,6 +89,9 @@ def calls() -> dict[str, dict[str, object]]:
                                                    "rust-numpy": lambda: p.numpy_zeros_resized([10, 10], [100, 100])},
         "getter view of a frozen class's 8x8 float64": {"amso": lambda: holder.values,
                                                          "rust-numpy": lambda: numpy_holder.values},
+        "nalgebra: 16x16 float64 (Fortran order) times a 16-vector": {
+            "amso": lambda: p.nalgebra_matvec(matrix, vector),
+            "rust-numpy": lambda: p.numpy_nalgebra_matvec(matrix, vector)},
         "cast: 1024 int64 to float32": {"amso": lambda: p.amso_cast_f32(int64s),
                                         "rust-numpy": lambda: p.numpy_cast_f32(int64s)},
         "timedelta: add minutes to seconds": {"amso": lambda: p.amso_add_minutes_to_seconds(seconds, minutes),

@@ -373,6 +373,8 @@ def hardening_job() -> None:
     cargo("+nightly", "miri", "test", "-p", "amso-runtime", "--lib")
     # The Python layer's pure-Rust parts too (StateCell, strided layouts, the argument checks).
     cargo("+nightly", "miri", "test", "-p", "amso-runtime", "--lib", "--features", "python")
+    # nalgebra's products over the views amso hands out (nalgebra issue #1616's calls).
+    cargo("+nightly", "miri", "test", "-p", "amso-runtime", "--lib", "--features", "nalgebra", "--", "nalgebra")
     seconds = os.environ.get("AMSO_FUZZ_SECONDS", "300")
     env = dict(os.environ, RUSTC_BOOTSTRAP="1")
     for target in FUZZ_TARGETS:

@@ -2,7 +2,7 @@
 `conversions.rs`): `ArrayLike` arguments against rust-numpy's `PyArrayLike` (its
 tests/array_like.rs, ported) and NumPy; misaligned views read and written for each element
 size; nested-Vec constructors, cast and resize of owned arrays; results over memory a Rust
-value owns; nalgebra and faer views against NumPy's matmul."""
+value owns. (nalgebra and faer: test_linalg.py.)"""
 
 from __future__ import annotations
 
@@ -406,55 +406,6 @@ def test_a_read_only_result_refuses_writes():
     assert not positions.flags.writeable
     with pytest.raises(ValueError, match="read-only"):
         positions[0, 0] = 1.0
-
-
-# --- linear algebra views ---
-
-MATRICES = {
-    "c-order": lambda: np.arange(12.0).reshape(3, 4),
-    "fortran": lambda: np.asfortranarray(np.arange(12.0).reshape(3, 4)),
-    "strided": lambda: np.arange(48.0).reshape(6, 8)[::2, 1::2],
-    "misaligned": lambda: misaligned(np.float64, count=12).reshape(3, 4),
-}
-
-
-@pytest.mark.parametrize("layout", MATRICES)
-@pytest.mark.parametrize("library", ["nalgebra", "faer"])
-def test_matrix_views_multiply_as_numpy_does(layout, library):
-    a = MATRICES[layout]()
-    b = np.asfortranarray(np.arange(8.0).reshape(4, 2) - 3.0)
-    if library == "nalgebra" and layout != "fortran":
-        # nalgebra 0.35's products write out of bounds over views whose row stride is not 1
-        # (its issue #1616): amso hands out no such view.
-        with pytest.raises(ValueError, match=r"row stride of 1 \(Fortran order\).*nalgebra issue #1616"):
-            peers.nalgebra_matmul(a, b)
-        return
-    product = getattr(peers, f"{library}_matmul")(a, b)
-    np.testing.assert_allclose(product, a @ b)
-
-
-def test_a_reversed_view_is_refused_by_nalgebra_and_read_by_faer():
-    a, b = np.arange(12.0).reshape(3, 4)[::-1], np.eye(4)
-    with pytest.raises(ValueError, match="non-negative strides"):
-        peers.nalgebra_matmul(a, b)
-    np.testing.assert_allclose(peers.faer_matmul(a, b), a)
-
-
-@pytest.mark.parametrize("layout", MATRICES)
-def test_writable_matrix_views_write_in_place(layout):
-    x = MATRICES[layout]()
-    reference = x * 2.0
-    if layout == "fortran":
-        peers.nalgebra_double(x)
-    else:  # refused, and left as it was (see test_matrix_views_multiply_as_numpy_does)
-        reference = x.copy()
-        with pytest.raises(ValueError, match="row stride of 1"):
-            peers.nalgebra_double(x)
-    np.testing.assert_array_equal(x, reference)
-    y = MATRICES[layout]()
-    reference = y + 10.0 * np.arange(3)[:, None] + np.arange(y.shape[1])[None, :]
-    peers.faer_add_index(y)
-    np.testing.assert_array_equal(y, reference)
 
 
 UNTYPED = {

@@ -60,7 +60,7 @@ borrow.rs
   readwrite_as_array_slice ................... test_as_array_slice_get
   resize_using_exclusive_borrow,
   can_make_python_array_nonwriteable,
-  matrix_from_numpy (nalgebra) ............... Conversions
+  matrix_from_numpy (nalgebra) ............... test_linalg.py: test_matrix_from_numpy_ported
 to_py.rs
   to_pyarray_vec, to_pyarray_boxed_slice,
   into_pyarray_vec, into_pyarray_boxed_slice . test_vecs_and_boxed_slices (no ToPyArray:
@@ -78,12 +78,12 @@ to_py.rs
   to_pyarray_object_vec,
   to_pyarray_object_array .................... test_object_results_hold_the_same_objects
   slice_container_type_confusion ............. test_object_then_number_results
-  matrix_to_numpy (nalgebra) ................. Conversions
+  matrix_to_numpy (nalgebra) ................. test_linalg.py: test_matrix_to_numpy_ported
 
-74 rust-numpy tests: 64 ported (of which as_raw_array, cast_exact, new_fortran_order,
-sliced_to_pyarray and the panicking borrow tests assert amso's documented difference),
-10 left to the Conversions work (from_vec2/3 x4, array_cast, borrow_from_array, resize,
-make_nonwriteable, nalgebra x2; plus tests/array_like.rs there).
+74 rust-numpy tests: 64 ported here (of which as_raw_array, cast_exact, new_fortran_order,
+sliced_to_pyarray and the panicking borrow tests assert amso's documented difference), the
+2 nalgebra tests in test_linalg.py, 8 left to the Conversions work (from_vec2/3 x4,
+array_cast, borrow_from_array, resize, make_nonwriteable; plus tests/array_like.rs there).
 """
 
 from __future__ import annotations

@@ -44,8 +44,22 @@ fn lend_to(
 ) -> PyResult<(u64, u64, Client)> {
     let client = client(client_number)?;
     let request = if shareable { Request::Shareable } else { Request::Current };
-    let (ptr, serial) = py.detach(|| loans::lend(request, device_id, size, stream, client)).map_err(lend_error)?;
+    let (ptr, serial) = lend_holding_gil(py, request, device_id, size, stream, client)?;
     Ok((ptr, serial, client))
+}
+
+/// `loans::lend` as a caller holding the GIL makes it: a block the stream's own cache serves is
+/// lent without releasing the GIL (no driver call, one lock held for a lookup), and every path
+/// that calls the driver or waits releases it on its own (`gil::released`).
+fn lend_holding_gil(
+    _py: Python<'_>,
+    request: Request,
+    device_id: DeviceId,
+    size: usize,
+    stream: Stream,
+    client: Client,
+) -> PyResult<(u64, u64)> {
+    loans::lend(request, device_id, size, stream, client).map_err(lend_error)
 }
 
 /// `_lend(size, device_id, stream, client, shareable=False)`: `size` bytes of device memory
@@ -145,6 +159,34 @@ impl Loan {
         let (ptr, device_id, client) = (self.ptr, self.device_id, self.client);
         py.detach(|| loans::reclaim(device_id, ptr, client, self.give_back()))
             .map_err(|refusal| PyValueError::new_err(refusal.message(ptr, device_id)))
+    }
+}
+
+/// A lender of one plug-in's loans (its device, stream, client and kind fixed): `lend(size)`
+/// makes a `_Loan` with one argument to convert, for Numba's `memalloc`, which runs once per
+/// array.
+#[pyclass(frozen, module = "amso._amso", name = "_Lender")]
+pub struct Lender {
+    device_id: DeviceId,
+    stream: Stream,
+    client: Client,
+    request: Request,
+}
+
+#[pymethods]
+impl Lender {
+    #[new]
+    #[pyo3(signature = (device_id, stream, client_number, shareable = false))]
+    fn new(device_id: DeviceId, stream: StreamValue, client_number: u32, shareable: bool) -> PyResult<Lender> {
+        let request = if shareable { Request::Shareable } else { Request::Current };
+        Ok(Lender { device_id, stream: stream.0, client: client(client_number)?, request })
+    }
+
+    /// A loan of `size` bytes (see `_Loan`).
+    fn lend(&self, py: Python<'_>, size: usize) -> PyResult<Loan> {
+        let (device_id, client) = (self.device_id, self.client);
+        let (ptr, serial) = lend_holding_gil(py, self.request, device_id, size, self.stream, client)?;
+        Ok(Loan { ptr, serial, size, device_id, client, released: AtomicBool::new(false) })
     }
 }
 

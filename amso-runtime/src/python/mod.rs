@@ -161,6 +161,7 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.add_function(pyo3::wrap_pyfunction!(memory::empty_cache, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(memory::set_cache_limit, module)?)?;
         module.add_class::<allocators::Loan>()?;
+        module.add_class::<allocators::Lender>()?;
         module.add_class::<allocators::PinnedLoan>()?;
     }
     module.add("_C_API", capi::api_capsule(module.py())?)?;

@@ -370,44 +370,6 @@ fn dropped_particles() -> usize {
     DROPPED.load(Ordering::SeqCst)
 }
 
-/// `a @ b` through nalgebra views of the arguments, each copied into an owned matrix first:
-/// nalgebra 0.35's product of views whose row stride is not 1 (every C-order array) reads and
-/// writes out of bounds (nalgebra issue 1616).
-#[pyfunction]
-fn nalgebra_matmul<'py>(a: ArrayRef<'py, f64, 2>, b: ArrayRef<'py, f64, 2>) -> PyResult<Bound<'py, PyAny>> {
-    let product = a.as_matrix()?.clone_owned() * b.as_matrix()?.clone_owned();
-    let rows = Array2::from_shape_fn((product.nrows(), product.ncols()), |(i, j)| product[(i, j)]);
-    a.output(rows)
-}
-
-/// `x *= 2` through a writable nalgebra view.
-#[pyfunction]
-fn nalgebra_double(mut x: ArrayMut<'_, f64, 2>) -> PyResult<()> {
-    let mut matrix = x.as_matrix_mut()?;
-    matrix *= 2.0;
-    Ok(())
-}
-
-/// `a @ b` through faer views of the arguments.
-#[pyfunction]
-fn faer_matmul<'py>(a: ArrayRef<'py, f64, 2>, b: ArrayRef<'py, f64, 2>) -> PyResult<Bound<'py, PyAny>> {
-    let product = a.as_faer()? * b.as_faer()?;
-    let rows = Array2::from_shape_fn((product.nrows(), product.ncols()), |(i, j)| product[(i, j)]);
-    a.output(rows)
-}
-
-/// `x[i, j] += 10 * i + j` through a writable faer view.
-#[pyfunction]
-fn faer_add_index(mut x: ArrayMut<'_, f64, 2>) -> PyResult<()> {
-    let mut matrix = x.as_faer_mut()?;
-    for i in 0..matrix.nrows() {
-        for j in 0..matrix.ncols() {
-            matrix[(i, j)] += (10 * i + j) as f64;
-        }
-    }
-    Ok(())
-}
-
 /// An untyped argument's byte strides and contiguity (rust-numpy's `PyUntypedArray` facts).
 #[pyfunction]
 fn untyped_layout(x: UntypedArray<'_>) -> (Vec<isize>, bool, bool, bool) {
@@ -594,10 +556,6 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(resized, module)?,
         wrap_pyfunction!(owned_positions, module)?,
         wrap_pyfunction!(dropped_particles, module)?,
-        wrap_pyfunction!(nalgebra_matmul, module)?,
-        wrap_pyfunction!(nalgebra_double, module)?,
-        wrap_pyfunction!(faer_matmul, module)?,
-        wrap_pyfunction!(faer_add_index, module)?,
     ] {
         module.add_function(function)?;
     }

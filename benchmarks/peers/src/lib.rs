@@ -9,6 +9,7 @@
 
 mod conversions;
 mod hook_floor;
+mod linalg;
 
 use amso_runtime::ndarray::{ArrayD, ArrayViewD, ArrayViewMutD};
 use amso_runtime::python::{ArrayMut, ArrayRef, Framework, IntoFramework};
@@ -145,6 +146,7 @@ fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
     records::add(module)?;
     vectors::add(module)?;
     conversions::register(module)?;
+    linalg::register(module)?;
     ported::add(module)?;
     port_tests::add(module)
 }

@@ -42,14 +42,24 @@ def manager_class(shareable: bool) -> type:
         host memory from amso's pinned memory, frees deferred with ``amso.defer_cleanup()``."""
 
         def initialize(self) -> None:
-            pass  # amso's pool needs no set-up per context
+            # The context's device, the legacy default stream (memalloc names none) and the
+            # kind are fixed: one lender per context, and `memalloc` a closure over it (an
+            # instance attribute, called without a method lookup).
+            lend = _amso._Lender(self.context.device.id, 1, _NUMBA, shareable).lend
+            context = weakref.proxy(self.context)
+
+            def memalloc(size: int) -> Any:
+                loan = lend(size)
+                pointer = LoanPointer(context, CUdeviceptr(loan.ptr), size)
+                pointer._loan = loan
+                return pointer
+
+            self.memalloc = memalloc  # type: ignore[method-assign]
 
         def memalloc(self, size: int) -> Any:
-            device = self.context.device.id
-            loan = _amso._Loan(size, device, 1, _NUMBA, shareable)  # memalloc has no stream: the legacy default
-            pointer = LoanPointer(weakref.proxy(self.context), CUdeviceptr(loan.ptr), size)
-            pointer._loan = loan
-            return pointer
+            # Before `initialize` (Numba calls it first): set up, then allocate.
+            self.initialize()
+            return self.memalloc(size)
 
         def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False, wc: bool = False) -> Any:
             loan = _amso._PinnedLoan(size, mapped, wc)  # always portable: usable from every context

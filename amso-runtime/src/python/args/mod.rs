@@ -31,8 +31,10 @@ mod array_like;
 mod cast;
 mod check;
 mod error;
-#[cfg(any(feature = "nalgebra", feature = "faer"))]
-mod linalg;
+#[cfg(feature = "faer")]
+mod faer_views;
+#[cfg(feature = "nalgebra")]
+mod nalgebra_views;
 #[cfg(feature = "ndarray")]
 mod owned_view;
 #[cfg(feature = "ndarray")]

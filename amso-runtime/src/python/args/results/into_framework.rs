@@ -64,6 +64,29 @@ impl<T: ArrayElement, D: ndarray::Dimension> IntoFramework for ndarray::Array<T,
     }
 }
 
+/// `elements`, a Fortran-order array of `shape` (rows, columns), as `framework`'s object, over
+/// the vector's own buffer (nalgebra's matrices).
+#[cfg(feature = "nalgebra")]
+pub(in crate::python::args) fn fortran_order<T: ArrayElement>(
+    py: Python<'_>,
+    mut elements: Vec<T>,
+    [rows, columns]: [usize; 2],
+    framework: Framework,
+) -> PyResult<Bound<'_, PyAny>> {
+    debug_assert_eq!(elements.len(), rows * columns);
+    Handover {
+        data: elements.as_mut_ptr().cast(),
+        device: Device::CPU,
+        dtype: DTypeOf::<T>::REF,
+        shape: Dims::from_slice(&[rows, columns]),
+        strides: Some(Dims::from_slice(&[1, rows as isize])),
+        owner: elements,
+        readonly: false,
+        stream: None,
+    }
+    .deliver(py, framework)
+}
+
 impl<T: Element, const N: usize> IntoFramework for MemArray<T, N> {
     fn into_framework(self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
         core_into_framework(py, self.into_core(), framework)

@@ -17,5 +17,7 @@ mod new_array;
 pub use framework::Framework;
 #[cfg(feature = "ndarray")]
 pub(crate) use handover::Handover;
+#[cfg(feature = "nalgebra")]
+pub(in crate::python::args) use into_framework::fortran_order;
 pub use into_framework::IntoFramework;
 pub use new_array::NewArray;

@@ -61,7 +61,7 @@ def test_matrix_times_column_vector_as_numpy_does(length):
     a = np.asfortranarray(np.arange(3.0 * length).reshape(3, length) + 1.0)
     x = np.arange(float(length)) - 2.0
     y = peers.nalgebra_matvec(a, x)
-    assert y.shape == (3,)
+    assert y.shape == (3,) and y.base is not None  # over the nalgebra vector's own buffer
     np.testing.assert_allclose(y, a @ x)
     if length:  # rust-numpy's try_as_matrix gives no view of an empty array
         np.testing.assert_allclose(peers.numpy_nalgebra_matvec(a, x), a @ x)
@@ -98,6 +98,17 @@ def test_fixed_size_views_check_their_shape():
     np.testing.assert_array_equal(x, [6.0, 8.0, 24.0])
     with pytest.raises(ValueError, match=r"expected a vector of 3 elements .* shape \[4\]"):
         peers.nalgebra_svector_double(np.zeros(4))
+
+
+def test_writable_fixed_size_views_write_in_place():
+    a = np.asfortranarray(np.arange(4.0).reshape(2, 2))
+    peers.nalgebra_add_to_first_column(a, np.array([10.0, 20.0]))
+    np.testing.assert_array_equal(a, [[10.0, 1.0], [22.0, 3.0]])
+    with pytest.raises(ValueError, match=r"expected a vector of 2 elements .* shape \[3\]"):
+        peers.nalgebra_add_to_first_column(a, np.zeros(3))
+    with pytest.raises(ValueError, match=r"expected a 2x2 matrix .* shape \[2, 3\]"):
+        peers.nalgebra_add_to_first_column(np.asfortranarray(np.zeros((2, 3))), np.zeros(2))
+    np.testing.assert_array_equal(a, [[10.0, 1.0], [22.0, 3.0]])  # nothing written by the refusals
 
 
 def test_matrix_to_numpy_ported():

@@ -57,6 +57,15 @@ fn nalgebra_svector_double(mut x: ArrayMut<'_, f64, 1>) -> PyResult<f64> {
     Ok(norm)
 }
 
+/// `a[:, 0] += v` through a writable fixed-size 2x2 view and a fixed-size 2-vector view.
+#[pyfunction]
+fn nalgebra_add_to_first_column(mut a: ArrayMut<'_, f64, 2>, v: ArrayRef<'_, f64, 1>) -> PyResult<()> {
+    let v = v.as_svector::<2>()?;
+    let mut matrix = a.as_smatrix_mut::<2, 2>()?;
+    matrix.column_mut(0).zip_apply(&v, |x, y| *x += y);
+    Ok(())
+}
+
 /// `x *= 2` through a writable nalgebra view.
 #[pyfunction]
 fn nalgebra_double(mut x: ArrayMut<'_, f64, 2>) -> PyResult<()> {
@@ -115,6 +124,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(numpy_nalgebra_matvec, module)?,
         wrap_pyfunction!(nalgebra_fixed3, module)?,
         wrap_pyfunction!(nalgebra_svector_double, module)?,
+        wrap_pyfunction!(nalgebra_add_to_first_column, module)?,
         wrap_pyfunction!(nalgebra_double, module)?,
         wrap_pyfunction!(nalgebra_axpy, module)?,
         wrap_pyfunction!(nalgebra_matrix_to_numpy, module)?,

@@ -173,6 +173,42 @@ def test_other_frameworks_arrays_of_the_type_are_read_in_place():
     assert peers.like_f64_coerce(ints) == ([4], [0.0, 1.0, 2.0, 3.0], True)
 
 
+def test_array_likes_of_python_objects():
+    """`ArrayLike<Py<PyAny>, 1>` takes what rust-numpy's `PyArrayLike1<Py<PyAny>>` takes: a list
+    or tuple of any objects (the same objects, not copies), a ragged list as a list of lists,
+    and an object array in place. Equal-length nested lists follow NumPy's conversion (two
+    dimensions, refused for one), where rust-numpy keeps each inner list as an object."""
+    marker = object()
+    items = [marker, 1, "two", None]
+    got, converted = peers.like_objects(items)
+    assert converted and got == peers.numpy_like_objects(items) and got[0] is marker
+    got, converted = peers.like_objects(np.array(items, dtype=object))
+    assert not converted and got[0] is marker
+    assert peers.like_objects((1, 2.5)) == ([1, 2.5], True)
+    assert peers.like_objects([[1, 2], [3]])[0] == peers.numpy_like_objects([[1, 2], [3]]) == [[1, 2], [3]]
+    with pytest.raises(TypeError, match="got list that converts to 2 dimensions"):
+        peers.like_objects([[1, 2], [3, 4]])
+    assert peers.numpy_like_objects([[1, 2], [3, 4]]) == [[1, 2], [3, 4]]
+    for other, named in [(np.zeros(3), "a float64 array"), (np.array([b"a"], dtype="S1"), "an S1 array")]:
+        with pytest.raises(TypeError, match=f"expected a NumPy object array with 1 dimension, got {named}"):
+            peers.like_objects(other)
+        with pytest.raises(TypeError):
+            peers.numpy_like_objects(other)
+
+
+def test_an_array_like_of_another_datetime_unit_is_converted_by_numpy():
+    """datetime64[ms] and datetime64[s] share their DLPack fields (int64): an
+    `ArrayLike<Datetime<Seconds>, 1, AllowTypeChange>` converts the milliseconds with NumPy's
+    cast, and reads seconds in place."""
+    millis = np.array([1500, 4000], dtype="datetime64[ms]")
+    array, converted = peers.like_seconds(millis)
+    assert converted and array.dtype == np.dtype("datetime64[s]")
+    np.testing.assert_array_equal(array, millis.astype("datetime64[s]"))
+    seconds = np.array([1, 4], dtype="datetime64[s]")
+    array, converted = peers.like_seconds(seconds)
+    assert not converted and array is seconds
+
+
 # --- misaligned arrays ---
 
 SIZES = {1: np.uint8, 2: np.uint16, 4: np.float32, 8: np.float64, 16: np.complex128}

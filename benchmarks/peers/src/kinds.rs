@@ -84,6 +84,31 @@ fn amso_head_py(x: ArrayRefDyn<'_, Py<PyAny>>) -> PyResult<Py<PyAny>> {
     head(x.object().py(), x.as_array()?)
 }
 
+/// An array-like of Python objects (a list, or an object array read in place): its items, and
+/// whether a copy was made.
+#[pyfunction]
+fn like_objects(x: amso_runtime::python::ArrayLike<'_, Py<PyAny>, 1>) -> PyResult<(Vec<Py<PyAny>>, bool)> {
+    let py = x.object().py();
+    let items = x.as_array()?.iter().map(|item| item.clone_ref(py)).collect();
+    Ok((items, x.converted()))
+}
+
+/// An array-like of datetime64[s], other units converted by NumPy: the array read, and whether
+/// a copy was made.
+#[pyfunction]
+fn like_seconds<'py>(
+    x: amso_runtime::python::ArrayLike<'py, Datetime<units::Seconds>, 1, amso_runtime::python::AllowTypeChange>,
+) -> (Bound<'py, PyAny>, bool) {
+    (x.object().clone(), x.converted())
+}
+
+/// rust-numpy's `PyArrayLike1` of Python objects: its items.
+#[pyfunction]
+fn numpy_like_objects(x: numpy::PyArrayLike1<'_, Py<PyAny>>) -> Vec<Py<PyAny>> {
+    let py = x.py();
+    x.as_array().iter().map(|item| item.clone_ref(py)).collect()
+}
+
 /// As rust-numpy's `add_minutes_to_seconds`, with amso's arguments.
 #[pyfunction]
 fn amso_add_minutes_to_seconds(
@@ -217,6 +242,9 @@ pub(crate) fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(numpy_objects, module)?)?;
     module.add_function(wrap_pyfunction!(numpy_isize_sum, module)?)?;
     module.add_function(wrap_pyfunction!(amso_head_py, module)?)?;
+    module.add_function(wrap_pyfunction!(like_objects, module)?)?;
+    module.add_function(wrap_pyfunction!(like_seconds, module)?)?;
+    module.add_function(wrap_pyfunction!(numpy_like_objects, module)?)?;
     module.add_function(wrap_pyfunction!(amso_add_minutes_to_seconds, module)?)?;
     module.add_function(wrap_pyfunction!(amso_bytes, module)?)?;
     module.add_function(wrap_pyfunction!(amso_objects, module)?)?;

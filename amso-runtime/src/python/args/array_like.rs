@@ -14,7 +14,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyTuple};
 use pyo3::{intern, Borrowed};
 
 use crate::device::DeviceType;
-use crate::element::{dlpack_code, dlpack_type_name, Element, Scalar};
+use crate::element::{dlpack_code, dlpack_type_name, ArrayElement, Element, Scalar};
 use crate::python::args::{
     describe, name_the_argument, wanted, ArgumentError, Dimensions, DynRank, Framework, IntoFramework, Rank, Read,
     TypedArray,
@@ -52,7 +52,7 @@ impl Coerce for AllowTypeChange {
 /// A read-only argument of elements `T` in dimensions `D` from an array or anything NumPy
 /// converts to one; it reads as the [`TypedArray`] it derefs to (`as_array()`,
 /// `as_slice()`). Written through its aliases [`ArrayLike`] and [`ArrayLikeDyn`].
-pub struct TypedArrayLike<'py, T: Element, D: Dimensions, C: Coerce = TypeMustMatch> {
+pub struct TypedArrayLike<'py, T: ArrayElement, D: Dimensions, C: Coerce = TypeMustMatch> {
     array: TypedArray<'py, T, D, Read>,
     converted: bool,
     _coerce: PhantomData<C>,
@@ -63,7 +63,7 @@ pub type ArrayLike<'py, T, const N: usize, C = TypeMustMatch> = TypedArrayLike<'
 /// An array-like argument with elements `T` and any number of dimensions.
 pub type ArrayLikeDyn<'py, T, C = TypeMustMatch> = TypedArrayLike<'py, T, DynRank, C>;
 
-impl<'py, T: Element, D: Dimensions, C: Coerce> Deref for TypedArrayLike<'py, T, D, C> {
+impl<'py, T: ArrayElement, D: Dimensions, C: Coerce> Deref for TypedArrayLike<'py, T, D, C> {
     type Target = TypedArray<'py, T, D, Read>;
 
     fn deref(&self) -> &Self::Target {
@@ -71,7 +71,7 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> Deref for TypedArrayLike<'py, T,
     }
 }
 
-impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
+impl<'py, T: ArrayElement, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
     /// Whether the argument was converted (a copy NumPy made) rather than read in place.
     pub fn converted(&self) -> bool {
         self.converted
@@ -83,7 +83,7 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
     }
 }
 
-impl<'a, 'py, T: Element, D: Dimensions, C: Coerce> FromPyObject<'a, 'py> for TypedArrayLike<'py, T, D, C> {
+impl<'a, 'py, T: ArrayElement, D: Dimensions, C: Coerce> FromPyObject<'a, 'py> for TypedArrayLike<'py, T, D, C> {
     type Error = PyErr;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
@@ -91,7 +91,7 @@ impl<'a, 'py, T: Element, D: Dimensions, C: Coerce> FromPyObject<'a, 'py> for Ty
     }
 }
 
-impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
+impl<'py, T: ArrayElement, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
     /// `extract`'s body (whose errors `extract` names after the argument).
     fn convert(obj: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
         let object = obj.to_owned();
@@ -99,19 +99,24 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
         crate::element::own::register::<T>();
         let like = |array, converted| TypedArrayLike { array, converted, _coerce: PhantomData };
         if D::NDIM.is_none_or(|n| n == 1) {
-            if let Some(array) = flat_sequence::<T>(&object)? {
+            if let Some(array) = flat_sequence_of::<T>(&object)? {
                 let source = source::acquire(&array, None)?.expect("a NumPy array amso made");
                 return Ok(like(TypedArray::check(array, source).map_err(ArgumentError::raise)?, true));
             }
         }
-        if let Some(source) = source::acquire(&object, None)? {
-            if source.dtype == T::DTYPE.dlpack() {
+        if let Some(source) = acquire::<T>(&object)? {
+            // The same DLPack fields and, for NumPy's own kinds, the same kind (datetime64[ms] and
+            // int64 share their fields).
+            let kind = T::DTYPE.numpy_only().then_some(T::DTYPE.numpy);
+            if source.dtype == T::DTYPE.dlpack() && source.numpy_kind.as_deref() == kind {
                 return Ok(like(TypedArray::check(object, source).map_err(ArgumentError::raise)?, false));
             }
             let ndim = source.extents(py).dims.len();
             let arrived = format!(
                 "{} array with {ndim} dimension{} ({})",
-                crate::error::with_article(dlpack_type_name(source.dtype)),
+                crate::error::with_article(
+                    source.numpy_kind.as_deref().map_or_else(|| dlpack_type_name(source.dtype), str::to_owned)
+                ),
                 if ndim == 1 { "" } else { "s" },
                 describe(&object, Some(source.device))
             );
@@ -148,7 +153,7 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
                 );
                 let _ = error.value(py).call_method1(intern!(py, "add_note"), (note,));
             })?;
-        let Some(source) = source::acquire(&array, None)? else {
+        let Some(source) = acquire::<T>(&array)? else {
             return Err(PyTypeError::new_err(format!("numpy.asarray gave no array for {}", arrived())));
         };
         let ndim = source.extents(py).dims.len();
@@ -162,6 +167,31 @@ impl<'py, T: Element, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C> {
         }
         Ok(like(TypedArray::check(array, source).map_err(ArgumentError::raise)?, true))
     }
+}
+
+/// `object`'s memory, as an argument of `T` takes it: NumPy arrays of the kinds DLPack lacks
+/// (objects, datetimes, strings, records) too, for a `T` of those kinds.
+fn acquire<T: ArrayElement>(object: &Bound<'_, PyAny>) -> PyResult<Option<source::Source>> {
+    if T::DTYPE.numpy_only() {
+        source::acquire_any_kind(object)
+    } else {
+        source::acquire(object, None)
+    }
+}
+
+/// `flat_sequence` for the plain number types it reads (others, objects among them, go to
+/// `numpy.asarray`): dispatched by type, as `ArrayLike` takes every array element type.
+fn flat_sequence_of<'py, T: ArrayElement>(object: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    use std::any::TypeId;
+    macro_rules! plain {
+        ($($plain:ty),*) => {
+            $(if TypeId::of::<T>() == TypeId::of::<$plain>() {
+                return flat_sequence::<$plain>(object);
+            })*
+        };
+    }
+    plain!(bool, i8, i16, i32, i64, isize, u8, u16, u32, u64, usize, f32, f64);
+    Ok(None)
 }
 
 /// A flat list or tuple of Python ints (for an integer `T`), floats (float32, float64) or bools

@@ -147,6 +147,17 @@ def test_matrix_from_numpy_ported():
         peers.nalgebra_fixed3(np.arange(8, dtype=np.int32).reshape(2, 2, 2)[:, :, 0])
 
 
+def test_a_misaligned_matrix_is_refused_with_the_copy_to_make():
+    """A misaligned array is viewed through its aligned copy, which is in C order: a matrix of
+    more than one row is refused, and the message names the copy that works."""
+    a = misaligned(np.float64, 12).reshape(3, 4, order="F")
+    b = np.asfortranarray(np.eye(4))
+    with pytest.raises(ValueError, match=r"aligned C-order copy: pass np\.require\(x, requirements=\"FA\"\)"):
+        peers.nalgebra_matmul(a, b)
+    np.testing.assert_array_equal(peers.nalgebra_matmul(np.require(a, requirements="FA"), b), a)
+    np.testing.assert_array_equal(peers.nalgebra_matvec(np.asfortranarray(np.eye(2)), misaligned(np.float64, 2)), [0.0, 1.0])
+
+
 def test_a_reversed_view_is_refused_by_nalgebra_and_read_by_faer():
     a, b = np.arange(12.0).reshape(3, 4)[::-1], np.eye(4)
     with pytest.raises(ValueError, match="non-negative strides"):

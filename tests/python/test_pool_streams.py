@@ -145,8 +145,13 @@ NUMBA_REUSE = SPIN + NUMBA_HANDLE + """
 from numba import cuda
 cuda.set_memory_manager(amso.allocators.NumbaManager)
 n = 64 << 20
-first_stream = cuda.stream() if BLOCKING else None
-writer = cp.cuda.ExternalStream(handle(first_stream)) if BLOCKING else side_stream()
+first_stream = cuda.stream()
+if WRITER == "numba":    # one of Numba's own (blocking) streams
+    writer = cp.cuda.ExternalStream(handle(first_stream))
+elif WRITER == "amso":   # amso's own stream (non-blocking), which amso's arrays publish
+    writer = cp.cuda.ExternalStream(amso.MemArray(1, np.uint8, on_device=True).__cuda_array_interface__["stream"])
+else:                    # a non-blocking stream of another library
+    writer = side_stream()
 x = cuda.device_array(n, np.uint8)
 first = x.device_ctypes_pointer.value
 spin(0.5, writer, first, n)              # writes 1s into x at its end
@@ -170,7 +175,17 @@ def test_a_numba_block_is_reused_behind_the_kernels_of_numbas_streams():
     array of that size gets the block at once, and zeroing it on another of Numba's streams
     waits behind the kernel (the barrier queued on the legacy stream at the free), so the
     zeros are what stays."""
-    same, total, waited = run("BLOCKING = True\n" + NUMBA_REUSE).split()
+    same, total, waited = run("WRITER = 'numba'\n" + NUMBA_REUSE).split()
+    assert (same, total, waited) == ("True", "0", "True"), (same, total, waited)
+
+
+@gpu
+@needs("cupy", "numba.cuda")
+def test_a_numba_block_is_reused_behind_amsos_own_stream():
+    """amso's own stream is non-blocking, and amso works there on a Numba array that comes
+    without a stream: the barrier joins it, so a block amso's stream still writes when it is
+    freed is zeroed on one of Numba's streams only after that work."""
+    same, total, waited = run("WRITER = 'amso'\n" + NUMBA_REUSE).split()
     assert (same, total, waited) == ("True", "0", "True"), (same, total, waited)
 
 
@@ -181,7 +196,7 @@ def test_a_kernel_on_a_non_blocking_stream_is_not_waited_for():
     `cuda.external_stream`) is not behind the barrier, so a Numba array it still uses must not
     be dropped before that stream is synchronised: here the zeroing runs at once and the
     kernel's later writes land in the new array."""
-    same, total, waited = run("BLOCKING = False\n" + NUMBA_REUSE).split()
+    same, total, waited = run("WRITER = 'side'\n" + NUMBA_REUSE).split()
     assert (same, total, waited) == ("True", str(64 << 20), "False"), (same, total, waited)
 
 

@@ -216,12 +216,15 @@ pub(crate) enum After {
 
 /// Queue a barrier on `device_id`'s legacy default stream: an event recorded there, which every
 /// later operation on a blocking stream waits behind, as the legacy stream's implicit
-/// synchronisation orders it after every earlier one. False when it could not be queued (a
-/// capture in progress, or the device's context failed): the free must wait for the device.
+/// synchronisation orders it after every earlier one. amso's own stream is non-blocking, and
+/// amso works on it for arrays that arrive without a stream (a Numba array), so it is joined
+/// both ways: the barrier waits for its work so far, and its later work waits for the barrier.
+/// False when it could not be queued (a capture amso has seen, or a driver error): the free must
+/// wait for the device. The records and waits are queued without waiting, as a launch is.
 pub(crate) fn legacy_barrier(device_id: DeviceId) -> bool {
-    /// One event per device, recorded again at each barrier and never queried: its record is
-    /// the barrier.
-    static EVENTS: OnceLock<Vec<OnceLock<usize>>> = OnceLock::new();
+    /// Per device, two events recorded again at each barrier and never queried (the legacy
+    /// stream's, amso's stream's): their records are the barrier.
+    static EVENTS: OnceLock<Vec<OnceLock<[usize; 2]>>> = OnceLock::new();
     if capturing() {
         return false; // the legacy stream may not be used while a capture is in progress
     }
@@ -229,17 +232,35 @@ pub(crate) fn legacy_barrier(device_id: DeviceId) -> bool {
     let slots =
         EVENTS.get_or_init(|| (0..super::driver::device_count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
     let Ok(slot) = super::driver::per_device(slots, device_id) else { return false };
-    let event = match slot.get() {
-        Some(&event) => event,
-        None => match result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING) {
-            // Kept for the process (a lost race leaks one event).
-            Ok(event) => *slot.get_or_init(|| event as usize),
-            Err(_) => return false,
-        },
+    let [legacy, amso] = match slot.get() {
+        Some(&events) => events,
+        None => {
+            let create = || result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).ok();
+            let (Some(legacy), Some(amso)) = (create(), create()) else { return false };
+            // Kept for the process (a lost race leaks two events).
+            *slot.get_or_init(|| [legacy as usize, amso as usize])
+        }
     };
-    // SAFETY: an event of the device's primary context (current here), never destroyed; a
-    // record from several threads at once is allowed, and each orders what follows it.
-    unsafe { result::event::record(event as sys::CUevent, StreamHandle::LEGACY.raw()) }.is_ok()
+    let (legacy, amso) = (legacy as sys::CUevent, amso as sys::CUevent);
+    let own = super::stream::existing_amso_stream(device_id);
+    let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
+    // SAFETY: events of the device's primary context (current here), never destroyed, on the
+    // legacy stream and amso's stream, which lives for the process. A record from several
+    // threads at once is allowed: a wait sees the latest record of its event, which on one
+    // stream covers the earlier ones.
+    unsafe {
+        if let Some(own) = own {
+            if result::event::record(amso, own.raw()).is_err()
+                || result::stream::wait_event(StreamHandle::LEGACY.raw(), amso, wait).is_err()
+            {
+                return false;
+            }
+        }
+        if result::event::record(legacy, StreamHandle::LEGACY.raw()).is_err() {
+            return false;
+        }
+        own.is_none_or(|own| result::stream::wait_event(own.raw(), legacy, wait).is_ok())
+    }
 }
 
 /// A pending free.

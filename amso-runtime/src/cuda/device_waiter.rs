@@ -1,6 +1,6 @@
 //! The device waiter: one helper thread that runs the frees of amso's pool which wait for all of
-//! a device's work (Numba's, which name no stream; memory handed to consumers whose streams are
-//! unknown; frees on the per-thread default stream). It takes every free queued since its last
+//! a device's work (memory handed to consumers whose streams are unknown; frees on the
+//! per-thread default stream; a Numba free whose barrier could not be queued). It takes every free queued since its last
 //! turn and hands them to its batch function as one batch (`alloc.rs`: each device synchronised
 //! once, the blocks returned to the pool): the thread that frees never waits, and a block is
 //! back in the cache as soon as the device has reached it, instead of waiting for a batch to

@@ -314,8 +314,8 @@ impl PoolAllocator {
             return Ok(ptr);
         }
         crate::gil::released(|| {
-            // A block the device waiter is about to return (a Numba free) is taken rather than a
-            // new one from the driver.
+            // A block the device waiter is about to return (a free that waits for the device) is
+            // taken rather than a new one from the driver.
             if super::alloc::settle_device_waiter() {
                 let own = self.device(device_id).and_then(|mut device| device.take_own(size, bytes, stream, client));
                 if let Some(ptr) = own {

@@ -135,6 +135,11 @@ pub(crate) fn amso_stream(device_id: DeviceId) -> Result<StreamHandle> {
     })
 }
 
+/// amso's own stream of `device_id` if it has been made (never makes one).
+pub(crate) fn existing_amso_stream(device_id: DeviceId) -> Option<StreamHandle> {
+    AMSO_STREAMS.get()?.get(device_id.index())?.get().copied()
+}
+
 /// Whether `stream` is amso's own stream of some device (never destroyed).
 pub(crate) fn is_amso_stream(stream: StreamHandle) -> bool {
     AMSO_STREAMS.get().is_some_and(|slots| slots.iter().any(|slot| slot.get() == Some(&stream)))

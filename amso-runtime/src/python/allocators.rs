@@ -200,8 +200,9 @@ impl Drop for Loan {
     fn drop(&mut self) {
         if !self.released.swap(true, Ordering::AcqRel) {
             // A loan a reset took back is counted as refused, and nothing is freed twice. (The
-            // ledger's lock is held for a lookup only, and the free's driver calls run with the
-            // GIL released inside the pool.)
+            // ledger's lock is held for a lookup only; a Numba free's barrier is queued without
+            // waiting, as a launch is, and every driver call that waits runs with the GIL
+            // released inside the pool.)
             let _ = loans::reclaim(self.device_id, self.ptr, self.client, self.give_back());
         }
     }

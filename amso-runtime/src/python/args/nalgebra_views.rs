@@ -6,9 +6,10 @@
 //! nalgebra takes non-negative strides only, so a reversed view (`x[::-1]`) is refused. And
 //! nalgebra 0.35's own products (`*`, `gemv`, `axpy`) read and write out of bounds over a view
 //! whose row stride is not 1 (nalgebra issue #1616, open): such views (C order, row slices of
-//! Fortran order, strided vectors) are refused too, so that no safe call on a view amso hands out
-//! can corrupt memory. A misaligned array is viewed through its aligned copy, as every host view
-//! is.
+//! Fortran order, strided vectors) are refused too: amso hands out no such view (views nalgebra
+//! derives from one, such as `rows_with_step`, are nalgebra's). A misaligned array is viewed
+//! through its aligned copy, which is in C order, so a misaligned matrix of more than one row is
+//! refused, with a hint to make an aligned Fortran-order copy.
 
 use nalgebra::{Const, Dim, Dyn, Matrix, Scalar, ViewStorage, ViewStorageMut, U1};
 use pyo3::exceptions::PyValueError;
@@ -83,7 +84,18 @@ impl<T: Element, A: Access> TypedArray<'_, T, Rank<2>, A> {
     /// (rows, columns, column stride) of a matrix view.
     fn matrix_layout(&self) -> PyResult<(usize, usize, usize)> {
         let [rows, columns] = self.shape;
-        Ok((rows, columns, column_stride(rows, self.strides, self.strides()).map_err(PyValueError::new_err)?))
+        let column = column_stride(rows, self.strides, self.strides()).map_err(|message| {
+            let hint = match self.misaligned() {
+                // The strides are the aligned copy's (C order), whatever the producer's were.
+                true => {
+                    " (a misaligned array is viewed through an aligned C-order copy: pass \
+                         np.require(x, requirements=\"FA\"), an aligned Fortran-order copy)"
+                }
+                false => "",
+            };
+            PyValueError::new_err(format!("{message}{hint}"))
+        })?;
+        Ok((rows, columns, column))
     }
 }
 

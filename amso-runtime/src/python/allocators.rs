@@ -147,7 +147,7 @@ impl Loan {
         shareable: bool,
     ) -> PyResult<Loan> {
         let (ptr, serial, client) = lend_to(py, size, device_id, stream.0, client_number, shareable)?;
-        Ok(Loan { ptr, serial, size, device_id, client, released: AtomicBool::new(false) })
+        Ok(Loan::lent(ptr, serial, size, device_id, client))
     }
 
     /// Give the memory back now (once; later calls do nothing). A ValueError if the loan was
@@ -186,11 +186,16 @@ impl Lender {
     fn lend(&self, py: Python<'_>, size: usize) -> PyResult<Loan> {
         let (device_id, client) = (self.device_id, self.client);
         let (ptr, serial) = lend_holding_gil(py, self.request, device_id, size, self.stream, client)?;
-        Ok(Loan { ptr, serial, size, device_id, client, released: AtomicBool::new(false) })
+        Ok(Loan::lent(ptr, serial, size, device_id, client))
     }
 }
 
 impl Loan {
+    /// The loan `loans::lend` made: not yet given back.
+    fn lent(ptr: u64, serial: u64, size: usize, device_id: DeviceId, client: Client) -> Loan {
+        Loan { ptr, serial, size, device_id, client, released: AtomicBool::new(false) }
+    }
+
     fn give_back(&self) -> loans::GiveBack {
         loans::GiveBack { bytes: Some(self.size), stream: None, serial: Some(self.serial) }
     }

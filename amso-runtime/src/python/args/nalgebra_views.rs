@@ -53,31 +53,31 @@ fn fixed_size<const R: usize, const C: usize>(rows: usize, columns: usize, shape
     ))
 }
 
-/// A view over `data` of `shape`, columns `column` elements apart.
+/// A view over `data` of `shape`, with (row, column) `strides`.
 ///
 /// # Safety
 /// Every (row, column) of the shape reaches, through these strides, an initialised, aligned
 /// element that `data` borrows (shared) for `'a`.
-unsafe fn view<'a, T: Scalar, R: Dim, C: Dim, CS: Dim>(
+unsafe fn view<'a, T: Scalar, R: Dim, C: Dim, RS: Dim, CS: Dim>(
     data: *const T,
     shape: (R, C),
-    column: CS,
-) -> View<'a, T, R, C, CS> {
+    strides: (RS, CS),
+) -> Matrix<T, R, C, ViewStorage<'a, T, R, C, RS, CS>> {
     // SAFETY: the caller's.
-    Matrix::from_data(unsafe { ViewStorage::from_raw_parts(data, shape, (U1, column)) })
+    Matrix::from_data(unsafe { ViewStorage::from_raw_parts(data, shape, strides) })
 }
 
 /// A writable view (see `view`).
 ///
 /// # Safety
 /// As `view`; the strides reach no element twice and the borrow is exclusive.
-unsafe fn view_mut<'a, T: Scalar, R: Dim, C: Dim, CS: Dim>(
+unsafe fn view_mut<'a, T: Scalar, R: Dim, C: Dim, RS: Dim, CS: Dim>(
     data: *mut T,
     shape: (R, C),
-    column: CS,
-) -> ViewMut<'a, T, R, C, CS> {
+    strides: (RS, CS),
+) -> Matrix<T, R, C, ViewStorageMut<'a, T, R, C, RS, CS>> {
     // SAFETY: the caller's.
-    Matrix::from_data(unsafe { ViewStorageMut::from_raw_parts(data, shape, (U1, column)) })
+    Matrix::from_data(unsafe { ViewStorageMut::from_raw_parts(data, shape, strides) })
 }
 
 impl<T: Element, A: Access> TypedArray<'_, T, Rank<2>, A> {
@@ -121,9 +121,7 @@ impl<T: Element + Scalar, A: Access> TypedArray<'_, T, Rank<2>, A> {
         // SAFETY: every (row, column) of the shape reaches, through the argument's strides, an
         // initialised, aligned element of host memory this argument holds and borrows (shared)
         // for the view's life (checked at extraction); rows are one element apart.
-        let storage =
-            unsafe { ViewStorage::from_raw_parts(data.cast_const(), (Dyn(rows), Dyn(columns)), (Dyn(1), Dyn(column))) };
-        Ok(Matrix::from_data(storage))
+        Ok(unsafe { view(data.cast_const(), (Dyn(rows), Dyn(columns)), (Dyn(1), Dyn(column))) })
     }
 
     /// A fixed-size view, `R` x `C` (nalgebra's `Const` dimensions), as `as_matrix`; a
@@ -133,7 +131,7 @@ impl<T: Element + Scalar, A: Access> TypedArray<'_, T, Rank<2>, A> {
         fixed_size::<R, C>(rows, columns, self.shape()).map_err(PyValueError::new_err)?;
         let data = self.host_ptr()?;
         // SAFETY: as `as_matrix`, with the shape checked to be R x C.
-        Ok(unsafe { view(data.cast_const(), (Const::<R>, Const::<C>), Dyn(column)) })
+        Ok(unsafe { view(data.cast_const(), (Const::<R>, Const::<C>), (U1, Dyn(column))) })
     }
 }
 
@@ -144,8 +142,7 @@ impl<T: Element + Scalar> TypedArray<'_, T, Rank<2>, Write> {
         let data = self.host_ptr_mut()?;
         // SAFETY: as `as_matrix`; the strides reach no element twice (checked at extraction for
         // writable arguments) and the borrow registered then is exclusive.
-        let storage = unsafe { ViewStorageMut::from_raw_parts(data, (Dyn(rows), Dyn(columns)), (Dyn(1), Dyn(column))) };
-        Ok(Matrix::from_data(storage))
+        Ok(unsafe { view_mut(data, (Dyn(rows), Dyn(columns)), (Dyn(1), Dyn(column))) })
     }
 
     /// A writable fixed-size view (see `as_smatrix`).
@@ -156,7 +153,7 @@ impl<T: Element + Scalar> TypedArray<'_, T, Rank<2>, Write> {
         fixed_size::<R, C>(rows, columns, self.shape()).map_err(PyValueError::new_err)?;
         let data = self.host_ptr_mut()?;
         // SAFETY: as `as_matrix_mut`, with the shape checked to be R x C.
-        Ok(unsafe { view_mut(data, (Const::<R>, Const::<C>), Dyn(column)) })
+        Ok(unsafe { view_mut(data, (Const::<R>, Const::<C>), (U1, Dyn(column))) })
     }
 }
 
@@ -167,7 +164,7 @@ impl<T: Element + Scalar, A: Access> TypedArray<'_, T, Rank<1>, A> {
         let (rows, _, column) = self.vector_layout()?;
         let data = self.host_ptr()?;
         // SAFETY: as `as_matrix`: one column of `rows` contiguous elements.
-        Ok(unsafe { view(data.cast_const(), (Dyn(rows), U1), Dyn(column)) })
+        Ok(unsafe { view(data.cast_const(), (Dyn(rows), U1), (U1, Dyn(column))) })
     }
 
     /// A fixed-size column vector of `N` elements (nalgebra's `SVectorView`), as `as_vector`; a
@@ -177,7 +174,7 @@ impl<T: Element + Scalar, A: Access> TypedArray<'_, T, Rank<1>, A> {
         fixed_size::<N, 1>(rows, columns, self.shape()).map_err(PyValueError::new_err)?;
         let data = self.host_ptr()?;
         // SAFETY: as `as_vector`, with the length checked to be N.
-        Ok(unsafe { view(data.cast_const(), (Const::<N>, Const::<1>), Const::<N>) })
+        Ok(unsafe { view(data.cast_const(), (Const::<N>, Const::<1>), (Const::<1>, Const::<N>)) })
     }
 }
 
@@ -187,7 +184,7 @@ impl<T: Element + Scalar> TypedArray<'_, T, Rank<1>, Write> {
         let (rows, _, column) = self.vector_layout()?;
         let data = self.host_ptr_mut()?;
         // SAFETY: as `as_matrix_mut`: one column of `rows` contiguous elements.
-        Ok(unsafe { view_mut(data, (Dyn(rows), U1), Dyn(column)) })
+        Ok(unsafe { view_mut(data, (Dyn(rows), U1), (U1, Dyn(column))) })
     }
 
     /// A writable fixed-size column vector (see `as_svector`).
@@ -196,7 +193,7 @@ impl<T: Element + Scalar> TypedArray<'_, T, Rank<1>, Write> {
         fixed_size::<N, 1>(rows, columns, self.shape()).map_err(PyValueError::new_err)?;
         let data = self.host_ptr_mut()?;
         // SAFETY: as `as_vector_mut`, with the length checked to be N.
-        Ok(unsafe { view_mut(data, (Const::<N>, Const::<1>), Const::<N>) })
+        Ok(unsafe { view_mut(data, (Const::<N>, Const::<1>), (Const::<1>, Const::<N>)) })
     }
 }
 
@@ -243,20 +240,21 @@ mod tests {
         let elements: Vec<f64> = (0..12).map(f64::from).collect(); // column j is 3j, 3j+1, 3j+2
         let column = column_stride(3, [1, 3], &[1, 3]).unwrap();
         // SAFETY: 3 x 4 elements, rows one apart, columns 3 apart, within `elements`.
-        let a: View<'_, f64, Dyn, Dyn, Dyn> = unsafe { view(elements.as_ptr(), (Dyn(3), Dyn(4)), Dyn(column)) };
+        let a: View<'_, f64, Dyn, Dyn, Dyn> = unsafe { view(elements.as_ptr(), (Dyn(3), Dyn(4)), (U1, Dyn(column))) };
         let x = [1.0, 0.0, -1.0, 2.0];
         // SAFETY: 4 contiguous elements of `x`.
-        let x: View<'_, f64, Dyn, U1, Dyn> = unsafe { view(x.as_ptr(), (Dyn(4), U1), Dyn(4)) };
+        let x: View<'_, f64, Dyn, U1, Dyn> = unsafe { view(x.as_ptr(), (Dyn(4), U1), (U1, Dyn(4))) };
         let y = a * x;
         assert_eq!(y.as_slice(), &[0.0 - 6.0 + 18.0, 1.0 - 7.0 + 20.0, 2.0 - 8.0 + 22.0]);
         // Every other column: columns 6 apart.
         // SAFETY: 3 x 2 elements, columns 6 apart, within `elements`.
-        let odd: View<'_, f64, Dyn, Dyn, Dyn> = unsafe { view(elements.as_ptr(), (Dyn(3), Dyn(2)), Dyn(6)) };
+        let odd: View<'_, f64, Dyn, Dyn, Dyn> = unsafe { view(elements.as_ptr(), (Dyn(3), Dyn(2)), (U1, Dyn(6))) };
         assert_eq!((odd * nalgebra::DVector::from_vec(vec![1.0, 1.0])).as_slice(), &[6.0, 8.0, 10.0]);
         let mut target = vec![0.0; 5];
         {
             // SAFETY: the first 3 of `target`'s elements, borrowed exclusively here.
-            let mut y: ViewMut<'_, f64, Dyn, U1, Dyn> = unsafe { view_mut(target.as_mut_ptr(), (Dyn(3), U1), Dyn(3)) };
+            let mut y: ViewMut<'_, f64, Dyn, U1, Dyn> =
+                unsafe { view_mut(target.as_mut_ptr(), (Dyn(3), U1), (U1, Dyn(3))) };
             y.axpy(2.0, &a.column(1), 1.0);
         }
         assert_eq!(target, [6.0, 8.0, 10.0, 0.0, 0.0]);

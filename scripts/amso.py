@@ -32,6 +32,7 @@ REQUIREMENTS = [
     "mypy>=1.18", "typing_extensions>=4.15",  # stubtest checks generated/_amso.pyi against the built module
     "pyright[nodejs]>=1.1.400",  # with mypy, type-checks users' code against the stubs (tests/typing)
     "setuptools>=65",  # builds docs/c-abi.md's extension module as its users build theirs
+    "jax>=0.5",  # jax.jit over the example crate's ops through XLA's FFI (tests/python/test_ops.py; CPU wheels)
 ]
 # The bundled module first (the others' tests import it), then the example crates and the
 # benchmark crate that puts amso beside rust-numpy.

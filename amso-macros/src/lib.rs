@@ -88,6 +88,19 @@ pub fn derive_element(input: TokenStream) -> TokenStream {
     amso_codegen::expand::element::derive_element(input.into()).unwrap_or_else(syn::Error::into_compile_error).into()
 }
 
+/// `#[op(outputs(y = like(x)), platforms(cpu, cuda))]` on a function over
+/// `amso_runtime::op::Buffer`s (read), `BufferMut`s (written), scalar attributes (`f64`, `f32`,
+/// `i64`, `i32`, `bool`) and a `Stream`: the same function as an eager `#[pyfunction]`, an XLA
+/// FFI handler for `jax.jit` (`amso.ops.jax`) and a `torch.library` op for `torch.compile`
+/// (`amso.ops.torch`). It adds `mod <function> { pub static OP }`; register it with
+/// `amso_runtime::op::add(module, &<function>::OP)`. Each output's shape rule is `like(input)`
+/// or a list of dimensions (an integer, an integer attribute, `input[axis]`); `platforms`
+/// defaults to both. docs/ops.md.
+#[proc_macro_attribute]
+pub fn op(args: TokenStream, item: TokenStream) -> TokenStream {
+    amso_codegen::expand::op::op(args.into(), item.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
 /// Every instantiation of `specs/types.yaml` as a Python class of module `amso._amso`, plus
 /// `pub fn register_classes(module)`; used by the bundled extension.
 #[proc_macro]

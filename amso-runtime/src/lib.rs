@@ -68,6 +68,10 @@ mod stream;
 #[cfg(feature = "python")]
 pub(crate) mod strided;
 
+/// Rust functions inside compiled graphs (`jax.jit`, `torch.compile`): `#[amso_macros::op]`.
+#[cfg(feature = "python")]
+#[cfg_attr(docsrs, doc(cfg(feature = "python")))]
+pub mod op;
 #[cfg(feature = "python")]
 #[cfg_attr(docsrs, doc(cfg(feature = "python")))]
 pub mod python;

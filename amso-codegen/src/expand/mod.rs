@@ -3,6 +3,7 @@
 pub mod array;
 pub mod dispatch;
 pub mod element;
+pub mod op;
 pub mod pyclass;
 pub mod record;
 pub mod traits;

@@ -3,6 +3,7 @@
 //! from any framework (NumPy, PyTorch, CuPy, JAX, TVM-FFI, amso) as typed arguments.
 
 mod cic;
+mod ops;
 
 use amso_macros::amso_array;
 use amso_runtime::cuda::{order_streams, with_stream, Kernel, LaunchConfig, PushKernelArg};
@@ -17,7 +18,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 /// The GPU deposit, written against amso.cuh (compiled by NVRTC per device on first use).
-static CIC_KERNEL: Kernel = Kernel::new(include_str!("cic.cu"), "cic_deposit");
+pub(crate) static CIC_KERNEL: Kernel = Kernel::new(include_str!("cic.cu"), "cic_deposit");
 
 /// The same deposit reading each position from a particle record's `pos` (amso.cuh's
 /// `amso::particle_indexer<1>`).
@@ -350,6 +351,9 @@ fn amso_user_example(module: &Bound<'_, PyModule>) -> PyResult<()> {
     amso_runtime::python::register::<Weights>(module)?;
     amso_runtime::python::register::<Particles>(module)?;
     module.add_function(wrap_pyfunction!(deposit, module)?)?;
+    amso_runtime::op::add(module, &ops::drift::OP)?;
+    amso_runtime::op::add(module, &ops::density::OP)?;
+    amso_runtime::op::add(module, &ops::running_sum::OP)?;
     module.add_function(wrap_pyfunction!(deposit_records, module)?)?;
     module.add_function(wrap_pyfunction!(cic_density, module)?)?;
     module.add_function(wrap_pyfunction!(add_index_sum, module)?)?;

@@ -21,3 +21,7 @@ pub struct Memory;
 #[cfg(doctest)]
 #[doc = include_str!("dtypes.md")]
 pub struct Dtypes;
+
+#[cfg(doctest)]
+#[doc = include_str!("ops.md")]
+pub struct Ops;

@@ -23,7 +23,7 @@ import amso  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "api.md"
 # Submodules and the names they export (their own public functions and classes).
-MODULES = ["amso.cuda", "amso.allocators", "amso.dlpack"]
+MODULES = ["amso.cuda", "amso.allocators", "amso.dlpack", "amso.ops"]
 
 
 def signature(obj: object, name: str) -> str:

@@ -8,6 +8,7 @@ torch is installed (the GPU machine: PyTorch's wheels carry CUDA libraries of se
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import subprocess
 import sys
@@ -87,6 +88,14 @@ def test_an_eager_panic_is_a_runtime_error_and_the_process_goes_on():
 def test_an_eager_argument_of_the_wrong_dtype_is_refused_by_name():
     with pytest.raises(TypeError, match="argument 'x'.*float64"):
         ext.running_sum(np.arange(4, dtype=np.float32), np.empty(4), -1)
+
+
+def test_an_eager_strided_argument_is_refused_with_the_copy_to_make():
+    x, v = particles(20)
+    with pytest.raises(TypeError, match=r"argument 'positions': drift\(\) takes arrays in C order .*np.ascontiguousarray"):
+        ext.drift(x[::2], v[::2], np.empty((10, 3), np.float32), 0.1, BOX)
+    with pytest.raises(TypeError, match="argument 'moved': drift.. takes arrays in C order"):
+        ext.drift(x, v, np.empty((3, 20), np.float32).T, 0.1, BOX)
 
 
 # --- JAX: jax.jit and jax.vmap through XLA's FFI -----------------------------------------------
@@ -193,6 +202,62 @@ def test_a_function_that_is_not_an_op_is_refused():
         amso.ops.jax(ext.deposit)
     with pytest.raises(TypeError, match="expected an op"):
         amso.ops.jax(len)
+
+
+class _Base(ctypes.Structure):
+    pass
+
+
+_Base._fields_ = [("struct_size", ctypes.c_size_t), ("type", ctypes.c_int), ("next", ctypes.POINTER(_Base))]
+
+
+class _Version(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("ext", ctypes.c_void_p), ("major", ctypes.c_int), ("minor", ctypes.c_int)]
+
+
+class _Metadata(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("version", _Version), ("traits", ctypes.c_uint32), ("state", ctypes.c_int64)]
+
+
+class _MetadataExtension(ctypes.Structure):
+    _fields_ = [("base", _Base), ("metadata", ctypes.POINTER(_Metadata))]
+
+
+class _List(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("ext", ctypes.c_void_p), ("size", ctypes.c_int64)] + [
+        ("types", ctypes.c_void_p), ("values", ctypes.c_void_p)
+    ]
+
+
+class _Attrs(ctypes.Structure):
+    _fields_ = _List._fields_[:4] + [("names", ctypes.c_void_p), ("values", ctypes.c_void_p)]
+
+
+class _CallFrame(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t), ("ext", ctypes.POINTER(_Base)), ("api", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p), ("stage", ctypes.c_int), ("args", _List), ("rets", _List), ("attrs", _Attrs),
+        ("future", ctypes.c_void_p),
+    ]
+
+
+def test_the_handler_answers_xlas_metadata_probe_with_the_version_it_was_told():
+    # The probe XLA sends at registration (xla/ffi/ffi_api.cc, GetMetadata): a call frame whose
+    # extension is the metadata to fill, with no API and no buffers.
+    capsule = ext.__amso_ops__["drift"]["xla"][0]
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.argtypes, get.restype = [ctypes.py_object, ctypes.c_char_p], ctypes.c_void_p
+    handler = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(_CallFrame))(get(capsule, b"xla._CUSTOM_CALL_TARGET"))
+    module = ext.drift.__self__
+    try:
+        module.__amso_xla_version__(0, 7)
+        metadata = _Metadata(struct_size=ctypes.sizeof(_Metadata), traits=99)
+        extension = _MetadataExtension(_Base(ctypes.sizeof(_MetadataExtension), 1, None), ctypes.pointer(metadata))
+        frame = _CallFrame(struct_size=ctypes.sizeof(_CallFrame), ext=ctypes.cast(ctypes.pointer(extension), ctypes.POINTER(_Base)), stage=3)
+        assert handler(ctypes.byref(frame)) is None  # no error
+        assert (metadata.version.major, metadata.version.minor, metadata.traits) == (0, 7, 0)
+    finally:
+        module.__amso_xla_version__(*amso.ops._ffi_version(jax))
 
 
 def test_the_handler_reports_the_running_jaxlibs_ffi_version():

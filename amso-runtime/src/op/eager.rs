@@ -165,10 +165,10 @@ impl Eager {
             None => self.device = Some((device, name)),
             _ => {}
         }
-        if cuda && !c_order {
+        if !c_order {
             return Err(PyTypeError::new_err(format!(
-                "argument '{name}': {}() takes CUDA arrays in C order, got a strided one; pass a contiguous copy \
-                 (x.contiguous(), cupy.ascontiguousarray(x))",
+                "argument '{name}': {}() takes arrays in C order (its buffers are dense), got a strided one; pass a \
+                 contiguous copy (np.ascontiguousarray(x), x.contiguous(), cupy.ascontiguousarray(x))",
                 self.op.name
             )));
         }

@@ -41,6 +41,6 @@ pub use signature::Op;
 #[doc(hidden)]
 pub mod __private {
     pub use super::eager::Eager;
-    pub use super::xla::{call, finish, AttrValue, Frame};
     pub use super::signature::{AttrKind, Dim, OpResult, Param, Platforms, XlaHandler};
+    pub use super::xla::{call, finish, AttrValue, Frame};
 }

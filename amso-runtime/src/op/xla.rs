@@ -156,9 +156,11 @@ const BUFFER: i32 = 1;
 const SCALAR: i32 = 3;
 const ERROR_INVALID_ARGUMENT: i32 = 3;
 const ERROR_INTERNAL: i32 = 13;
-/// `XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE`: the handler only queues work on its
-/// stream, so XLA may record it into a CUDA graph.
-const COMMAND_BUFFER_COMPATIBLE: u32 = 1;
+/// The handler's traits: none. `XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE` (1) would let
+/// XLA record the call into a CUDA graph once and replay it; an op's function may do more than
+/// queue work on its stream on its first call (compile its kernel with NVRTC), so XLA runs it
+/// as a call of its own every time.
+const TRAITS: u32 = 0;
 
 // The layouts of c_api.h (64-bit targets), checked here rather than trusted.
 const _: () = {
@@ -233,7 +235,7 @@ pub unsafe fn call(
         let version = VERSION.load(Ordering::Relaxed);
         metadata.api_version.major = (version >> 32) as i32;
         metadata.api_version.minor = version as i32;
-        metadata.traits = COMMAND_BUFFER_COMPATIBLE;
+        metadata.traits = TRAITS;
         return std::ptr::null_mut();
     }
     if frame.stage != STAGE_EXECUTE {

@@ -121,6 +121,8 @@ def collect(cycles: int) -> dict:
         import bench_pool
 
         report["pool"] = bench_pool.collect()
+        ops_rows, ops_spread = median_rows(in_processes("bench_ops"), pair_ratio)
+        report["ops"] = {"rows": ops_rows, "spread": ops_spread}
         report["conformance"] = conformance.run()
     return report
 
@@ -146,6 +148,7 @@ def markdown(report: dict) -> str:
         import bench_alloc
         import bench_cic
         import bench_cuda
+        import bench_ops
         import bench_pool
 
         cuda_md = bench_cuda.markdown({"environment": {**env, "driver": "", "cupy": env["cupy"]}, "transfer_MiB": 256, "repeat": 20,
@@ -154,6 +157,8 @@ def markdown(report: dict) -> str:
                   "### Cloud-in-cell deposit (the user crate's kernel)", "", bench_cic.markdown(report["cic"]).split("\n", 2)[-1],
                   "### Allocation", "", bench_alloc.markdown(report["alloc"]).split("\n", 2)[-1],
                   *(["### One pool for every library", "", bench_pool.markdown(report["pool"])] if "pool" in report else []),
+                  *(["### Rust functions inside compiled graphs", "",
+                     bench_ops.markdown(report["ops"]["rows"], report["ops"]["spread"])] if "ops" in report else []),
                   "### Conformance", "", conformance.markdown(report["conformance"]).split("\n")[0]]
     return "\n".join(parts).rstrip().replace("\n## ", "\n#### ") + "\n"
 

@@ -12,6 +12,7 @@ import ctypes
 import functools
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -195,6 +196,49 @@ def test_a_panic_under_jit_is_an_xla_error_and_the_process_goes_on():
         with pytest.raises(Exception, match=r"running_sum\(\) panicked: running_sum was asked to panic at index 2"):
             running_sum(np.arange(5.0), panic_at=2).block_until_ready()
         np.testing.assert_array_equal(np.asarray(running_sum(np.arange(5.0), panic_at=-1)), np.cumsum(np.arange(5.0)))
+
+
+def test_a_jitted_op_called_from_4_threads_gives_each_its_own_result():
+    drift = jax.jit(amso.ops.jax(ext.drift), static_argnames=("dt", "box_size"))
+    inputs = [particles(2000, seed) for seed in range(4)]
+    drift(*inputs[0], dt=0.3, box_size=BOX).block_until_ready()  # compiled once, before the threads
+    results: dict[int, np.ndarray] = {}
+
+    def work(i: int) -> None:
+        for _ in range(25):
+            results[i] = np.asarray(drift(*inputs[i], dt=0.3, box_size=BOX))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    for i, (x, v) in enumerate(inputs):
+        np.testing.assert_array_equal(results[i], drift_reference(x, v, 0.3))
+
+
+def test_no_python_runs_inside_a_compiled_call():
+    # Once compiled, a call of the jitted function is XLA's: the profiler sees no Python frame
+    # of amso's (amso.ops builds the call at tracing only) and no call of the eager entry.
+    drift = jax.jit(amso.ops.jax(ext.drift), static_argnames=("dt", "box_size"))
+    x, v = (jax.numpy.asarray(a) for a in particles(100))
+    drift(x, v, dt=0.1, box_size=BOX).block_until_ready()
+    seen: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.append(frame.f_code.co_filename)
+        elif event == "c_call":
+            seen.append(getattr(arg, "__module__", None) or "")
+
+    sys.setprofile(profile)
+    try:
+        drift(x, v, dt=0.1, box_size=BOX).block_until_ready()
+    finally:
+        sys.setprofile(None)
+    assert not [where for where in seen if "amso" in where], seen
+    assert all("jax" in where or where in ("", "sys") for where in seen), seen  # "sys": setprofile(None)
 
 
 def test_a_function_that_is_not_an_op_is_refused():

@@ -57,6 +57,11 @@ if [[ $what == sanitizer || $what == all ]]; then
     -k "not four_libraries and not random_workload and not out_of_memory and not impossible" \
     2>&1 | tail -n 25 | tee "$out/memcheck_pool.log"
   status=$((status | ${PIPESTATUS[0]}))
+  # The graph ops (issue 58): their kernels on XLA's and torch's streams, eagerly and compiled.
+  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_ops.py -k "cuda or torch" \
+    2>&1 | tail -n 25 | tee "$out/memcheck_ops.log"
+  status=$((status | ${PIPESTATUS[0]}))
   # Cross-stream reuse of the pool's blocks (a block freed under a running kernel) under racecheck.
   compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
     tests/python/test_pool_streams.py -k "never_reaches or stays_on_its_stream or never_waits or reused_behind" \

@@ -80,22 +80,24 @@ def test_an_eager_error_of_the_function_is_a_runtime_error_naming_the_op():
 
 def test_an_eager_panic_is_a_runtime_error_and_the_process_goes_on():
     with pytest.raises(RuntimeError, match=r"running_sum\(\) panicked: running_sum was asked to panic at index 1"):
-        ext.running_sum(np.arange(4.0), np.empty(4), 1)
+        ext.running_sum(np.arange(4.0), np.empty(4), False, 1)
     out = np.empty(4)
-    ext.running_sum(np.arange(4.0), out, -1)
+    ext.running_sum(np.arange(4.0), out, False, -1)
     np.testing.assert_array_equal(out, np.cumsum(np.arange(4.0)))
+    ext.running_sum(np.arange(4.0), out, True, -1)  # a bool attribute
+    np.testing.assert_array_equal(out, np.cumsum(np.arange(4.0)[::-1])[::-1])
 
 
 def test_an_eager_argument_of_the_wrong_dtype_is_refused_by_name():
     with pytest.raises(TypeError, match="argument 'x'.*float64"):
-        ext.running_sum(np.arange(4, dtype=np.float32), np.empty(4), -1)
+        ext.running_sum(np.arange(4, dtype=np.float32), np.empty(4), False, -1)
 
 
 def test_an_eager_strided_argument_is_refused_with_the_copy_to_make():
     x, v = particles(20)
-    with pytest.raises(TypeError, match=r"argument 'positions': drift\(\) takes arrays in C order .*np.ascontiguousarray"):
+    with pytest.raises(ValueError, match=r"argument 'positions': drift\(\) takes arrays in C order .*np.ascontiguousarray"):
         ext.drift(x[::2], v[::2], np.empty((10, 3), np.float32), 0.1, BOX)
-    with pytest.raises(TypeError, match="argument 'moved': drift.. takes arrays in C order"):
+    with pytest.raises(ValueError, match="argument 'moved': drift.. takes arrays in C order"):
         ext.drift(x, v, np.empty((3, 20), np.float32).T, 0.1, BOX)
 
 
@@ -191,11 +193,80 @@ def test_an_error_of_the_function_under_jit_is_an_xla_error_with_its_message():
 
 
 def test_a_panic_under_jit_is_an_xla_error_and_the_process_goes_on():
-    running_sum = jax.jit(amso.ops.jax(ext.running_sum), static_argnames="panic_at")
+    running_sum = jax.jit(amso.ops.jax(ext.running_sum), static_argnames=("reverse", "panic_at"))
     with jax.enable_x64(True):
         with pytest.raises(Exception, match=r"running_sum\(\) panicked: running_sum was asked to panic at index 2"):
-            running_sum(np.arange(5.0), panic_at=2).block_until_ready()
-        np.testing.assert_array_equal(np.asarray(running_sum(np.arange(5.0), panic_at=-1)), np.cumsum(np.arange(5.0)))
+            running_sum(np.arange(5.0), reverse=False, panic_at=2).block_until_ready()
+        got = running_sum(np.arange(5.0), reverse=False, panic_at=-1)
+        np.testing.assert_array_equal(np.asarray(got), np.cumsum(np.arange(5.0)))
+
+
+def test_a_bool_attribute_and_an_empty_array_under_jit():
+    running_sum = jax.jit(amso.ops.jax(ext.running_sum), static_argnames=("reverse", "panic_at"))
+    with jax.enable_x64(True):
+        got = running_sum(np.arange(5.0), reverse=True, panic_at=-1)
+        np.testing.assert_array_equal(np.asarray(got), np.cumsum(np.arange(5.0)[::-1])[::-1])
+        empty = running_sum(np.zeros(0), reverse=False, panic_at=-1)
+        assert empty.shape == (0,) and empty.dtype == np.float64
+
+
+def test_attributes_of_the_wrong_kind_are_refused_not_converted():
+    running_sum = amso.ops.jax(ext.running_sum)
+    with jax.enable_x64(True):
+        with pytest.raises(TypeError, match="attribute 'panic_at' must be an integer, got float 1.7"):
+            running_sum(np.arange(3.0), reverse=False, panic_at=1.7)
+        with pytest.raises(TypeError, match="attribute 'panic_at' must be an integer, got bool True"):
+            running_sum(np.arange(3.0), reverse=False, panic_at=True)
+        with pytest.raises(TypeError, match="attribute 'reverse' must be a bool, got int 1"):
+            running_sum(np.arange(3.0), reverse=1, panic_at=-1)
+    with pytest.raises(TypeError, match="attribute 'box_size' must be a real number, got str"):
+        amso.ops.jax(ext.drift)(*particles(4), 0.1, "10")
+
+
+def test_a_float64_argument_without_x64_says_how_to_enable_it():
+    with pytest.raises(TypeError, match="argument 'x' must be a float64 .*got float32.*jax_enable_x64"):
+        amso.ops.jax(ext.running_sum)(np.arange(3.0), reverse=False, panic_at=-1)
+
+
+def test_a_traced_shape_attribute_is_refused_with_what_to_do():
+    x, _ = particles(10)
+    density = amso.ops.jax(ext.density)
+    with jax.enable_x64(True), pytest.raises(TypeError, match="attribute 'box_size' is compiled into the graph"):
+        jax.jit(density, static_argnames="cells")(x, box_size=BOX, cells=4)
+    with jax.enable_x64(True), pytest.raises(TypeError, match="attribute 'cells' is compiled into the graph"):
+        jax.jit(lambda x, c: density(x, box_size=BOX, cells=c))(x, 4)
+
+
+def test_an_output_too_large_to_make_is_refused_before_xla():
+    x, _ = particles(10)
+    with pytest.raises(ValueError, match="output 'grid' of shape .* is too large to make"):
+        amso.ops.jax(ext.density)(x, box_size=BOX, cells=2**31 + 5)
+
+
+def test_an_output_aliasing_an_input_is_refused_by_the_handler():
+    # input_output_aliases would make the output's BufferMut share the input's memory.
+    target = amso.ops.jax(ext.running_sum).target
+    with jax.enable_x64(True):
+        x = jax.numpy.arange(4.0)
+        call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((4,), np.float64), input_output_aliases={0: 0})
+        with pytest.raises(Exception, match="INVALID_ARGUMENT: .*'x' and 'out' share memory, and 'out' is written"):
+            jax.jit(lambda x: call(x, reverse=False, panic_at=np.int64(-1)))(x).block_until_ready()
+
+
+def test_an_output_of_another_shape_than_its_rule_is_refused_by_the_handler_and_eagerly():
+    target = amso.ops.jax(ext.drift).target
+    x, v = particles(10)
+    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((20, 3), np.float32))
+    with pytest.raises(Exception, match=r"INVALID_ARGUMENT: .*output 'moved' must have the shape its rule gives, \[10, 3\], got \[20, 3\]"):
+        call(x, v, dt=np.float64(0.1), box_size=np.float64(BOX)).block_until_ready()
+    with pytest.raises(ValueError, match=r"output 'grid' must have the shape its rule gives, \[4, 4, 4\], got \[4, 4, 5\]"):
+        ext.density(x, np.empty((4, 4, 5)), BOX, 4)
+
+
+def test_an_eager_output_sharing_an_input_is_refused():
+    x = np.arange(4.0)
+    with pytest.raises(BufferError):
+        ext.running_sum(x, x, False, -1)
 
 
 def test_a_jitted_op_called_from_4_threads_gives_each_its_own_result():
@@ -347,9 +418,9 @@ def test_a_host_op_given_cuda_buffers_under_jit_says_so():
         pytest.skip("this jax has no CUDA backend")
     with jax.enable_x64(True):
         x = jax.device_put(np.arange(5.0), devices[0])
-        running_sum = jax.jit(amso.ops.jax(ext.running_sum), static_argnames="panic_at")
+        running_sum = jax.jit(amso.ops.jax(ext.running_sum), static_argnames=("reverse", "panic_at"))
         with pytest.raises(Exception, match=r"running_sum\(\) runs on cpu buffers only .*given CUDA buffers"):
-            running_sum(x, panic_at=-1).block_until_ready()
+            running_sum(x, reverse=False, panic_at=-1).block_until_ready()
 
 
 @cuda
@@ -357,7 +428,25 @@ def test_a_host_op_given_cuda_arrays_eagerly_says_so():
     torch = pytest.importorskip("torch")
     x = torch.arange(5.0, dtype=torch.float64, device="cuda")
     with pytest.raises(ValueError, match=r"argument 'x': running_sum\(\) runs on cpu buffers only"):
-        ext.running_sum(x, torch.empty_like(x), -1)
+        ext.running_sum(x, torch.empty_like(x), False, -1)
+
+
+@cuda
+def test_an_eager_cuda_output_sharing_an_input_is_refused():
+    torch = torch_or_skip()
+    x, v = (torch.from_numpy(a).cuda() for a in particles(100))
+    with pytest.raises(ValueError, match=r"drift\(\): arguments 'positions' and 'moved' share memory"):
+        ext.drift(x, v, x, 0.1, BOX)
+
+
+def test_the_torch_callable_refuses_inputs_that_require_grad():
+    torch = torch_or_skip()
+    drift = amso.ops.torch(ext.drift)
+    x, v = (torch.from_numpy(a) for a in particles(10))
+    with pytest.raises(RuntimeError, match=r"drift\(\) declares no backward.*x.detach\(\)"):
+        drift(x.requires_grad_(), v, 0.1, BOX)
+    with torch.no_grad():
+        assert drift(x, v, 0.1, BOX).shape == (10, 3)
 
 
 def torch_or_skip():

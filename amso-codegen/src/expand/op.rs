@@ -15,6 +15,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Expr, FnArg, GenericArgument, ItemFn, Lit, Pat, PathArguments, Type};
 
@@ -215,12 +216,21 @@ fn check(function: &ItemFn, parameters: &[Parameter], options: &Options) -> syn:
                 }
                 for dim in rule {
                     match dim {
-                        Dim::Of(input, _) if !matches!(find(input).map(|p| &p.kind), Some(Kind::Input { .. })) => {
-                            return Err(syn::Error::new(
-                                output.span(),
-                                format!("{input}[..] names no Buffer parameter"),
-                            ))
-                        }
+                        Dim::Of(input, axis) => match find(input).map(|p| &p.kind) {
+                            Some(Kind::Input { ndim, .. }) if axis < ndim => {}
+                            Some(Kind::Input { ndim, .. }) => {
+                                return Err(syn::Error::new(
+                                    output.span(),
+                                    format!("{input}[{axis}]: '{input}' has {ndim} dimension(s)"),
+                                ))
+                            }
+                            _ => {
+                                return Err(syn::Error::new(
+                                    output.span(),
+                                    format!("{input}[..] names no Buffer parameter"),
+                                ))
+                            }
+                        },
                         Dim::Attr(attr) if !matches!(find(attr).map(|p| &p.kind), Some(Kind::Attr { rust }) if rust == "i64" || rust == "i32") => {
                             return Err(syn::Error::new(
                                 output.span(),
@@ -239,7 +249,19 @@ fn check(function: &ItemFn, parameters: &[Parameter], options: &Options) -> syn:
             }
         }
     }
+    for (i, (output, _)) in options.outputs.iter().enumerate() {
+        if options.outputs[..i].iter().any(|(earlier, _)| earlier == output) {
+            return Err(syn::Error::new(output.span(), format!("outputs({output} = ...) is given twice")));
+        }
+    }
     for parameter in parameters {
+        let name = parameter.name.unraw().to_string();
+        if name == "OP" || name.starts_with("__amso") {
+            return Err(syn::Error::new(
+                parameter.name.span(),
+                format!("'{name}' is a name the generated code uses (OP, __amso_*): rename the parameter"),
+            ));
+        }
         if matches!(parameter.kind, Kind::Output { .. }) && !options.outputs.iter().any(|(o, _)| *o == parameter.name) {
             return Err(syn::Error::new(
                 parameter.name.span(),
@@ -253,8 +275,8 @@ fn check(function: &ItemFn, parameters: &[Parameter], options: &Options) -> syn:
     if parameters.iter().filter(|p| matches!(p.kind, Kind::Stream)).count() > 1 {
         return Err(syn::Error::new(function.sig.span(), "an op takes at most one Stream"));
     }
-    if !function.sig.generics.params.is_empty() && function.sig.generics.type_params().next().is_some() {
-        return Err(syn::Error::new(function.sig.generics.span(), "an op has no type parameters"));
+    if function.sig.generics.type_params().next().is_some() || function.sig.generics.const_params().next().is_some() {
+        return Err(syn::Error::new(function.sig.generics.span(), "an op has no type or const parameters"));
     }
     if let Some((false, false)) = options.platforms {
         return Err(syn::Error::new(Span::call_site(), "platforms(...) names `cpu`, `cuda` or both"));
@@ -272,7 +294,8 @@ fn generate(function: &ItemFn, parameters: &[Parameter], options: &Options) -> T
         (false, true) => quote!(#p::Platforms::Cuda),
         _ => quote!(#p::Platforms::Both),
     };
-    let Pieces { described, decoded, eager_args, converted, call_args } = pieces(parameters, options, &p);
+    let Pieces { described, decoded, eager_args, converted, call_args, shapes, ints, stream } =
+        pieces(parameters, options, &p);
     let doc = format!(
         "`{python_name}` as an op (`#[amso_macros::op]`): register it with `amso_runtime::op::add(module, &{python_name}::OP)`."
     );
@@ -304,8 +327,9 @@ fn generate(function: &ItemFn, parameters: &[Parameter], options: &Options) -> T
                 unsafe { #p::call(frame, &OP, true, body) }
             }
 
-            fn body(frame: &#p::Frame<'_>) -> ::std::result::Result<(), ::std::string::String> {
+            fn body(__amso_frame: &#p::Frame<'_>) -> ::std::result::Result<(), ::std::string::String> {
                 #(#decoded)*
+                __amso_frame.check_outputs(&OP, &[#(#shapes),*], &[#(#ints),*])?;
                 #p::finish(super::#name(#(#call_args),*))
             }
 
@@ -317,10 +341,12 @@ fn generate(function: &ItemFn, parameters: &[Parameter], options: &Options) -> T
 
             #[::pyo3::pyfunction]
             #[pyo3(name = #python_name)]
-            fn eager(py: ::pyo3::Python<'_>, #(#eager_args),*) -> ::pyo3::PyResult<()> {
-                let mut call = #p::Eager::new(&OP);
+            fn eager(__amso_py: ::pyo3::Python<'_>, #(#eager_args),*) -> ::pyo3::PyResult<()> {
+                let mut __amso_call = #p::Eager::new(&OP);
                 #(#converted)*
-                call.run(py, move || super::#name(#(#call_args),*))
+                __amso_call.check_outputs(&[#(#shapes),*], &[#(#ints),*])?;
+                #stream
+                __amso_call.run(__amso_py, move || super::#name(#(#call_args),*))
             }
         }
     }
@@ -339,6 +365,13 @@ struct Pieces {
     converted: Vec<TokenStream>,
     /// The function's arguments.
     call_args: Vec<TokenStream>,
+    /// Each buffer's (name, shape), for the outputs' shape rules.
+    shapes: Vec<TokenStream>,
+    /// Each integer attribute's (name, value as i64).
+    ints: Vec<TokenStream>,
+    /// The eager entry's choice of stream (after every buffer is placed), bound to the
+    /// function's `Stream` parameter if it has one.
+    stream: TokenStream,
 }
 
 fn pieces(parameters: &[Parameter], options: &Options, p: &TokenStream) -> Pieces {
@@ -354,21 +387,24 @@ fn pieces(parameters: &[Parameter], options: &Options, p: &TokenStream) -> Piece
             .collect()
     };
     let mut pieces = Pieces::default();
-    let Pieces { described, decoded, eager_args, converted, call_args } = &mut pieces;
+    let Pieces { described, decoded, eager_args, converted, call_args, shapes, ints, stream } = &mut pieces;
     let (mut input_index, mut output_index) = (0usize, 0usize);
-    let mut stream_choice = None;
+    *stream = quote!(let _ = __amso_call.stream()?;);
     for parameter in parameters {
         let ident = &parameter.name;
-        let text = ident.to_string();
+        let text = ident.unraw().to_string();
         call_args.push(quote!(#ident));
+        if matches!(parameter.kind, Kind::Input { .. } | Kind::Output { .. }) {
+            shapes.push(quote!((#text, &#ident.shape()[..])));
+        }
         match &parameter.kind {
             Kind::Input { element, ndim } => {
                 described.push(quote!(#p::Param::Input {
                     name: #text, dtype: &<#element as ::amso_runtime::ArrayElement>::DTYPE, ndim: #ndim
                 }));
-                decoded.push(quote!(let #ident = frame.input::<#element, #ndim>(#input_index, #text)?;));
+                decoded.push(quote!(let #ident = __amso_frame.input::<#element, #ndim>(#input_index, #text)?;));
                 eager_args.push(quote!(#ident: ::amso_runtime::python::ArrayRef<'_, #element, #ndim>));
-                converted.push(quote!(let #ident = call.input(&#ident, #text)?;));
+                converted.push(quote!(let #ident = __amso_call.input(&#ident, #text)?;));
                 input_index += 1;
             }
             Kind::Output { element, ndim } => {
@@ -377,9 +413,9 @@ fn pieces(parameters: &[Parameter], options: &Options, p: &TokenStream) -> Piece
                     name: #text, dtype: &<#element as ::amso_runtime::ArrayElement>::DTYPE, ndim: #ndim,
                     shape: &[#(#shape),*]
                 }));
-                decoded.push(quote!(let #ident = frame.output::<#element, #ndim>(#output_index, #text)?;));
+                decoded.push(quote!(let #ident = __amso_frame.output::<#element, #ndim>(#output_index, #text)?;));
                 eager_args.push(quote!(mut #ident: ::amso_runtime::python::ArrayMut<'_, #element, #ndim>));
-                converted.push(quote!(let #ident = call.output(&mut #ident, #text)?;));
+                converted.push(quote!(let #ident = __amso_call.output(&mut #ident, #text)?;));
                 output_index += 1;
             }
             Kind::Attr { rust } => {
@@ -394,18 +430,19 @@ fn pieces(parameters: &[Parameter], options: &Options, p: &TokenStream) -> Piece
                     }
                 );
                 described.push(quote!(#p::Param::Attr { name: #text, kind: #p::AttrKind::#kind }));
-                decoded.push(quote!(let #ident = frame.attr::<#rust>(#text)?;));
+                decoded.push(quote!(let #ident = __amso_frame.attr::<#rust>(#text)?;));
                 eager_args.push(quote!(#ident: #rust));
+                if rust == "i64" || rust == "i32" {
+                    ints.push(quote!((#text, i64::from(#ident))));
+                }
             }
             Kind::Stream => {
                 described.push(quote!(#p::Param::Stream));
-                decoded.push(quote!(let #ident = frame.stream();));
-                // Chosen after every buffer is placed.
-                stream_choice = Some(quote!(let #ident = call.stream()?;));
+                decoded.push(quote!(let #ident = __amso_frame.stream();));
+                *stream = quote!(let #ident = __amso_call.stream()?;);
             }
         }
     }
-    converted.extend(stream_choice);
     pieces
 }
 
@@ -448,6 +485,35 @@ mod tests {
             ),
         );
         assert!(message.contains("'s' in a shape rule names no integer attribute"), "{message}");
+    }
+
+    #[test]
+    fn an_axis_beyond_the_inputs_rank_is_refused() {
+        let message = error(
+            quote!(outputs(y = [x[2]])),
+            quote!(
+                fn f(x: Buffer<'_, f32, 2>, y: BufferMut<'_, f32, 1>) {}
+            ),
+        );
+        assert!(message.contains("x[2]: 'x' has 2 dimension(s)"), "{message}");
+    }
+
+    #[test]
+    fn a_parameter_named_like_the_generated_code_is_refused() {
+        let message = error(
+            quote!(),
+            quote!(
+                fn f(OP: f64) {}
+            ),
+        );
+        assert!(message.contains("'OP' is a name the generated code uses"), "{message}");
+        let message = error(
+            quote!(outputs(y = like(x), y = like(x))),
+            quote!(
+                fn f(x: Buffer<'_, f32, 1>, y: BufferMut<'_, f32, 1>) {}
+            ),
+        );
+        assert!(message.contains("outputs(y = ...) is given twice"), "{message}");
     }
 
     #[test]

@@ -10,21 +10,25 @@ A function of an extension module marked ``#[amso_macros::op]`` (and registered 
   ``torch.compile(fullgraph=True)`` and ``mode="reduce-overhead"``.
 
 Both take the op's inputs and attributes, by position or keyword, and return its outputs (one
-array, or a tuple). Autograd is not provided: neither declares a backward. docs/ops.md.
+array, or a tuple). Autograd is not provided: neither declares a backward (the torch callable
+refuses inputs that require grad). docs/ops.md.
 """
 
 from __future__ import annotations
 
+import numbers
 import re
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 __all__ = ["describe", "jax", "torch"]
 
 _LOCK = threading.Lock()
 _JAX_TARGETS: set[str] = set()
-_TORCH_OPS: dict[str, Callable[..., Any]] = {}
+_TORCH_OPS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {}
 _TORCH_LIBRARIES: list[Any] = []  # a Library's registrations last as long as it does
 
 
@@ -76,26 +80,53 @@ class _Signature:
             array = values[param["name"]]
             dtype, ndim = getattr(array, "dtype", None), getattr(array, "ndim", None)
             if dtype != dtype_of(param["dtype"]) or ndim != param["ndim"]:
+                hint = ""
+                if param["dtype"] in ("float64", "int64", "uint64", "complex128") and str(dtype) in (
+                    "float32", "int32", "uint32", "complex64"):
+                    hint = " (JAX makes 32-bit arrays unless jax_enable_x64 is on: jax.config.update('jax_enable_x64', True))"
                 raise TypeError(
                     f"{self.name}(): argument '{param['name']}' must be a {param['dtype']} array of {param['ndim']} "
-                    f"dimension(s), got {dtype} with {ndim}"
+                    f"dimension(s), got {dtype} with {ndim}{hint}"
                 )
 
-    def shape(self, output: dict[str, Any], values: dict[str, Any]) -> tuple[int, ...]:
-        dims: list[int] = []
+    def shape(self, output: dict[str, Any], values: dict[str, Any]) -> tuple[Any, ...]:
+        """The output's shape from its rule: the inputs' dimensions as they are (torch's
+        symbolic sizes stay symbolic under ``torch.compile``), attributes as ints."""
+        dims: list[Any] = []
         for kind, what in output["shape"]:
             if kind == "like":
-                dims.extend(int(d) for d in values[what].shape)
+                dims.extend(values[what].shape)
             elif kind == "of":
-                dims.append(int(values[what[0]].shape[what[1]]))
+                dims.append(values[what[0]].shape[what[1]])
             elif kind == "attr":
-                size = int(values[what])
+                size = values[what]
                 if size < 0:
                     raise ValueError(f"{self.name}(): '{what}' sizes output '{output['name']}' and must be >= 0, got {size}")
                 dims.append(size)
             else:
                 dims.append(int(what))
         return tuple(dims)
+
+    def check_attrs(self, values: dict[str, Any]) -> None:
+        """Each attribute of its declared kind: a bool for bool, an integer for int64 and int32
+        (``operator.index``), a real number for the floats; never silently converted."""
+        for param in self.attrs:
+            value, kind = values[param["name"]], param["kind"]
+            if kind == "bool":
+                ok = isinstance(value, (bool, np.bool_))
+            elif kind in ("int64", "int32"):
+                ok = not isinstance(value, (bool, np.bool_)) and hasattr(value, "__index__")
+            else:
+                ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+            if not ok:
+                raise TypeError(
+                    f"{self.name}(): attribute '{param['name']}' must be {_KIND_WORDS[kind]}, got {type(value).__name__} "
+                    f"{value!r}"
+                )
+
+
+_KIND_WORDS = {"bool": "a bool", "int64": "an integer", "int32": "an integer", "float64": "a real number",
+               "float32": "a real number"}
 
 
 def _ffi_version(jax_module: Any) -> tuple[int, int]:
@@ -108,7 +139,13 @@ def _ffi_version(jax_module: Any) -> tuple[int, int]:
     found = [re.search(rf"#define XLA_FFI_API_{part}\s+(\d+)", text) for part in ("MAJOR", "MINOR")]
     if found[0] is None or found[1] is None:
         raise RuntimeError(f"{header} declares no XLA_FFI_API_MAJOR/MINOR; this jaxlib's FFI is not one amso knows")
-    return int(found[0].group(1)), int(found[1].group(1))
+    major, minor = int(found[0].group(1)), int(found[1].group(1))
+    if major != 0:
+        raise RuntimeError(
+            f"this jaxlib's XLA FFI is version {major}.{minor}; amso's handlers read the call frames of versions 0.x "
+            f"(an incompatible major version changes them): use a jaxlib whose FFI is 0.x, or an amso that knows {major}.x"
+        )
+    return major, minor
 
 
 def jax(function: Any, *, vmap_method: str = "sequential") -> Callable[..., Any]:
@@ -117,7 +154,6 @@ def jax(function: Any, *, vmap_method: str = "sequential") -> Callable[..., Any]
     CPU and CUDA platforms as the FFI target ``amso.<module>.<op>`` (the callable's ``target``);
     an op declared for one platform refuses buffers of the other when called, with a message."""
     import jax as jax_module
-    import numpy as np
 
     signature = _Signature(function)
     for param in signature.inputs + signature.outputs:
@@ -134,14 +170,6 @@ def jax(function: Any, *, vmap_method: str = "sequential") -> Callable[..., Any]
 
     def call(*args: Any, **kwargs: Any) -> Any:
         values = signature.bind(args, kwargs)
-        for param in signature.inputs:
-            if not hasattr(values[param["name"]], "dtype"):
-                values[param["name"]] = jax_module.numpy.asarray(values[param["name"]])
-        signature.check(values, np.dtype)
-        results = [
-            jax_module.ShapeDtypeStruct(signature.shape(output, values), np.dtype(output["dtype"]))
-            for output in signature.outputs
-        ]
         for param in signature.attrs:
             if isinstance(values[param["name"]], jax_module.core.Tracer):
                 static = ", ".join(repr(p["name"]) for p in signature.attrs)
@@ -150,6 +178,17 @@ def jax(function: Any, *, vmap_method: str = "sequential") -> Callable[..., Any]
                     f"when tracing: mark it static (jax.jit(f, static_argnames=({static},))) or bind it with "
                     f"functools.partial"
                 )
+        signature.check_attrs(values)
+        for param in signature.inputs:  # as JAX will pass them (float64 becomes float32 without x64)
+            if not isinstance(values[param["name"]], jax_module.Array):
+                values[param["name"]] = jax_module.numpy.asarray(values[param["name"]])
+        signature.check(values, np.dtype)
+        results = []
+        for output in signature.outputs:
+            shape = tuple(int(d) for d in signature.shape(output, values))
+            if np.prod(shape, dtype=object) * np.dtype(output["dtype"]).itemsize >= 1 << 62:
+                raise ValueError(f"{signature.name}(): output '{output['name']}' of shape {shape} is too large to make")
+            results.append(jax_module.ShapeDtypeStruct(shape, np.dtype(output["dtype"])))
         attrs = {param["name"]: scalar[param["kind"]](values[param["name"]]) for param in signature.attrs}
         inputs = [values[param["name"]] for param in signature.inputs]
         made = jax_module.ffi.ffi_call(target, results, vmap_method=vmap_method)(*inputs, **attrs)
@@ -175,7 +214,13 @@ def torch(function: Any, *, namespace: str | None = None) -> Callable[..., Any]:
     qualified = f"{namespace}::{signature.name}"
     with _LOCK:
         if qualified in _TORCH_OPS:
-            return _TORCH_OPS[qualified]
+            made, description = _TORCH_OPS[qualified]
+            if description is not signature.description:
+                raise ValueError(
+                    f"torch op {qualified} was already made from another op; pass amso.ops.torch(f, namespace=...) "
+                    f"to name this one apart"
+                )
+            return made
         kinds = {"float64": "float", "float32": "float", "int64": "int", "int32": "int", "bool": "bool"}
         declared = []
         aliases = iter("abcdefghijklmnopqrstuvwxyz")
@@ -197,11 +242,22 @@ def torch(function: Any, *, namespace: str | None = None) -> Callable[..., Any]:
         torch_module.library.register_fake(qualified, lambda *args: None, lib=library)
         _TORCH_LIBRARIES.append(library)
         op = getattr(getattr(torch_module.ops, namespace), signature.name)
-        dtypes = {param["name"]: getattr(torch_module, param["dtype"]) for param in signature.inputs + signature.outputs}
+        dtypes = {}
+        for param in signature.inputs + signature.outputs:
+            dtypes[param["name"]] = getattr(torch_module, param["dtype"], None)
+            if not isinstance(dtypes[param["name"]], torch_module.dtype):
+                raise TypeError(f"{signature.name}(): argument '{param['name']}' is {param['dtype']}, which torch has no dtype for")
+        dtypes_by_name = {param["dtype"]: dtypes[param["name"]] for param in signature.inputs + signature.outputs}
 
         def call(*args: Any, **kwargs: Any) -> Any:
             values = signature.bind(args, kwargs)
-            signature.check(values, lambda name: getattr(torch_module, name))
+            signature.check_attrs(values)
+            signature.check(values, lambda name: dtypes_by_name[name])
+            if torch_module.is_grad_enabled() and any(values[p["name"]].requires_grad for p in signature.inputs):
+                raise RuntimeError(
+                    f"{signature.name}() declares no backward, so gradients cannot flow through it: detach its inputs "
+                    f"(x.detach()) or call it under torch.no_grad()"
+                )
             device = values[signature.inputs[0]["name"]].device if signature.inputs else None
             made = [
                 torch_module.empty(signature.shape(output, values), dtype=dtypes[output["name"]], device=device)
@@ -215,5 +271,5 @@ def torch(function: Any, *, namespace: str | None = None) -> Callable[..., Any]:
         call.__qualname__ = signature.name
         call.__doc__ = function.__doc__
         call.op = op  # type: ignore[attr-defined]
-        _TORCH_OPS[qualified] = call
+        _TORCH_OPS[qualified] = (call, signature.description)
         return call

@@ -70,6 +70,9 @@ macro_rules! common {
             /// The elements, for host buffers.
             pub fn as_slice(&self) -> Result<&[T]> {
                 self.host("as_slice()")?;
+                if self.is_empty() {
+                    return Ok(&[]); // XLA may give an empty buffer a NULL address
+                }
                 // SAFETY: `len` aligned, initialised host elements, valid for `'a` (`new`).
                 Ok(unsafe { std::slice::from_raw_parts(self.data as *const T, self.len()) })
             }
@@ -118,6 +121,9 @@ impl<T: Element, const N: usize> BufferMut<'_, T, N> {
     /// The elements, writable, for host buffers.
     pub fn as_slice_mut(&mut self) -> Result<&mut [T]> {
         self.host("as_slice_mut()")?;
+        if self.is_empty() {
+            return Ok(&mut []);
+        }
         // SAFETY: as `as_slice`, and exclusive (`new`).
         Ok(unsafe { std::slice::from_raw_parts_mut(self.data as *mut T, self.len()) })
     }

@@ -1,12 +1,12 @@
 //! An op's eager entry (the `#[pyfunction]` that takes any framework's arrays as typed
 //! arguments) and the module registration that tells `amso.ops` what the op is.
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use super::buffer::{Buffer, BufferMut};
-use super::signature::{panic_message, Dim, Op, OpResult, Param};
+use super::signature::{self, panic_message, Dim, Op, OpResult, Param};
 use super::xla;
 use crate::device::{Device, DeviceType};
 use crate::element::Element;
@@ -97,14 +97,36 @@ fn describe<'py>(py: Python<'py>, op: &Op) -> PyResult<Bound<'py, PyDict>> {
 pub struct Eager {
     op: &'static Op,
     device: Option<(Device, &'static str)>,
-    /// The first output's stream, then the inputs' (ordered before it).
+    /// The first output's stream, then the inputs' (ordered before it, and after it when done).
     streams: Vec<Stream>,
     has_output_stream: bool,
+    /// Each buffer's (name, address, bytes, written), refused when a written one overlaps another.
+    ranges: Vec<(&'static str, usize, usize, bool)>,
 }
 
 impl Eager {
     pub fn new(op: &'static Op) -> Eager {
-        Eager { op, device: None, streams: Vec::new(), has_output_stream: false }
+        Eager { op, device: None, streams: Vec::new(), has_output_stream: false, ranges: Vec::new() }
+    }
+
+    /// Refuse outputs whose shapes differ from their rules (`signature::check_outputs`).
+    pub fn check_outputs(&self, shapes: &[(&str, &[usize])], attrs: &[(&str, i64)]) -> PyResult<()> {
+        signature::check_outputs(self.op, shapes, attrs)
+            .map_err(|message| PyValueError::new_err(format!("{}(): {message}", self.op.name)))
+    }
+
+    /// Record a buffer's memory, refused when it overlaps a written one (or is written and
+    /// overlaps any): the same CUDA array as an input and an output, say. (Host arrays are
+    /// refused earlier, by the typed arguments' borrows.)
+    fn claim(&mut self, name: &'static str, address: usize, bytes: usize, written: bool) -> PyResult<()> {
+        self.ranges.push((name, address, bytes, written));
+        match signature::overlap(&self.ranges) {
+            Some((first, second)) => Err(PyValueError::new_err(format!(
+                "{}(): arguments '{first}' and '{second}' share memory, and one of them is written; pass a copy",
+                self.op.name
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Argument `name`, read, as a buffer.
@@ -118,8 +140,9 @@ impl Eager {
             DeviceType::Cuda => argument.data_address(),
             _ => argument.as_slice()?.as_ptr() as usize,
         };
+        self.claim(name, data, argument.len() * std::mem::size_of::<T>(), false)?;
         // SAFETY: C-order elements of the argument's shape on `device`, held and borrowed by
-        // the argument (which outlives the buffer).
+        // the argument (which outlives the buffer); no written buffer of the call overlaps it.
         Ok(unsafe { Buffer::new(data, argument.dim(), device) })
     }
 
@@ -135,7 +158,9 @@ impl Eager {
             DeviceType::Cuda => argument.data_address(),
             _ => argument.as_slice_mut()?.as_mut_ptr() as usize,
         };
-        // SAFETY: as `input`, borrowed exclusively by the writable argument.
+        self.claim(name, data, argument.len() * std::mem::size_of::<T>(), true)?;
+        // SAFETY: as `input`, borrowed exclusively by the writable argument, and overlapping no
+        // other buffer of the call.
         Ok(unsafe { BufferMut::new(data, shape, device) })
     }
 
@@ -166,7 +191,7 @@ impl Eager {
             _ => {}
         }
         if !c_order {
-            return Err(PyTypeError::new_err(format!(
+            return Err(PyValueError::new_err(format!(
                 "argument '{name}': {}() takes arrays in C order (its buffers are dense), got a strided one; pass a \
                  contiguous copy (np.ascontiguousarray(x), x.contiguous(), cupy.ascontiguousarray(x))",
                 self.op.name

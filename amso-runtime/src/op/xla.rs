@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::buffer::{Buffer, BufferMut};
-use super::signature::{panic_message, AttrKind, Op, OpResult, Param};
+use super::signature::{self, panic_message, AttrKind, Op, OpResult, Param};
 use crate::device::{Device, DeviceId};
 use crate::element::{DType, Element};
 use crate::stream::Stream;
@@ -245,7 +245,7 @@ pub unsafe fn call(
         if let Some(refusal) = op.refusal(cuda) {
             return Err((ERROR_INVALID_ARGUMENT, refusal));
         }
-        let decoded = Frame::decode(frame, op, cuda).map_err(|message| (ERROR_INVALID_ARGUMENT, message))?;
+        let decoded = Frame::decode(frame, op, cuda)?;
         body(&decoded).map_err(|message| {
             // An argument the frame refused is the caller's mistake; anything else the function's.
             let code = if decoded.refused.get() { ERROR_INVALID_ARGUMENT } else { ERROR_INTERNAL };
@@ -306,7 +306,9 @@ pub struct Frame<'f> {
 }
 
 impl<'f> Frame<'f> {
-    fn decode(frame: &'f CallFrame, op: &Op, cuda: bool) -> Result<Frame<'f>, String> {
+    /// The frame's parts, checked against the op: `INVALID_ARGUMENT` for the caller's mistakes,
+    /// `INTERNAL` when XLA gives no stream.
+    fn decode(frame: &'f CallFrame, op: &Op, cuda: bool) -> Result<Frame<'f>, (i32, String)> {
         // SAFETY: XLA's arrays of `size` entries, alive for the call (as are the next two).
         let inputs = unsafe { buffers(&frame.args) };
         // SAFETY: as above.
@@ -315,7 +317,9 @@ impl<'f> Frame<'f> {
         let attrs = unsafe { scalars(&frame.attrs) };
         let (stream, device) = if cuda {
             // SAFETY: the frame's API and context, as XLA gave them.
-            unsafe { (platform_stream(frame)?, Device::cuda(device_ordinal(frame))) }
+            let stream = unsafe { platform_stream(frame) }.map_err(|message| (ERROR_INTERNAL, message))?;
+            // SAFETY: as above.
+            (stream, Device::cuda(unsafe { device_ordinal(frame) }))
         } else {
             (Stream::default(), Device::CPU)
         };
@@ -324,15 +328,54 @@ impl<'f> Frame<'f> {
         let (ins, outs) =
             (expected(|p| matches!(p, Param::Input { .. })), expected(|p| matches!(p, Param::Output { .. })));
         if decoded.inputs.len() != ins || decoded.outputs.len() != outs {
-            return Err(format!(
+            return Err((
+                ERROR_INVALID_ARGUMENT,
+                format!(
                 "{}() takes {ins} array argument(s) and makes {outs} result(s); XLA passed {} and {}: call it through \
                  amso.ops.jax(), which declares them",
                 op.name,
                 decoded.inputs.len(),
                 decoded.outputs.len()
+            ),
             ));
         }
+        decoded.disjoint(op).map_err(|message| (ERROR_INVALID_ARGUMENT, message))?;
         Ok(decoded)
+    }
+
+    /// Refuse results that share memory with an argument or another result (a caller's
+    /// `input_output_aliases`): the function's `BufferMut`s are exclusive.
+    fn disjoint(&self, op: &Op) -> Result<(), String> {
+        let declared = |input: bool| {
+            op.params.iter().filter_map(move |param| match *param {
+                Param::Input { name, dtype, .. } if input => Some((name, dtype.itemsize())),
+                Param::Output { name, dtype, .. } if !input => Some((name, dtype.itemsize())),
+                _ => None,
+            })
+        };
+        let range = |buffer: &XlaBuffer, itemsize: usize| {
+            // SAFETY: `rank` dimensions (XLA's buffer).
+            let dims = unsafe { std::slice::from_raw_parts(buffer.dims, buffer.rank.max(0) as usize) };
+            let count = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d.max(0) as usize));
+            (buffer.data as usize, count.and_then(|n| n.checked_mul(itemsize)).unwrap_or(usize::MAX))
+        };
+        let ranges: Vec<_> =
+            (self.inputs.iter().zip(declared(true)).map(|(b, (name, size))| (name, range(b, size), false)))
+                .chain(self.outputs.iter().zip(declared(false)).map(|(b, (name, size))| (name, range(b, size), true)))
+                .map(|(name, (start, bytes), written)| (name, start, bytes, written))
+                .collect();
+        match signature::overlap(&ranges) {
+            Some((first, second)) => Err(format!(
+                "'{first}' and '{second}' share memory, and '{second}' is written: an op's outputs are its own \
+                 (no input_output_aliases)"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Check the outputs' shapes against their rules (`signature::check_outputs`).
+    pub fn check_outputs(&self, op: &Op, shapes: &[(&str, &[usize])], attrs: &[(&str, i64)]) -> Result<(), String> {
+        self.refusing(signature::check_outputs(op, shapes, attrs))
     }
 
     /// Input `index` (named `name`) as a buffer of `T` and rank `N`.
@@ -345,7 +388,7 @@ impl<'f> Frame<'f> {
     /// Result `index` (named `name`) as a writable buffer of `T` and rank `N`.
     pub fn output<T: Element, const N: usize>(&self, index: usize, name: &str) -> Result<BufferMut<'f, T, N>, String> {
         let (data, shape) = self.refusing(checked::<T, N>(self.outputs[index], name))?;
-        // SAFETY: as `input`; XLA's result buffers are distinct from each other and the inputs.
+        // SAFETY: as `input`; no other buffer of the call overlaps it (`disjoint`).
         Ok(unsafe { BufferMut::new(data, shape, self.device) })
     }
 

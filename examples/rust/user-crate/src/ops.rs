@@ -101,16 +101,23 @@ pub(crate) fn density(
     Ok(())
 }
 
-/// A running sum on the host (`platforms(cpu)`): `out[i] = x[0] + ... + x[i]`. When
-/// `panic_at` is an index of `x`, it panics there instead, to show that a panic inside an op
-/// comes back as the caller's error.
+/// A running sum on the host (`platforms(cpu)`): `out[i] = x[0] + ... + x[i]`, or from the end
+/// (`out[i] = x[i] + ... + x[n-1]`) when `reverse`. When `panic_at` is an index of `x`, it
+/// panics there instead, to show that a panic inside an op comes back as the caller's error.
 #[amso_macros::op(outputs(out = like(x)), platforms(cpu))]
-pub(crate) fn running_sum(x: Buffer<'_, f64, 1>, mut out: BufferMut<'_, f64, 1>, panic_at: i64) -> Result<(), Error> {
+pub(crate) fn running_sum(
+    x: Buffer<'_, f64, 1>,
+    mut out: BufferMut<'_, f64, 1>,
+    reverse: bool,
+    panic_at: i64,
+) -> Result<(), Error> {
+    let (x, out) = (x.as_slice()?, out.as_slice_mut()?);
+    let order: Box<dyn Iterator<Item = usize>> = if reverse { Box::new((0..x.len()).rev()) } else { Box::new(0..x.len()) };
     let mut total = 0.0;
-    for (i, (out, &value)) in out.as_slice_mut()?.iter_mut().zip(x.as_slice()?).enumerate() {
+    for i in order {
         assert!(i64::try_from(i) != Ok(panic_at), "running_sum was asked to panic at index {i}");
-        total += value;
-        *out = total;
+        total += x[i];
+        out[i] = total;
     }
     Ok(())
 }

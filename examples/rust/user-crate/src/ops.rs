@@ -112,7 +112,8 @@ pub(crate) fn running_sum(
     panic_at: i64,
 ) -> Result<(), Error> {
     let (x, out) = (x.as_slice()?, out.as_slice_mut()?);
-    let order: Box<dyn Iterator<Item = usize>> = if reverse { Box::new((0..x.len()).rev()) } else { Box::new(0..x.len()) };
+    let order: Box<dyn Iterator<Item = usize>> =
+        if reverse { Box::new((0..x.len()).rev()) } else { Box::new(0..x.len()) };
     let mut total = 0.0;
     for i in order {
         assert!(i64::try_from(i) != Ok(panic_at), "running_sum was asked to panic at index {i}");

@@ -513,8 +513,7 @@ def test_the_torch_op_launches_on_torchs_current_stream():
 
 def test_the_torch_op_has_the_schema_of_the_rust_signature():
     torch = torch_or_skip()
-    amso.ops.torch(ext.density)
-    op = getattr(torch.ops, ext.__name__).density
+    op = amso.ops.torch(ext.density).op
     assert str(op.default._schema).endswith(
         "density(Tensor positions, Tensor(a!) grid, float box_size, int cells) -> ()"
     )

@@ -106,6 +106,14 @@ def test_an_eager_strided_argument_is_refused_with_the_copy_to_make():
 jax = pytest.importorskip("jax")
 
 
+@pytest.fixture(autouse=True)
+def on_the_host_by_default():
+    # JAX's default device is a GPU on the GPU machine; these tests place arrays on the host
+    # unless they put them on a GPU themselves (the CUDA tests below).
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
 def test_drift_under_jax_jit_equals_the_eager_call():
     x, v = particles()
     drift = amso.ops.jax(ext.drift)

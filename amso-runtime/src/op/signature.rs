@@ -153,28 +153,36 @@ impl Op {
 /// attribute by name (the caller's mistake when it fails: XLA's results and torch's outputs
 /// come from the rules, but a raw `ffi_call`, the eager entry and the bare torch op take any).
 pub(crate) fn check_outputs(op: &Op, shapes: &[(&str, &[usize])], attrs: &[(&str, i64)]) -> Result<(), String> {
-    let shape_of = |name: &str| shapes.iter().find(|(n, _)| *n == name).map(|(_, s)| *s);
+    let shape_of = |name: &str| shapes.iter().find(|(n, _)| *n == name).map_or(&[][..], |(_, s)| *s);
     for param in op.params {
         let Param::Output { name, shape: rule, .. } = param else { continue };
-        let mut expected = Vec::new();
+        // The rule's dimensions, on the stack (an op's buffers have at most MAX_NDIM).
+        let (mut expected, mut rank) = ([0usize; crate::shape::MAX_NDIM], 0);
+        let mut push = |size: usize| {
+            if let Some(slot) = expected.get_mut(rank) {
+                *slot = size;
+            }
+            rank += 1;
+        };
         for dim in *rule {
             match *dim {
-                Dim::Like(input) => expected.extend_from_slice(shape_of(input).unwrap_or_default()),
-                Dim::Of(input, axis) => expected.push(shape_of(input).and_then(|s| s.get(axis)).copied().unwrap_or(0)),
+                Dim::Like(input) => shape_of(input).iter().for_each(|&size| push(size)),
+                Dim::Of(input, axis) => push(shape_of(input).get(axis).copied().unwrap_or(0)),
                 Dim::Attr(attr) => {
                     let value = attrs.iter().find(|(n, _)| *n == attr).map_or(0, |(_, v)| *v);
-                    expected.push(usize::try_from(value).map_err(|_| {
+                    push(usize::try_from(value).map_err(|_| {
                         format!("attribute '{attr}' sizes output '{name}' and must be >= 0, got {value}")
                     })?);
                 }
-                Dim::Fixed(size) => expected.push(size),
+                Dim::Fixed(size) => push(size),
             }
         }
-        let actual = shape_of(name).unwrap_or_default();
-        if actual != expected.as_slice() {
+        let actual = shape_of(name);
+        if actual != expected.get(..rank).unwrap_or(&expected) {
             return Err(format!(
-                "output '{name}' must have the shape its rule gives, {expected:?}, got {actual:?} (#[amso_macros::op] \
-                 outputs({name} = ...))"
+                "output '{name}' must have the shape its rule gives, {:?}, got {actual:?} (#[amso_macros::op] \
+                 outputs({name} = ...))",
+                expected.get(..rank).unwrap_or(&expected)
             ));
         }
     }

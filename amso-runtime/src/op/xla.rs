@@ -293,12 +293,11 @@ unsafe fn error(frame: &CallFrame, code: i32, message: &str) -> *mut c_void {
     }
 }
 
-/// A decoded call frame: the op's buffers by parameter position, its attributes and stream.
+/// A decoded call frame: the op's buffers by parameter position, its attributes and stream,
+/// read from XLA's lists where they are (no allocation per call).
 #[doc(hidden)]
 pub struct Frame<'f> {
-    inputs: Vec<&'f XlaBuffer>,
-    outputs: Vec<&'f XlaBuffer>,
-    attrs: Vec<(&'f [u8], &'f Scalar)>,
+    frame: &'f CallFrame,
     stream: Stream,
     device: Device,
     /// Whether an accessor refused an argument.
@@ -309,12 +308,6 @@ impl<'f> Frame<'f> {
     /// The frame's parts, checked against the op: `INVALID_ARGUMENT` for the caller's mistakes,
     /// `INTERNAL` when XLA gives no stream.
     fn decode(frame: &'f CallFrame, op: &Op, cuda: bool) -> Result<Frame<'f>, (i32, String)> {
-        // SAFETY: XLA's arrays of `size` entries, alive for the call (as are the next two).
-        let inputs = unsafe { buffers(&frame.args) };
-        // SAFETY: as above.
-        let outputs = unsafe { buffers(&frame.rets) };
-        // SAFETY: as above.
-        let attrs = unsafe { scalars(&frame.attrs) };
         let (stream, device) = if cuda {
             // SAFETY: the frame's API and context, as XLA gave them.
             let stream = unsafe { platform_stream(frame) }.map_err(|message| (ERROR_INTERNAL, message))?;
@@ -323,54 +316,72 @@ impl<'f> Frame<'f> {
         } else {
             (Stream::default(), Device::CPU)
         };
-        let decoded = Frame { inputs, outputs, attrs, stream, device, refused: std::cell::Cell::new(false) };
+        let decoded = Frame { frame, stream, device, refused: std::cell::Cell::new(false) };
         let expected = |f: fn(&Param) -> bool| op.params.iter().filter(|p| f(p)).count();
         let (ins, outs) =
             (expected(|p| matches!(p, Param::Input { .. })), expected(|p| matches!(p, Param::Output { .. })));
-        if decoded.inputs.len() != ins || decoded.outputs.len() != outs {
+        // SAFETY: XLA's lists of `size` entries.
+        let all_buffers =
+            |list: &Buffers| (0..list.size.max(0) as usize).all(|i| unsafe { *list.types.add(i) } == BUFFER);
+        let (given_ins, given_outs) = (frame.args.size.max(0) as usize, frame.rets.size.max(0) as usize);
+        if given_ins != ins || given_outs != outs || !all_buffers(&frame.args) || !all_buffers(&frame.rets) {
             return Err((
                 ERROR_INVALID_ARGUMENT,
                 format!(
-                "{}() takes {ins} array argument(s) and makes {outs} result(s); XLA passed {} and {}: call it through \
-                 amso.ops.jax(), which declares them",
-                op.name,
-                decoded.inputs.len(),
-                decoded.outputs.len()
-            ),
+                    "{}() takes {ins} array argument(s) and makes {outs} result(s); XLA passed {given_ins} and \
+                     {given_outs}: call it through amso.ops.jax(), which declares them",
+                    op.name
+                ),
             ));
         }
         decoded.disjoint(op).map_err(|message| (ERROR_INVALID_ARGUMENT, message))?;
         Ok(decoded)
     }
 
+    /// Buffer `index` of `list` (checked by `decode` to be one, of `size` entries).
+    fn buffer(list: &'f Buffers, index: usize) -> &'f XlaBuffer {
+        assert!(index < list.size.max(0) as usize, "a buffer index the op declares");
+        // SAFETY: an entry of type BUFFER (`decode`) is an `XLA_FFI_Buffer`, alive for the call.
+        unsafe { &*(*list.values.add(index) as *const XlaBuffer) }
+    }
+
     /// Refuse results that share memory with an argument or another result (a caller's
     /// `input_output_aliases`): the function's `BufferMut`s are exclusive.
     fn disjoint(&self, op: &Op) -> Result<(), String> {
-        let declared = |input: bool| {
-            op.params.iter().filter_map(move |param| match *param {
-                Param::Input { name, dtype, .. } if input => Some((name, dtype.itemsize())),
-                Param::Output { name, dtype, .. } if !input => Some((name, dtype.itemsize())),
-                _ => None,
-            })
+        let declared = |input: bool, index: usize| {
+            op.params
+                .iter()
+                .filter_map(|param| match *param {
+                    Param::Input { name, dtype, .. } if input => Some((name, dtype.itemsize())),
+                    Param::Output { name, dtype, .. } if !input => Some((name, dtype.itemsize())),
+                    _ => None,
+                })
+                .nth(index)
+                .unwrap_or(("?", 1))
         };
-        let range = |buffer: &XlaBuffer, itemsize: usize| {
+        let range = |list: &'f Buffers, input: bool, index: usize| {
+            let (name, itemsize) = declared(input, index);
+            let buffer = Frame::buffer(list, index);
             // SAFETY: `rank` dimensions (XLA's buffer).
             let dims = unsafe { std::slice::from_raw_parts(buffer.dims, buffer.rank.max(0) as usize) };
             let count = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d.max(0) as usize));
-            (buffer.data as usize, count.and_then(|n| n.checked_mul(itemsize)).unwrap_or(usize::MAX))
+            let bytes = count.and_then(|n| n.checked_mul(itemsize)).unwrap_or(usize::MAX);
+            (name, buffer.data as usize, bytes, !input)
         };
-        let ranges: Vec<_> =
-            (self.inputs.iter().zip(declared(true)).map(|(b, (name, size))| (name, range(b, size), false)))
-                .chain(self.outputs.iter().zip(declared(false)).map(|(b, (name, size))| (name, range(b, size), true)))
-                .map(|(name, (start, bytes), written)| (name, start, bytes, written))
-                .collect();
-        match signature::overlap(&ranges) {
-            Some((first, second)) => Err(format!(
-                "'{first}' and '{second}' share memory, and '{second}' is written: an op's outputs are its own \
-                 (no input_output_aliases)"
-            )),
-            None => Ok(()),
+        let (args, rets) = (&self.frame.args, &self.frame.rets);
+        for out in 0..rets.size.max(0) as usize {
+            let written = range(rets, false, out);
+            let others = (0..args.size.max(0) as usize).map(|i| range(args, true, i));
+            for other in others.chain((0..out).map(|i| range(rets, false, i))) {
+                if let Some((first, second)) = signature::overlap(&[other, written]) {
+                    return Err(format!(
+                        "'{first}' and '{second}' share memory, and '{second}' is written: an op's outputs are its \
+                         own (no input_output_aliases)"
+                    ));
+                }
+            }
         }
+        Ok(())
     }
 
     /// Check the outputs' shapes against their rules (`signature::check_outputs`).
@@ -380,14 +391,14 @@ impl<'f> Frame<'f> {
 
     /// Input `index` (named `name`) as a buffer of `T` and rank `N`.
     pub fn input<T: Element, const N: usize>(&self, index: usize, name: &str) -> Result<Buffer<'f, T, N>, String> {
-        let (data, shape) = self.refusing(checked::<T, N>(self.inputs[index], name))?;
+        let (data, shape) = self.refusing(checked::<T, N>(Frame::buffer(&self.frame.args, index), name))?;
         // SAFETY: XLA's dense row-major buffer of that shape, alive for the call.
         Ok(unsafe { Buffer::new(data, shape, self.device) })
     }
 
     /// Result `index` (named `name`) as a writable buffer of `T` and rank `N`.
     pub fn output<T: Element, const N: usize>(&self, index: usize, name: &str) -> Result<BufferMut<'f, T, N>, String> {
-        let (data, shape) = self.refusing(checked::<T, N>(self.outputs[index], name))?;
+        let (data, shape) = self.refusing(checked::<T, N>(Frame::buffer(&self.frame.rets, index), name))?;
         // SAFETY: as `input`; no other buffer of the call overlaps it (`disjoint`).
         Ok(unsafe { BufferMut::new(data, shape, self.device) })
     }
@@ -399,7 +410,8 @@ impl<'f> Frame<'f> {
 
     /// Attribute `name` as `V`.
     pub fn attr<V: AttrValue>(&self, name: &str) -> Result<V, String> {
-        let Some((_, scalar)) = self.attrs.iter().find(|(n, _)| *n == name.as_bytes()) else {
+        // SAFETY: XLA's attribute list, alive for the call.
+        let Some(scalar) = (unsafe { scalar_named(&self.frame.attrs, name) }) else {
             return self.refusing(Err(format!("attribute '{name}' is missing: pass it as a keyword, {name}=...")));
         };
         if scalar.dtype != V::XLA {
@@ -475,25 +487,20 @@ fn checked<T: Element, const N: usize>(buffer: &XlaBuffer, name: &str) -> Result
     Ok((buffer.data as usize, std::array::from_fn(|axis| dims[axis].max(0) as usize)))
 }
 
-unsafe fn buffers(list: &Buffers) -> Vec<&XlaBuffer> {
-    (0..list.size.max(0) as usize)
-        // SAFETY: `size` entries (the caller's contract).
-        .filter(|&i| unsafe { *list.types.add(i) } == BUFFER)
-        // SAFETY: an entry of type BUFFER is an `XLA_FFI_Buffer`.
-        .map(|i| unsafe { &*(*list.values.add(i) as *const XlaBuffer) })
-        .collect()
-}
-
-unsafe fn scalars(attrs: &Attrs) -> Vec<(&[u8], &Scalar)> {
-    (0..attrs.size.max(0) as usize)
-        // SAFETY: `size` entries (the caller's contract).
-        .filter(|&i| unsafe { *attrs.types.add(i) } == SCALAR)
-        // SAFETY: an entry of type SCALAR is an `XLA_FFI_Scalar`; each name is a span.
-        .map(|i| unsafe {
-            let name = &**attrs.names.add(i);
-            (std::slice::from_raw_parts(name.ptr, name.len), &*(*attrs.values.add(i) as *const Scalar))
-        })
-        .collect()
+/// The scalar attribute `name`, if the list has one.
+///
+/// # Safety
+/// `attrs` is XLA's list of `size` attributes: each of type SCALAR an `XLA_FFI_Scalar`, each
+/// name a byte span.
+unsafe fn scalar_named<'f>(attrs: &'f Attrs, name: &str) -> Option<&'f Scalar> {
+    (0..attrs.size.max(0) as usize).find_map(|i| {
+        // SAFETY: entry `i` of the list (the caller's contract).
+        let (kind, span) = unsafe { (*attrs.types.add(i), &**attrs.names.add(i)) };
+        // SAFETY: as above: a span of `len` bytes.
+        let found = kind == SCALAR && unsafe { std::slice::from_raw_parts(span.ptr, span.len) } == name.as_bytes();
+        // SAFETY: a SCALAR entry is an `XLA_FFI_Scalar`.
+        found.then(|| unsafe { &*(*attrs.values.add(i) as *const Scalar) })
+    })
 }
 
 /// XLA's stream for this call (a `cudaStream_t`).

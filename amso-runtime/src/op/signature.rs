@@ -110,6 +110,10 @@ pub struct Op {
     /// The XLA handlers, for host and for CUDA buffers.
     #[doc(hidden)]
     pub xla: [XlaHandler; 2],
+    /// The element sizes of the inputs, then of the outputs, in order (what a call's checks
+    /// read without walking `params`).
+    #[doc(hidden)]
+    pub itemsizes: [&'static [usize]; 2],
     /// Makes the eager `#[pyfunction]`.
     #[doc(hidden)]
     pub eager: for<'py> fn(
@@ -120,6 +124,16 @@ pub struct Op {
 impl std::fmt::Debug for Op {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Op").field("name", &self.name).field("params", &self.params).finish_non_exhaustive()
+    }
+}
+
+impl Param {
+    /// The parameter's name (`"stream"` for the stream).
+    pub(crate) fn name(&self) -> &'static str {
+        match *self {
+            Param::Input { name, .. } | Param::Output { name, .. } | Param::Attr { name, .. } => name,
+            Param::Stream => "stream",
+        }
     }
 }
 
@@ -153,7 +167,7 @@ impl Op {
 /// attribute by name (the caller's mistake when it fails: XLA's results and torch's outputs
 /// come from the rules, but a raw `ffi_call`, the eager entry and the bare torch op take any).
 pub(crate) fn check_outputs(op: &Op, shapes: &[(&str, &[usize])], attrs: &[(&str, i64)]) -> Result<(), String> {
-    let shape_of = |name: &str| shapes.iter().find(|(n, _)| *n == name).map_or(&[][..], |(_, s)| *s);
+    let shape_of = |name: &str| shapes.iter().find(|(n, _)| same_name(n, name)).map_or(&[][..], |(_, s)| *s);
     for param in op.params {
         let Param::Output { name, shape: rule, .. } = param else { continue };
         // The rule's dimensions, on the stack (an op's buffers have at most MAX_NDIM).
@@ -169,7 +183,7 @@ pub(crate) fn check_outputs(op: &Op, shapes: &[(&str, &[usize])], attrs: &[(&str
                 Dim::Like(input) => shape_of(input).iter().for_each(|&size| push(size)),
                 Dim::Of(input, axis) => push(shape_of(input).get(axis).copied().unwrap_or(0)),
                 Dim::Attr(attr) => {
-                    let value = attrs.iter().find(|(n, _)| *n == attr).map_or(0, |(_, v)| *v);
+                    let value = attrs.iter().find(|(n, _)| same_name(n, attr)).map_or(0, |(_, v)| *v);
                     push(usize::try_from(value).map_err(|_| {
                         format!("attribute '{attr}' sizes output '{name}' and must be >= 0, got {value}")
                     })?);
@@ -187,6 +201,12 @@ pub(crate) fn check_outputs(op: &Op, shapes: &[(&str, &[usize])], attrs: &[(&str
         }
     }
     Ok(())
+}
+
+/// Whether two parameter names are equal: the generated code's literals are usually one
+/// string, so the address answers before the bytes are compared.
+fn same_name(a: &str, b: &str) -> bool {
+    std::ptr::eq(a.as_ptr(), b.as_ptr()) && a.len() == b.len() || a == b
 }
 
 /// The first pair of `(name, start, bytes, written)` ranges that overlap where either is written.

@@ -184,7 +184,7 @@ pub(crate) fn set_version(major: u32, minor: u32) {
 }
 
 /// XLA's dtype number for elements `T`, if XLA has the type.
-pub(crate) fn dtype_code(dtype: &DType) -> Option<i32> {
+pub(crate) const fn dtype_code(dtype: &DType) -> Option<i32> {
     let code = match (dtype.code, dtype.bits, dtype.lanes) {
         (_, _, lanes) if lanes != 1 => return None,
         (6, 8, _) => 1, // bool: PRED
@@ -202,16 +202,41 @@ pub(crate) fn dtype_code(dtype: &DType) -> Option<i32> {
         (4, 16, _) => 16,
         (5, 64, _) => 15,
         (5, 128, _) => 18,
-        _ => match dtype.name {
-            "float8_e5m2" => 19,
-            "float8_e4m3fn" => 20,
-            "float8_e4m3b11fnuz" => 23,
-            "float8_e5m2fnuz" => 24,
-            "float8_e4m3fnuz" => 25,
-            _ => return None,
-        },
+        _ => {
+            const FLOAT8: [(&str, i32); 5] = [
+                ("float8_e5m2", 19),
+                ("float8_e4m3fn", 20),
+                ("float8_e4m3b11fnuz", 23),
+                ("float8_e5m2fnuz", 24),
+                ("float8_e4m3fnuz", 25),
+            ];
+            let mut i = 0;
+            while i < FLOAT8.len() {
+                if same(FLOAT8[i].0, dtype.name) {
+                    return Some(FLOAT8[i].1);
+                }
+                i += 1;
+            }
+            return None;
+        }
     };
     Some(code)
+}
+
+/// Whether two names are equal (in a `const fn`).
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// One call of `op`'s handler, for host (`cuda` false) or CUDA buffers: the metadata probe is
@@ -317,9 +342,7 @@ impl<'f> Frame<'f> {
             (Stream::default(), Device::CPU)
         };
         let decoded = Frame { frame, stream, device, refused: std::cell::Cell::new(false) };
-        let expected = |f: fn(&Param) -> bool| op.params.iter().filter(|p| f(p)).count();
-        let (ins, outs) =
-            (expected(|p| matches!(p, Param::Input { .. })), expected(|p| matches!(p, Param::Output { .. })));
+        let (ins, outs) = (op.itemsizes[0].len(), op.itemsizes[1].len());
         // SAFETY: XLA's lists of `size` entries.
         let all_buffers =
             |list: &Buffers| (0..list.size.max(0) as usize).all(|i| unsafe { *list.types.add(i) } == BUFFER);
@@ -348,37 +371,36 @@ impl<'f> Frame<'f> {
     /// Refuse results that share memory with an argument or another result (a caller's
     /// `input_output_aliases`): the function's `BufferMut`s are exclusive.
     fn disjoint(&self, op: &Op) -> Result<(), String> {
-        let declared = |input: bool, index: usize| {
-            op.params
-                .iter()
-                .filter_map(|param| match *param {
-                    Param::Input { name, dtype, .. } if input => Some((name, dtype.itemsize())),
-                    Param::Output { name, dtype, .. } if !input => Some((name, dtype.itemsize())),
-                    _ => None,
-                })
-                .nth(index)
-                .unwrap_or(("?", 1))
-        };
-        let range = |list: &'f Buffers, input: bool, index: usize| {
-            let (name, itemsize) = declared(input, index);
+        let range = |list: &'f Buffers, index: usize, itemsize: usize| {
             let buffer = Frame::buffer(list, index);
             // SAFETY: `rank` dimensions (XLA's buffer).
             let dims = unsafe { std::slice::from_raw_parts(buffer.dims, buffer.rank.max(0) as usize) };
-            let count = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d.max(0) as usize));
-            let bytes = count.and_then(|n| n.checked_mul(itemsize)).unwrap_or(usize::MAX);
-            (name, buffer.data as usize, bytes, !input)
+            let elements = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d.max(0) as usize));
+            (buffer.data as usize, elements.and_then(|n| n.checked_mul(itemsize)).unwrap_or(usize::MAX))
+        };
+        let apart = |(start, bytes): (usize, usize), (other, other_bytes): (usize, usize)| {
+            bytes == 0 || other_bytes == 0 || start + bytes <= other || other + other_bytes <= start
         };
         let (args, rets) = (&self.frame.args, &self.frame.rets);
-        for out in 0..rets.size.max(0) as usize {
-            let written = range(rets, false, out);
-            let others = (0..args.size.max(0) as usize).map(|i| range(args, true, i));
-            for other in others.chain((0..out).map(|i| range(rets, false, i))) {
-                if let Some((first, second)) = signature::overlap(&[other, written]) {
-                    return Err(format!(
-                        "'{first}' and '{second}' share memory, and '{second}' is written: an op's outputs are its \
-                         own (no input_output_aliases)"
-                    ));
-                }
+        let [input_sizes, output_sizes] = op.itemsizes;
+        for (out, &size) in output_sizes.iter().enumerate() {
+            let written = range(rets, out, size);
+            let inputs = input_sizes.iter().enumerate().map(|(i, &size)| (true, i, range(args, i, size)));
+            let earlier = output_sizes[..out].iter().enumerate().map(|(i, &size)| (false, i, range(rets, i, size)));
+            if let Some((input, index, _)) = inputs.chain(earlier).find(|&(_, _, other)| !apart(written, other)) {
+                let name = |input: bool, index: usize| {
+                    let of_kind = |p: &&Param| match p {
+                        Param::Input { .. } => input,
+                        Param::Output { .. } => !input,
+                        _ => false,
+                    };
+                    op.params.iter().filter(of_kind).nth(index).map_or("?", Param::name)
+                };
+                let (first, second) = (name(input, index), name(false, out));
+                return Err(format!(
+                    "'{first}' and '{second}' share memory, and '{second}' is written: an op's outputs are its own (no \
+                     input_output_aliases)"
+                ));
             }
         }
         Ok(())
@@ -470,7 +492,7 @@ impl AttrValue for bool {
 }
 
 fn checked<T: Element, const N: usize>(buffer: &XlaBuffer, name: &str) -> Result<(usize, [usize; N]), String> {
-    let expected = dtype_code(&T::DTYPE);
+    let expected = const { dtype_code(&T::DTYPE) };
     if expected != Some(buffer.dtype) {
         return Err(format!(
             "argument '{name}' must be {} (XLA type {}), got XLA type {}",

@@ -8,6 +8,7 @@ page's C block, as written."""
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
 import os
 import re
@@ -25,6 +26,9 @@ from test_capi import build
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "amso-python" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 GPU_MARK = "# needs a GPU"
+# A block whose first line is `# needs: jax, amso_user_example` runs where those import (the
+# test command's environment has them; the lowest-NumPy environment has amso alone).
+MODULES_MARK = re.compile(r"# needs: ([\w, ]+)\n")
 
 
 def blocks(language: str) -> list[tuple[str, str]]:
@@ -56,6 +60,10 @@ def test_the_pages_have_blocks_to_run():
 def test_python_block_runs(where, code):
     if code.startswith(GPU_MARK) and not amso.cuda.is_available():
         pytest.skip("no CUDA driver here; the GPU suite runs on the GPU machine (scripts/gpu_suite.sh)")
+    needs = MODULES_MARK.match(code)
+    missing = [m.strip() for m in needs.group(1).split(",") if importlib.util.find_spec(m.strip()) is None] if needs else []
+    if missing:
+        pytest.skip(f"{where} needs {', '.join(missing)}, which this environment lacks")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"{where} failed:\n{result.stderr}"
 

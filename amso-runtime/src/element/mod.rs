@@ -172,24 +172,26 @@ pub(crate) const fn adoption_alignment(dtype: &DType, rust_align: usize) -> usiz
     }
 }
 
+/// Whether `name` starts with `prefix`, in a `const fn` (which `<[u8]>::starts_with` is not).
+pub(crate) const fn starts_with(name: &[u8], prefix: &[u8]) -> bool {
+    if name.len() < prefix.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < prefix.len() {
+        if name[i] != prefix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Whether `numpy` is the canonical name of a NumPy kind DLPack lacks: `object`,
 /// `datetime64[UNIT]`, `timedelta64[UNIT]`, `S<n>` (bytes) or `U<n>` (unicode), as typed
 /// arguments name the arrays they meet.
 pub(crate) const fn numpy_only_name(numpy: &str) -> bool {
-    // Byte by byte, so that a typed argument's check knows the answer at compile time.
-    const fn starts(name: &[u8], prefix: &[u8]) -> bool {
-        if name.len() < prefix.len() {
-            return false;
-        }
-        let mut i = 0;
-        while i < prefix.len() {
-            if name[i] != prefix[i] {
-                return false;
-            }
-            i += 1;
-        }
-        true
-    }
+    // Byte by byte (`starts_with`), so that a typed argument's check knows the answer at compile time.
     const fn counted(name: &[u8]) -> bool {
         let mut i = 1;
         while i < name.len() {
@@ -201,9 +203,9 @@ pub(crate) const fn numpy_only_name(numpy: &str) -> bool {
         name.len() > 1
     }
     let name = numpy.as_bytes();
-    (starts(name, b"object") && name.len() == 6)
-        || (starts(name, b"datetime64[") || starts(name, b"timedelta64[")) && name[name.len() - 1] == b']'
-        || (starts(name, b"S") || starts(name, b"U")) && counted(name)
+    (starts_with(name, b"object") && name.len() == 6)
+        || (starts_with(name, b"datetime64[") || starts_with(name, b"timedelta64[")) && name[name.len() - 1] == b']'
+        || (starts_with(name, b"S") || starts_with(name, b"U")) && counted(name)
 }
 
 /// The spec's element types, then the extension's own that it has met.

@@ -225,18 +225,7 @@ pub(crate) const fn dtype_code(dtype: &DType) -> Option<i32> {
 
 /// Whether two names are equal (in a `const fn`).
 const fn same(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
+    a.len() == b.len() && crate::element::starts_with(a.as_bytes(), b.as_bytes())
 }
 
 /// One call of `op`'s handler, for host (`cuda` false) or CUDA buffers: the metadata probe is

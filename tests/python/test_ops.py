@@ -320,6 +320,13 @@ def test_no_python_runs_inside_a_compiled_call():
     assert all("jax" in where or where in ("", "sys") for where in seen), seen  # "sys": setprofile(None)
 
 
+def test_differentiating_the_jax_callable_is_jaxs_error_for_an_ffi_call():
+    x, v = particles(4)
+    drift = amso.ops.jax(ext.drift)
+    with pytest.raises(ValueError, match="cannot be differentiated"):
+        jax.grad(lambda x: drift(x, v, 0.1, BOX).sum())(x)
+
+
 def test_a_function_that_is_not_an_op_is_refused():
     with pytest.raises(TypeError, match=r"expected an op of an extension module .*#\[amso_macros::op\]"):
         amso.ops.jax(ext.deposit)
@@ -381,6 +388,23 @@ def test_the_handler_answers_xlas_metadata_probe_with_the_version_it_was_told():
         assert (metadata.version.major, metadata.version.minor, metadata.traits) == (0, 7, 0)
     finally:
         module.__amso_xla_version__(*amso.ops._ffi_version(jax))
+
+
+def test_an_ffi_of_another_major_version_is_refused(tmp_path):
+    header = tmp_path / "xla" / "ffi" / "api" / "c_api.h"
+    header.parent.mkdir(parents=True)
+    header.write_text("#define XLA_FFI_API_MAJOR 1\n#define XLA_FFI_API_MINOR 0\n")
+
+    class Jaxlib:
+        class ffi:
+            @staticmethod
+            def include_dir():
+                return str(tmp_path)
+
+    with pytest.raises(RuntimeError, match="XLA FFI is version 1.0; amso's handlers read the call frames of versions 0.x"):
+        amso.ops._ffi_version(Jaxlib)
+    header.write_text("#define XLA_FFI_API_MAJOR 0\n#define XLA_FFI_API_MINOR 7\n")
+    assert amso.ops._ffi_version(Jaxlib) == (0, 7)
 
 
 def test_the_handler_reports_the_running_jaxlibs_ffi_version():

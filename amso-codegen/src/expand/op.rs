@@ -530,6 +530,17 @@ mod tests {
     }
 
     #[test]
+    fn a_rank_outside_1_to_8_is_refused() {
+        let message = error(
+            quote!(),
+            quote!(
+                fn f(x: Buffer<'_, f32, 9>) {}
+            ),
+        );
+        assert!(message.contains("the rank of an op's buffer is 1 to 8"), "{message}");
+    }
+
+    #[test]
     fn an_unknown_parameter_type_is_refused() {
         let message = error(
             quote!(),

@@ -343,7 +343,7 @@ fn generate(function: &ItemFn, parameters: &[Parameter], options: &Options) -> T
             fn body(__amso_frame: &#p::Frame<'_>) -> ::std::result::Result<(), ::std::string::String> {
                 #(#decoded)*
                 __amso_frame.check_outputs(&OP, &[#(#shapes),*], &[#(#ints),*])?;
-                #p::finish(super::#name(#(#call_args),*))
+                #p::OpResult::into_message(super::#name(#(#call_args),*))
             }
 
             fn make_eager<'py>(

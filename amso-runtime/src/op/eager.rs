@@ -91,6 +91,13 @@ fn describe<'py>(py: Python<'py>, op: &Op) -> PyResult<Bound<'py, PyDict>> {
     Ok(description)
 }
 
+/// Where an argument's memory is, as its producer said.
+struct Located {
+    device: Device,
+    c_order: bool,
+    stream: Option<Stream>,
+}
+
 /// One eager call of an op: its arguments as buffers, checked to be on one device the op runs
 /// on, and the stream to work on. Generated code only.
 #[doc(hidden)]
@@ -135,12 +142,10 @@ impl Eager {
         argument: &'a ArrayRef<'_, T, N>,
         name: &'static str,
     ) -> PyResult<Buffer<'a, T, N>> {
-        let device = self.place(name, argument.device(), argument.is_c_contiguous(), argument.stream(), false)?;
-        let data = match device.device_type {
-            DeviceType::Cuda => argument.data_address(),
-            _ => argument.as_slice()?.as_ptr() as usize,
-        };
-        self.claim(name, data, argument.len() * std::mem::size_of::<T>(), false)?;
+        let at = Located { device: argument.device(), c_order: argument.is_c_contiguous(), stream: argument.stream() };
+        let host = || Ok(argument.as_slice()?.as_ptr() as usize);
+        let (data, device) =
+            self.locate(name, at, false, argument.data_address(), argument.len() * size_of::<T>(), host)?;
         // SAFETY: C-order elements of the argument's shape on `device`, held and borrowed by
         // the argument (which outlives the buffer); no written buffer of the call overlaps it.
         Ok(unsafe { Buffer::new(data, argument.dim(), device) })
@@ -152,16 +157,31 @@ impl Eager {
         argument: &'a mut ArrayMut<'_, T, N>,
         name: &'static str,
     ) -> PyResult<BufferMut<'a, T, N>> {
-        let device = self.place(name, argument.device(), argument.is_c_contiguous(), argument.stream(), true)?;
-        let shape = argument.dim();
-        let data = match device.device_type {
-            DeviceType::Cuda => argument.data_address(),
-            _ => argument.as_slice_mut()?.as_mut_ptr() as usize,
-        };
-        self.claim(name, data, argument.len() * std::mem::size_of::<T>(), true)?;
+        let at = Located { device: argument.device(), c_order: argument.is_c_contiguous(), stream: argument.stream() };
+        let (shape, address, bytes) = (argument.dim(), argument.data_address(), argument.len() * size_of::<T>());
+        let host = || Ok(argument.as_slice_mut()?.as_mut_ptr() as usize);
+        let (data, device) = self.locate(name, at, true, address, bytes, host)?;
         // SAFETY: as `input`, borrowed exclusively by the writable argument, and overlapping no
         // other buffer of the call.
         Ok(unsafe { BufferMut::new(data, shape, device) })
+    }
+
+    /// Place argument `name` (`place`) and claim its memory (`claim`): its first element's
+    /// address, `address` on a device, `host()` on the host (the argument's aligned copy of a
+    /// misaligned array), and the device it is read on.
+    fn locate(
+        &mut self,
+        name: &'static str,
+        at: Located,
+        written: bool,
+        address: usize,
+        bytes: usize,
+        host: impl FnOnce() -> PyResult<usize>,
+    ) -> PyResult<(usize, Device)> {
+        let device = self.place(name, at.device, at.c_order, at.stream, written)?;
+        let data = if device.device_type == DeviceType::Cuda { address } else { host()? };
+        self.claim(name, data, bytes, written)?;
+        Ok((data, device))
     }
 
     fn place(

@@ -42,5 +42,5 @@ pub use signature::Op;
 pub mod __private {
     pub use super::eager::Eager;
     pub use super::signature::{AttrKind, Dim, OpResult, Param, Platforms, XlaHandler};
-    pub use super::xla::{call, finish, AttrValue, Frame};
+    pub use super::xla::{call, AttrValue, Frame};
 }

@@ -213,13 +213,17 @@ fn same_name(a: &str, b: &str) -> bool {
 pub(crate) fn overlap<'a>(ranges: &[(&'a str, usize, usize, bool)]) -> Option<(&'a str, &'a str)> {
     for (i, &(first, start, bytes, written)) in ranges.iter().enumerate() {
         for &(second, other, other_bytes, other_written) in &ranges[..i] {
-            let disjoint = bytes == 0 || other_bytes == 0 || start + bytes <= other || other + other_bytes <= start;
-            if (written || other_written) && !disjoint {
+            if (written || other_written) && !apart((start, bytes), (other, other_bytes)) {
                 return Some((second, first));
             }
         }
     }
     None
+}
+
+/// Whether two byte ranges `(start, bytes)` share no byte (an empty one shares none).
+pub(crate) fn apart((start, bytes): (usize, usize), (other, other_bytes): (usize, usize)) -> bool {
+    bytes == 0 || other_bytes == 0 || start + bytes <= other || other + other_bytes <= start
 }
 
 /// The result of an op's function: `()` or `Result<(), E: Display>`.

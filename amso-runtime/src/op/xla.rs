@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::buffer::{Buffer, BufferMut};
-use super::signature::{self, panic_message, AttrKind, Op, OpResult, Param};
+use super::signature::{self, panic_message, AttrKind, Op, Param};
 use crate::device::{Device, DeviceId};
 use crate::element::{DType, Element};
 use crate::stream::Stream;
@@ -367,16 +367,15 @@ impl<'f> Frame<'f> {
             let elements = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d.max(0) as usize));
             (buffer.data as usize, elements.and_then(|n| n.checked_mul(itemsize)).unwrap_or(usize::MAX))
         };
-        let apart = |(start, bytes): (usize, usize), (other, other_bytes): (usize, usize)| {
-            bytes == 0 || other_bytes == 0 || start + bytes <= other || other + other_bytes <= start
-        };
         let (args, rets) = (&self.frame.args, &self.frame.rets);
         let [input_sizes, output_sizes] = op.itemsizes;
         for (out, &size) in output_sizes.iter().enumerate() {
             let written = range(rets, out, size);
             let inputs = input_sizes.iter().enumerate().map(|(i, &size)| (true, i, range(args, i, size)));
             let earlier = output_sizes[..out].iter().enumerate().map(|(i, &size)| (false, i, range(rets, i, size)));
-            if let Some((input, index, _)) = inputs.chain(earlier).find(|&(_, _, other)| !apart(written, other)) {
+            if let Some((input, index, _)) =
+                inputs.chain(earlier).find(|&(_, _, other)| !signature::apart(written, other))
+            {
                 let name = |input: bool, index: usize| {
                     let of_kind = |p: &&Param| match p {
                         Param::Input { .. } => input,
@@ -556,12 +555,6 @@ unsafe fn device_ordinal(frame: &CallFrame) -> DeviceId {
     } else {
         DeviceId::ZERO
     }
-}
-
-/// Run `body` with `op`'s typed result, for generated handlers.
-#[doc(hidden)]
-pub fn finish(result: impl OpResult) -> Result<(), String> {
-    result.into_message()
 }
 
 #[cfg(test)]

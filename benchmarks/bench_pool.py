@@ -30,7 +30,7 @@ LIBRARIES = ("torch", "cupy", "numba", "rmm")
 BLOCK = 256 << 20
 
 CHILD = r"""
-import gc, json, sys, time
+import gc, importlib, json, sys, time
 import numpy as np
 np.row_stack = np.vstack  # Numba's JIT with NumPy 2.5
 import amso
@@ -117,7 +117,8 @@ elif library == "cupy":
     own_pool = cp.get_default_memory_pool().malloc
     malloc, free = amso_peers.floor_cupy_functions()
     floor = cp.cuda.memory.CFunctionAllocator(0, malloc, free, None).malloc
-    malloc, free = amso_peers.floor_cupy_stream_functions(cupy.cuda.stream.__pyx_capi__["get_current_stream_ptr"])
+    malloc, free = amso_peers.floor_cupy_stream_functions(
+        importlib.import_module("amso.allocators.cupy")._stream_function(cp))
     floor_stream = cp.cuda.memory.CFunctionAllocator(0, malloc, free, None).malloc
     targets = {"own": own_pool, "floor": floor, "floor + stream": floor_stream, "amso": amso.allocators.cupy_malloc}
     out |= best_of(targets, cp.cuda.set_allocator, make, lambda: side)

@@ -373,7 +373,7 @@ PYTHON_API = [
     ("release-threshold-negative", lambda a: amso.set_release_threshold(-5), OverflowError, "negative int"),
     ("cache-limit-negative", lambda a: amso.set_cache_limit(-5), OverflowError, "negative int"),
     ("cupy-hooks-not-a-capsule", lambda a: amso._amso._cupy_hooks(object(), MemoryError), TypeError,
-     r"expected cupy.cuda.stream.__pyx_capi__\['get_current_stream_ptr'\]"),
+     r"expected cupy_backends.cuda.stream.__pyx_capi__\['get_stream_ptr'\]"),
     ("cupy-hooks-foreign-capsule", lambda a: amso._amso._cupy_hooks(amso._amso._C_API, MemoryError), TypeError,
      "a capsule named"),
     ("rmm-hooks-device-negative", lambda a: amso._amso._RmmHooks(-1), ValueError, "device_id must be >= 0, got -1"),

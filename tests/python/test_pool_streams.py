@@ -22,6 +22,7 @@ SIZES = [256, 64 << 10, 64 << 20, 256 << 20]
 # `n` bytes at `out`: work that holds a block while the host frees it.
 SPIN = '''
 import cupy as cp, time
+import cupy_backends.cuda.stream as cp_backend_stream
 _spin = cp.RawKernel(r"""
 extern "C" __global__ void spin(unsigned long long ns, unsigned long long out, unsigned long long n) {
     unsigned long long start, now;
@@ -40,12 +41,18 @@ def side_stream():
 PLUG = {
     "torch": "import torch\ntorch.cuda.memory.change_current_allocator(amso.allocators.torch_allocator())\n",
     "cupy": "cp.cuda.set_allocator(amso.allocators.cupy_malloc)\n",
+    # The lookup amso falls back to on a CuPy without `get_stream_ptr` (the one CuPy's pool calls).
+    "cupy-current": ("import importlib\nplug = importlib.import_module('amso.allocators.cupy')\n"
+                     "assert plug._stream_function(cp) is cp_backend_stream.__pyx_capi__['get_stream_ptr']\n"
+                     "plug._stream_function = lambda cupy: cupy.cuda.stream.__pyx_capi__['get_current_stream_ptr']\n"
+                     "cp.cuda.set_allocator(amso.allocators.cupy_malloc)\n"),
     "rmm": "import rmm\nrmm.mr.set_current_device_resource(amso.allocators.rmm_resource())\n",
     "amso": "",
 }
 MAKE = {
     "torch": "lambda size: torch.empty(size, dtype=torch.uint8, device='cuda')",
     "cupy": "lambda size: cp.empty(size, cp.uint8)",
+    "cupy-current": "lambda size: cp.empty(size, cp.uint8)",
     "rmm": "lambda size: rmm.DeviceBuffer(size=size)",
     "amso": "lambda size: amso.empty(size, np.uint8, on_device=True)",
 }
@@ -258,6 +265,7 @@ def test_a_cupy_block_stays_on_its_stream():
 HITS = {
     "torch": ("side = torch.cuda.Stream()\nenter = lambda: torch.cuda.stream(side)\n"),
     "cupy": ("side = side_stream()\nenter = lambda: side\n"),
+    "cupy-current": ("side = side_stream()\nenter = lambda: side\n"),
     "rmm": ("from rmm.pylibrmm.stream import Stream\nfrom cuda.bindings import runtime\n"
             "handle = int(runtime.cudaStreamCreateWithFlags(runtime.cudaStreamNonBlocking)[1])\n"
             "class Raw:\n    def __cuda_stream__(self): return (0, handle)\n"

@@ -333,34 +333,77 @@ fn report(message: &str) {
     }
 }
 
-/// CuPy's `get_current_stream_ptr` (a C function of `cupy.cuda.stream`, exported through its
-/// `__pyx_capi__`), which CuPy's own pool calls per allocation, and CuPy's `OutOfMemoryError`.
+/// CuPy's stream lookup, a C function CuPy exports through a Cython `__pyx_capi__` capsule:
+/// `cupy_backends.cuda.stream`'s `get_stream_ptr(device)` where CuPy has it (one thread-local
+/// read: `CFunctionAllocator` passes the device), else `cupy.cuda.stream`'s
+/// `get_current_stream_ptr()`, the one CuPy's own pool calls per allocation (two thread-local
+/// reads and `cudaGetDevice`). `CUPY_STREAM_BY_DEVICE` says which is stored.
 static CUPY_STREAM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+static CUPY_STREAM_BY_DEVICE: AtomicBool = AtomicBool::new(false);
 static CUPY_OUT_OF_MEMORY: OnceLock<Py<PyAny>> = OnceLock::new();
-/// The C signature Cython gives `get_current_stream_ptr` (its capsule's name).
-const CUPY_STREAM_SIGNATURE: &std::ffi::CStr = c"intptr_t (void)";
+/// The C signatures Cython gives the two (its capsules' names begin with them; a Cython may
+/// add the exception clause after).
+const CUPY_STREAM_OF_DEVICE: &[u8] = b"intptr_t (int)";
+const CUPY_CURRENT_STREAM: &[u8] = b"intptr_t (void)";
 
-/// `_cupy_hooks(get_current_stream_ptr, OutOfMemoryError)`: the addresses of
-/// `amso_cupy_malloc` and `amso_cupy_free`, for `cupy.cuda.memory.CFunctionAllocator`, once
-/// told CuPy's current-stream function (the capsule `cupy.cuda.stream.__pyx_capi__` holds) and
-/// the error to raise when the pool is out of memory.
+/// `_cupy_hooks(stream_function, OutOfMemoryError)`: the addresses of `amso_cupy_malloc` and
+/// `amso_cupy_free`, for `cupy.cuda.memory.CFunctionAllocator`, once told CuPy's stream lookup
+/// (`cupy_backends.cuda.stream.__pyx_capi__['get_stream_ptr']`, or
+/// `cupy.cuda.stream.__pyx_capi__['get_current_stream_ptr']`) and the error to raise when the
+/// pool is out of memory.
 #[pyfunction]
 #[pyo3(name = "_cupy_hooks")]
 pub(super) fn cupy_hooks(stream_function: &Bound<'_, PyAny>, out_of_memory: Py<PyAny>) -> PyResult<(usize, usize)> {
-    // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
-    if unsafe { pyo3::ffi::PyCapsule_IsValid(stream_function.as_ptr(), CUPY_STREAM_SIGNATURE.as_ptr()) } != 1 {
-        return Err(PyTypeError::new_err(format!(
-            "expected cupy.cuda.stream.__pyx_capi__['get_current_stream_ptr'], a capsule named {CUPY_STREAM_SIGNATURE:?}; \
-             got {}: this CuPy exports its current stream differently, so amso's C allocator cannot serve it (use \
+    let refused = || {
+        PyTypeError::new_err(format!(
+            "expected cupy_backends.cuda.stream.__pyx_capi__['get_stream_ptr'] (a capsule named \"intptr_t (int)\") \
+             or cupy.cuda.stream.__pyx_capi__['get_current_stream_ptr'] (\"intptr_t (void)\"); got {}: this CuPy \
+             exports its current stream differently, so amso's C allocator cannot serve it (use \
              amso.allocators.cupy_python_malloc)",
             stream_function.repr().map_or_else(|_| "an object".into(), |r| r.to_string())
-        )));
+        ))
+    };
+    let capsule = stream_function.as_ptr();
+    // SAFETY: a type check of a live object, holding the GIL.
+    if unsafe { pyo3::ffi::PyCapsule_CheckExact(capsule) } == 0 {
+        return Err(refused());
     }
-    // SAFETY: a valid capsule of that name (checked above) holds a C function of that signature.
-    let function = unsafe { pyo3::ffi::PyCapsule_GetPointer(stream_function.as_ptr(), CUPY_STREAM_SIGNATURE.as_ptr()) };
+    // SAFETY: reads a capsule's name (NULL or a C string it owns), holding the GIL.
+    let raw_name = unsafe { pyo3::ffi::PyCapsule_GetName(capsule) };
+    // SAFETY: a non-NULL capsule name is a NUL-terminated string alive as long as the capsule.
+    let name = if raw_name.is_null() { &[][..] } else { unsafe { std::ffi::CStr::from_ptr(raw_name) }.to_bytes() };
+    let by_device = if name.starts_with(CUPY_STREAM_OF_DEVICE) {
+        true
+    } else if name.starts_with(CUPY_CURRENT_STREAM) {
+        false
+    } else {
+        return Err(refused());
+    };
+    // SAFETY: a capsule, read by its own name.
+    let function = unsafe { pyo3::ffi::PyCapsule_GetPointer(capsule, raw_name) };
+    if function.is_null() {
+        return Err(PyErr::take(stream_function.py()).unwrap_or_else(refused));
+    }
+    CUPY_STREAM_BY_DEVICE.store(by_device, Ordering::Relaxed);
     CUPY_STREAM.store(function, Ordering::Release);
     let _ = CUPY_OUT_OF_MEMORY.set(out_of_memory);
     Ok((amso_cupy_malloc as *const () as usize, amso_cupy_free as *const () as usize))
+}
+
+/// CuPy's current stream on `device`, through the lookup `_cupy_hooks` stored: -1 with a
+/// Python exception set when CuPy's function failed.
+///
+/// # Safety
+/// Holding the GIL, after `function` (non-NULL) was stored with its kind.
+unsafe fn cupy_stream(function: *mut c_void, device: c_int) -> isize {
+    if CUPY_STREAM_BY_DEVICE.load(Ordering::Relaxed) {
+        // SAFETY: CuPy's `intptr_t get_stream_ptr(int)` (checked by its capsule's name), called
+        // holding the GIL, as CuPy calls it.
+        unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> isize>(function)(device) }
+    } else {
+        // SAFETY: CuPy's `intptr_t get_current_stream_ptr(void)`, likewise.
+        unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> isize>(function)() }
+    }
 }
 
 /// The value CuPy's Cython code reads as "an exception is set" from a C allocator's malloc
@@ -380,9 +423,8 @@ pub(crate) unsafe extern "C" fn amso_cupy_malloc(_param: *mut c_void, size: usiz
     if function.is_null() {
         return cupy_failure(PyRuntimeError::new_err("amso_cupy_malloc was called before amso.allocators set it up"));
     }
-    // SAFETY: CuPy's `intptr_t get_current_stream_ptr(void)` (checked by its capsule's name),
-    // called holding the GIL, as CuPy calls it.
-    let stream = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> isize>(function)() };
+    // SAFETY: CuPy calls this holding the GIL; `function` was stored with its kind.
+    let stream = unsafe { cupy_stream(function, device) };
     // SAFETY: only reads the error indicator, holding the GIL.
     if stream == -1 && unsafe { !pyo3::ffi::PyErr_Occurred().is_null() } {
         return CUPY_FAILED; // CuPy's own error, propagated

@@ -46,32 +46,47 @@ pub(crate) extern "C" fn floor_cupy_malloc(_param: *mut c_void, _size: usize, _d
 #[no_mangle]
 pub(crate) extern "C" fn floor_cupy_free(_param: *mut c_void, _ptr: *mut c_void, _device: c_int) {}
 
-/// CuPy's `get_current_stream_ptr`, for the floor that also asks CuPy for its stream.
+/// CuPy's stream lookup, for the floor that also asks CuPy for its stream: the address, and
+/// whether it takes the device (`get_stream_ptr(int)`) or not (`get_current_stream_ptr()`).
 static CUPY_STREAM: AtomicUsize = AtomicUsize::new(0);
+static CUPY_STREAM_BY_DEVICE: AtomicBool = AtomicBool::new(false);
 
-/// `floor_cupy_stream_functions(get_current_stream_ptr)`: the addresses of a CuPy malloc that
-/// asks CuPy for its current stream (as any stream-ordered allocator must) and does nothing
-/// else, and of the free, given `cupy.cuda.stream.__pyx_capi__["get_current_stream_ptr"]`.
+/// `floor_cupy_stream_functions(capsule)`: the addresses of a CuPy malloc that asks CuPy for its
+/// current stream (as any stream-ordered allocator must) and does nothing else, and of the
+/// free, given the capsule of the lookup amso's plug-in uses
+/// (`amso.allocators.cupy._stream_function(cupy)`: `cupy_backends.cuda.stream`'s
+/// `get_stream_ptr`, or `cupy.cuda.stream`'s `get_current_stream_ptr`).
 #[pyfunction]
 pub(crate) fn floor_cupy_stream_functions(stream_function: &Bound<'_, PyAny>) -> PyResult<(usize, usize)> {
-    let name = c"intptr_t (void)";
-    // SAFETY: PyCapsule_IsValid accepts any object and never sets an exception.
-    if unsafe { pyo3::ffi::PyCapsule_IsValid(stream_function.as_ptr(), name.as_ptr()) } != 1 {
-        return Err(pyo3::exceptions::PyTypeError::new_err("expected CuPy's get_current_stream_ptr capsule"));
+    let capsule = stream_function.as_ptr();
+    // SAFETY: a type check of a live object, holding the GIL.
+    if unsafe { pyo3::ffi::PyCapsule_CheckExact(capsule) } == 0 {
+        return Err(pyo3::exceptions::PyTypeError::new_err("expected CuPy's stream-lookup capsule"));
     }
-    // SAFETY: a valid capsule of that name holds a C function of that signature.
-    let function = unsafe { pyo3::ffi::PyCapsule_GetPointer(stream_function.as_ptr(), name.as_ptr()) };
+    // SAFETY: a capsule's name: NULL or a C string alive with the capsule.
+    let name = unsafe { pyo3::ffi::PyCapsule_GetName(capsule) };
+    // SAFETY: as above.
+    let by_device =
+        !name.is_null() && unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes().starts_with(b"intptr_t (int)");
+    // SAFETY: a capsule read by its own name holds a C function of that signature.
+    let function = unsafe { pyo3::ffi::PyCapsule_GetPointer(capsule, name) };
+    CUPY_STREAM_BY_DEVICE.store(by_device, Ordering::Relaxed);
     CUPY_STREAM.store(function as usize, Ordering::Relaxed);
     Ok((floor_cupy_stream_malloc as *const () as usize, floor_cupy_free as *const () as usize))
 }
 
 /// CuPy's malloc that reads CuPy's current stream and does nothing else.
 #[no_mangle]
-pub(crate) extern "C" fn floor_cupy_stream_malloc(_param: *mut c_void, _size: usize, _device: c_int) -> *mut c_void {
+pub(crate) extern "C" fn floor_cupy_stream_malloc(_param: *mut c_void, _size: usize, device: c_int) -> *mut c_void {
     let function = CUPY_STREAM.load(Ordering::Relaxed);
     if function != 0 {
-        // SAFETY: CuPy's `intptr_t get_current_stream_ptr(void)`, called holding the GIL.
-        let stream = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> isize>(function)() };
+        let stream = if CUPY_STREAM_BY_DEVICE.load(Ordering::Relaxed) {
+            // SAFETY: CuPy's `intptr_t get_stream_ptr(int)`, called holding the GIL.
+            unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int) -> isize>(function)(device) }
+        } else {
+            // SAFETY: CuPy's `intptr_t get_current_stream_ptr(void)`, called holding the GIL.
+            unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> isize>(function)() }
+        };
         std::hint::black_box(stream);
     }
     BLOCK.load(Ordering::Relaxed) as *mut c_void

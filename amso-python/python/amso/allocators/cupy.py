@@ -19,7 +19,9 @@ def c_malloc() -> Any:
     """CuPy's allocator over amso's pool: a ``cupy.cuda.memory.CFunctionAllocator`` whose
     malloc and free are two C functions of amso's extension (``amso_cupy_malloc``,
     ``amso_cupy_free``), with no Python frame per allocation. Memory is lent on CuPy's current
-    stream (read through CuPy's own C function, as CuPy's pool reads it) and given back on it."""
+    stream (read through CuPy's own C function: ``get_stream_ptr`` of the device CuPy passes,
+    where CuPy exports it, else the ``get_current_stream_ptr`` CuPy's pool calls) and given back
+    on it."""
     global _cupy_allocator
     if _cupy_allocator is None:
         cupy = _require("cupy", "cupy-cuda13x", "cupy_malloc")
@@ -31,10 +33,21 @@ def c_malloc() -> Any:
             raise ImportError(f"amso.allocators.cupy_malloc needs CuPy 13 or later (found {cupy.__version__}); "
                               "use amso.allocators.cupy_python_malloc with this CuPy")
 
-        stream_function = getattr(cupy.cuda.stream, "__pyx_capi__", {}).get("get_current_stream_ptr")
+        stream_function = _stream_function(cupy)
         malloc, free = _amso._cupy_hooks(stream_function, cupy.cuda.memory.OutOfMemoryError)
         _cupy_allocator = cupy.cuda.memory.CFunctionAllocator(0, malloc, free, _amso)
     return _cupy_allocator.malloc
+
+
+def _stream_function(cupy: Any) -> Any:
+    """CuPy's C function for its current stream: by device (one thread-local read) where CuPy
+    exports it, else the one CuPy's own pool calls."""
+    try:
+        import cupy_backends.cuda.stream as backend
+    except ImportError:
+        backend = None
+    by_device = getattr(backend, "__pyx_capi__", {}).get("get_stream_ptr")
+    return by_device or getattr(cupy.cuda.stream, "__pyx_capi__", {}).get("get_current_stream_ptr")
 
 
 _cupy_names: tuple[Any, ...] | None = None

@@ -667,6 +667,52 @@ def test_numpy_subclasses_are_read_from_the_array_struct(tmp_path):
     assert amso._amso._live_borrows() == 0
 
 
+# --- an op's eager entry (`#[amso_macros::op]`, docs/ops.md): (id, call on the witnesses, error, message) ---
+# `x` is 6 float64 values and `out` an output of the same shape (running_sum); `p` and `moved`
+# are 4 float32 particles (drift). Each refusal leaves every argument as it was.
+OPS = [
+    ("op-dtype", lambda ue, w: ue.running_sum(w["x"].astype(np.float32), w["out"], False, -1), TypeError,
+     "argument 'x'.*float64"),
+    ("op-rank", lambda ue, w: ue.running_sum(w["x"].reshape(2, 3), w["out"], False, -1), TypeError, "argument 'x'"),
+    ("op-output-shape", lambda ue, w: ue.running_sum(w["x"], w["out"][:4], False, -1), ValueError,
+     r"running_sum\(\): .*'out'"),
+    ("op-strided-output", lambda ue, w: ue.drift(w["p"], w["v"], w["wide"][:, ::2], 0.1, 10.0), ValueError,
+     "argument 'moved': drift.. takes arrays in C order"),
+    ("op-readonly-output", lambda ue, w: ue.running_sum(w["x"], np.frombuffer(bytes(48), np.float64), False, -1),
+     ValueError, "read-only"),
+    ("op-output-is-input", lambda ue, w: ue.running_sum(w["x"], w["x"], False, -1), BufferError,
+     "argument 'out': the array overlaps another array argument"),
+    ("op-int-attr-float", lambda ue, w: ue.running_sum(w["x"], w["out"], False, 1.7), TypeError, "int"),
+    ("op-bool-attr-none", lambda ue, w: ue.running_sum(w["x"], w["out"], None, -1), TypeError, "bool"),
+    ("op-missing-argument", lambda ue, w: ue.running_sum(w["x"], w["out"], False), TypeError, "panic_at"),
+    ("op-function-error", lambda ue, w: ue.drift(w["p"], w["v"], w["moved"], 0.1, -1.0), RuntimeError,
+     r"drift\(\): .*box_size"),
+    ("op-panic", lambda ue, w: ue.running_sum(w["x"], w["out"], False, 2), RuntimeError,
+     r"running_sum\(\) panicked: running_sum was asked to panic at index 2"),
+]
+
+OP_ATTRIBUTES = {"op-int-attr-float": "panic_at", "op-bool-attr-none": "reverse"}
+
+
+@pytest.mark.parametrize("case, call, error, message", OPS, ids=[c[0] for c in OPS])
+def test_an_ops_eager_entry_refuses_bad_input_and_keeps_its_arguments(case, call, error, message):
+    ue = pytest.importorskip("amso_user_example")
+    witnesses = {"x": np.arange(6.0) + 0.5, "out": np.full(6, -1.0), "p": np.full((4, 3), 1.5, np.float32),
+                 "v": np.full((4, 3), 0.25, np.float32), "moved": np.full((4, 3), -1.0, np.float32),
+                 "wide": np.full((4, 6), -1.0, np.float32)}
+    before = {name: array.copy() for name, array in witnesses.items()}
+    with pytest.raises(error, match=message) as raised:
+        call(ue, witnesses)
+    if case in OP_ATTRIBUTES:  # PyO3's conversion error, its argument named in a note
+        assert raised.value.__notes__ == [f"while processing '{OP_ATTRIBUTES[case]}'"]
+    for name, array in witnesses.items():
+        if case != "op-panic" or name != "out":  # a panicking function may have written part of its output
+            np.testing.assert_array_equal(array, before[name], err_msg=f"{case} changed {name}")
+    assert amso._amso._live_borrows() == 0
+    ue.running_sum(witnesses["x"], witnesses["out"], False, -1)  # the entry still works afterwards
+    np.testing.assert_array_equal(witnesses["out"], np.cumsum(witnesses["x"]))
+
+
 def test_corpus_size():
     """The issue asks for at least 60 distinct cases across the paths; count them here."""
     from test_bad_input import test_bad_indices, test_bad_shapes, test_bad_values_keep_the_old_value
@@ -674,5 +720,5 @@ def test_corpus_size():
     parametrized = sum(len(m.args[1]) for f in (test_bad_shapes, test_bad_indices, test_bad_values_keep_the_old_value)
                        for m in f.pytestmark if m.name == "parametrize")
     here = len(CAPSULES) + len(INTERFACES) + len(EXPORTS) + len(PYTHON_API) + len(IMPOSTORS) + len(PICKLES) + 4
-    here += len(BUFFERS) + len(NUMPY_ODDITIES)
+    here += len(BUFFERS) + len(NUMPY_ODDITIES) + len(OPS)
     assert here + parametrized >= 60, (here, parametrized)

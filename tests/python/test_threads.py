@@ -506,3 +506,44 @@ def test_new_element_kinds_and_conversions_across_threads():
     assert not any(thread.is_alive() for thread in threads), "deadlock: a thread did not finish"
     assert not errors, errors
     assert amso._amso._live_borrows() == 0
+
+
+def test_an_ops_eager_entry_from_eight_threads_on_shared_inputs_and_one_contested_output():
+    """An op's eager entry (docs/ops.md) runs its function without the GIL: 8 threads call it
+    at once, each writing its own output from one shared input, and each also asks to write one
+    output every thread shares. Each call gets the shared output or is refused with the borrow
+    error (never both at once); every result is the sequential one, and no borrow stays."""
+    ue = pytest.importorskip("amso_user_example")
+    x = np.arange(100_000, dtype=np.float64) % 7
+    expected = np.cumsum(x)
+    contested = np.zeros_like(x)
+    refused, written, errors = [0] * THREADS, [0] * THREADS, []
+    start = threading.Barrier(THREADS)
+
+    def worker(index: int) -> None:
+        own = np.empty_like(x)
+        try:
+            start.wait()
+            for i in range(40):
+                ue.running_sum(x, own, i % 2 == 1, -1)
+                reference = expected if i % 2 == 0 else np.cumsum(x[::-1])[::-1]
+                np.testing.assert_array_equal(own, reference)
+                try:
+                    ue.running_sum(x, contested, False, -1)
+                    written[index] += 1
+                except BufferError as error:
+                    assert "in this call or in another one still running" in str(error)
+                    refused[index] += 1
+        except BaseException as error:  # noqa: BLE001 - reported below with its thread
+            errors.append((index, error))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads), "a thread hung"
+    assert not errors, errors
+    assert sum(written) + sum(refused) == THREADS * 40 and sum(written) > 0
+    np.testing.assert_array_equal(contested, expected)
+    assert amso._amso._live_borrows() == 0

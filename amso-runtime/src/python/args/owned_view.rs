@@ -76,7 +76,7 @@ impl<T: Element> IntoFramework for OwnedView<T> {
             readonly: self.readonly,
             stream: None,
         }
-        .deliver(py, framework)
+        .deliver_as::<T>(py, framework)
     }
 }
 
@@ -127,6 +127,22 @@ impl<T: Element> ClassView<T> {
 
 impl<T: Element> IntoFramework for ClassView<T> {
     fn into_framework(self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
+        if framework == Framework::NumPy {
+            // A getter's common case, straight to NumPy: the object is the array's base.
+            // SAFETY: `data` addresses the elements `shape` and `strides` reach inside the
+            // frozen object's value, which nothing writes or moves while the object (the base)
+            // lives; read-only.
+            return unsafe {
+                crate::python::npyffi::dtype::array_of::<T>(
+                    py,
+                    &self.shape,
+                    Some(&self.strides),
+                    self.data.cast_mut().cast(),
+                    Some(self.owner.into_bound(py)),
+                    true,
+                )
+            };
+        }
         Handover {
             data: self.data.cast_mut().cast(),
             device: Device::CPU,

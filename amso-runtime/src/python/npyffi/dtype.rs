@@ -16,8 +16,7 @@ use super::api::{
     SET_BASE_OBJECT,
 };
 use super::{builtin_type_num, ArrayStruct, NPY_ARRAY_WRITEABLE};
-use crate::element::DType;
-use crate::strided::Dims;
+use crate::element::{ArrayElement, DType, DTypeOf};
 
 /// The NumPy module.
 pub(crate) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
@@ -161,35 +160,47 @@ fn numpy_dtype_made<'py>(py: Python<'py>, dtype: &'static DType) -> PyResult<Bou
     Ok(object)
 }
 
-/// The descriptor of `dtype` (a new reference): NumPy's builtin one, or the registered one of
-/// a dtype another package defines, checked to be a `numpy.dtype` (NumPy steals and reads it).
-fn descriptor<'py>(py: Python<'py>, numpy: &NumPyApi, dtype: &'static DType) -> PyResult<Bound<'py, PyAny>> {
-    // The kinds DLPack lacks share DLPack fields with plain ones (datetime64 with int64): by name.
-    let builtin = if dtype.numpy_only() { None } else { builtin_type_num(dtype.dlpack()) };
-    match builtin {
-        Some(type_num) => {
-            // SAFETY: PyArray_DescrFromType(int) -> PyArray_Descr* (a new reference or NULL).
-            let descr_from_type: unsafe extern "C" fn(c_int) -> *mut ffi::PyObject =
-                unsafe { numpy.function(DESCR_FROM_TYPE) };
-            // SAFETY: a builtin type number.
-            unsafe { Bound::from_owned_ptr_or_err(py, descr_from_type(type_num)) }
-        }
-        None => {
-            // Made by `sys.modules["numpy"].dtype(...)`, which a stand-in may answer.
-            let descr = numpy_dtype(py, dtype)?;
-            // SAFETY: a live object and NumPy's validated descriptor type.
-            if unsafe { ffi::PyObject_TypeCheck(descr.as_ptr(), numpy.descr) } == 0 {
-                return Err(PyTypeError::new_err(format!(
-                    "numpy.dtype({:?}) gave a {}, not a numpy.dtype: the numpy module amso imported first is not the \
-                     real NumPy; restore it in sys.modules before making {} arrays",
-                    dtype.name,
-                    type_name(&descr),
-                    dtype.name
-                )));
-            }
-            Ok(descr)
-        }
+/// The builtin NumPy type number of `dtype`, or -1 where NumPy names it otherwise (the kinds
+/// DLPack lacks share DLPack fields with plain ones, datetime64 with int64: those go by name).
+const fn type_number(dtype: &DType) -> c_int {
+    if dtype.numpy_only() {
+        return -1;
     }
+    match builtin_type_num(dtype.dlpack()) {
+        Some(number) => number,
+        None => -1,
+    }
+}
+
+/// The descriptor of `dtype` (a new reference): NumPy's builtin one of type `number` (from
+/// `type_number`), or the registered one of a dtype another package defines, checked to be a
+/// `numpy.dtype` (NumPy steals and reads it).
+fn descriptor<'py>(
+    py: Python<'py>,
+    numpy: &NumPyApi,
+    dtype: &'static DType,
+    number: c_int,
+) -> PyResult<Bound<'py, PyAny>> {
+    if number >= 0 {
+        // SAFETY: PyArray_DescrFromType(int) -> PyArray_Descr* (a new reference or NULL).
+        let descr_from_type: unsafe extern "C" fn(c_int) -> *mut ffi::PyObject =
+            unsafe { numpy.function(DESCR_FROM_TYPE) };
+        // SAFETY: a builtin type number.
+        return unsafe { Bound::from_owned_ptr_or_err(py, descr_from_type(number)) };
+    }
+    // Made by `sys.modules["numpy"].dtype(...)`, which a stand-in may answer.
+    let descr = numpy_dtype(py, dtype)?;
+    // SAFETY: a live object and NumPy's validated descriptor type.
+    if unsafe { ffi::PyObject_TypeCheck(descr.as_ptr(), numpy.descr) } == 0 {
+        return Err(PyTypeError::new_err(format!(
+            "numpy.dtype({:?}) gave a {}, not a numpy.dtype: the numpy module amso imported first is not the real \
+             NumPy; restore it in sys.modules before making {} arrays",
+            dtype.name,
+            type_name(&descr),
+            dtype.name
+        )));
+    }
+    Ok(descr)
 }
 
 /// A NumPy array of `dtype` with `shape` and element `strides` over `data`, whose memory
@@ -209,11 +220,75 @@ pub(crate) unsafe fn array_over<'py>(
     readonly: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let numpy = api_or_import(py)?;
-    let descr = descriptor(py, numpy, dtype)?;
-    let itemsize = dtype.itemsize() as isize;
-    let mut dims: Dims<isize> = Dims::collect(shape.len(), shape.iter().map(|&d| d as isize));
-    let mut byte_strides: Option<Dims<isize>> =
-        strides.map(|s| Dims::collect(s.len(), s.iter().map(|&s| s.saturating_mul(itemsize))));
+    let descr = descriptor(py, numpy, dtype, type_number(dtype))?;
+    // SAFETY: forwarded from the caller.
+    unsafe { new_array(py, numpy, descr, dtype.itemsize(), shape, strides, data, owner, readonly) }
+}
+
+/// `array_over` for elements `T`, whose NumPy type number is worked out at compile time (a
+/// typed result: a `#[pyclass]` getter's view, an owned `Vec` or `MemArray`).
+///
+/// # Safety
+/// As `array_over`'s, with `dtype` `T`'s.
+pub(crate) unsafe fn array_of<'py, T: ArrayElement>(
+    py: Python<'py>,
+    shape: &[usize],
+    strides: Option<&[isize]>,
+    data: *mut c_void,
+    owner: Option<Bound<'py, PyAny>>,
+    readonly: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let numpy = api_or_import(py)?;
+    let dtype = DTypeOf::<T>::REF;
+    let descr = descriptor(py, numpy, dtype, const { type_number(&T::DTYPE) })?;
+    // SAFETY: forwarded from the caller.
+    unsafe { new_array(py, numpy, descr, dtype.itemsize(), shape, strides, data, owner, readonly) }
+}
+
+/// The array `array_over` describes, its descriptor `descr` made: dimensions and byte strides
+/// on the stack up to `MAX_NDIM` (NumPy allows 64), and no strides for C order (NumPy fills
+/// them in and knows the flags without working them out).
+///
+/// # Safety
+/// As `array_over`'s, with `descr` the descriptor of elements of `itemsize` bytes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn new_array<'py>(
+    py: Python<'py>,
+    numpy: &NumPyApi,
+    descr: Bound<'py, PyAny>,
+    itemsize: usize,
+    shape: &[usize],
+    strides: Option<&[isize]>,
+    data: *mut c_void,
+    owner: Option<Bound<'py, PyAny>>,
+    readonly: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    const STACK: usize = crate::shape::MAX_NDIM;
+    let ndim = shape.len();
+    let strides = strides.filter(|s| !data.is_null() && !crate::strided::is_c_contiguous(shape, s));
+    // NumPy reads `ndim` entries of each (and copies them): laid out on the stack up to
+    // `STACK` dimensions, in one allocation beyond.
+    let mut stack = [0isize; 2 * STACK];
+    let mut heap = Vec::new();
+    let both: &mut [isize] = if ndim <= STACK {
+        &mut stack[..2 * ndim]
+    } else {
+        heap.resize(2 * ndim, 0);
+        &mut heap
+    };
+    let (dims, byte_strides) = both.split_at_mut(ndim);
+    for (dim, &size) in dims.iter_mut().zip(shape) {
+        *dim = size as isize;
+    }
+    let strides_ptr = match strides {
+        Some(strides) => {
+            for (byte_stride, &stride) in byte_strides.iter_mut().zip(strides) {
+                *byte_stride = stride.saturating_mul(itemsize as isize);
+            }
+            byte_strides.as_mut_ptr()
+        }
+        None => std::ptr::null_mut(),
+    };
     type NewFromDescr = unsafe extern "C" fn(
         *mut ffi::PyTypeObject,
         *mut ffi::PyObject,
@@ -229,19 +304,16 @@ pub(crate) unsafe fn array_over<'py>(
     let (new_from_descr, set_base): (NewFromDescr, SetBaseObject) =
         unsafe { (numpy.function(NEW_FROM_DESCR), numpy.function(SET_BASE_OBJECT)) };
     let flags = if readonly || data.is_null() { 0 } else { NPY_ARRAY_WRITEABLE };
-    let strides_ptr = match (&mut byte_strides, data.is_null()) {
-        (Some(s), false) => s.as_mut_ptr(),
-        _ => std::ptr::null_mut(),
-    };
-    // SAFETY: ndarray's own type, a descriptor reference NumPy steals, `shape.len()` dims and
-    // strides, and data the caller vouches for; NULL or a new reference with an exception set.
+    // SAFETY: ndarray's own type, a descriptor reference NumPy steals, `ndim` dims and strides
+    // (or none: C order), and data the caller vouches for; NULL or a new reference with an
+    // exception set.
     let array = unsafe {
         Bound::from_owned_ptr_or_err(
             py,
             new_from_descr(
                 numpy.ndarray,
                 descr.into_ptr(),
-                shape.len() as c_int,
+                ndim as c_int,
                 dims.as_mut_ptr(),
                 strides_ptr,
                 data,
@@ -275,7 +347,7 @@ pub(crate) unsafe fn cast<'py>(
     const RULES: [&str; 5] = ["no", "equiv", "safe", "same_kind", "unsafe"];
     let py = array.py();
     let numpy = api_or_import(py)?;
-    let descr = descriptor(py, numpy, dtype)?;
+    let descr = descriptor(py, numpy, dtype, type_number(dtype))?;
     type CanCastArrayTo = unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject, c_int) -> std::ffi::c_uchar;
     type CastToType = unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject, c_int) -> *mut ffi::PyObject;
     // SAFETY: the table's functions with their C signatures (numpy/__multiarray_api.h).

@@ -106,9 +106,18 @@ pub(crate) fn builtin_dtype(type_num: c_int) -> Option<(u8, u8, u16)> {
     *BY_NUMBER.get(usize::try_from(type_num).ok()?)?
 }
 
-/// The builtin NumPy type number of a DLPack type (the first: `long` before `long long`).
-pub(crate) fn builtin_type_num(dtype: (u8, u8, u16)) -> Option<c_int> {
-    BUILTIN.iter().find(|(_, d)| *d == dtype).map(|&(number, _)| number)
+/// The builtin NumPy type number of a DLPack type (the first: `long` before `long long`); a
+/// `const fn`, so that a typed result knows its number at compile time (`dtype::array_of`).
+pub(crate) const fn builtin_type_num(dtype: (u8, u8, u16)) -> Option<c_int> {
+    let mut row = 0;
+    while row < BUILTIN.len() {
+        let (number, (code, bits, lanes)) = BUILTIN[row];
+        if code == dtype.0 && bits == dtype.1 && lanes == dtype.2 {
+            return Some(number);
+        }
+        row += 1;
+    }
+    None
 }
 
 /// The spec dtypes of user-registered NumPy dtypes seen so far, by scalar type (0: none).

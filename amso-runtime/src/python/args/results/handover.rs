@@ -110,6 +110,24 @@ impl<O: Owner> Handover<O> {
         from_dlpack.call1((handoff,))
     }
 
+    /// `deliver`, for elements `T` known where the handover is made (`dtype` is `T`'s): a host
+    /// array for NumPy is made with `T`'s NumPy type number worked out at compile time
+    /// (`dtype::array_of`), with no other step; anything else goes through `deliver`.
+    pub(in crate::python::args) fn deliver_as<T: ArrayElement>(
+        self,
+        py: Python<'_>,
+        framework: Framework,
+    ) -> PyResult<Bound<'_, PyAny>> {
+        debug_assert_eq!(self.dtype.name, T::DTYPE.name, "a handover delivered as another element type");
+        if framework != Framework::NumPy || self.device != Device::CPU {
+            return self.deliver(py, framework);
+        }
+        let owner = self.owner.into_capsule(py)?;
+        // SAFETY: as in `deliver`: `data` holds the elements `shape` and `strides` reach, kept
+        // alive by the owner, which NumPy holds as the array's base.
+        unsafe { dtype::array_of::<T>(py, &self.shape, self.strides.as_deref(), self.data, Some(owner), self.readonly) }
+    }
+
     /// The same handover with its owner shared (what a Python object can hold).
     fn shared(self) -> Handover<Arc<dyn Any + Send + Sync>> {
         Handover {

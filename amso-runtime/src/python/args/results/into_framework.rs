@@ -38,7 +38,7 @@ impl<T: ArrayElement> IntoFramework for Vec<T> {
             readonly: false,
             stream: None,
         }
-        .deliver(py, framework)
+        .deliver_as::<T>(py, framework)
     }
 }
 
@@ -60,7 +60,7 @@ impl<T: ArrayElement, D: ndarray::Dimension> IntoFramework for ndarray::Array<T,
             readonly: false,
             stream: None,
         }
-        .deliver(py, framework)
+        .deliver_as::<T>(py, framework)
     }
 }
 
@@ -84,13 +84,35 @@ pub(in crate::python::args) fn fortran_order<T: ArrayElement>(
         readonly: false,
         stream: None,
     }
-    .deliver(py, framework)
+    .deliver_as::<T>(py, framework)
 }
 
 impl<T: Element, const N: usize> IntoFramework for MemArray<T, N> {
     fn into_framework(self, py: Python<'_>, framework: Framework) -> PyResult<Bound<'_, PyAny>> {
-        core_into_framework(py, self.into_core(), framework)
+        let core = self.into_core();
+        if framework == Framework::NumPy {
+            if let Some(handover) = host_handover(&core) {
+                return handover.deliver_as::<T>(py, framework);
+            }
+        }
+        core_into_framework(py, core, framework)
     }
+}
+
+/// An owned, unlocked host array's handover to NumPy (or, for records, to any framework): its
+/// buffer is the NumPy array's owner as it is (no export plan, no boxed owner).
+fn host_handover(core: &ArrayCore) -> Option<Handover<Arc<crate::host::HostBuffer>>> {
+    let host = core.residence() == crate::device::Residence::Host;
+    (host && core.lock_id().is_none()).then(|| Handover {
+        data: core.host_ptr().cast(),
+        device: Device::CPU,
+        dtype: core.dtype(),
+        shape: Dims::from_slice(core.shape()),
+        strides: None,
+        owner: Arc::clone(core.host_buffer()),
+        readonly: core.readonly(),
+        stream: None,
+    })
 }
 
 /// An amso array's core as `framework`'s object: an instance of this module's class for
@@ -108,22 +130,12 @@ pub(in crate::python::args) fn core_into_framework(
             return Ok((registration.instance)(py, MemArrayBase::new(core))?.into_bound(py));
         }
     }
-    let host = core.residence() == crate::device::Residence::Host;
-    if (framework == Framework::NumPy || core.dtype().is_record()) && host && core.lock_id().is_none() {
-        // An owned host array to NumPy: its buffer is the NumPy array's owner as it is (no
-        // export plan, no boxed owner). Records (which DLPack cannot carry) go this way to
-        // every framework: `deliver` takes them to NumPy and amso, and refuses the others.
-        return Handover {
-            data: core.host_ptr().cast(),
-            device: Device::CPU,
-            dtype: core.dtype(),
-            shape: Dims::from_slice(core.shape()),
-            strides: None,
-            owner: Arc::clone(core.host_buffer()),
-            readonly: core.readonly(),
-            stream: None,
+    if framework == Framework::NumPy || core.dtype().is_record() {
+        // Records (which DLPack cannot carry) go this way to every framework: `deliver` takes
+        // them to NumPy and amso, and refuses the others.
+        if let Some(handover) = host_handover(&core) {
+            return handover.deliver(py, framework);
         }
-        .deliver(py, framework);
     }
     let device = core.device();
     let request = crate::dlpack::DlpackRequest { max_version: Some(DLPACK_VERSION), ..Default::default() };

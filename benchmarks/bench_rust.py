@@ -40,6 +40,7 @@ ROWS = ["no-op, 1 argument", "no-op, 3 arguments", "sum", "in-place scale", "new
         "object result: [None, 1, 'two']", "datetime result: 1024 datetime64[s]", "fixed-string result: 64 S4",
         "misaligned sum: 1000 float64 at an odd byte offset", "from_vec2: 8 rows of 8 float64",
         "resize: 10x10 float64 zeros to 100x100", "getter view of a frozen class's 8x8 float64",
+        "record result: 1024 particles", "ArrayLike: an 8x8 nested list of floats",
         "nalgebra: 16x16 float64 (Fortran order) times a 16-vector"]
 #: The same amso function, amso arrays against NumPy arrays as its input.
 INPUT_ROWS = ["amso input: no-op, 1 argument", "amso input: no-op, 3 arguments"]
@@ -55,6 +56,7 @@ def calls() -> dict[str, dict[str, object]]:
     objects = np.array([object(), 1, "two"] * 8, dtype=object)  # rust-numpy's `head` example
     seconds, minutes = np.zeros(1024, "timedelta64[s]"), np.ones(1024, "timedelta64[m]")
     ints = list(range(8))  # converted by each crate's ArrayLike argument (AllowTypeChange)
+    nested = [[float(8 * i + j) for j in range(8)] for i in range(8)]  # nested lists, as np.asarray reads them
     int64s = np.arange(1024, dtype=np.int64)  # cast to float32 by NumPy's cast, through each crate
     a, b, c = (amso.asarray(np.zeros((1024, 3), np.float32)) for _ in range(3))
     particle = np.dtype([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])
@@ -80,6 +82,9 @@ def calls() -> dict[str, dict[str, object]]:
         "ArrayLike: a list of 8 ints to int32": {"amso": lambda: p.like_i32_coerce(ints),
                                                  "rust-numpy": lambda: p.numpy_like_i32_coerce(ints)},
         "object result: [None, 1, 'two']": {"amso": p.amso_objects, "rust-numpy": p.numpy_objects},
+        "record result: 1024 particles": {"amso": lambda: p.record_new(1024), "rust-numpy": lambda: p.numpy_record_new(1024)},
+        "ArrayLike: an 8x8 nested list of floats": {"amso": lambda: p.like_f64(nested),
+                                                    "rust-numpy": lambda: p.numpy_like_f64(nested)},
         "datetime result: 1024 datetime64[s]": {"amso": p.amso_days, "rust-numpy": p.numpy_days},
         "fixed-string result: 64 S4": {"amso": p.amso_words, "rust-numpy": p.numpy_words},
         "misaligned sum: 1000 float64 at an odd byte offset": {"amso": lambda: p.indexer_sum(misaligned),

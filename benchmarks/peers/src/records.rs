@@ -4,6 +4,7 @@
 
 use amso_runtime::python::{ArrayMut, ArrayRef, ArrayRefDyn, Framework, IntoFramework};
 use amso_runtime::records::Particle;
+use numpy::PyArrayDescrMethods;
 use pyo3::prelude::*;
 
 /// amso's own arrays of the spec's particle, 1-D (a class of this crate).
@@ -120,6 +121,70 @@ fn record_new(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
     particles.into_framework(py, Framework::NumPy)
 }
 
+/// The spec's particle as rust-numpy needs it for the report's peer row: a struct of the same C
+/// layout and the `unsafe impl numpy::Element` rust-numpy asks for (its dtype built from
+/// NumPy's structured dtype, kept once made).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct NumpyParticle {
+    pos: [f32; 3],
+    vel: [f32; 3],
+    mass: f64,
+    id: i64,
+}
+
+// SAFETY: a plain `#[repr(C)]` struct whose layout is the dtype `get_dtype` gives (field names,
+// types and offsets of the spec's particle, 40 bytes); copyable, with no Python references.
+unsafe impl numpy::Element for NumpyParticle {
+    const IS_COPY: bool = true;
+
+    fn get_dtype(py: Python<'_>) -> Bound<'_, numpy::PyArrayDescr> {
+        static DTYPE: pyo3::sync::PyOnceLock<Py<numpy::PyArrayDescr>> = pyo3::sync::PyOnceLock::new();
+        DTYPE
+            .get_or_init(py, || {
+                let fields = [("pos", "<f4", 3), ("vel", "<f4", 3), ("mass", "<f8", 1), ("id", "<i8", 1)];
+                let spec: Vec<Bound<'_, PyAny>> = fields
+                    .iter()
+                    .map(|&(name, dtype, count)| {
+                        let entry = if count == 1 {
+                            (name, dtype).into_pyobject(py).map(Bound::into_any)
+                        } else {
+                            (name, dtype, (count,)).into_pyobject(py).map(Bound::into_any)
+                        };
+                        entry.expect("a field tuple")
+                    })
+                    .collect();
+                let dtype = numpy::PyArrayDescr::new(py, spec).expect("the particle's structured dtype");
+                assert_eq!(dtype.itemsize(), size_of::<NumpyParticle>(), "the dtype has the struct's layout");
+                dtype.unbind()
+            })
+            .bind(py)
+            .clone()
+    }
+
+    fn clone_ref(&self, _py: Python<'_>) -> Self {
+        *self
+    }
+}
+
+/// rust-numpy's owned record result, the peer of `record_new`: `n` particles as a NumPy array
+/// (`PyArray::from_vec`).
+#[pyfunction]
+fn numpy_record_new(py: Python<'_>, n: usize) -> Bound<'_, numpy::PyArray1<NumpyParticle>> {
+    let particles: Vec<NumpyParticle> = (0..n)
+        .map(|i| {
+            let f = i as f32;
+            NumpyParticle {
+                pos: [f, 2.0 * f, 3.0 * f],
+                vel: [-f, -2.0 * f, -3.0 * f],
+                mass: i as f64 / 2.0,
+                id: i as i64,
+            }
+        })
+        .collect();
+    numpy::PyArray1::from_vec(py, particles)
+}
+
 /// Read one record argument and do nothing (the cost of taking a structured array).
 #[pyfunction]
 fn record_noop(_x: ArrayRef<'_, Particle, 1>) {}
@@ -150,6 +215,7 @@ pub(crate) fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(record_pos_as_1d, module)?)?;
     module.add_function(wrap_pyfunction!(record_field_f32, module)?)?;
     module.add_function(wrap_pyfunction!(record_new, module)?)?;
+    module.add_function(wrap_pyfunction!(numpy_record_new, module)?)?;
     module.add_function(wrap_pyfunction!(flagged_live_weight, module)?)?;
     module.add_function(wrap_pyfunction!(record_noop, module)?)?;
     module.add_function(wrap_pyfunction!(float64_noop, module)?)?;

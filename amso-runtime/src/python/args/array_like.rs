@@ -10,11 +10,11 @@ use std::ops::Deref;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyTuple};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
 use pyo3::{intern, Borrowed};
 
 use crate::device::DeviceType;
-use crate::element::{dlpack_code, dlpack_type_name, ArrayElement, Element, Scalar};
+use crate::element::{dlpack_code, dlpack_type_name, ArrayElement, DTypeOf, Element, Scalar};
 use crate::python::args::{
     describe, name_the_argument, wanted, ArgumentError, Dimensions, DynRank, Framework, IntoFramework, Rank, Read,
     TypedArray,
@@ -104,7 +104,10 @@ impl<'py, T: ArrayElement, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C
                 return Ok(like(TypedArray::check(array, source).map_err(ArgumentError::raise)?, true));
             }
         }
-        if let Some(source) = acquire::<T>(&object)? {
+        // A plain list or tuple exports no array protocol: NumPy converts it, with no probing
+        // first (a probe of a list raises and clears an AttributeError per protocol).
+        let sequence = object.is_exact_instance_of::<PyList>() || object.is_exact_instance_of::<PyTuple>();
+        if let Some(source) = if sequence { None } else { acquire::<T>(&object)? } {
             // The same DLPack fields and, for NumPy's own kinds, the same kind (datetime64[ms] and
             // int64 share their fields).
             let kind = T::DTYPE.numpy_only().then_some(T::DTYPE.numpy);
@@ -139,20 +142,16 @@ impl<'py, T: ArrayElement, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C
         }
         // What arrived, for messages only (a Python call): worked out when one is made.
         let arrived = || describe(&object, None);
-        let kwargs = PyDict::new(py);
-        kwargs.set_item(intern!(py, "dtype"), crate::python::npyffi::dtype::numpy_dtype(py, &T::DTYPE)?)?;
-        let array = crate::python::npyffi::dtype::numpy(py)?
-            .call_method(intern!(py, "asarray"), (&object,), Some(&kwargs))
-            .inspect_err(|error| {
-                // NumPy's own exception, its type and message, as rust-numpy's `PyArrayLike`
-                // raises it; a note says what the argument expected (best effort).
-                let note = format!(
-                    "amso: expected {} or a value numpy.asarray converts to one, got {}",
-                    wanted::<T, D, Read>(),
-                    arrived()
-                );
-                let _ = error.value(py).call_method1(intern!(py, "add_note"), (note,));
-            })?;
+        let array = crate::python::npyffi::dtype::from_any(&object, DTypeOf::<T>::REF).inspect_err(|error| {
+            // NumPy's own exception, its type and message, as rust-numpy's `PyArrayLike`
+            // raises it; a note says what the argument expected (best effort).
+            let note = format!(
+                "amso: expected {} or a value numpy.asarray converts to one, got {}",
+                wanted::<T, D, Read>(),
+                arrived()
+            );
+            let _ = error.value(py).call_method1(intern!(py, "add_note"), (note,));
+        })?;
         let Some(source) = acquire::<T>(&array)? else {
             return Err(PyTypeError::new_err(format!("numpy.asarray gave no array for {}", arrived())));
         };

@@ -12,7 +12,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use pyo3::{ffi, intern};
 
 use super::api::{
-    api_or_import, type_name, NumPyApi, CAN_CAST_ARRAY_TO, CAST_TO_TYPE, DESCR_FROM_TYPE, NEW_FROM_DESCR,
+    api_or_import, type_name, NumPyApi, CAN_CAST_ARRAY_TO, CAST_TO_TYPE, DESCR_FROM_TYPE, FROM_ANY, NEW_FROM_DESCR,
     SET_BASE_OBJECT,
 };
 use super::{builtin_type_num, ArrayStruct, NPY_ARRAY_WRITEABLE};
@@ -329,6 +329,37 @@ unsafe fn new_array<'py>(
         }
     }
     Ok(array)
+}
+
+/// `numpy.asarray(object, dtype=dtype)`, through NumPy's C function behind it
+/// (`PyArray_FromAny`, with the flags `asarray` passes it: any cast, as `astype` makes it, and a
+/// base-class ndarray back): the same conversion, and NumPy's own exception, without a Python
+/// call.
+pub(crate) fn from_any<'py>(object: &Bound<'py, PyAny>, dtype: &'static DType) -> PyResult<Bound<'py, PyAny>> {
+    /// `NPY_ARRAY_FORCECAST | NPY_ARRAY_ENSUREARRAY`: an array of another dtype is cast as
+    /// `astype` casts it, and a subclass's data comes back as a base-class array.
+    const AS_ASARRAY: c_int = 0x0010 | 0x0040;
+    let py = object.py();
+    let numpy = api_or_import(py)?;
+    let descr = descriptor(py, numpy, dtype, type_number(dtype))?;
+    type FromAny = unsafe extern "C" fn(
+        *mut ffi::PyObject,
+        *mut ffi::PyObject,
+        c_int,
+        c_int,
+        c_int,
+        *mut ffi::PyObject,
+    ) -> *mut ffi::PyObject;
+    // SAFETY: the table's function with its C signature (numpy/__multiarray_api.h).
+    let from_any: FromAny = unsafe { numpy.function(FROM_ANY) };
+    // SAFETY: a live object, a descriptor reference NumPy steals (also on failure), any depth;
+    // NULL with an exception set, or a new reference.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            from_any(object.as_ptr(), descr.into_ptr(), 0, 0, AS_ASARRAY, std::ptr::null_mut()),
+        )
+    }
 }
 
 /// NumPy's `array.astype(dtype, casting=rule)`: a new C-order array of `dtype` holding `array`'s

@@ -60,11 +60,11 @@ if [[ $what == sanitizer || $what == all ]]; then
   # The graph ops (issue 58): their kernels on XLA's and torch's streams, eagerly and compiled.
   # Left out: the reduce-overhead test. Under memcheck, PyTorch's cudagraph trees refuse the
   # recording ("tensor(s) in the cudagraph pool not tracked as outputs", 0 memcheck errors) for
-  # a custom op written in PyTorch alone as for amso's; scripts/reduce_overhead_case.py runs
+  # a custom op written in PyTorch alone as for amso's; tests/reduce_overhead_case.py runs
   # both, without and with the sanitizer, and its lines below show it.
   for which in peer amso; do
-    python3 scripts/reduce_overhead_case.py "$which" 2>&1 | tail -n 1 | sed "s/^/plain: /" | tee -a "$out/memcheck_ops.log"
-    compute-sanitizer --tool memcheck --report-api-errors no python3 scripts/reduce_overhead_case.py "$which" 2>&1 \
+    python3 tests/reduce_overhead_case.py "$which" 2>&1 | tail -n 1 | sed "s/^/plain: /" | tee -a "$out/memcheck_ops.log"
+    compute-sanitizer --tool memcheck --report-api-errors no python3 tests/reduce_overhead_case.py "$which" 2>&1 \
       | grep -E "replayed|RuntimeError: Detected|ERROR SUMMARY" | sed "s/^/memcheck, $which: /" | tee -a "$out/memcheck_ops.log"
   done
   compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \

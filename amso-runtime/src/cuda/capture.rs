@@ -53,16 +53,6 @@ pub(crate) fn state(stream: StreamHandle) -> std::result::Result<Capture, sys::C
         return Ok(Capture::Idle);
     }
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // The status alone first (a plug-in asks on every allocation on a stream of its own, and
-    // a stream is almost never capturing); the capture's id only for a capture.
-    // SAFETY: a valid out-pointer; the handle is the caller's stream (see `StreamHandle::check`).
-    let code = unsafe { sys::cuStreamIsCapturing(stream.raw(), &mut status) };
-    if code != sys::CUresult::CUDA_SUCCESS {
-        return Err(code);
-    }
-    if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-        return Ok(Capture::Idle);
-    }
     let mut id: sys::cuuint64_t = 0;
     // Raw: cudarc's `capture_status` needs a borrowed `CudaStream` (an allocation and a
     // context bind) and gives no capture id; this is on every protocol call's path.

@@ -1,5 +1,5 @@
 """torch.compile(mode="reduce-overhead") over a mutating custom op, in a fresh process: amso's
-`drift` op (`python3 scripts/reduce_overhead_case.py amso`) or the same op written in PyTorch
+`drift` op (`python3 tests/reduce_overhead_case.py amso`) or the same op written in PyTorch
 alone with `torch.library.custom_op` (`... peer`). Under `compute-sanitizer --tool memcheck`
 both fail alike at the recording, with cudagraph trees' "Detected 2 tensor(s) in the cudagraph
 pool not tracked as outputs" and 0 memcheck errors; without the sanitizer both pass. So the

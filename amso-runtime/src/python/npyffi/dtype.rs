@@ -245,9 +245,7 @@ pub(crate) unsafe fn array_of<'py, T: ArrayElement>(
     unsafe { new_array(py, numpy, descr, dtype.itemsize(), shape, strides, data, owner, readonly) }
 }
 
-/// The array `array_over` describes, its descriptor `descr` made: dimensions and byte strides
-/// on the stack up to `MAX_NDIM` (NumPy allows 64), and no strides for C order (NumPy fills
-/// them in and knows the flags without working them out).
+/// The array `array_over` describes, its descriptor `descr` made.
 ///
 /// # Safety
 /// As `array_over`'s, with `descr` the descriptor of elements of `itemsize` bytes.
@@ -265,27 +263,26 @@ unsafe fn new_array<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     const STACK: usize = crate::shape::MAX_NDIM;
     let ndim = shape.len();
+    // NumPy reads the dimensions as `npy_intp`s, which `usize`s are bit for bit (one above
+    // `isize::MAX` reads as negative, which NumPy refuses), and copies them: no copy here.
+    let dims = shape.as_ptr().cast::<isize>().cast_mut();
     let strides = strides.filter(|s| !data.is_null() && !crate::strided::is_c_contiguous(shape, s));
-    // NumPy reads `ndim` entries of each (and copies them): laid out on the stack up to
-    // `STACK` dimensions, in one allocation beyond.
-    let mut stack = [0isize; 2 * STACK];
+    // Byte strides (C order has none: NumPy fills them in and knows the flags without working
+    // them out), on the stack up to `STACK` dimensions.
+    let mut stack = [std::mem::MaybeUninit::<isize>::uninit(); STACK];
     let mut heap = Vec::new();
-    let both: &mut [isize] = if ndim <= STACK {
-        &mut stack[..2 * ndim]
-    } else {
-        heap.resize(2 * ndim, 0);
-        &mut heap
-    };
-    let (dims, byte_strides) = both.split_at_mut(ndim);
-    for (dim, &size) in dims.iter_mut().zip(shape) {
-        *dim = size as isize;
-    }
     let strides_ptr = match strides {
         Some(strides) => {
-            for (byte_stride, &stride) in byte_strides.iter_mut().zip(strides) {
-                *byte_stride = stride.saturating_mul(itemsize as isize);
+            let bytes = strides.iter().map(|&stride| stride.saturating_mul(itemsize as isize));
+            if ndim <= STACK {
+                for (slot, byte_stride) in stack.iter_mut().zip(bytes) {
+                    slot.write(byte_stride);
+                }
+                stack.as_mut_ptr().cast::<isize>()
+            } else {
+                heap.extend(bytes);
+                heap.as_mut_ptr()
             }
-            byte_strides.as_mut_ptr()
         }
         None => std::ptr::null_mut(),
     };
@@ -314,7 +311,7 @@ unsafe fn new_array<'py>(
                 numpy.ndarray,
                 descr.into_ptr(),
                 ndim as c_int,
-                dims.as_mut_ptr(),
+                dims,
                 strides_ptr,
                 data,
                 flags,

@@ -62,6 +62,7 @@ if [[ $what == sanitizer || $what == all ]]; then
   # recording ("tensor(s) in the cudagraph pool not tracked as outputs", 0 memcheck errors) for
   # a custom op written in PyTorch alone as for amso's; tests/reduce_overhead_case.py runs
   # both, without and with the sanitizer, and its lines below show it.
+  : > "$out/memcheck_ops.log"
   for which in peer amso; do
     python3 tests/reduce_overhead_case.py "$which" 2>&1 | tail -n 1 | sed "s/^/plain: /" | tee -a "$out/memcheck_ops.log"
     compute-sanitizer --tool memcheck --report-api-errors no python3 tests/reduce_overhead_case.py "$which" 2>&1 \

@@ -22,7 +22,6 @@ SIZES = [256, 64 << 10, 64 << 20, 256 << 20]
 # `n` bytes at `out`: work that holds a block while the host frees it.
 SPIN = '''
 import cupy as cp, time
-import cupy_backends.cuda.stream as cp_backend_stream
 _spin = cp.RawKernel(r"""
 extern "C" __global__ void spin(unsigned long long ns, unsigned long long out, unsigned long long n) {
     unsigned long long start, now;
@@ -42,8 +41,8 @@ PLUG = {
     "torch": "import torch\ntorch.cuda.memory.change_current_allocator(amso.allocators.torch_allocator())\n",
     "cupy": "cp.cuda.set_allocator(amso.allocators.cupy_malloc)\n",
     # The lookup amso falls back to on a CuPy without `get_stream_ptr` (the one CuPy's pool calls).
+    # (On a CuPy without `get_stream_ptr`, before 14, the plain "cupy" case is this one.)
     "cupy-current": ("import importlib\nplug = importlib.import_module('amso.allocators.cupy')\n"
-                     "assert plug._stream_function(cp) is cp_backend_stream.__pyx_capi__['get_stream_ptr']\n"
                      "plug._stream_function = lambda cupy: cupy.cuda.stream.__pyx_capi__['get_current_stream_ptr']\n"
                      "cp.cuda.set_allocator(amso.allocators.cupy_malloc)\n"),
     "rmm": "import rmm\nrmm.mr.set_current_device_resource(amso.allocators.rmm_resource())\n",
@@ -240,10 +239,28 @@ def test_a_block_freed_under_a_running_kernel_never_reaches_another_stream():
 
 @gpu
 @needs("cupy")
-def test_a_cupy_block_stays_on_its_stream():
+def test_the_cupy_plug_in_reads_the_stream_by_device_where_cupy_exports_it():
+    out = run(script("import cupy as cp\n", PLUG["cupy"], """
+        import importlib
+        import cupy_backends.cuda.stream as backend
+        chosen = importlib.import_module("amso.allocators.cupy")._stream_function(cp)
+        by_device = getattr(backend, "__pyx_capi__", {}).get("get_stream_ptr")
+        print(chosen is (by_device or cp.cuda.stream.__pyx_capi__["get_current_stream_ptr"]), by_device is not None)
+    """))
+    chosen, by_device = out.split()
+    assert chosen == "True", out
+    major = int(__import__("cupy").__version__.split(".")[0])
+    assert by_device == str(major >= 14), f"CuPy {major}: get_stream_ptr exported: {by_device}"
+
+
+@gpu
+@needs("cupy")
+@pytest.mark.parametrize("lookup", ["cupy", "cupy-current"])
+def test_a_cupy_block_stays_on_its_stream(lookup):
     """CuPy's streams may be destroyed while their blocks are cached: a block freed on one CuPy
-    stream is never handed to another (as CuPy's own pool files blocks by stream)."""
-    out = run(script(SPIN, PLUG["cupy"], """
+    stream is never handed to another (as CuPy's own pool files blocks by stream), through
+    either of the C functions amso reads CuPy's current stream with."""
+    out = run(script(SPIN, PLUG[lookup], """
         n = 1 << 20
         a, b = side_stream(), side_stream()
         with a:

@@ -236,6 +236,19 @@ def test_fortran_order_arrays_keep_their_layout():
     assert arr.flags.f_contiguous and not arr.flags.c_contiguous and arr.flags.aligned
 
 
+def test_results_keep_their_strides_on_axes_of_one_and_zero_elements():
+    """Strides NumPy would make differently (an axis of length 1 or 0) come through as the Rust
+    array has them, as rust-numpy passes them: only NumPy's own C-order strides are left for
+    NumPy to fill in."""
+    assert peers.port_zeros_fortran(3, 1).strides == np.zeros((3, 1), order="F").strides == (8, 24)
+    assert peers.port_zeros_fortran(1, 4).strides == (8, 8)
+    assert peers.port_zeros_fortran(0, 3).strides == (0, 0)  # ndarray's, for an empty array
+    assert peers.port_permute(np.zeros((1, 6), np.int64)).strides == (8, 48)
+    column = peers.owned_positions(1, False, 0)
+    assert column.strides == (24,) and column.tolist() == [0.0]
+    assert peers.port_zeros(3, 1).strides == np.zeros((3, 1)).strides == (8, 8)
+
+
 def test_zero_dimensional_arrays():
     arr = peers.port_zeros_0d()
     assert arr.ndim == 0 and arr.strides == () and arr.shape == ()

@@ -341,8 +341,7 @@ fn report(message: &str) {
 static CUPY_STREAM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 static CUPY_STREAM_BY_DEVICE: AtomicBool = AtomicBool::new(false);
 static CUPY_OUT_OF_MEMORY: OnceLock<Py<PyAny>> = OnceLock::new();
-/// The C signatures Cython gives the two (its capsules' names begin with them; a Cython may
-/// add the exception clause after).
+/// The C signatures Cython gives the two, its capsules' names.
 const CUPY_STREAM_OF_DEVICE: &[u8] = b"intptr_t (int)";
 const CUPY_CURRENT_STREAM: &[u8] = b"intptr_t (void)";
 
@@ -372,9 +371,9 @@ pub(super) fn cupy_hooks(stream_function: &Bound<'_, PyAny>, out_of_memory: Py<P
     let raw_name = unsafe { pyo3::ffi::PyCapsule_GetName(capsule) };
     // SAFETY: a non-NULL capsule name is a NUL-terminated string alive as long as the capsule.
     let name = if raw_name.is_null() { &[][..] } else { unsafe { std::ffi::CStr::from_ptr(raw_name) }.to_bytes() };
-    let by_device = if name.starts_with(CUPY_STREAM_OF_DEVICE) {
+    let by_device = if name == CUPY_STREAM_OF_DEVICE {
         true
-    } else if name.starts_with(CUPY_CURRENT_STREAM) {
+    } else if name == CUPY_CURRENT_STREAM {
         false
     } else {
         return Err(refused());

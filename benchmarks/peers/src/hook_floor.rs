@@ -66,8 +66,12 @@ pub(crate) fn floor_cupy_stream_functions(stream_function: &Bound<'_, PyAny>) ->
     // SAFETY: a capsule's name: NULL or a C string alive with the capsule.
     let name = unsafe { pyo3::ffi::PyCapsule_GetName(capsule) };
     // SAFETY: as above.
-    let by_device =
-        !name.is_null() && unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes().starts_with(b"intptr_t (int)");
+    let signature = if name.is_null() { &[][..] } else { unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes() };
+    let by_device = match signature {
+        b"intptr_t (int)" => true,
+        b"intptr_t (void)" => false,
+        _ => return Err(pyo3::exceptions::PyTypeError::new_err("expected CuPy's stream-lookup capsule")),
+    };
     // SAFETY: a capsule read by its own name holds a C function of that signature.
     let function = unsafe { pyo3::ffi::PyCapsule_GetPointer(capsule, name) };
     CUPY_STREAM_BY_DEVICE.store(by_device, Ordering::Relaxed);

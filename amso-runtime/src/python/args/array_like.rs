@@ -1,8 +1,8 @@
 //! `ArrayLike`: a read-only array argument that also takes what NumPy converts to an array
 //! (lists, nested lists, scalars, arrays of another dtype), as rust-numpy's `PyArrayLike`. An
 //! array of the element type is read in place, from any framework, exactly as `ArrayRef`
-//! reads it; anything else goes through `numpy.asarray(value, dtype=T)`, a copy made once at
-//! the boundary. `C` says whether an array of another dtype is converted
+//! reads it; anything else is converted as `numpy.asarray(value, dtype=T)` converts it (its C
+//! function, `PyArray_FromAny`), a copy made once at the boundary. `C` says whether an array of another dtype is converted
 //! ([`AllowTypeChange`]) or refused ([`TypeMustMatch`], the default).
 
 use std::marker::PhantomData;
@@ -153,7 +153,10 @@ impl<'py, T: ArrayElement, D: Dimensions, C: Coerce> TypedArrayLike<'py, T, D, C
             let _ = error.value(py).call_method1(intern!(py, "add_note"), (note,));
         })?;
         let Some(source) = acquire::<T>(&array)? else {
-            return Err(PyTypeError::new_err(format!("numpy.asarray gave no array for {}", arrived())));
+            return Err(PyTypeError::new_err(format!(
+                "NumPy's conversion (numpy.asarray's) gave no array for {}",
+                arrived()
+            )));
         };
         let ndim = source.extents(py).dims.len();
         if D::NDIM.is_some_and(|n| n != ndim) {

@@ -265,10 +265,11 @@ unsafe fn new_array<'py>(
     let ndim = shape.len();
     // NumPy reads the dimensions as `npy_intp`s, which `usize`s are bit for bit (one above
     // `isize::MAX` reads as negative, which NumPy refuses), and copies them: no copy here.
-    let dims = shape.as_ptr().cast::<isize>().cast_mut();
-    let strides = strides.filter(|s| !data.is_null() && !crate::strided::is_c_contiguous(shape, s));
-    // Byte strides (C order has none: NumPy fills them in and knows the flags without working
-    // them out), on the stack up to `STACK` dimensions.
+    let dims = shape.as_ptr().cast::<isize>();
+    debug_assert!(strides.is_none_or(|s| s.len() == ndim), "one stride per dimension");
+    let strides = strides.filter(|s| !data.is_null() && !numpys_c_strides(shape, s));
+    // Byte strides (none where they are the ones NumPy gives C order: it fills them in and
+    // knows the flags without working them out), on the stack up to `STACK` dimensions.
     let mut stack = [std::mem::MaybeUninit::<isize>::uninit(); STACK];
     let mut heap = Vec::new();
     let strides_ptr = match strides {
@@ -278,20 +279,20 @@ unsafe fn new_array<'py>(
                 for (slot, byte_stride) in stack.iter_mut().zip(bytes) {
                     slot.write(byte_stride);
                 }
-                stack.as_mut_ptr().cast::<isize>()
+                stack.as_ptr().cast::<isize>()
             } else {
                 heap.extend(bytes);
-                heap.as_mut_ptr()
+                heap.as_ptr()
             }
         }
-        None => std::ptr::null_mut(),
+        None => std::ptr::null(),
     };
     type NewFromDescr = unsafe extern "C" fn(
         *mut ffi::PyTypeObject,
         *mut ffi::PyObject,
         c_int,
-        *mut isize,
-        *mut isize,
+        *const isize,
+        *const isize,
         *mut c_void,
         c_int,
         *mut ffi::PyObject,
@@ -326,6 +327,20 @@ unsafe fn new_array<'py>(
         }
     }
     Ok(array)
+}
+
+/// Whether element `strides` are the ones NumPy gives a C-order array of `shape` when it is
+/// passed none (`_array_fill_strides`: each the product of the later dimensions, a zero one
+/// counting as 1), so that leaving them out changes nothing a caller sees.
+fn numpys_c_strides(shape: &[usize], strides: &[isize]) -> bool {
+    let mut expected = 1isize;
+    for (&dim, &stride) in shape.iter().zip(strides).rev() {
+        if stride != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(dim.max(1) as isize);
+    }
+    true
 }
 
 /// `numpy.asarray(object, dtype=dtype)`, through NumPy's C function behind it

@@ -296,18 +296,6 @@ fn generate(function: &ItemFn, parameters: &[Parameter], options: &Options) -> T
     };
     let Pieces { described, decoded, eager_args, converted, call_args, shapes, ints, stream } =
         pieces(parameters, options, &p);
-    let sizes = |output: bool| -> Vec<TokenStream> {
-        parameters
-            .iter()
-            .filter_map(|parameter| match &parameter.kind {
-                Kind::Input { element, .. } if !output => Some(element),
-                Kind::Output { element, .. } if output => Some(element),
-                _ => None,
-            })
-            .map(|element| quote!(<#element as ::amso_runtime::ArrayElement>::DTYPE.itemsize()))
-            .collect()
-    };
-    let (input_sizes, output_sizes) = (sizes(false), sizes(true));
     let doc = format!(
         "`{python_name}` as an op (`#[amso_macros::op]`): register it with `amso_runtime::op::add(module, &{python_name}::OP)`."
     );
@@ -326,7 +314,6 @@ fn generate(function: &ItemFn, parameters: &[Parameter], options: &Options) -> T
                 params: &[#(#described),*],
                 platforms: #platforms,
                 xla: [xla_host, xla_cuda],
-                itemsizes: [&[#(#input_sizes),*], &[#(#output_sizes),*]],
                 eager: make_eager,
             };
 

@@ -110,10 +110,6 @@ pub struct Op {
     /// The XLA handlers, for host and for CUDA buffers.
     #[doc(hidden)]
     pub xla: [XlaHandler; 2],
-    /// The element sizes of the inputs, then of the outputs, in order (what a call's checks
-    /// read without walking `params`).
-    #[doc(hidden)]
-    pub itemsizes: [&'static [usize]; 2],
     /// Makes the eager `#[pyfunction]`.
     #[doc(hidden)]
     pub eager: for<'py> fn(
@@ -127,17 +123,16 @@ impl std::fmt::Debug for Op {
     }
 }
 
-impl Param {
-    /// The parameter's name (`"stream"` for the stream).
-    pub(crate) fn name(&self) -> &'static str {
-        match *self {
-            Param::Input { name, .. } | Param::Output { name, .. } | Param::Attr { name, .. } => name,
-            Param::Stream => "stream",
-        }
-    }
-}
-
 impl Op {
+    /// The op's inputs (or its outputs), in order: each one's name and element size.
+    pub(crate) fn buffers(&self, outputs: bool) -> impl Iterator<Item = (&'static str, usize)> + '_ {
+        self.params.iter().filter_map(move |param| match *param {
+            Param::Input { name, dtype, .. } if !outputs => Some((name, dtype.itemsize())),
+            Param::Output { name, dtype, .. } if outputs => Some((name, dtype.itemsize())),
+            _ => None,
+        })
+    }
+
     /// The platform word of messages.
     pub(crate) fn platform_word(cuda: bool) -> &'static str {
         if cuda {
@@ -167,7 +162,7 @@ impl Op {
 /// attribute by name (the caller's mistake when it fails: XLA's results and torch's outputs
 /// come from the rules, but a raw `ffi_call`, the eager entry and the bare torch op take any).
 pub(crate) fn check_outputs(op: &Op, shapes: &[(&str, &[usize])], attrs: &[(&str, i64)]) -> Result<(), String> {
-    let shape_of = |name: &str| shapes.iter().find(|(n, _)| same_name(n, name)).map_or(&[][..], |(_, s)| *s);
+    let shape_of = |name: &str| shapes.iter().find(|(n, _)| *n == name).map_or(&[][..], |(_, s)| *s);
     for param in op.params {
         let Param::Output { name, shape: rule, .. } = param else { continue };
         // The rule's dimensions, on the stack (an op's buffers have at most MAX_NDIM).
@@ -183,7 +178,7 @@ pub(crate) fn check_outputs(op: &Op, shapes: &[(&str, &[usize])], attrs: &[(&str
                 Dim::Like(input) => shape_of(input).iter().for_each(|&size| push(size)),
                 Dim::Of(input, axis) => push(shape_of(input).get(axis).copied().unwrap_or(0)),
                 Dim::Attr(attr) => {
-                    let value = attrs.iter().find(|(n, _)| same_name(n, attr)).map_or(0, |(_, v)| *v);
+                    let value = attrs.iter().find(|(n, _)| *n == attr).map_or(0, |(_, v)| *v);
                     push(usize::try_from(value).map_err(|_| {
                         format!("attribute '{attr}' sizes output '{name}' and must be >= 0, got {value}")
                     })?);
@@ -201,12 +196,6 @@ pub(crate) fn check_outputs(op: &Op, shapes: &[(&str, &[usize])], attrs: &[(&str
         }
     }
     Ok(())
-}
-
-/// Whether two parameter names are equal: the generated code's literals are usually one
-/// string, so the address answers before the bytes are compared.
-fn same_name(a: &str, b: &str) -> bool {
-    std::ptr::eq(a.as_ptr(), b.as_ptr()) && a.len() == b.len() || a == b
 }
 
 /// The first pair of `(name, start, bytes, written)` ranges that overlap where either is written.

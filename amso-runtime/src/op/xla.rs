@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::buffer::{Buffer, BufferMut};
-use super::signature::{self, panic_message, AttrKind, Op, Param};
+use super::signature::{self, panic_message, AttrKind, Op};
 use crate::device::{Device, DeviceId};
 use crate::element::{DType, Element};
 use crate::stream::Stream;
@@ -331,7 +331,7 @@ impl<'f> Frame<'f> {
             (Stream::default(), Device::CPU)
         };
         let decoded = Frame { frame, stream, device, refused: std::cell::Cell::new(false) };
-        let (ins, outs) = (op.itemsizes[0].len(), op.itemsizes[1].len());
+        let (ins, outs) = (op.buffers(false).count(), op.buffers(true).count());
         // SAFETY: XLA's lists of `size` entries.
         let all_buffers =
             |list: &Buffers| (0..list.size.max(0) as usize).all(|i| unsafe { *list.types.add(i) } == BUFFER);
@@ -368,25 +368,14 @@ impl<'f> Frame<'f> {
             (buffer.data as usize, elements.and_then(|n| n.checked_mul(itemsize)).unwrap_or(usize::MAX))
         };
         let (args, rets) = (&self.frame.args, &self.frame.rets);
-        let [input_sizes, output_sizes] = op.itemsizes;
-        for (out, &size) in output_sizes.iter().enumerate() {
+        for (out, (name, size)) in op.buffers(true).enumerate() {
             let written = range(rets, out, size);
-            let inputs = input_sizes.iter().enumerate().map(|(i, &size)| (true, i, range(args, i, size)));
-            let earlier = output_sizes[..out].iter().enumerate().map(|(i, &size)| (false, i, range(rets, i, size)));
-            if let Some((input, index, _)) =
-                inputs.chain(earlier).find(|&(_, _, other)| !signature::apart(written, other))
-            {
-                let name = |input: bool, index: usize| {
-                    let of_kind = |p: &&Param| match p {
-                        Param::Input { .. } => input,
-                        Param::Output { .. } => !input,
-                        _ => false,
-                    };
-                    op.params.iter().filter(of_kind).nth(index).map_or("?", Param::name)
-                };
-                let (first, second) = (name(input, index), name(false, out));
+            let inputs = op.buffers(false).enumerate().map(|(i, (other, size))| (other, range(args, i, size)));
+            let earlier =
+                op.buffers(true).take(out).enumerate().map(|(i, (other, size))| (other, range(rets, i, size)));
+            if let Some((other, _)) = inputs.chain(earlier).find(|&(_, range)| !signature::apart(written, range)) {
                 return Err(format!(
-                    "'{first}' and '{second}' share memory, and '{second}' is written: an op's outputs are its own (no \
+                    "'{other}' and '{name}' share memory, and '{name}' is written: an op's outputs are its own (no \
                      input_output_aliases)"
                 ));
             }

@@ -219,10 +219,8 @@ pub(crate) unsafe fn array_over<'py>(
     owner: Option<Bound<'py, PyAny>>,
     readonly: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let numpy = api_or_import(py)?;
-    let descr = descriptor(py, numpy, dtype, type_number(dtype))?;
     // SAFETY: forwarded from the caller.
-    unsafe { new_array(py, numpy, descr, dtype.itemsize(), shape, strides, data, owner, readonly) }
+    unsafe { new_array(py, dtype, type_number(dtype), shape, strides, data, owner, readonly) }
 }
 
 /// `array_over` for elements `T`, whose NumPy type number is worked out at compile time (a
@@ -238,29 +236,29 @@ pub(crate) unsafe fn array_of<'py, T: ArrayElement>(
     owner: Option<Bound<'py, PyAny>>,
     readonly: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let numpy = api_or_import(py)?;
-    let dtype = DTypeOf::<T>::REF;
-    let descr = descriptor(py, numpy, dtype, const { type_number(&T::DTYPE) })?;
+    let number = const { type_number(&T::DTYPE) };
     // SAFETY: forwarded from the caller.
-    unsafe { new_array(py, numpy, descr, dtype.itemsize(), shape, strides, data, owner, readonly) }
+    unsafe { new_array(py, DTypeOf::<T>::REF, number, shape, strides, data, owner, readonly) }
 }
 
-/// The array `array_over` describes, its descriptor `descr` made.
+/// The array `array_over` describes, `dtype`'s NumPy type number given (`type_number`).
 ///
 /// # Safety
-/// As `array_over`'s, with `descr` the descriptor of elements of `itemsize` bytes.
+/// As `array_over`'s.
 #[allow(clippy::too_many_arguments)]
 unsafe fn new_array<'py>(
     py: Python<'py>,
-    numpy: &NumPyApi,
-    descr: Bound<'py, PyAny>,
-    itemsize: usize,
+    dtype: &'static DType,
+    number: c_int,
     shape: &[usize],
     strides: Option<&[isize]>,
     data: *mut c_void,
     owner: Option<Bound<'py, PyAny>>,
     readonly: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let numpy = api_or_import(py)?;
+    let descr = descriptor(py, numpy, dtype, number)?;
+    let itemsize = dtype.itemsize();
     const STACK: usize = crate::shape::MAX_NDIM;
     let ndim = shape.len();
     // NumPy reads the dimensions as `npy_intp`s, which `usize`s are bit for bit (one above

@@ -290,6 +290,37 @@ def test_rmm_allocates_from_amso_and_amso_from_rmm():
 
 
 @gpu
+@needs("cupy")
+def test_allocators_plugged_into_each_other_are_refused_not_recursed():
+    """CuPy plugged into amso while amso is plugged into CuPy: a CuPy allocation would ask
+    amso, which asks CuPy, which asks amso again. The second request is refused with an error
+    naming the cycle, CuPy raises it, and nothing was lent."""
+    out = run("""
+        import cupy as cp
+        cp.cuda.set_allocator(amso.allocators.cupy_malloc)
+        cp.empty(1)  # CuPy's context, through amso's own pool
+        live = {}
+        def malloc(size, device_id, stream):
+            memory = cp.cuda.alloc(size)  # through CuPy's allocator: amso's again
+            live[memory.ptr] = memory
+            return memory.ptr
+        def free(pointer, size, device_id, stream):
+            del live[pointer]
+        amso.set_allocator(malloc, free, name="cupy.cuda.alloc")
+        try:
+            cp.empty(1 << 20, cp.uint8)
+        except Exception as error:
+            print(type(error).__name__, "|", error)
+        amso.set_allocator()
+        cp.empty(1 << 20, cp.uint8)  # amso's own pool again: served
+        print("in use", in_use("cupy"))
+    """)
+    refused, after = out.strip().splitlines()[-2:]
+    assert "plugged into each other in a cycle" in refused, out
+    assert after == "in use 0", out
+
+
+@gpu
 @needs("numba.cuda", "cupy", "torch", "rmm")
 def test_four_libraries_and_amso_take_turns_in_one_pool():
     """Each library allocates and frees 256 MiB in turn: the process holds about one block,

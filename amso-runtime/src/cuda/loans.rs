@@ -28,7 +28,7 @@ use super::address_hash::BuildAddressHasher;
 use super::alloc::{self, default_pool, After};
 use super::pool::{self, Grant};
 use super::request::{Client, Request, CLIENTS};
-use super::stream::StreamHandle;
+use super::stream::{Checked, StreamHandle};
 use crate::device::DeviceId;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
@@ -80,26 +80,6 @@ pub(crate) fn lend(
     if bytes == 0 {
         return Ok((0, 0));
     }
-    if LENDING.with(|lending| lending.replace(true)) {
-        return Err(Error::InvalidArgument(format!(
-            "{} asked amso's pool for memory while amso's pool was asking an allocator plugged into it: the \
-             allocators are plugged into each other in a cycle; plug amso into the library, or the library into \
-             amso, not both",
-            CLIENTS[client as usize]
-        )));
-    }
-    let lent = lend_once(request, device_id, bytes, stream, client);
-    LENDING.with(|lending| lending.set(false));
-    lent
-}
-
-fn lend_once(
-    request: Request,
-    device_id: DeviceId,
-    bytes: usize,
-    stream: Stream,
-    client: Client,
-) -> Result<(u64, u64)> {
     // A caller outside amso (PyTorch's C allocator calls) may come before amso's first CUDA
     // call in the process: the driver is loaded here (its device id was checked where it
     // entered, `DeviceId::new`).
@@ -108,11 +88,36 @@ fn lend_once(
     let checked = handle.check(device_id)?;
     let pooled = request == Request::Current && pool::is_own() && alloc::pooling();
     if pooled && !checked.capturing() {
-        // The common case: a block of the stream's own, lent and recorded under one lock.
+        // The common case: a block of the stream's own, lent and recorded under one lock. No
+        // allocator is plugged in, so no other library is asked and no cycle can form.
         if let Some(lent) = default_pool().lend_own(device_id, bytes, handle, client) {
             return lent;
         }
     }
+    if LENDING.with(|lending| lending.replace(true)) {
+        return Err(Error::InvalidArgument(format!(
+            "{} asked amso's pool for memory while amso's pool was asking an allocator plugged into it: the \
+             allocators are plugged into each other in a cycle; plug amso into the library, or the library into \
+             amso, not both",
+            CLIENTS[client as usize]
+        )));
+    }
+    let lent = lend_new(request, device_id, bytes, checked, client);
+    LENDING.with(|lending| lending.set(false));
+    lent
+}
+
+/// Lend memory the stream's own cached blocks could not serve: from the pool's other blocks or
+/// the driver, or from the allocator plugged in (which may be another library's: `LENDING`
+/// guards the call).
+fn lend_new(
+    request: Request,
+    device_id: DeviceId,
+    bytes: usize,
+    checked: Checked,
+    client: Client,
+) -> Result<(u64, u64)> {
+    let handle = checked.handle;
     let grant = if checked.capturing() {
         // A stream being captured into a graph: the memory is allocated outside the capture,
         // on amso's own stream, and ready before it is lent, as amso's arrays' is.

@@ -95,7 +95,10 @@ if library == "torch":
         extension = ctypes.CDLL(amso._amso.__file__)
         alloc, free = (ctypes.cast(getattr(extension, name), ctypes.c_void_p).value
                        for name in ("amso_torch_alloc", "amso_torch_free"))
-        targets = {"floor": amso_peers.torch_floor_functions(), "amso": (alloc, free)}
+        # "least": the least pool that checks its frees (hook_floor.rs), a diagnostic of what any
+        # such pool adds to the hook.
+        targets = {"floor": amso_peers.torch_floor_functions(), "least": amso_peers.least_torch_functions(),
+                   "amso": (alloc, free)}
     side = torch.cuda.Stream()
     make = lambda size: torch.empty(size, dtype=torch.uint8, device="cuda")
     if mode == "own":
@@ -106,6 +109,11 @@ if library == "torch":
         # amso's two C functions alone, called from a C loop as PyTorch calls them (GIL released).
         out["amso's part (ns)"] = {
             stream: {label: min(amso_peers.time_torch_pairs(alloc, free, size, handle, 20000, True) for _ in range(3))
+                     for label, size in SIZES.items()}
+            for stream, handle in (("default", 0), ("own stream", side.cuda_stream))}
+        least = amso_peers.least_torch_functions()
+        out["least pool's part (ns)"] = {
+            stream: {label: min(amso_peers.time_torch_pairs(*least, size, handle, 20000, True) for _ in range(3))
                      for label, size in SIZES.items()}
             for stream, handle in (("default", 0), ("own stream", side.cuda_stream))}
 elif library == "cupy":
@@ -337,6 +345,13 @@ def markdown(report: dict) -> str:
         if figures:
             values = [ns for figure in figures for stream in figure.values() for ns in stream.values()]
             parts.append(f"- {library}: {min(values):.0f}-{max(values):.0f} ns per allocate+free pair")
+    least = _least_rows(report)
+    if least:
+        lines.append("The least pool that checks its frees (one lock, a free list per size class and a map of the blocks "
+                     "out, nothing else: `least` in `benchmarks/peers/src/hook_floor.rs`), through PyTorch's hook in the "
+                     "same processes, over the same floor (median of the rounds, and spread), and its own part from "
+                     "a C loop:")
+        lines += ["", *least, ""]
     if parts:
         lines.append("amso's own part of a pair, outside the library (its ledger and pool in Rust; torch: its two C "
                      "functions from a C loop; CuPy: `_amso._pool_pair_ns`), over every size, stream and round:")
@@ -344,6 +359,27 @@ def markdown(report: dict) -> str:
     intro = ("GPU memory held after every free (`cuMemGetInfo`), PyTorch, CuPy, Numba and RMM each allocating and "
              "freeing 256 MiB blocks, 4 rounds, no explicit flush:")
     return "\n".join(lines) + "\n" + textwrap.fill(intro, 100) + "\n\n" + "\n".join(held) + "\n"
+
+
+def _least_rows(report: dict) -> list[str]:
+    """The least pool's figures over PyTorch's floor, per stream: one line each."""
+    lines = []
+    for stream in STREAMS:
+        ratios, parts = [], []
+        for found in report["rounds"]:
+            modes = found.get("torch", {})
+            for label in SIZES:
+                try:
+                    ratios.append(modes["least"][stream][label] / modes["floor"][stream][label])
+                except (KeyError, ZeroDivisionError):
+                    pass
+            parts += list(modes.get("least pool's part (ns)", {}).get(stream, {}).values())
+        if ratios:
+            ratios.sort()
+            lines.append(f"- torch, {stream}: least pool / floor {ratios[len(ratios) // 2]:.2f} "
+                         f"({ratios[0]:.2f}-{ratios[-1]:.2f}) over every size and round; its part from a C loop "
+                         f"{min(parts):.0f}-{max(parts):.0f} ns per pair")
+    return lines
 
 
 GOALS_BEFORE_FLOORS = {"torch": 1.2, "cupy": 1.0, "rmm": 1.0}

@@ -235,3 +235,75 @@ pub(crate) extern "C" fn rmw_torch_alloc(_size: usize, _device: c_int, _stream: 
 pub(crate) extern "C" fn rmw_torch_free(_ptr: *mut c_void, _size: usize, _device: c_int, _stream: *mut c_void) {
     rmw();
 }
+
+/// The least a pool that checks its frees does for PyTorch's hook, as tight as we could write
+/// it: one lock, a stack of free blocks per power-of-two size class, and a map of the blocks out
+/// (address to class), as PyTorch's own caching allocator keeps them; no streams, no events, no
+/// statistics, no bound. A diagnostic for the pool table: what any such pool adds to the hook,
+/// against what amso's adds. Blocks are 512-byte slots of the floor's block (never touched).
+mod least {
+    use std::collections::HashMap;
+    use std::ffi::{c_int, c_void};
+    use std::hash::{BuildHasherDefault, Hasher};
+    use std::sync::atomic::Ordering;
+    use std::sync::Mutex;
+
+    /// A device address as its own hash, its low bits (always zero) mixed in.
+    #[derive(Default)]
+    struct AddressHasher(u64);
+
+    impl Hasher for AddressHasher {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, _: &[u8]) {
+            unreachable!("only addresses are hashed")
+        }
+        fn write_u64(&mut self, address: u64) {
+            self.0 = address.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    struct Pool {
+        free: [Vec<u64>; 64],
+        out: HashMap<u64, u8, BuildHasherDefault<AddressHasher>>,
+        slots: u64,
+    }
+
+    static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+
+    /// PyTorch's allocation function of the least pool.
+    #[no_mangle]
+    pub(crate) extern "C" fn least_torch_alloc(size: usize, _device: c_int, _stream: *mut c_void) -> *mut c_void {
+        let class = size.max(1).next_power_of_two().trailing_zeros() as u8;
+        let mut guard = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let pool = guard.get_or_insert_with(|| Pool {
+            free: std::array::from_fn(|_| Vec::new()),
+            out: HashMap::default(),
+            slots: 0,
+        });
+        let ptr = pool.free[usize::from(class)].pop().unwrap_or_else(|| {
+            pool.slots += 1;
+            super::BLOCK.load(Ordering::Relaxed) as u64 + 512 * (pool.slots - 1)
+        });
+        pool.out.insert(ptr, class);
+        ptr as usize as *mut c_void
+    }
+
+    /// PyTorch's free function of the least pool: a block it did not hand out is ignored.
+    #[no_mangle]
+    pub(crate) extern "C" fn least_torch_free(ptr: *mut c_void, _size: usize, _device: c_int, _stream: *mut c_void) {
+        let mut guard = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pool) = guard.as_mut() {
+            if let Some(class) = pool.out.remove(&(ptr as usize as u64)) {
+                pool.free[usize::from(class)].push(ptr as usize as u64);
+            }
+        }
+    }
+}
+
+/// `least_torch_functions()`: the addresses of the least pool's allocation and free (`least`).
+#[pyfunction]
+pub(crate) fn least_torch_functions() -> (usize, usize) {
+    (least::least_torch_alloc as *const () as usize, least::least_torch_free as *const () as usize)
+}

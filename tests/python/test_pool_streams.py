@@ -449,3 +449,41 @@ def test_eight_threads_on_their_own_streams_lose_no_block():
         print(errors, clients["torch"]["in_use"], clients["cupy"]["in_use"])
     """), timeout=240)
     assert out.strip() == "[] 0 0", out
+
+
+@gpu
+@needs("cupy")
+def test_a_streams_capture_is_seen_from_a_thread_with_no_current_context():
+    """A lend asks the driver whether its stream is being captured without making a context
+    current first (the stream names its own): from a thread where no context is current, the
+    driver answers the query for a stream another thread is capturing, and amso's lend on it
+    takes the capture path (memory from outside the capture) instead of the stream's cache."""
+    out = run(script(SPIN, """
+        import ctypes, threading
+        cp.cuda.set_allocator(amso.allocators.cupy_malloc)
+        cuda = ctypes.CDLL("libcuda.so.1")
+        s = side_stream()
+        with s:
+            x = cp.empty(4096, cp.uint8)
+        del x  # a block cached on s
+        s.begin_capture(cp.cuda.runtime.streamCaptureModeRelaxed)
+        found = {}
+        def probe():
+            context = ctypes.c_void_p(1)
+            cuda.cuCtxGetCurrent(ctypes.byref(context))
+            status, ident = ctypes.c_int(-1), ctypes.c_uint64(0)
+            code = cuda.cuStreamGetCaptureInfo_v3(ctypes.c_void_p(s.ptr), ctypes.byref(status), ctypes.byref(ident),
+                                                  None, None, None, None)
+            hits = amso.memory_info()["hits"]
+            amso._amso._pool_pair_ns(4096, s.ptr, dict(amso._amso._clients())["cupy"], 1)
+            found.update(context=context.value, code=code, status=status.value,
+                         cache_hits=amso.memory_info()["hits"] - hits)
+        thread = threading.Thread(target=probe)
+        thread.start(); thread.join()
+        s.end_capture()
+        print(found["context"], found["code"], found["status"], found["cache_hits"])
+    """))
+    context, code, status, hits = out.split()
+    assert context == "None", f"the thread had a current context: {out}"
+    assert (code, status) == ("0", "1"), f"cuStreamGetCaptureInfo from a thread without a context: {out}"
+    assert hits == "0", f"a lend on a capturing stream was served from the stream's cache: {out}"

@@ -43,7 +43,16 @@ fn driver() -> Result<&'static Driver> {
 /// The driver is loaded, or the error saying why not: what a path into cudarc checks first
 /// (device ids were checked where they entered, `DeviceId::new`).
 pub(crate) fn require() -> Result<()> {
+    if loaded_device_count().is_some() {
+        return Ok(()); // every allocation and free comes here: a read, once the driver is loaded
+    }
     driver().map(drop)
+}
+
+/// The number of devices, once the driver is loaded; None before, or without a driver (a
+/// read, for the paths every allocation takes).
+pub(crate) fn loaded_device_count() -> Option<i32> {
+    DRIVER.get()?.as_ref().ok().map(|driver| driver.device_count)
 }
 
 /// Whether a CUDA driver is loaded and sees at least one device (`DeviceId::new` asks: without

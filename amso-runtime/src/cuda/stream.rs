@@ -71,9 +71,12 @@ impl StreamHandle {
             return Ok(Checked { handle: self, capture: Capture::Idle });
         }
         // The query never blocks (a capture allows it), so it runs as the caller is: holding
-        // the GIL where CuPy's allocator holds it, with no release and retake per lend.
+        // the GIL where CuPy's allocator holds it, with no release and retake per lend. A
+        // stream handle names its own context, and the driver answers for it whatever context
+        // is current, or none (tested: test_pool_streams.py); the per-thread default stream
+        // is the current context's.
         let capture = {
-            let _ctx = Current::enter(device_id)?;
+            let _current = (self == StreamHandle::PER_THREAD).then(|| Current::enter(device_id)).transpose()?;
             // The driver dereferences handles: a made-up number is undefined behaviour here, as
             // in every CUDA library; destroyed or foreign handles are reported.
             capture::state(self).map_err(|code| capture::state_error(self, device_id, code))?

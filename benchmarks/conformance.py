@@ -122,6 +122,20 @@ def limit(consumer: str, path: str, name: str, message: str) -> str | None:
     return None
 
 
+def _tvm_data_pointer(tensor) -> int:
+    """A TVM-FFI tensor's data address, read from its own DLPack capsule (the DLTensor's `data`
+    plus `byte_offset`): TVM-FFI 0.1.12's `Tensor` has no `data_ptr()`."""
+    import ctypes
+
+    capsule = tensor._to_dlpack()  # an unconsumed "dltensor" capsule: its destructor frees it
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    managed = get(capsule, b"dltensor")  # DLManagedTensor*, whose first member is the DLTensor
+    data = ctypes.c_void_p.from_address(managed).value or 0
+    byte_offset = ctypes.c_uint64.from_address(managed + 40).value  # after data, device, ndim, dtype, shape, strides
+    return data + byte_offset
+
+
 def host_of(result, lanes: int = 1) -> tuple[np.ndarray, int]:
     """(values on the host, data pointer) of a consumer's array (of `lanes` lanes per element)."""
     module = type(result).__module__.split(".")[0]
@@ -140,8 +154,9 @@ def host_of(result, lanes: int = 1) -> tuple[np.ndarray, int]:
             import cupy
 
             shape, lane = (*result.shape, lanes), np.dtype(f"float{result.dtype.bits}")
-            memory = cupy.cuda.UnownedMemory(result.data_ptr(), int(np.prod(shape)) * lane.itemsize, result)
-            return cupy.ndarray(shape, lane, cupy.cuda.MemoryPointer(memory, 0)).get(), result.data_ptr()
+            pointer = _tvm_data_pointer(result)
+            memory = cupy.cuda.UnownedMemory(pointer, int(np.prod(shape)) * lane.itemsize, result)
+            return cupy.ndarray(shape, lane, cupy.cuda.MemoryPointer(memory, 0)).get(), pointer
         import torch
 
         return host_of(torch.from_dlpack(result))

@@ -28,6 +28,7 @@ mod address_hash;
 pub(crate) mod alloc;
 pub(crate) mod block_cache;
 pub(crate) mod capture;
+mod capture_probes;
 pub(crate) mod compile;
 pub(crate) mod context;
 pub(crate) mod deferred;

@@ -349,7 +349,7 @@ def markdown(report: dict) -> str:
     if least:
         lines.append("The least pool that checks its frees (one lock, a free list per size class and a map of the blocks "
                      "out, nothing else: `least` in `benchmarks/peers/src/hook_floor.rs`), through PyTorch's hook in the "
-                     "same processes, over the same floor (median of the rounds, and spread), and its own part from "
+                     "same processes, over the same floor (median over every size and round, and spread), and its own part from "
                      "a C loop:")
         lines += ["", *least, ""]
     if parts:

@@ -110,7 +110,15 @@ def render() -> str:
     out += [f"Every compiled class (`{amso.class_for((1, 1), 'float32').__name__}`, ...: "
             f"{len(amso.supported())} of them, `amso.supported()`) has these members:", ""]
     for name in members(amso.MemArrayBase):
-        out += member_entry(amso.MemArrayBase, name)
+        # The public attributes of NumPy's arrays the class lacks, one entry for all (which they
+        # are depends on the NumPy installed).
+        if type(inspect.getattr_static(amso.MemArrayBase, name, None)).__name__ != "_NumpyAttribute":
+            out += member_entry(amso.MemArrayBase, name)
+    out += ["### NumPy's other attributes", "",
+            "Of the public attributes of NumPy's arrays that amso's classes lack, `fill` and NumPy's `sum`, `mean`, "
+            "`T`, `reshape`, `astype`, `tolist` and the other reductions and views are answered over the host "
+            "data as `np.asarray(a).<name>` answers them; the rest raise an `AttributeError` that names "
+            "`np.asarray(a).<name>` (on device data, CuPy's and PyTorch's way).", ""]
     for module_name in MODULES:
         module = sys.modules[module_name] if module_name in sys.modules else __import__(module_name, fromlist=["_"])
         out += [f"## `{module_name}`", ""]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dis
 import itertools
 
 import numpy as np
@@ -50,6 +51,31 @@ def test_every_class_has_its_own_dlpack_method_descriptors():
     mine[1] = 2.5
     np.testing.assert_array_equal(np.from_dlpack(mine), [0, 2.5, 0, 0])
     assert mine.__dlpack_device__() == (1, 0)
+
+
+def test_method_calls_on_every_class_are_specialised():
+    """No class has an attribute hook of its own (NumPy's attributes are descriptors of the base
+    class), so CPython specialises `a.__dlpack__()` as it does NumPy's: with a hook, every
+    call looked the method up and made a bound method (`__dlpack__()` cost 137 ns against
+    NumPy's 90 in the 2026-11-30 H200 report, 81 against 96 without)."""
+    for cls in (amso._amso.MemArrayBase, *amso._amso.__amso_dispatch__.values()):
+        assert cls.__getattribute__ is object.__getattribute__ and "__getattr__" not in dir(cls), cls
+
+    def export(array):
+        return array.__dlpack__()
+
+    def load_of(function):
+        return next(i.opname for i in dis.get_instructions(function, adaptive=True) if i.argval == "__dlpack__")
+
+    for array in (np.zeros(3, np.float32), amso.MemArray(3, np.float32)):
+        for _ in range(100):
+            export(array)
+        assert load_of(export) not in GENERIC_LOADS, (type(array), load_of(export))
+        export.__code__ = export.__code__.replace()  # a fresh code object: unspecialised again
+
+
+# The attribute loads of an unspecialised (or de-specialised) method call, CPython 3.11 to 3.14.
+GENERIC_LOADS = {"LOAD_ATTR", "LOAD_METHOD", "LOAD_ATTR_ADAPTIVE", "LOAD_METHOD_ADAPTIVE"}
 
 
 def test_create_matches_numpy_zeros(case):

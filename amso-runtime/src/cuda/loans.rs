@@ -102,9 +102,18 @@ pub(crate) fn lend(
             CLIENTS[client as usize]
         )));
     }
-    let lent = lend_new(request, device_id, bytes, checked, client);
-    LENDING.with(|lending| lending.set(false));
-    lent
+    let _lending = Lending;
+    lend_new(request, device_id, bytes, checked, client)
+}
+
+/// Clears `LENDING` when dropped: after the lend, an error or a panic (which the plug-ins catch,
+/// and after which the thread lends again).
+struct Lending;
+
+impl Drop for Lending {
+    fn drop(&mut self) {
+        LENDING.with(|lending| lending.set(false));
+    }
 }
 
 /// Lend memory the stream's own cached blocks could not serve: from the pool's other blocks or

@@ -54,8 +54,8 @@ impl StreamHandle {
     /// The stream as cudarc's `CudaStream` of `device_id`'s context, borrowed: dropping it
     /// leaves the stream alone.
     pub(crate) fn borrow(self, device_id: DeviceId) -> Result<Arc<CudaStream>> {
-        // SAFETY: a special handle, amso's own stream or a caller's handle of this device
-        // (checked by `check` where it came from a caller), alive for this call.
+        // SAFETY: a special handle, amso's own stream or a caller's stream handle (asked of the
+        // driver by `check` where it came from a caller), alive for this call.
         Ok(unsafe { context(device_id)?.wrap_borrowed_stream(self.raw()) })
     }
 
@@ -64,8 +64,10 @@ impl StreamHandle {
         Stream::reported(self.0 as i64)
     }
 
-    /// Check that a handle names a live stream of `device_id`'s context, and whether it is
-    /// capturing a CUDA graph (`capture.rs`); a capturing stream is noted for deferred frees.
+    /// Whether a handle's stream is capturing a CUDA graph (`capture.rs`), asked of the driver,
+    /// which refuses a destroyed handle it can tell; a capturing stream is noted for deferred
+    /// frees. The driver answers for the stream's own context: a stream of another device than
+    /// `device_id` is not told apart.
     pub(crate) fn check(self, device_id: DeviceId) -> Result<Checked> {
         if self == StreamHandle::LEGACY {
             return Ok(Checked { handle: self, capture: Capture::Idle });

@@ -7,7 +7,7 @@ use std::ffi::c_int;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
-use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::device::{Device, DeviceId, DeviceType};
 use crate::lock::LockId;
@@ -230,11 +230,6 @@ impl MemArrayBase {
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         crate::python::views::array_ufunc(ufunc, method, inputs, kwargs)
-    }
-
-    /// NumPy's attributes amso leaves to NumPy (`a.sum()`, `a.T`, ...; see `views::numpy_attribute`).
-    fn __getattr__<'py>(slf: &Bound<'py, Self>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
-        crate::python::views::numpy_attribute(slf, name)
     }
 
     /// Unhashable, as NumPy arrays are: `==` compares values.

@@ -230,6 +230,56 @@ pub(super) fn install_operators(py: Python<'_>) -> PyResult<()> {
     Ok(())
 }
 
+/// Give this runtime copy's base class, once, a descriptor for each public attribute of
+/// NumPy's arrays it lacks (`a.sum`, `a.T`, `a.fill`, ...: `numpy_attribute` answers). Not a
+/// `__getattr__`: a class with its own attribute hook loses CPython's specialised attribute
+/// lookups and method calls, which every `a.__dlpack__()` and `a.shape` would pay. Without
+/// NumPy, nothing is installed (as for the operators).
+pub(super) fn install_numpy_attributes(py: Python<'_>) -> PyResult<()> {
+    static INSTALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if INSTALLED.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let class = <MemArrayBase as pyo3::PyTypeInfo>::type_object(py);
+    let numpy = match py.import(intern!(py, "numpy")) {
+        Ok(numpy) => numpy,
+        Err(error) if error.is_instance_of::<pyo3::exceptions::PyImportError>(py) => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    let ndarray = numpy.getattr(intern!(py, "ndarray"))?;
+    for name in ndarray.dir()? {
+        let name = name.cast_into::<pyo3::types::PyString>()?;
+        if !name.to_cow()?.starts_with('_') && !class.hasattr(&name)? {
+            class.setattr(&name, NumpyAttribute { name: name.clone().unbind() })?;
+        }
+    }
+    INSTALLED.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// A NumPy attribute an amso array leaves to NumPy, as a descriptor of the base class
+/// (`install_numpy_attributes`): the class itself gets the descriptor, an array the answer of
+/// `numpy_attribute`.
+#[pyclass(frozen, module = "amso._amso", name = "_NumpyAttribute")]
+pub struct NumpyAttribute {
+    name: Py<pyo3::types::PyString>,
+}
+
+#[pymethods]
+impl NumpyAttribute {
+    fn __get__<'py>(
+        slf: &Bound<'py, Self>,
+        instance: Option<&Bound<'py, PyAny>>,
+        _owner: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match instance.map(|object| object.cast::<MemArrayBase>()) {
+            Some(Ok(array)) => numpy_attribute(array, slf.get().name.bind(slf.py())),
+            Some(Err(error)) => Err(error.into()),
+            None => Ok(slf.clone().into_any()),
+        }
+    }
+}
+
 /// NumPy attributes an amso array answers with NumPy's own, over its host data: NumPy results,
 /// or NumPy views of the same memory (`T`, `reshape`), as `np.asarray(a).<name>` gives them.
 const FROM_NUMPY: [&str; 25] = [
@@ -237,23 +287,15 @@ const FROM_NUMPY: [&str; 25] = [
     "max", "any", "all", "prod", "std", "var", "argmin", "argmax", "cumsum", "cumprod", "clip", "round",
 ];
 
-/// `a.<name>` for a name the class lacks (`__getattr__`): NumPy's attribute of the host view for
+/// `a.<name>` for a public name of NumPy's arrays the class lacks (`NumpyAttribute`): NumPy's attribute of the host view for
 /// the names of `FROM_NUMPY`; `fill`, written under the write rules of `a[...] = v`; any other
 /// name NumPy arrays have is an `AttributeError` naming `np.asarray(a).<name>`. Always an
 /// `AttributeError` when the answer is no (`hasattr` probes stay safe), device data included.
-pub(super) fn numpy_attribute<'py>(
+fn numpy_attribute<'py>(
     slf: &Bound<'py, MemArrayBase>,
     name: &Bound<'py, pyo3::types::PyString>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = slf.py();
-    if slf.get_type().hasattr(name)? {
-        // A property of the class raised the AttributeError (`__cuda_array_interface__` of host
-        // data): its own, asked again, which says why.
-        // SAFETY: a live object and a str name; a new reference or NULL with an exception set.
-        return unsafe {
-            Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyObject_GenericGetAttr(slf.as_ptr(), name.as_ptr()))
-        };
-    }
     let text = name.to_cow()?;
     let kind = slf.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "MemArray".into());
     let missing = |advice: String| {

@@ -236,11 +236,12 @@ pub(crate) extern "C" fn rmw_torch_free(_ptr: *mut c_void, _size: usize, _device
     rmw();
 }
 
-/// The least a pool that checks its frees does for PyTorch's hook, as tight as we could write
-/// it: one lock, a stack of free blocks per power-of-two size class, and a map of the blocks out
-/// (address to class), as PyTorch's own caching allocator keeps them; no streams, no events, no
-/// statistics, no bound. A diagnostic for the pool table: what any such pool adds to the hook,
-/// against what amso's adds. Blocks are 512-byte slots of the floor's block (never touched).
+/// The least a pool that checks its frees does for PyTorch's hook: one lock, a stack of free
+/// blocks per power-of-two size class, and a map of the blocks out (address to class; PyTorch's
+/// own caching allocator keeps such a map, and its free blocks in sets sorted by size); no
+/// streams, no events, no statistics, no bound. A diagnostic for the pool table: what any such
+/// pool adds to the hook, against what amso's adds. Blocks are 512-byte slots of the floor's
+/// block (never touched).
 mod least {
     use std::collections::HashMap;
     use std::ffi::{c_int, c_void};
@@ -248,7 +249,9 @@ mod least {
     use std::sync::atomic::Ordering;
     use std::sync::Mutex;
 
-    /// A device address as its own hash, its low bits (always zero) mixed in.
+    /// A device address multiplied by a constant: its zero low bits stay zero, so blocks 512
+    /// bytes apart start their probes in one group of the map (amso's `address_hash.rs` rotates
+    /// them in; this is the hash the committed report measured).
     #[derive(Default)]
     struct AddressHasher(u64);
 

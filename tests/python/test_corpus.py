@@ -317,6 +317,8 @@ PYTHON_API = [
     ("float-of-many-elements", lambda a: float(a), TypeError, "arrays can be converted to Python scalars"),
     ("numpy-method-amso-leaves-to-numpy", lambda a: a.sort(), AttributeError, re.escape("np.asarray(a).sort()")),
     ("fill-with-two-values", lambda a: a.fill(1, 2), TypeError, r"fill\(\) takes one value"),
+    ("numpy-attribute-of-a-foreign-object", lambda a: vars(amso._amso.MemArrayBase)["sum"].__get__(object(), object),
+     TypeError, "is not an instance of 'MemArrayBase'"),
     ("ufunc-into-a-read-only-output", lambda a: np.add(a, 1, out=amso.MemArray((2, 3), np.float64, readonly=True)),
      ValueError, "read-only"),
     ("non-native-byte-order", lambda a: amso.MemArray(3, ">f8"), ValueError, "big-endian"),

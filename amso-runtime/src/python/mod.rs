@@ -100,8 +100,7 @@ fn register_class(module: &Bound<'_, PyModule>, mut registration: base::registry
         }
     };
     hot_methods::install(&class)?;
-    views::install_operators(py)?;
-    views::install_numpy_attributes(py)?;
+    views::install_numpy_habits(py)?;
     dispatch.set_item((registration.dtype().name, registration.ndim), &class)?;
     registration.module = base::registry::interned(&module.name()?.to_cow()?);
     registration.name = base::registry::interned(&class.name()?.to_cow()?);

@@ -135,7 +135,7 @@ pub(super) fn contains(slf: &Bound<'_, MemArrayBase>, value: &Bound<'_, PyAny>) 
     host_view(slf, "`value in a`", "test a host copy (value in a.to_numpy())")?.contains(value)
 }
 
-/// `__array_ufunc__`: NumPy's ufuncs (and the operators `install_operators` gives) over the
+/// `__array_ufunc__`: NumPy's ufuncs (and the operators `install_numpy_habits` gives) over the
 /// host data, as over any array-like: each amso array of this runtime among the inputs is its
 /// NumPy view, and each among the outputs (`out=`) is written in place, checked writable and
 /// borrowed for writing while NumPy runs (the lock rules of `a[...] = v`), and returned itself.
@@ -201,12 +201,19 @@ pub(super) fn array_ufunc<'py>(
     }
 }
 
-/// Give this runtime copy's base class, once, NumPy's arithmetic operators: those of
-/// `numpy.lib.mixins.NDArrayOperatorsMixin` (`a + 1`, `-a`, `abs(a)`, `a += 1`, ...), each a
-/// call of the ufunc that reaches `__array_ufunc__`; the comparisons stay amso's own
-/// (`compare`). Every generated class inherits them. Without NumPy (an extension crate's module
-/// in a Python that lacks it) there is nothing to compute with, and nothing is installed.
-pub(super) fn install_operators(py: Python<'_>) -> PyResult<()> {
+/// Give this runtime copy's base class, once, what NumPy's arrays have and amso leaves to NumPy.
+/// Every generated class inherits both.
+/// - NumPy's arithmetic operators: those of `numpy.lib.mixins.NDArrayOperatorsMixin` (`a + 1`,
+///   `-a`, `abs(a)`, `a += 1`, ...), each a call of the ufunc that reaches `__array_ufunc__`;
+///   the comparisons stay amso's own (`compare`).
+/// - A descriptor for each public attribute of NumPy's arrays the class lacks (`a.sum`, `a.T`,
+///   `a.fill`, ...: `numpy_attribute` answers). Not a `__getattr__`: a class with its own
+///   attribute hook loses CPython's specialised attribute lookups and method calls, which every
+///   `a.__dlpack__()` and `a.shape` would pay.
+///
+/// Without NumPy (an extension crate's module in a Python that lacks it) there is nothing to
+/// compute with, and nothing is installed.
+pub(super) fn install_numpy_habits(py: Python<'_>) -> PyResult<()> {
     static INSTALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if INSTALLED.load(Ordering::Acquire) {
         return Ok(());
@@ -226,27 +233,7 @@ pub(super) fn install_operators(py: Python<'_>) -> PyResult<()> {
             class.setattr(name.as_str(), function)?;
         }
     }
-    INSTALLED.store(true, Ordering::Release);
-    Ok(())
-}
-
-/// Give this runtime copy's base class, once, a descriptor for each public attribute of
-/// NumPy's arrays it lacks (`a.sum`, `a.T`, `a.fill`, ...: `numpy_attribute` answers). Not a
-/// `__getattr__`: a class with its own attribute hook loses CPython's specialised attribute
-/// lookups and method calls, which every `a.__dlpack__()` and `a.shape` would pay. Without
-/// NumPy, nothing is installed (as for the operators).
-pub(super) fn install_numpy_attributes(py: Python<'_>) -> PyResult<()> {
-    static INSTALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if INSTALLED.load(Ordering::Acquire) {
-        return Ok(());
-    }
-    let class = <MemArrayBase as pyo3::PyTypeInfo>::type_object(py);
-    let numpy = match py.import(intern!(py, "numpy")) {
-        Ok(numpy) => numpy,
-        Err(error) if error.is_instance_of::<pyo3::exceptions::PyImportError>(py) => return Ok(()),
-        Err(error) => return Err(error),
-    };
-    let ndarray = numpy.getattr(intern!(py, "ndarray"))?;
+    let ndarray = py.import(intern!(py, "numpy"))?.getattr(intern!(py, "ndarray"))?;
     for name in ndarray.dir()? {
         let name = name.cast_into::<pyo3::types::PyString>()?;
         if !name.to_cow()?.starts_with('_') && !class.hasattr(&name)? {
@@ -258,7 +245,7 @@ pub(super) fn install_numpy_attributes(py: Python<'_>) -> PyResult<()> {
 }
 
 /// A NumPy attribute an amso array leaves to NumPy, as a descriptor of the base class
-/// (`install_numpy_attributes`): the class itself gets the descriptor, an array the answer of
+/// (`install_numpy_habits`): the class itself gets the descriptor, an array the answer of
 /// `numpy_attribute`.
 #[pyclass(frozen, module = "amso._amso", name = "_NumpyAttribute")]
 pub struct NumpyAttribute {
@@ -301,7 +288,7 @@ fn numpy_attribute<'py>(
     let missing = |advice: String| {
         pyo3::exceptions::PyAttributeError::new_err(format!("'{kind}' object has no attribute '{text}'{advice}"))
     };
-    let ndarray = crate::python::npyffi::dtype::numpy(py)?.getattr(intern!(py, "ndarray"))?;
+    let ndarray = py.import(intern!(py, "numpy"))?.getattr(intern!(py, "ndarray"))?;
     if text.starts_with("__") || !ndarray.hasattr(name)? {
         return Err(missing(String::new()));
     }

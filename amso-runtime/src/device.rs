@@ -73,17 +73,25 @@ impl DeviceId {
     /// Check `id`: refused when negative, or (with a CUDA driver loaded) when this machine has
     /// no such device. Without a driver any non-negative id passes, and work on the device is
     /// refused later for want of the driver.
+    #[inline]
     pub fn new(id: i32) -> Result<DeviceId> {
+        // The common case, on every plug-in's allocation and free: a device of the loaded
+        // driver, known from one read.
+        #[cfg(feature = "cuda")]
+        if id >= 0 && crate::cuda::driver::loaded_device_count().is_some_and(|count| id < count) {
+            return Ok(DeviceId(id));
+        }
+        DeviceId::checked(id)
+    }
+
+    /// `new` beyond its common case.
+    #[cold]
+    fn checked(id: i32) -> Result<DeviceId> {
         if id < 0 {
             return Err(Error::InvalidArgument(format!("device_id must be >= 0, got {id}")));
         }
         #[cfg(feature = "cuda")]
         {
-            // The common case, on every plug-in's allocation and free: a device of the loaded
-            // driver, known from one read.
-            if crate::cuda::driver::loaded_device_count().is_some_and(|count| id < count) {
-                return Ok(DeviceId(id));
-            }
             if crate::cuda::driver::is_available() {
                 crate::cuda::driver::check_device(id)?;
             }

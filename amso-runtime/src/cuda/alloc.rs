@@ -433,6 +433,7 @@ pub(crate) fn add_capture_probe(probe: CaptureProbe) {
 
 /// Whether a capture any copy of the runtime has seen is in progress, which holds every
 /// deferred free.
+#[inline]
 fn capturing() -> bool {
     capture::in_progress(None) || CAPTURE_PROBES.any()
 }
@@ -495,6 +496,7 @@ pub(crate) fn allocate_for(
 
 /// Whether a free ordered on a stream may go back to amso's pool now: no `defer_cleanup` block
 /// or capture holds the frees.
+#[inline]
 pub(crate) fn frees_run_now() -> bool {
     !DEFERRED.holding() && !capturing()
 }

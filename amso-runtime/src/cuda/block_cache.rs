@@ -154,9 +154,69 @@ pub(crate) struct Returned {
     pub(crate) lasting: bool,
 }
 
+/// The shelves of a cache by stream: a list, its index, and the shelf used last, which a
+/// stream's run of allocations and frees finds without hashing.
+struct Shelves<F> {
+    list: Vec<(u64, Shelf<F>)>,
+    index: HashMap<u64, usize, BuildAddressHasher>,
+    recent: usize,
+}
+
+impl<F> Shelves<F> {
+    fn new() -> Shelves<F> {
+        Shelves { list: Vec::new(), index: HashMap::default(), recent: 0 }
+    }
+
+    /// The position of `stream`'s shelf.
+    #[inline]
+    fn position(&mut self, stream: u64) -> Option<usize> {
+        if self.list.get(self.recent).is_some_and(|(s, _)| *s == stream) {
+            return Some(self.recent);
+        }
+        let at = *self.index.get(&stream)?;
+        self.recent = at;
+        Some(at)
+    }
+
+    fn get_mut(&mut self, stream: u64) -> Option<&mut Shelf<F>> {
+        let at = self.position(stream)?;
+        Some(&mut self.list[at].1)
+    }
+
+    /// `stream`'s shelf, made (`lasting` as given) if it has none.
+    fn get_or_insert(&mut self, stream: u64, lasting: bool) -> &mut Shelf<F> {
+        let at = match self.position(stream) {
+            Some(at) => at,
+            None => {
+                self.list.push((stream, Shelf::new(lasting)));
+                let at = self.list.len() - 1;
+                self.index.insert(stream, at);
+                self.recent = at;
+                at
+            }
+        };
+        &mut self.list[at].1
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, &Shelf<F>)> {
+        self.list.iter().map(|(stream, shelf)| (*stream, shelf))
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Shelf<F>)> {
+        self.list.iter_mut().map(|(stream, shelf)| (*stream, shelf))
+    }
+
+    /// Keep the shelves `keep` selects.
+    fn retain(&mut self, keep: impl Fn(&Shelf<F>) -> bool) {
+        self.list.retain(|(_, shelf)| keep(shelf));
+        self.index = self.list.iter().enumerate().map(|(at, (stream, _))| (*stream, at)).collect();
+        self.recent = 0;
+    }
+}
+
 /// The free blocks of one device.
 pub(crate) struct BlockCache<F> {
-    shelves: HashMap<u64, Shelf<F>, BuildAddressHasher>,
+    shelves: Shelves<F>,
     /// Free large blocks by address (for merging neighbours).
     large: SortedMap<u64, LargeFree>,
     /// Large driver allocations, by base address: their sizes.
@@ -171,7 +231,7 @@ impl<F> BlockCache<F> {
     /// An empty cache holding at most `limit` bytes.
     pub(crate) fn new(limit: usize) -> BlockCache<F> {
         BlockCache {
-            shelves: HashMap::default(),
+            shelves: Shelves::new(),
             large: SortedMap::default(),
             segments: BTreeMap::new(),
             bytes: 0,
@@ -199,7 +259,7 @@ impl<F> BlockCache<F> {
     /// A block of `size` (from `block_size`) for work on `stream`, from that stream's own free
     /// blocks: no driver call. Counts a hit; a miss is counted by `count_miss`.
     pub(crate) fn take_own(&mut self, size: usize, stream: u64) -> Option<u64> {
-        let shelf = self.shelves.get_mut(&stream)?;
+        let shelf = self.shelves.get_mut(stream)?;
         let ptr = if size <= SMALL_BLOCK {
             shelf.small[class_slot(size)].pop_back()?.0
         } else {
@@ -218,7 +278,7 @@ impl<F> BlockCache<F> {
     /// has passed; records fences (through `fences`) where none covers a block yet.
     pub(crate) fn take_other(&mut self, size: usize, stream: u64, fences: &mut impl Fences<Fence = F>) -> Option<u64> {
         let mut best: Option<(usize, u64, u64)> = None; // (size, address, its stream)
-        for (&other, shelf) in self.shelves.iter_mut().filter(|(&s, shelf)| s != stream && shelf.lasting) {
+        for (other, shelf) in self.shelves.iter_mut().filter(|(s, shelf)| *s != stream && shelf.lasting) {
             let has_fit = if size <= SMALL_BLOCK {
                 !shelf.small[class_slot(size)].is_empty()
             } else {
@@ -243,7 +303,7 @@ impl<F> BlockCache<F> {
             }
         }
         let (found, ptr, other) = best?;
-        let shelf = self.shelves.get_mut(&other).expect("found above");
+        let shelf = self.shelves.get_mut(other).expect("found above");
         if size <= SMALL_BLOCK {
             shelf.small[class_slot(size)].pop_front();
         } else {
@@ -264,7 +324,7 @@ impl<F> BlockCache<F> {
             let rest = LargeFree { size: found - size, ..free };
             let rest_ptr = ptr + size as u64;
             self.large.insert(rest_ptr, rest);
-            if let Some(shelf) = self.shelves.get_mut(&free.stream) {
+            if let Some(shelf) = self.shelves.get_mut(free.stream) {
                 shelf.large.insert((rest.size, rest_ptr), ());
             }
             self.counts.splits += 1;
@@ -304,7 +364,7 @@ impl<F> BlockCache<F> {
                 self.counts.evictions += 1;
                 return Some(returned);
             }
-            let shelf = self.shelves.entry(stream).or_insert_with(|| Shelf::new(lasting));
+            let shelf = self.shelves.get_or_insert(stream, lasting);
             shelf.small[class_slot(size)].push_back((ptr, serial));
             shelf.newest = serial;
             self.bytes += size;
@@ -314,25 +374,26 @@ impl<F> BlockCache<F> {
         let segment = self.segment_of(ptr);
         let same =
             |free: &LargeFree, at: u64, this: &BlockCache<F>| free.stream == stream && this.segment_of(at) == segment;
-        let shelf_removals = {
-            let mut removed = Vec::new();
+        let mut shelf_removals = Vec::new();
+        // A whole segment has no neighbours to merge with (the common case: a request the
+        // driver served, given back whole): its neighbours are not looked for.
+        if segment != Some((ptr, size)) {
             if let Some(&next) = self.large.get(&(ptr + size as u64)) {
                 if same(&next, ptr + size as u64, self) {
-                    removed.push((next.size, ptr + size as u64));
+                    shelf_removals.push((next.size, ptr + size as u64));
                     merged.size += next.size;
                 }
             }
             if let Some((&prev_ptr, &prev)) = self.large.range(..ptr).next_back() {
                 if prev_ptr + prev.size as u64 == ptr && same(&prev, prev_ptr, self) {
-                    removed.push((prev.size, prev_ptr));
+                    shelf_removals.push((prev.size, prev_ptr));
                     merged.size += prev.size;
                     merged.serial = merged.serial.max(prev.serial);
                     start = prev_ptr;
                 }
             }
-            removed
-        };
-        let shelf = self.shelves.entry(stream).or_insert_with(|| Shelf::new(lasting));
+        }
+        let shelf = self.shelves.get_or_insert(stream, lasting);
         for (removed_size, removed_ptr) in shelf_removals {
             shelf.large.remove(&(removed_size, removed_ptr));
             self.large.remove(&removed_ptr);
@@ -364,7 +425,7 @@ impl<F> BlockCache<F> {
     /// of segments still partly in use stay cached.
     pub(crate) fn drain(&mut self, synchronised: u64, fences: &mut impl Fences<Fence = F>) -> Vec<u64> {
         let mut returned = Vec::new();
-        for shelf in self.shelves.values_mut() {
+        for (_, shelf) in self.shelves.iter_mut() {
             for (slot, blocks) in shelf.small.iter_mut().enumerate() {
                 while blocks.front().is_some_and(|&(_, serial)| serial <= synchronised) {
                     let (ptr, _) = blocks.pop_front().expect("checked above");
@@ -388,7 +449,7 @@ impl<F> BlockCache<F> {
             }
             for (part, block) in parts {
                 self.large.remove(&part);
-                if let Some(shelf) = self.shelves.get_mut(&block.stream) {
+                if let Some(shelf) = self.shelves.get_mut(block.stream) {
                     shelf.large.remove(&(block.size, part));
                 }
             }
@@ -396,14 +457,14 @@ impl<F> BlockCache<F> {
             self.bytes -= size;
             returned.push(base);
         }
-        self.shelves.retain(|_, shelf| shelf.lasting || !shelf.is_empty());
+        self.shelves.retain(|shelf| shelf.lasting || !shelf.is_empty());
         returned
     }
 
     /// The cached blocks by stream and size class.
     pub(crate) fn report(&self) -> Vec<Shelved> {
         let mut rows: BTreeMap<(u64, usize), Shelved> = BTreeMap::new();
-        for (&stream, shelf) in &self.shelves {
+        for (stream, shelf) in self.shelves.iter() {
             let waiting_above = shelf.ready_upto;
             let waiting_upto = shelf.pending.as_ref().map_or(0, |(_, covers)| *covers);
             let waiting = |serial: u64| serial > waiting_above && serial <= waiting_upto;

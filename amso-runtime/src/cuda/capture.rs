@@ -52,6 +52,15 @@ pub(crate) fn state(stream: StreamHandle) -> std::result::Result<Capture, sys::C
     if stream == StreamHandle::LEGACY {
         return Ok(Capture::Idle);
     }
+    // Every lend on a stream asks: the common answer comes from the lighter query (on the H200,
+    // 15 ns against 18 to 33 for the one that also gives the capture's id).
+    // SAFETY: the handle is the caller's stream (see `StreamHandle::check`).
+    match unsafe { cudarc::driver::result::stream::is_capturing(stream.raw()) } {
+        Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE) => return Ok(Capture::Idle),
+        Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE) => {}
+        Ok(_) => return Err(sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED),
+        Err(error) => return Err(error.0),
+    }
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     let mut id: sys::cuuint64_t = 0;
     // Raw: cudarc's `capture_status` needs a borrowed `CudaStream` (an allocation and a
@@ -176,11 +185,22 @@ pub(crate) fn note(device_id: DeviceId, stream: StreamHandle, id: u64) -> crate:
     Ok(())
 }
 
-/// Whether a capture amso saw on `device_id` (any device: None) is still in progress.
+/// Whether a capture amso saw on `device_id` (any device: None) is still in progress: every
+/// free asks, and with no capture seen the answer is one read.
+#[inline]
 pub(crate) fn in_progress(device_id: Option<DeviceId>) -> bool {
-    if WATCHING.load(Ordering::Acquire) == 0 {
-        return false;
-    }
+    watching() && still_in_progress(device_id)
+}
+
+/// Whether this copy has seen a capture that may still be in progress.
+#[inline]
+pub(crate) fn watching() -> bool {
+    WATCHING.load(Ordering::Acquire) != 0
+}
+
+/// `in_progress` once a capture was seen: asked of the driver.
+#[cold]
+fn still_in_progress(device_id: Option<DeviceId>) -> bool {
     // The sentinels' lock is held across driver calls here and in `note`: it is only ever
     // taken with the GIL released, so no Python thread waits for it holding the GIL.
     crate::gil::released(|| {

@@ -45,6 +45,7 @@ impl Probes {
     }
 
     /// Whether any probe answers yes.
+    #[inline]
     pub(crate) fn any(&self) -> bool {
         let published = self.published.load(Ordering::Acquire);
         for slot in &self.slots[..published] {

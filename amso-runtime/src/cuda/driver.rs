@@ -42,6 +42,7 @@ fn driver() -> Result<&'static Driver> {
 
 /// The driver is loaded, or the error saying why not: what a path into cudarc checks first
 /// (device ids were checked where they entered, `DeviceId::new`).
+#[inline]
 pub(crate) fn require() -> Result<()> {
     if loaded_device_count().is_some() {
         return Ok(()); // every allocation and free comes here: a read, once the driver is loaded
@@ -51,6 +52,7 @@ pub(crate) fn require() -> Result<()> {
 
 /// The number of devices, once the driver is loaded; None before, or without a driver (a
 /// read, for the paths every allocation takes).
+#[inline]
 pub(crate) fn loaded_device_count() -> Option<i32> {
     DRIVER.get()?.as_ref().ok().map(|driver| driver.device_count)
 }

@@ -3,9 +3,7 @@
 //! give-back (`loans.rs`), each take that one lock: the bytes in use and the allocations served
 //! by client, and the pool's blocks lent to other libraries, by address.
 
-use std::collections::HashMap;
-
-use super::address_hash::BuildAddressHasher;
+use super::address_map::AddressMap;
 use super::request::{Client, CLIENTS};
 use crate::stream::Stream;
 
@@ -28,7 +26,7 @@ const SERIAL_TAG: u64 = 1 << 63;
 /// One device's figures and loans.
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
-    loans: HashMap<u64, Lent, BuildAddressHasher>,
+    loans: AddressMap<Lent>,
     next_serial: u64,
     in_use: [usize; CLIENTS.len()],
     allocations: [u64; CLIENTS.len()],
@@ -53,18 +51,12 @@ impl Ledger {
     pub(crate) fn lend(&mut self, ptr: u64, bytes: usize, client: Client, stream: Stream) -> Option<u64> {
         self.next_serial += 1;
         let serial = SERIAL_TAG | self.next_serial;
-        match self.loans.entry(ptr) {
-            std::collections::hash_map::Entry::Occupied(_) => None,
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(Lent { bytes, client, stream, serial });
-                Some(serial)
-            }
-        }
+        self.loans.insert(ptr, Lent { bytes, client, stream, serial }).then_some(serial)
     }
 
     /// Whether `ptr` is lent.
     pub(crate) fn holds(&self, ptr: u64) -> bool {
-        self.loans.contains_key(&ptr)
+        self.loans.contains(ptr)
     }
 
     /// Take the loan of `ptr` out of the ledger with one lookup, unless `decide`, shown the
@@ -74,15 +66,12 @@ impl Ledger {
         ptr: u64,
         decide: impl FnOnce(&Lent) -> Result<D, E>,
     ) -> Option<Result<(Lent, D), E>> {
-        let std::collections::hash_map::Entry::Occupied(entry) = self.loans.entry(ptr) else { return None };
-        Some(decide(entry.get()).map(|decided| (entry.remove(), decided)))
+        self.loans.remove_unless(ptr, decide)
     }
 
     /// Take every loan of `client` out of the ledger.
     pub(crate) fn take_client(&mut self, client: Client) -> Vec<(u64, Lent)> {
-        let taken: Vec<u64> =
-            self.loans.iter().filter(|(_, lent)| lent.client == client).map(|(&ptr, _)| ptr).collect();
-        taken.into_iter().filter_map(|ptr| Some((ptr, self.loans.remove(&ptr)?))).collect()
+        self.loans.remove_where(|lent| lent.client == client)
     }
 
     /// Bytes in use and allocations served, by client.

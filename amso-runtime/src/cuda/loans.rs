@@ -282,8 +282,8 @@ fn after(client: Client, named: Option<Stream>, lent: Stream) -> After {
         Client::Numba => After::Barrier,
         _ => After::Stream(
             named
-                .and_then(|stream| StreamHandle::of(stream).ok())
-                .unwrap_or_else(|| StreamHandle::of(lent).unwrap_or(StreamHandle::LEGACY)),
+                .and_then(StreamHandle::of_value)
+                .unwrap_or_else(|| StreamHandle::of_value(lent).unwrap_or(StreamHandle::LEGACY)),
         ),
     }
 }

@@ -25,6 +25,7 @@
 
 pub(crate) mod add_index;
 mod address_hash;
+mod address_map;
 pub(crate) mod alloc;
 pub(crate) mod block_cache;
 pub(crate) mod capture;

@@ -534,5 +534,8 @@ unsafe extern "C" fn own_shelves(device_id: DeviceId, out: *mut Shelved, capacit
 
 /// This copy's answer to the pool's "is a capture in progress?" (`add_capture_probe`).
 extern "C" fn capture_probe() -> c_int {
+    if !super::capture::watching() {
+        return 0; // every free asks: one read when this copy saw no capture
+    }
     guarded(1, || super::capture::in_progress(None) as c_int) // a panic counts as capturing: frees wait
 }

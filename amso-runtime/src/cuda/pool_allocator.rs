@@ -103,9 +103,23 @@ pub(crate) struct PoolReport {
 }
 
 impl PoolAllocator {
-    /// The cache of `device_id`; None for a device the driver does not list.
+    /// The cache of `device_id`, locked; None for a device the driver does not list. Every
+    /// allocation and free comes here: once the cache is bounded, a read and the lock.
+    #[inline]
     fn device(&self, device_id: DeviceId) -> Option<MutexGuard<'_, DeviceCache>> {
-        let devices = self.devices.get_or_init(|| {
+        let devices = self.devices.get().map_or_else(|| self.made_devices(), Vec::as_slice);
+        let slot = devices.get(device_id.index())?;
+        let guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.bounded {
+            return Some(guard);
+        }
+        Some(self.bound(device_id, slot, guard))
+    }
+
+    /// The caches, made at the first request.
+    #[cold]
+    fn made_devices(&self) -> &[Mutex<DeviceCache>] {
+        self.devices.get_or_init(|| {
             let count = super::driver::device_count().unwrap_or(0);
             (0..count)
                 .map(|_| {
@@ -118,19 +132,24 @@ impl PoolAllocator {
                     })
                 })
                 .collect()
-        });
-        let slot = devices.get(device_id.index())?;
+        })
+    }
+
+    /// Bound the cache of `device_id` (its lock released meanwhile: the device's memory is asked
+    /// of the driver, with the GIL released, at most once, before); the lock taken again.
+    #[cold]
+    fn bound<'a>(
+        &self,
+        device_id: DeviceId,
+        slot: &'a Mutex<DeviceCache>,
+        guard: MutexGuard<'a, DeviceCache>,
+    ) -> MutexGuard<'a, DeviceCache> {
+        drop(guard);
+        let limit = self.limit_for(device_id);
         let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
-        if !guard.bounded {
-            // The device's memory is asked of the driver (with the GIL released) at most once,
-            // before: here it is a read.
-            drop(guard);
-            let limit = self.limit_for(device_id);
-            guard = slot.lock().unwrap_or_else(|e| e.into_inner());
-            guard.cache.set_limit(limit);
-            guard.bounded = true;
-        }
-        Some(guard)
+        guard.cache.set_limit(limit);
+        guard.bounded = true;
+        guard
     }
 
     fn limit_for(&self, device_id: DeviceId) -> usize {
@@ -336,7 +355,7 @@ impl PoolAllocator {
         lasting: bool,
         client: Client,
     ) {
-        let Ok(size) = block_size(bytes) else { return };
+        let Some(size) = block_cache::block_size(bytes) else { return };
         let returned = match self.device(device_id) {
             Some(mut device) => {
                 device.ledger.freed(client, bytes);
@@ -359,7 +378,7 @@ impl PoolAllocator {
         stream: StreamHandle,
         client: Client,
     ) -> Option<Result<(u64, u64)>> {
-        let size = block_size(bytes).ok()?;
+        let size = block_cache::block_size(bytes)?;
         let mut device = self.device(device_id)?;
         let ptr = device.take_own(size, bytes, stream, client)?;
         Some(match device.ledger.lend(ptr, bytes, client, stream.stream()) {
@@ -403,13 +422,10 @@ impl PoolAllocator {
             Err(refusal) => return Some(Err(refusal)),
         };
         let Some((stream, lasting)) = decided else { return Some(Ok(Some(lent))) };
-        let returned = match block_size(lent.bytes) {
-            Ok(size) => {
-                device.ledger.freed(lent.client, lent.bytes);
-                device.cache.give(ptr, size, stream.raw() as u64, lasting)
-            }
-            Err(_) => None,
-        };
+        let returned = block_cache::block_size(lent.bytes).and_then(|size| {
+            device.ledger.freed(lent.client, lent.bytes);
+            device.cache.give(ptr, size, stream.raw() as u64, lasting)
+        });
         drop(device);
         if let Some(returned) = returned {
             self.return_to_driver(device_id, returned);
@@ -509,4 +525,67 @@ impl DeviceAllocator for PoolAllocator {
 pub(crate) fn default_pool() -> &'static PoolAllocator {
     static POOL: OnceLock<PoolAllocator> = OnceLock::new();
     POOL.get_or_init(PoolAllocator::default)
+}
+
+#[cfg(test)]
+mod locked_cost {
+    use super::*;
+    use crate::stream::Stream;
+
+    #[inline(never)]
+    fn pair(cache: &mut BlockCache<()>, ledger: &mut Ledger, (bytes, size): (usize, usize), stream: u64) {
+        let ptr = cache.take_own(size, stream).unwrap();
+        ledger.allocated(Client::Torch, bytes);
+        let serial = ledger.lend(ptr, bytes, Client::Torch, Stream::reported(stream as i64)).unwrap();
+        let (lent, ()) =
+            ledger.take_if(ptr, |lent| if lent.serial == serial { Ok(()) } else { Err(()) }).unwrap().unwrap();
+        ledger.freed(lent.client, lent.bytes);
+        assert!(cache.give(ptr, size, stream, true).is_none());
+    }
+
+    #[inline(never)]
+    fn cache_pair(cache: &mut BlockCache<()>, size: usize, stream: u64) {
+        let ptr = cache.take_own(size, stream).unwrap();
+        assert!(cache.give(ptr, size, stream, true).is_none());
+    }
+
+    #[inline(never)]
+    fn ledger_pair(ledger: &mut Ledger, ptr: u64, stream: u64) {
+        let serial = ledger.lend(ptr, 4096, Client::Torch, Stream::reported(stream as i64)).unwrap();
+        let _ = ledger.take_if(ptr, |lent| if lent.serial == serial { Ok(()) } else { Err(()) }).unwrap().unwrap();
+    }
+
+    /// The locked part of a lend and its give-back, timed (`cargo test --release -- --ignored`;
+    /// `AMSO_PAIRS` sets the count, for callgrind).
+    #[test]
+    #[ignore]
+    fn locked_pair_ns() {
+        let n: u64 = std::env::var("AMSO_PAIRS").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000_000);
+        for &(bytes, stream) in &[(65536usize, 7u64), (256 << 20, 7u64)] {
+            let mut cache = BlockCache::<()>::new(usize::MAX);
+            let mut ledger = Ledger::default();
+            let size = block_size(bytes).unwrap();
+            cache.add_segment(0x7000_0000_0000, size);
+            assert!(cache.give(0x7000_0000_0000, size, stream, true).is_none());
+            for i in 0..64u64 {
+                let _ = ledger.lend(0x1000_0000 + i * 4096, 512, Client::Torch, Stream::reported(9));
+            }
+            let start = std::time::Instant::now();
+            for _ in 0..n {
+                pair(&mut cache, &mut ledger, (bytes, size), stream);
+            }
+            let whole = start.elapsed().as_nanos() as f64 / n as f64;
+            let start = std::time::Instant::now();
+            for _ in 0..n {
+                cache_pair(&mut cache, size, stream);
+            }
+            let cache_only = start.elapsed().as_nanos() as f64 / n as f64;
+            let start = std::time::Instant::now();
+            for i in 0..n {
+                ledger_pair(&mut ledger, 0x7000_0000_0000 + (i & 1) * 65536, stream);
+            }
+            let ledger_only = start.elapsed().as_nanos() as f64 / n as f64;
+            eprintln!("{bytes} bytes: {whole:.1} ns per pair; cache {cache_only:.1}, ledger {ledger_only:.1}");
+        }
+    }
 }

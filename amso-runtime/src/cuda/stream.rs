@@ -31,13 +31,22 @@ impl StreamHandle {
     /// `__cuda_array_interface__`): 0 and 1 the legacy default stream, 2 the per-thread
     /// default stream, anything larger a `cudaStream_t` / `CUstream` handle.
     pub(crate) fn of(stream: Stream) -> Result<StreamHandle> {
+        StreamHandle::of_value(stream).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "stream {} is not a CUDA stream; pass 0 or 1 (legacy default), 2 (per-thread default) or a stream handle",
+                stream.protocol_value()
+            ))
+        })
+    }
+
+    /// `of` without the error (the pool's give-backs, which fall back to the loan's stream).
+    #[inline]
+    pub(crate) fn of_value(stream: Stream) -> Option<StreamHandle> {
         match stream.protocol_value() {
-            0 | 1 => Ok(StreamHandle::LEGACY),
-            2 => Ok(StreamHandle::PER_THREAD),
-            v if v > 2 => Ok(StreamHandle(v as usize)),
-            v => Err(Error::InvalidArgument(format!(
-                "stream {v} is not a CUDA stream; pass 0 or 1 (legacy default), 2 (per-thread default) or a stream handle"
-            ))),
+            0 | 1 => Some(StreamHandle::LEGACY),
+            2 => Some(StreamHandle::PER_THREAD),
+            v if v > 2 => Some(StreamHandle(v as usize)),
+            _ => None,
         }
     }
 

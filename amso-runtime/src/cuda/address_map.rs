@@ -1,0 +1,209 @@
+//! A map from device addresses (never 0) to small records, for the pool's ledger of loans
+//! (`lent.rs`): every lend inserts and every give-back removes, so both are one short probe.
+//! Open addressing with linear probing over a power-of-two table kept at most a quarter full, and
+//! removal by shifting the following entries back (no tombstones, so a table churned by
+//! millions of lends stays as short to probe as a fresh one). A general hash map (hashbrown)
+//! costs about twice as much per insert and remove here (`locked_cost` in `pool_allocator.rs`).
+//! The keys come from the driver and from amso, not from a caller who could choose them to
+//! collide.
+
+/// The smallest table.
+const SMALLEST: usize = 16;
+
+/// Records of `V` by address.
+#[derive(Debug)]
+pub(crate) struct AddressMap<V> {
+    /// The addresses, 0 for an empty slot.
+    keys: Vec<u64>,
+    values: Vec<Option<V>>,
+    /// 64 minus log2 of the table's size: a hash's top bits index it.
+    shift: u32,
+    len: usize,
+}
+
+impl<V> Default for AddressMap<V> {
+    fn default() -> AddressMap<V> {
+        AddressMap { keys: Vec::new(), values: Vec::new(), shift: 64, len: 0 }
+    }
+}
+
+impl<V> AddressMap<V> {
+    /// The slot an address is looked for from (Fibonacci hashing: the product's top bits mix
+    /// every bit of the address, aligned low zeros included).
+    #[inline]
+    fn home(&self, key: u64) -> usize {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+    }
+
+    #[inline]
+    fn mask(&self) -> usize {
+        self.keys.len().wrapping_sub(1)
+    }
+
+    /// The slot holding `key`.
+    #[inline]
+    fn find(&self, key: u64) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let mask = self.mask();
+        let mut slot = self.home(key);
+        loop {
+            match self.keys[slot] {
+                k if k == key => return Some(slot),
+                0 => return None,
+                _ => slot = (slot + 1) & mask,
+            }
+        }
+    }
+
+    /// Insert `value` at `key` (non-zero) unless the key is present: whether it was inserted.
+    pub(crate) fn insert(&mut self, key: u64, value: V) -> bool {
+        debug_assert_ne!(key, 0, "address 0 is never lent");
+        if (self.len + 1) * 4 > self.keys.len() {
+            self.grow();
+        }
+        let mask = self.mask();
+        let mut slot = self.home(key);
+        loop {
+            match self.keys[slot] {
+                0 => {
+                    self.keys[slot] = key;
+                    self.values[slot] = Some(value);
+                    self.len += 1;
+                    return true;
+                }
+                k if k == key => return false,
+                _ => slot = (slot + 1) & mask,
+            }
+        }
+    }
+
+    /// The record at `key`.
+    #[cfg(test)]
+    pub(crate) fn get(&self, key: u64) -> Option<&V> {
+        self.find(key).and_then(|slot| self.values[slot].as_ref())
+    }
+
+    /// Whether `key` is present.
+    pub(crate) fn contains(&self, key: u64) -> bool {
+        self.find(key).is_some()
+    }
+
+    /// Remove and return the record at `key`.
+    pub(crate) fn remove(&mut self, key: u64) -> Option<V> {
+        let slot = self.find(key)?;
+        Some(self.remove_slot(slot))
+    }
+
+    /// Remove the record at `key` unless `keep`, shown it, says to keep it (an error: the record
+    /// stays); None when `key` is absent. One lookup.
+    pub(crate) fn remove_unless<D, E>(
+        &mut self,
+        key: u64,
+        keep: impl FnOnce(&V) -> Result<D, E>,
+    ) -> Option<Result<(V, D), E>> {
+        let slot = self.find(key)?;
+        let decided = keep(self.values[slot].as_ref().expect("an occupied slot holds a record"));
+        Some(decided.map(|decided| (self.remove_slot(slot), decided)))
+    }
+
+    /// Empty `slot` and shift back every following entry of its run that may move there (one
+    /// whose home is not between the hole and its slot), so that no lookup meets a gap early.
+    fn remove_slot(&mut self, mut hole: usize) -> V {
+        let mask = self.mask();
+        let removed = self.values[hole].take().expect("an occupied slot holds a record");
+        let mut next = hole;
+        loop {
+            next = (next + 1) & mask;
+            let key = self.keys[next];
+            if key == 0 {
+                break;
+            }
+            let home = self.home(key);
+            // Distances back from `next`: its home's, and the hole's. The entry may fill the
+            // hole when its home is no nearer to it than the hole is.
+            if next.wrapping_sub(home) & mask >= next.wrapping_sub(hole) & mask {
+                self.keys[hole] = key;
+                self.values[hole] = self.values[next].take();
+                hole = next;
+            }
+        }
+        self.keys[hole] = 0;
+        self.len -= 1;
+        removed
+    }
+
+    /// The addresses whose records `pick` selects, removed with their records.
+    pub(crate) fn remove_where(&mut self, mut pick: impl FnMut(&V) -> bool) -> Vec<(u64, V)> {
+        let keys: Vec<u64> = (0..self.keys.len())
+            .filter(|&slot| self.values[slot].as_ref().is_some_and(&mut pick))
+            .map(|slot| self.keys[slot])
+            .collect();
+        keys.into_iter().filter_map(|key| Some((key, self.remove(key)?))).collect()
+    }
+
+    /// How many records it holds.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn grow(&mut self) {
+        let size = (self.keys.len() * 2).max(SMALLEST);
+        let keys = std::mem::replace(&mut self.keys, vec![0; size]);
+        let values = std::mem::replace(&mut self.values, std::iter::repeat_with(|| None).take(size).collect());
+        self.shift = 64 - size.trailing_zeros();
+        self.len = 0;
+        for (key, value) in keys.into_iter().zip(values) {
+            if let Some(value) = value {
+                self.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::AddressMap;
+
+    #[test]
+    fn agrees_with_a_hash_map_over_a_million_random_operations() {
+        let (mut map, mut reference) = (AddressMap::default(), HashMap::new());
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for step in 0..1_000_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Aligned addresses over a few pages, so that runs collide and wrap the table.
+            let key = (x % 3000 + 1) * 512;
+            match x >> 62 {
+                0 | 1 => {
+                    let fresh = !reference.contains_key(&key);
+                    if fresh {
+                        reference.insert(key, step);
+                    }
+                    assert_eq!(map.insert(key, step), fresh, "insert {key:#x}");
+                }
+                2 => assert_eq!(map.remove(key), reference.remove(&key), "remove {key:#x}"),
+                _ => assert_eq!(map.get(key), reference.get(&key), "get {key:#x}"),
+            }
+            assert_eq!(map.len(), reference.len());
+        }
+        let odd = map.remove_where(|step| step % 2 == 1);
+        assert!(odd.iter().all(|(key, step)| reference.remove(key) == Some(*step)));
+        assert!(reference.iter().all(|(&key, step)| map.get(key) == Some(step)), "the even ones stay");
+    }
+
+    #[test]
+    fn an_empty_map_finds_nothing() {
+        let mut map = AddressMap::<u8>::default();
+        assert!(!map.contains(0x1000));
+        assert_eq!(map.remove(0x1000), None);
+        assert!(map.insert(0x1000, 1));
+        assert!(!map.insert(0x1000, 2), "a present key is not replaced");
+        assert_eq!(map.get(0x1000), Some(&1));
+    }
+}

@@ -364,11 +364,45 @@ def test_from_vec2_matches_rust_numpys(rows):
     out, theirs = peers.from_vec2(rows), peers.numpy_from_vec2(rows)
     assert out.shape == theirs.shape and out.dtype == theirs.dtype == np.float64
     np.testing.assert_array_equal(out, theirs)
-    # The NumPy array holds amso's buffer (its base), and is writable.
-    assert out.base is not None and out.flags.writeable
-    out[...] = 0.0
+    # NewArray's: NumPy allocated it and owns it, as rust-numpy's; writable.
+    assert out.base is None and out.flags.owndata and out.flags.writeable
+    # MemArray's: the NumPy array holds amso's buffer (its base).
+    owned = peers.memarray_from_vec2(rows)
+    np.testing.assert_array_equal(owned, theirs)
+    assert owned.base is not None and owned.flags.writeable
+    owned[...] = 0.0
     gc.collect()
-    assert not out.any()
+    assert not owned.any()
+
+
+def _like(framework):
+    if framework == "numpy":
+        return np.zeros(1)
+    if framework == "amso":
+        return amso.asarray(np.zeros(1))
+    torch = pytest.importorskip("torch")
+    return torch.zeros(1, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("framework", ["numpy", "amso", "torch"])
+def test_new_arrays_from_nested_lists_and_resized_come_in_the_callers_framework(framework):
+    like = _like(framework)
+    rows = [[1.5, 2.0, 3.0], [3.0, -4.0, 0.25]]
+    out = peers.from_vec2_like(like, rows)
+    assert type(out).__module__.split(".")[0] == type(like).__module__.split(".")[0], type(out)
+    np.testing.assert_array_equal(np.asarray(out), np.array(rows))
+    planes = [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]
+    np.testing.assert_array_equal(np.asarray(peers.from_vec3_like(like, planes)), np.array(planes))
+    for to in ([4, 5], [1, 2], [0, 3]):
+        reference = np.array(rows)
+        reference.resize(to, refcheck=False)  # NumPy's: C order kept, new elements zero
+        resized = peers.resized_like(like, rows, to)
+        assert tuple(resized.shape) == tuple(to)
+        np.testing.assert_array_equal(np.asarray(resized), reference)
+    with pytest.raises(ValueError, match=r"row 1 has 1"):
+        peers.from_vec2_like(like, [[1.0, 2.0], [3.0]])
+    with pytest.raises(ValueError, match=r"row \[1\]\[0\] has 1"):
+        peers.from_vec3_like(like, [[[1, 2]], [[3]]])
 
 
 @pytest.mark.parametrize("shapes", [([10, 10], [100, 100]), ([4, 6], [3, 2]), ([2, 2], [0, 5])],

@@ -7,18 +7,47 @@ use super::{ArrayOptions, MemArray};
 use crate::element::Element;
 use crate::error::{Error, Result};
 
+/// The shape of `rows` as a 2-D array: an `Error::InvalidShape` naming the first row whose
+/// length differs.
+pub(crate) fn rows_shape<T>(rows: &[Vec<T>]) -> Result<[usize; 2]> {
+    let columns = rows.first().map_or(0, Vec::len);
+    if let Some((index, row)) = rows.iter().enumerate().find(|(_, row)| row.len() != columns) {
+        return Err(Error::InvalidShape(format!(
+            "from_vec2 needs rows of one length: row 0 has {columns} elements, row {index} has {}",
+            row.len()
+        )));
+    }
+    Ok([rows.len(), columns])
+}
+
+/// The shape of `planes` as a 3-D array: an `Error::InvalidShape` naming where a plane or a row
+/// differs from the first.
+pub(crate) fn planes_shape<T>(planes: &[Vec<Vec<T>>]) -> Result<[usize; 3]> {
+    let rows = planes.first().map_or(0, Vec::len);
+    let columns = planes.first().and_then(|plane| plane.first()).map_or(0, Vec::len);
+    for (p, plane) in planes.iter().enumerate() {
+        if plane.len() != rows {
+            return Err(Error::InvalidShape(format!(
+                "from_vec3 needs planes of one shape: plane 0 has {rows} rows, plane {p} has {}",
+                plane.len()
+            )));
+        }
+        if let Some((r, row)) = plane.iter().enumerate().find(|(_, row)| row.len() != columns) {
+            return Err(Error::InvalidShape(format!(
+                "from_vec3 needs rows of one length: row [0][0] has {columns} elements, row [{p}][{r}] has {}",
+                row.len()
+            )));
+        }
+    }
+    Ok([planes.len(), rows, columns])
+}
+
 impl<T: Element> MemArray<T, 2> {
     /// A host array of the rows `rows` (every row the same length; ragged rows are an
     /// `Error::InvalidShape` naming the first row that differs).
     pub fn from_vec2(rows: &[Vec<T>]) -> Result<Self> {
-        let columns = rows.first().map_or(0, Vec::len);
-        if let Some((index, row)) = rows.iter().enumerate().find(|(_, row)| row.len() != columns) {
-            return Err(Error::InvalidShape(format!(
-                "from_vec2 needs rows of one length: row 0 has {columns} elements, row {index} has {}",
-                row.len()
-            )));
-        }
-        let mut array = Self::new([rows.len(), columns])?;
+        let [count, columns] = rows_shape(rows)?;
+        let mut array = Self::new([count, columns])?;
         let data = array.as_mut_ptr()?;
         for (index, row) in rows.iter().enumerate() {
             // SAFETY: row `index` of a new host array of `columns` columns, written once from a
@@ -33,24 +62,9 @@ impl<T: Element> MemArray<T, 3> {
     /// A host array of the planes `planes` (each plane's rows all of one length, every plane
     /// the same shape; ragged input is an `Error::InvalidShape` naming where it differs).
     pub fn from_vec3(planes: &[Vec<Vec<T>>]) -> Result<Self> {
-        let rows = planes.first().map_or(0, Vec::len);
-        let columns = planes.first().and_then(|plane| plane.first()).map_or(0, Vec::len);
-        for (p, plane) in planes.iter().enumerate() {
-            if plane.len() != rows {
-                return Err(Error::InvalidShape(format!(
-                    "from_vec3 needs planes of one shape: plane 0 has {rows} rows, plane {p} has {}",
-                    plane.len()
-                )));
-            }
-            if let Some((r, row)) = plane.iter().enumerate().find(|(_, row)| row.len() != columns) {
-                return Err(Error::InvalidShape(format!(
-                    "from_vec3 needs rows of one length: row [0][0] has {columns} elements, row [{p}][{r}] has {}",
-                    row.len()
-                )));
-            }
-        }
+        let shape = planes_shape(planes)?;
         let values: Vec<T> = planes.iter().flatten().flatten().copied().collect();
-        Self::from_slice([planes.len(), rows, columns], &values)
+        Self::from_slice(shape, &values)
     }
 }
 

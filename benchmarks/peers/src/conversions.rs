@@ -8,7 +8,7 @@ use amso_runtime::datetime::{units, Datetime};
 use amso_runtime::ndarray::{Array2, ArrayViewMut1};
 use amso_runtime::python::{
     AllowTypeChange, ArrayLike, ArrayLikeDyn, ArrayMut, ArrayMutDyn, ArrayRef, ArrayRefDyn, Casting, ClassView,
-    Framework, IntoFramework, OwnedView, UntypedArray,
+    Framework, IntoFramework, NewArray, OwnedView, UntypedArray,
 };
 use amso_runtime::records::Particle;
 use amso_runtime::{Element, FixedBytes, FixedUnicode, MemArray};
@@ -225,9 +225,17 @@ fn indexer_after_view(x: ArrayRef<'_, f64, 2>) -> PyResult<(Vec<f64>, Vec<f64>)>
     Ok((viewed, x.indexer()?.iter().collect()))
 }
 
-/// Nested lists as a 2-D float64 array (`MemArray::from_vec2`), handed to NumPy.
+/// Nested lists as a 2-D float64 array in the caller's framework, NumPy here
+/// (`NewArray::from_vec2`: allocated by NumPy and written once, as rust-numpy's).
 #[pyfunction]
 fn from_vec2(py: Python<'_>, rows: Vec<Vec<f64>>) -> PyResult<Bound<'_, PyAny>> {
+    NewArray::<f64, 2>::from_vec2(py, Framework::NumPy, &rows)?.into_object()
+}
+
+/// Nested lists as an amso array handed to NumPy (`MemArray::from_vec2`, then
+/// `into_framework`): the owned-array route, beside the row's.
+#[pyfunction]
+fn memarray_from_vec2(py: Python<'_>, rows: Vec<Vec<f64>>) -> PyResult<Bound<'_, PyAny>> {
     MemArray::<f64, 2>::from_vec2(&rows)?.into_framework(py, Framework::NumPy)
 }
 
@@ -237,9 +245,19 @@ fn numpy_from_vec2(py: Python<'_>, rows: Vec<Vec<f64>>) -> PyResult<Bound<'_, nu
     numpy::PyArray2::from_vec2(py, &rows).map_err(|error| pyo3::exceptions::PyValueError::new_err(error.to_string()))
 }
 
-/// A zeroed `shape` array grown to `to` (`MemArray::resize`), handed to NumPy.
+/// A zeroed `shape` array of the caller's framework (NumPy here) grown to `to`
+/// (`NewArray::resize`, which NumPy's `PyArray_Resize` serves for a NumPy array, as
+/// rust-numpy's).
 #[pyfunction]
 fn amso_zeros_resized(py: Python<'_>, shape: [usize; 2], to: [usize; 2]) -> PyResult<Bound<'_, PyAny>> {
+    let mut array = NewArray::<f64, 2>::zeros(py, Framework::NumPy, shape, amso_runtime::Device::CPU)?;
+    array.resize(to)?;
+    array.into_object()
+}
+
+/// An amso array grown with `MemArray::resize` and handed to NumPy: the owned-array route.
+#[pyfunction]
+fn memarray_zeros_resized(py: Python<'_>, shape: [usize; 2], to: [usize; 2]) -> PyResult<Bound<'_, PyAny>> {
     let mut array = MemArray::<f64, 2>::new(shape)?;
     array.resize(to)?;
     array.into_framework(py, Framework::NumPy)
@@ -313,6 +331,35 @@ impl NumpyHolder {
 #[pyfunction]
 fn from_vec3(py: Python<'_>, planes: Vec<Vec<Vec<i64>>>) -> PyResult<Bound<'_, PyAny>> {
     MemArray::<i64, 3>::from_vec3(&planes)?.into_framework(py, Framework::NumPy)
+}
+
+/// Nested lists as a 3-D int64 array in the framework of `like` (`NewArray::from_vec3`).
+#[pyfunction]
+fn from_vec3_like<'py>(
+    py: Python<'py>,
+    like: UntypedArray<'py>,
+    planes: Vec<Vec<Vec<i64>>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    NewArray::<i64, 3>::from_vec3(py, like.framework()?, &planes)?.into_object()
+}
+
+/// Nested lists as a 2-D float64 array in the framework of `like` (`NewArray::from_vec2`).
+#[pyfunction]
+fn from_vec2_like<'py>(py: Python<'py>, like: UntypedArray<'py>, rows: Vec<Vec<f64>>) -> PyResult<Bound<'py, PyAny>> {
+    NewArray::<f64, 2>::from_vec2(py, like.framework()?, &rows)?.into_object()
+}
+
+/// `rows` as a new array in the framework of `like`, resized to `to` (`NewArray::resize`).
+#[pyfunction]
+fn resized_like<'py>(
+    py: Python<'py>,
+    like: UntypedArray<'py>,
+    rows: Vec<Vec<f64>>,
+    to: [usize; 2],
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut array = NewArray::<f64, 2>::from_vec2(py, like.framework()?, &rows)?;
+    array.resize(to)?;
+    array.into_object()
 }
 
 /// A float64 matrix cast to int32 (`MemArray::cast`).
@@ -548,8 +595,13 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(view_then_python_write, module)?,
         wrap_pyfunction!(write_then_cast, module)?,
         wrap_pyfunction!(from_vec2, module)?,
+        wrap_pyfunction!(memarray_from_vec2, module)?,
+        wrap_pyfunction!(from_vec2_like, module)?,
+        wrap_pyfunction!(from_vec3_like, module)?,
+        wrap_pyfunction!(resized_like, module)?,
         wrap_pyfunction!(numpy_from_vec2, module)?,
         wrap_pyfunction!(amso_zeros_resized, module)?,
+        wrap_pyfunction!(memarray_zeros_resized, module)?,
         wrap_pyfunction!(numpy_zeros_resized, module)?,
         wrap_pyfunction!(from_vec3, module)?,
         wrap_pyfunction!(cast_to_i32, module)?,

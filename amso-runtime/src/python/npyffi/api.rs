@@ -43,6 +43,7 @@ const DESCR_TYPE: usize = 3;
 pub(super) const DESCR_FROM_TYPE: usize = 45;
 pub(super) const CAST_TO_TYPE: usize = 49;
 pub(super) const FROM_ANY: usize = 69;
+pub(super) const RESIZE: usize = 80;
 pub(super) const NEW_FROM_DESCR: usize = 94;
 pub(super) const CAN_CAST_ARRAY_TO: usize = 274;
 pub(super) const SET_BASE_OBJECT: usize = 282;

@@ -13,7 +13,7 @@ use pyo3::{ffi, intern};
 
 use super::api::{
     api_or_import, type_name, NumPyApi, CAN_CAST_ARRAY_TO, CAST_TO_TYPE, DESCR_FROM_TYPE, FROM_ANY, NEW_FROM_DESCR,
-    SET_BASE_OBJECT,
+    RESIZE, SET_BASE_OBJECT,
 };
 use super::{builtin_type_num, ArrayStruct, NPY_ARRAY_WRITEABLE};
 use crate::element::{ArrayElement, DType, DTypeOf};
@@ -408,6 +408,33 @@ pub(crate) unsafe fn cast<'py>(
     // SAFETY: as above; NumPy steals the descriptor reference, and returns a new reference or
     // NULL with an exception set. 0: C order.
     unsafe { Bound::from_owned_ptr_or_err(py, cast_to(array.as_ptr(), descr.into_ptr(), 0)) }
+}
+
+/// Resize `array` to `shape` in C order, as NumPy's `ndarray.resize` (`PyArray_Resize`: new
+/// elements zero): its data's new address.
+///
+/// # Safety
+/// `array` is a NumPy array of `shape.len()` dimensions that no other object references (NumPy
+/// checks the count too) and no view or borrow reaches.
+pub(crate) unsafe fn resize(array: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<usize> {
+    #[repr(C)]
+    struct Dims {
+        ptr: *mut isize,
+        len: c_int,
+    }
+    type Resize = unsafe extern "C" fn(*mut ffi::PyObject, *mut Dims, c_int, c_int) -> *mut ffi::PyObject;
+    const NPY_CORDER: c_int = 0;
+    let py = array.py();
+    let numpy = api_or_import(py)?;
+    // SAFETY: the table's `PyArray_Resize` with its C signature (numpy/__multiarray_api.h).
+    let resize: Resize = unsafe { numpy.function(RESIZE) };
+    // NumPy reads the dimensions as `npy_intp`s, which `usize`s are bit for bit (checked
+    // against `isize::MAX` by the caller), and copies them.
+    let mut dims = Dims { ptr: shape.as_ptr().cast_mut().cast(), len: shape.len() as c_int };
+    // SAFETY: the caller's array; refcheck on; None (a new reference) or NULL with an exception.
+    let done = unsafe { Bound::from_owned_ptr_or_err(py, resize(array.as_ptr(), &mut dims, 1, NPY_CORDER)) }?;
+    drop(done);
+    Ok(data_address(array))
 }
 
 /// The address of the first element of NumPy array `array` (of a type `is_array_type` accepts).

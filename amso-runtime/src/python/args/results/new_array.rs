@@ -35,6 +35,14 @@ pub struct NewArray<'py, T: Element, const N: usize> {
     _element: PhantomData<T>,
 }
 
+/// What a new array's memory holds before it is handed out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fill {
+    Zeros,
+    /// Anything: the constructor writes every element before handing the array out.
+    ByCaller,
+}
+
 /// Where a new array's memory came from.
 pub(in crate::python::args) enum Storage<'py> {
     /// A NumPy array NumPy allocated.
@@ -78,6 +86,24 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
         device: Device,
         stream: Option<Stream>,
     ) -> PyResult<Self> {
+        Self::allocate_in(py, framework, shape, device, stream, Fill::Zeros)
+    }
+
+    /// A new host array of `shape` for `framework` whose every element the caller writes before
+    /// anything reads it: NumPy's allocation is not zeroed first (the others are).
+    fn host_to_fill(py: Python<'py>, framework: Framework, shape: [usize; N]) -> PyResult<Self> {
+        crate::process::join(py)?;
+        Self::allocate_in(py, framework, shape, Device::CPU, None, Fill::ByCaller)
+    }
+
+    fn allocate_in(
+        py: Python<'py>,
+        framework: Framework,
+        shape: [usize; N],
+        device: Device,
+        stream: Option<Stream>,
+        fill: Fill,
+    ) -> PyResult<Self> {
         framework.check_device(device)?;
         let dims: [i64; N] = shape.map(|d| i64::try_from(d).unwrap_or(i64::MAX));
         crate::shape::checked_shape(&dims, N, size_of::<T>())?;
@@ -86,8 +112,10 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
             // SAFETY: NULL data: NumPy allocates the array.
             let array = unsafe { dtype::array_over(py, &T::DTYPE, &shape, None, std::ptr::null_mut(), None, false) }?;
             let data = dtype::data_address(&array);
-            // SAFETY: NumPy's fresh allocation of `bytes`, reached by nothing else yet.
-            unsafe { std::ptr::write_bytes(data as *mut u8, 0, bytes) };
+            if fill == Fill::Zeros {
+                // SAFETY: NumPy's fresh allocation of `bytes`, reached by nothing else yet.
+                unsafe { std::ptr::write_bytes(data as *mut u8, 0, bytes) };
+            }
             (Storage::NumPy(array), data)
         } else if let Some(table) = framework.exchange_table(py)?.filter(|t| t.managed_tensor_allocator.is_some()) {
             let (tensor, data) = allocate::<T, N>(table, &shape, device)?;
@@ -181,6 +209,32 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
         let data = self.host_ptr()?;
         // SAFETY: as `as_slice_mut`, in C order.
         Ok(unsafe { ndarray::ArrayViewMut::from_shape_ptr(crate::python::args::Rank::<N>::nd(&self.shape), data) })
+    }
+
+    /// NumPy's `ndarray.resize` (rust-numpy's `PyArray::resize`): the shape changes with the
+    /// storage; the first elements in C order stay and new ones are zero. A NumPy array is
+    /// resized by NumPy (`PyArray_Resize`, which may grow its memory in place); the others get
+    /// new storage. Host data only.
+    pub fn resize(&mut self, shape: [usize; N]) -> PyResult<()> {
+        self.host_ptr()?;
+        let dims: [i64; N] = shape.map(|d| i64::try_from(d).unwrap_or(i64::MAX));
+        crate::shape::checked_shape(&dims, N, size_of::<T>())?;
+        if let Storage::NumPy(array) = &self.storage {
+            // SAFETY: an array NumPy allocated for this value, which no other object references
+            // (NumPy checks that too), resized in C order.
+            self.data = unsafe { dtype::resize(array, &shape) }?;
+            self.shape = shape;
+            return Ok(());
+        }
+        let mut resized = Self::allocate_in(self.py, self.framework, shape, self.device, None, Fill::Zeros)?;
+        let kept = self.shape.iter().product::<usize>().min(shape.iter().product());
+        if kept > 0 {
+            // SAFETY: `kept` elements of this host array, copied into the new one's distinct
+            // memory, which has room for them.
+            unsafe { std::ptr::copy_nonoverlapping(self.data as *const T, resized.data as *mut T, kept) };
+        }
+        std::mem::swap(self, &mut resized);
+        Ok(())
     }
 
     /// The array as its framework's Python object.
@@ -299,5 +353,38 @@ pub(in crate::python::args) fn zero(data: usize, bytes: usize, device: Device, s
     {
         let _ = stream;
         Err(PyRuntimeError::new_err("device memory needs amso's CUDA layer, which this build does not include"))
+    }
+}
+
+impl<'py, T: Element> NewArray<'py, T, 2> {
+    /// rust-numpy's `PyArray::from_vec2` in the caller's framework: a host array of the rows
+    /// (every row the same length; ragged rows are a `ValueError` naming the first that
+    /// differs), allocated where `framework` allocates and written once.
+    pub fn from_vec2(py: Python<'py>, framework: Framework, rows: &[Vec<T>]) -> PyResult<Self> {
+        let shape = crate::memarray::rows_shape(rows)?;
+        let array = Self::host_to_fill(py, framework, shape)?;
+        let data = array.host_ptr()?;
+        for (index, row) in rows.iter().enumerate() {
+            // SAFETY: row `index` of the new host array of `shape[1]` columns, written once from
+            // a row of that length (checked); nothing else reaches the array yet.
+            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), data.add(index * shape[1]), shape[1]) };
+        }
+        Ok(array)
+    }
+}
+
+impl<'py, T: Element> NewArray<'py, T, 3> {
+    /// rust-numpy's `PyArray::from_vec3` in the caller's framework: a host array of the planes
+    /// (each the same shape; ragged input is a `ValueError` naming where it differs), written
+    /// once.
+    pub fn from_vec3(py: Python<'py>, framework: Framework, planes: &[Vec<Vec<T>>]) -> PyResult<Self> {
+        let shape = crate::memarray::planes_shape(planes)?;
+        let array = Self::host_to_fill(py, framework, shape)?;
+        let data = array.host_ptr()?;
+        for (index, row) in planes.iter().flatten().enumerate() {
+            // SAFETY: as in `from_vec2`, row `index` of the planes' rows in C order.
+            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), data.add(index * shape[2]), shape[2]) };
+        }
+        Ok(array)
     }
 }

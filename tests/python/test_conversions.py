@@ -403,6 +403,17 @@ def test_new_arrays_from_nested_lists_and_resized_come_in_the_callers_framework(
         peers.from_vec2_like(like, [[1.0, 2.0], [3.0]])
     with pytest.raises(ValueError, match=r"row \[1\]\[0\] has 1"):
         peers.from_vec3_like(like, [[[1, 2]], [[3]]])
+    # A dimension beyond i64 is too large, never clamped into one NumPy's size rule passes.
+    with pytest.raises(ValueError, match=r"too big: shape \[18446744073709551615, 0\]"):
+        peers.resized_like(like, rows, [2**64 - 1, 0])
+
+
+@pytest.mark.skipif(not amso.cuda.is_available(), reason="needs a CUDA device")
+def test_a_device_new_array_is_not_resized():
+    cupy = pytest.importorskip("cupy")
+    like = cupy.zeros(1)
+    with pytest.raises(ValueError, match="resize needs a host array"):
+        peers.zeros_resized_like(like, [2, 2], [4, 4])
 
 
 @pytest.mark.parametrize("shapes", [([10, 10], [100, 100]), ([4, 6], [3, 2]), ([2, 2], [0, 5])],
@@ -410,8 +421,11 @@ def test_new_arrays_from_nested_lists_and_resized_come_in_the_callers_framework(
 def test_resize_of_zeros_matches_rust_numpys(shapes):
     shape, to = shapes
     out, theirs = peers.amso_zeros_resized(shape, to), peers.numpy_zeros_resized(shape, to)
-    assert out.shape == theirs.shape == tuple(to)
+    owned = peers.memarray_zeros_resized(shape, to)  # MemArray::resize, then handed to NumPy
+    assert out.shape == owned.shape == theirs.shape == tuple(to)
     np.testing.assert_array_equal(out, theirs)
+    np.testing.assert_array_equal(owned, theirs)
+    assert out.base is None and out.flags.owndata, "NumPy resized its own array (PyArray_Resize)"
 
 
 def test_cast_matches_numpy_astype_in_range():

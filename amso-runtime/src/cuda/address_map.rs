@@ -5,10 +5,11 @@
 //! millions of lends stays as short to probe as a fresh one). A general hash map (hashbrown)
 //! costs about twice as much per insert and remove here (`locked_cost` in `pool_allocator.rs`).
 //! The keys come from the driver and from amso, not from a caller who could choose them to
-//! collide.
+//! collide. The table never shrinks: it keeps four slots per loan of the most ever out at once.
+//! Address 0 is never a key (it is never lent): it is never found and never inserted.
 
 /// The smallest table.
-const SMALLEST: usize = 16;
+const SMALLEST_TABLE: usize = 16;
 
 /// Records of `V` by address.
 #[derive(Debug)]
@@ -43,7 +44,7 @@ impl<V> AddressMap<V> {
     /// The slot holding `key`.
     #[inline]
     fn find(&self, key: u64) -> Option<usize> {
-        if self.len == 0 {
+        if self.len == 0 || key == 0 {
             return None;
         }
         let mask = self.mask();
@@ -59,7 +60,9 @@ impl<V> AddressMap<V> {
 
     /// Insert `value` at `key` (non-zero) unless the key is present: whether it was inserted.
     pub(crate) fn insert(&mut self, key: u64, value: V) -> bool {
-        debug_assert_ne!(key, 0, "address 0 is never lent");
+        if key == 0 {
+            return false; // address 0 is never lent; 0 marks an empty slot
+        }
         if (self.len + 1) * 4 > self.keys.len() {
             self.grow();
         }
@@ -96,15 +99,15 @@ impl<V> AddressMap<V> {
         Some(self.remove_slot(slot))
     }
 
-    /// Remove the record at `key` unless `keep`, shown it, says to keep it (an error: the record
-    /// stays); None when `key` is absent. One lookup.
-    pub(crate) fn remove_unless<D, E>(
+    /// Remove the record at `key` if `decide`, shown it, agrees (`Ok`; an error leaves the record
+    /// where it is); None when `key` is absent. One lookup.
+    pub(crate) fn remove_if<D, E>(
         &mut self,
         key: u64,
-        keep: impl FnOnce(&V) -> Result<D, E>,
+        decide: impl FnOnce(&V) -> Result<D, E>,
     ) -> Option<Result<(V, D), E>> {
         let slot = self.find(key)?;
-        let decided = keep(self.values[slot].as_ref().expect("an occupied slot holds a record"));
+        let decided = decide(self.values[slot].as_ref().expect("an occupied slot holds a record"));
         Some(decided.map(|decided| (self.remove_slot(slot), decided)))
     }
 
@@ -150,7 +153,7 @@ impl<V> AddressMap<V> {
     }
 
     fn grow(&mut self) {
-        let size = (self.keys.len() * 2).max(SMALLEST);
+        let size = (self.keys.len() * 2).max(SMALLEST_TABLE);
         let keys = std::mem::replace(&mut self.keys, vec![0; size]);
         let values = std::mem::replace(&mut self.values, std::iter::repeat_with(|| None).take(size).collect());
         self.shift = 64 - size.trailing_zeros();
@@ -198,12 +201,17 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_map_finds_nothing() {
+    fn an_empty_map_finds_nothing_and_address_0_is_never_a_key() {
         let mut map = AddressMap::<u8>::default();
         assert!(!map.contains(0x1000));
         assert_eq!(map.remove(0x1000), None);
         assert!(map.insert(0x1000, 1));
         assert!(!map.insert(0x1000, 2), "a present key is not replaced");
         assert_eq!(map.get(0x1000), Some(&1));
+        assert!(!map.insert(0, 3), "0 marks an empty slot");
+        assert!(!map.contains(0));
+        assert_eq!(map.remove(0), None);
+        assert!(map.remove_if(0, |_| Ok::<_, ()>(())).is_none());
+        assert_eq!(map.len(), 1);
     }
 }

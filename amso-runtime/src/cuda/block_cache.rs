@@ -198,10 +198,12 @@ impl<F> Shelves<F> {
         &mut self.list[at].1
     }
 
+    /// Each stream's shelf, in the order the streams first gave a block back.
     fn iter(&self) -> impl Iterator<Item = (u64, &Shelf<F>)> {
         self.list.iter().map(|(stream, shelf)| (*stream, shelf))
     }
 
+    /// `iter`, writable.
     fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Shelf<F>)> {
         self.list.iter_mut().map(|(stream, shelf)| (*stream, shelf))
     }

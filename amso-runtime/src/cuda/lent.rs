@@ -66,7 +66,7 @@ impl Ledger {
         ptr: u64,
         decide: impl FnOnce(&Lent) -> Result<D, E>,
     ) -> Option<Result<(Lent, D), E>> {
-        self.loans.remove_unless(ptr, decide)
+        self.loans.remove_if(ptr, decide)
     }
 
     /// Take every loan of `client` out of the ledger.

@@ -555,8 +555,9 @@ mod locked_cost {
         let _ = ledger.take_if(ptr, |lent| if lent.serial == serial { Ok(()) } else { Err(()) }).unwrap().unwrap();
     }
 
-    /// The locked part of a lend and its give-back, timed (`cargo test --release -- --ignored`;
-    /// `AMSO_PAIRS` sets the count, for callgrind).
+    /// The locked part of a lend and its give-back, timed (`cargo test --release -p amso-runtime
+    /// --features cuda --lib -- --ignored --nocapture locked_pair_ns`; `AMSO_PAIRS` sets the
+    /// count, for callgrind).
     #[test]
     #[ignore]
     fn locked_pair_ns() {

@@ -20,6 +20,7 @@ pub(crate) mod foreign;
 mod guard;
 pub(crate) mod options;
 mod owned;
+#[cfg(feature = "python")]
 pub(crate) use owned::{planes_shape, rows_shape};
 pub(crate) mod rebuild;
 

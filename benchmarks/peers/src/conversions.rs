@@ -362,6 +362,20 @@ fn resized_like<'py>(
     array.into_object()
 }
 
+/// A zeroed `shape` array on the device of `like`, in its framework, resized to `to`
+/// (`NewArray::resize`: refused for device data).
+#[pyfunction]
+fn zeros_resized_like<'py>(
+    py: Python<'py>,
+    like: UntypedArray<'py>,
+    shape: [usize; 2],
+    to: [usize; 2],
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut array = NewArray::<f64, 2>::zeros(py, like.framework()?, shape, like.device())?;
+    array.resize(to)?;
+    array.into_object()
+}
+
 /// A float64 matrix cast to int32 (`MemArray::cast`).
 #[pyfunction]
 fn cast_to_i32(x: ArrayRef<'_, f64, 2>) -> PyResult<Bound<'_, PyAny>> {
@@ -599,6 +613,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(from_vec2_like, module)?,
         wrap_pyfunction!(from_vec3_like, module)?,
         wrap_pyfunction!(resized_like, module)?,
+        wrap_pyfunction!(zeros_resized_like, module)?,
         wrap_pyfunction!(numpy_from_vec2, module)?,
         wrap_pyfunction!(amso_zeros_resized, module)?,
         wrap_pyfunction!(memarray_zeros_resized, module)?,

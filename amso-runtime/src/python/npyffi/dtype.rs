@@ -414,9 +414,10 @@ pub(crate) unsafe fn cast<'py>(
 /// elements zero): its data's new address.
 ///
 /// # Safety
-/// `array` is a NumPy array of `shape.len()` dimensions that no other object references (NumPy
-/// checks the count too) and no view or borrow reaches.
+/// `array` is a NumPy array that no other object references (NumPy checks the count too) and no
+/// view or borrow reaches.
 pub(crate) unsafe fn resize(array: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<usize> {
+    /// NumPy's `PyArray_Dims`.
     #[repr(C)]
     struct Dims {
         ptr: *mut isize,
@@ -428,12 +429,11 @@ pub(crate) unsafe fn resize(array: &Bound<'_, PyAny>, shape: &[usize]) -> PyResu
     let numpy = api_or_import(py)?;
     // SAFETY: the table's `PyArray_Resize` with its C signature (numpy/__multiarray_api.h).
     let resize: Resize = unsafe { numpy.function(RESIZE) };
-    // NumPy reads the dimensions as `npy_intp`s, which `usize`s are bit for bit (checked
-    // against `isize::MAX` by the caller), and copies them.
+    // NumPy reads the dimensions as `npy_intp`s, which `usize`s are bit for bit (each checked
+    // to fit by the caller), and copies them.
     let mut dims = Dims { ptr: shape.as_ptr().cast_mut().cast(), len: shape.len() as c_int };
     // SAFETY: the caller's array; refcheck on; None (a new reference) or NULL with an exception.
-    let done = unsafe { Bound::from_owned_ptr_or_err(py, resize(array.as_ptr(), &mut dims, 1, NPY_CORDER)) }?;
-    drop(done);
+    let _none = unsafe { Bound::from_owned_ptr_or_err(py, resize(array.as_ptr(), &mut dims, 1, NPY_CORDER)) }?;
     Ok(data_address(array))
 }
 

@@ -1,5 +1,6 @@
-//! [`NewArray`]: a zeroed array to fill, allocated where the framework allocates (NumPy's
-//! allocator, the exchange API's `managed_tensor_allocator`) or by amso, then handed over.
+//! [`NewArray`]: a new array to fill, allocated where the framework allocates (NumPy's
+//! allocator, the exchange API's `managed_tensor_allocator`) or by amso, then handed over:
+//! zeroed (`zeros`), or written whole by its constructor (`from_vec2`, `from_vec3`).
 
 use std::ffi::{c_char, c_void, CStr};
 use std::marker::PhantomData;
@@ -105,8 +106,7 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
         fill: Fill,
     ) -> PyResult<Self> {
         framework.check_device(device)?;
-        let dims: [i64; N] = shape.map(|d| i64::try_from(d).unwrap_or(i64::MAX));
-        crate::shape::checked_shape(&dims, N, size_of::<T>())?;
+        let dims = checked_dims::<T, N>(&shape)?;
         let bytes = shape.iter().product::<usize>() * size_of::<T>();
         let (storage, data) = if framework == Framework::NumPy {
             // SAFETY: NULL data: NumPy allocates the array.
@@ -194,8 +194,9 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
     /// The elements, writable, in C order (host data).
     pub fn as_slice_mut(&mut self) -> PyResult<&mut [T]> {
         let data = self.host_ptr()?;
-        // SAFETY: a fresh, zeroed (valid for every element type), C-contiguous allocation
-        // that only this value reaches until `into_object`.
+        // SAFETY: a C-contiguous allocation whose every element is initialised (zeroed, which
+        // is valid for every element type, or written by the constructor; a resize keeps that),
+        // reached only through this value until `into_object`.
         Ok(unsafe { std::slice::from_raw_parts_mut(data, self.shape.iter().product()) })
     }
 
@@ -216,9 +217,13 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
     /// resized by NumPy (`PyArray_Resize`, which may grow its memory in place); the others get
     /// new storage. Host data only.
     pub fn resize(&mut self, shape: [usize; N]) -> PyResult<()> {
-        self.host_ptr()?;
-        let dims: [i64; N] = shape.map(|d| i64::try_from(d).unwrap_or(i64::MAX));
-        crate::shape::checked_shape(&dims, N, size_of::<T>())?;
+        if self.device.device_type == DeviceType::Cuda {
+            return Err(PyValueError::new_err(
+                "resize needs a host array (NumPy's ndarray.resize); the new array is in CUDA device memory: make a \
+                 new one of the shape instead",
+            ));
+        }
+        checked_dims::<T, N>(&shape)?;
         if let Storage::NumPy(array) = &self.storage {
             // SAFETY: an array NumPy allocated for this value, which no other object references
             // (NumPy checks that too), resized in C order.
@@ -273,6 +278,22 @@ impl<'py, T: Element, const N: usize> NewArray<'py, T, N> {
             }
         }
     }
+}
+
+/// `shape` as the dimensions amso checks (`checked_shape`: NumPy's size rule): one beyond
+/// `i64` is too large, never clamped to a size that could pass.
+fn checked_dims<T: Element, const N: usize>(shape: &[usize; N]) -> PyResult<[i64; N]> {
+    let too_large = || crate::error::Error::TooLarge {
+        shape: shape.iter().map(|&d| d as u64).collect(),
+        itemsize: size_of::<T>(),
+        max: isize::MAX as usize,
+    };
+    let mut dims = [0i64; N];
+    for (slot, &d) in dims.iter_mut().zip(shape) {
+        *slot = i64::try_from(d).map_err(|_| too_large())?;
+    }
+    crate::shape::checked_shape(&dims, N, size_of::<T>())?;
+    Ok(dims)
 }
 
 /// A new tensor from `table`'s allocator, shaped like the prototype; its first element's address.

@@ -352,6 +352,12 @@ def markdown(report: dict) -> str:
                      "same processes, over the same floor (median over every size and round, and spread), and its own part from "
                      "a C loop:")
         lines += ["", *least, ""]
+    lookups = _cupy_stream_rows(report)
+    if lookups:
+        lines.append("CuPy's stream lookup (`get_stream_ptr`, which CuPy's own pool and amso call at every allocation to "
+                     "file the block under the current stream, and the floor does not) through the same hook: the floor "
+                     "that also asks CuPy for its stream, over the floor, and amso over it (median and spread):")
+        lines += ["", *lookups, ""]
     if parts:
         lines.append("amso's own part of a pair, outside the library (its ledger and pool in Rust; torch: its two C "
                      "functions from a C loop; CuPy: `_amso._pool_pair_ns`), over every size, stream and round:")
@@ -379,6 +385,31 @@ def _least_rows(report: dict) -> list[str]:
             lines.append(f"- torch, {stream}: least pool / floor {ratios[len(ratios) // 2]:.2f} "
                          f"({ratios[0]:.2f}-{ratios[-1]:.2f}) over every size and round; its part from a C loop "
                          f"{min(parts):.0f}-{max(parts):.0f} ns per pair")
+    return lines
+
+
+def _cupy_stream_rows(report: dict) -> list[str]:
+    """CuPy's own stream lookup over its floor, and amso over the floor that makes it, per
+    stream: one line each (the lookup is what CuPy's pool and amso must both do per allocation,
+    and the floor does not)."""
+    lines = []
+    for stream in STREAMS:
+        lookup, beyond = [], []
+        for found in report["rounds"]:
+            modes = found.get("cupy", {})
+            for label in SIZES:
+                try:
+                    with_stream = modes["floor + stream"][stream][label]
+                    lookup.append(with_stream / modes["floor"][stream][label])
+                    beyond.append(modes["amso"][stream][label] / with_stream)
+                except (KeyError, ZeroDivisionError):
+                    pass
+        if lookup:
+            lookup.sort()
+            beyond.sort()
+            lines.append(f"- cupy, {stream}: floor + stream lookup / floor {lookup[len(lookup) // 2]:.2f} "
+                         f"({lookup[0]:.2f}-{lookup[-1]:.2f}); amso / (floor + stream lookup) "
+                         f"{beyond[len(beyond) // 2]:.2f} ({beyond[0]:.2f}-{beyond[-1]:.2f}), over every size and round")
     return lines
 
 

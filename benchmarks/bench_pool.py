@@ -367,6 +367,12 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n" + textwrap.fill(intro, 100) + "\n\n" + "\n".join(held) + "\n"
 
 
+def _median_spread(values: list[float]) -> str:
+    """`values`' median and spread, as the lines under the pool table give them."""
+    values = sorted(values)
+    return f"{values[len(values) // 2]:.2f} ({values[0]:.2f}-{values[-1]:.2f})"
+
+
 def _least_rows(report: dict) -> list[str]:
     """The least pool's figures over PyTorch's floor, per stream: one line each."""
     lines = []
@@ -381,10 +387,8 @@ def _least_rows(report: dict) -> list[str]:
                     pass
             parts += list(modes.get("least pool's part (ns)", {}).get(stream, {}).values())
         if ratios:
-            ratios.sort()
-            lines.append(f"- torch, {stream}: least pool / floor {ratios[len(ratios) // 2]:.2f} "
-                         f"({ratios[0]:.2f}-{ratios[-1]:.2f}) over every size and round; its part from a C loop "
-                         f"{min(parts):.0f}-{max(parts):.0f} ns per pair")
+            lines.append(f"- torch, {stream}: least pool / floor {_median_spread(ratios)} over every size and round; "
+                         f"its part from a C loop {min(parts):.0f}-{max(parts):.0f} ns per pair")
     return lines
 
 
@@ -405,11 +409,8 @@ def _cupy_stream_rows(report: dict) -> list[str]:
                 except (KeyError, ZeroDivisionError):
                     pass
         if lookup:
-            lookup.sort()
-            beyond.sort()
-            lines.append(f"- cupy, {stream}: floor + stream lookup / floor {lookup[len(lookup) // 2]:.2f} "
-                         f"({lookup[0]:.2f}-{lookup[-1]:.2f}); amso / (floor + stream lookup) "
-                         f"{beyond[len(beyond) // 2]:.2f} ({beyond[0]:.2f}-{beyond[-1]:.2f}), over every size and round")
+            lines.append(f"- cupy, {stream}: floor + stream lookup / floor {_median_spread(lookup)}; amso / (floor + "
+                         f"stream lookup) {_median_spread(beyond)}, over every size and round")
     return lines
 
 

@@ -274,8 +274,8 @@ const FROM_NUMPY: [&str; 25] = [
     "max", "any", "all", "prod", "std", "var", "argmin", "argmax", "cumsum", "cumprod", "clip", "round",
 ];
 
-/// `a.<name>` for a public name of NumPy's arrays the class lacks (`NumpyAttribute`): NumPy's attribute of the host view for
-/// the names of `FROM_NUMPY`; `fill`, written under the write rules of `a[...] = v`; any other
+/// `a.<name>` for a public name of NumPy's arrays the class lacks (`NumpyAttribute`): NumPy's
+/// attribute of the host view for the names of `FROM_NUMPY`; `fill`, written under the write rules of `a[...] = v`; any other
 /// name NumPy arrays have is an `AttributeError` naming `np.asarray(a).<name>`. Always an
 /// `AttributeError` when the answer is no (`hasattr` probes stay safe), device data included.
 fn numpy_attribute<'py>(
@@ -288,10 +288,9 @@ fn numpy_attribute<'py>(
     let missing = |advice: String| {
         pyo3::exceptions::PyAttributeError::new_err(format!("'{kind}' object has no attribute '{text}'{advice}"))
     };
-    let ndarray = py.import(intern!(py, "numpy"))?.getattr(intern!(py, "ndarray"))?;
-    if text.starts_with("__") || !ndarray.hasattr(name)? {
-        return Err(missing(String::new()));
-    }
+    // `name` is a public attribute of NumPy's arrays (`install_numpy_habits` made the descriptor
+    // from `dir(numpy.ndarray)`).
+    let ndarray = crate::python::npyffi::dtype::numpy(py)?.getattr(intern!(py, "ndarray"))?;
     let call = if ndarray.getattr(name)?.is_callable() { "()" } else { "" };
     let numpy_way = format!("np.asarray(a).{text}{call}");
     if slf.get().header().placement().on_device() {

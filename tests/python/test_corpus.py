@@ -715,6 +715,35 @@ def test_an_ops_eager_entry_refuses_bad_input_and_keeps_its_arguments(case, call
     np.testing.assert_array_equal(witnesses["out"], np.cumsum(witnesses["x"]))
 
 
+# --- Results built in the caller's framework (NewArray::from_vec2, from_vec3, resize), through
+# the benchmark crate's functions: (id, call, error, message) ---
+NEW_ARRAYS = [
+    ("from-vec2-ragged", lambda p, like: p.from_vec2_like(like, [[1.0, 2.0], [3.0]]), ValueError,
+     "from_vec2 needs rows of one length: row 0 has 2 elements, row 1 has 1"),
+    ("from-vec3-ragged", lambda p, like: p.from_vec3_like(like, [[[1, 2]], [[3]]]), ValueError,
+     r"row \[0\]\[0\] has 2 elements, row \[1\]\[0\] has 1"),
+    ("from-vec2-not-numbers", lambda p, like: p.from_vec2_like(like, [["a"]]), TypeError, "must be real number, not str"),
+    ("resize-beyond-i64", lambda p, like: p.resized_like(like, [[1.0]], [2**64 - 1, 0]), ValueError,
+     r"too big: shape \[18446744073709551615, 0\]"),
+    ("resize-overflowing-bytes", lambda p, like: p.resized_like(like, [[1.0]], [1 << 62, 4]), ValueError, "too big"),
+    ("resize-negative", lambda p, like: p.resized_like(like, [[1.0]], [-1, 2]), OverflowError, "can't convert negative int to unsigned"),
+]
+
+
+@pytest.mark.parametrize("framework", ["numpy", "amso"])
+@pytest.mark.parametrize("case, call, error, message", NEW_ARRAYS, ids=[c[0] for c in NEW_ARRAYS])
+def test_new_arrays_refuse_bad_input_and_leave_the_callers_array(case, call, error, message, framework):
+    peers = pytest.importorskip("amso_peers")
+    kept = witness()
+    like = np.zeros(1) if framework == "numpy" else amso.asarray(np.zeros(1))
+    with pytest.raises(error, match=message):
+        call(peers, like)
+    intact(kept)
+    np.testing.assert_array_equal(np.asarray(like), np.zeros(1))
+    assert amso._amso._live_borrows() == 0
+    np.testing.assert_array_equal(peers.resized_like(like, [[1.0, 2.0]], [2, 2]), [[1.0, 2.0], [0.0, 0.0]])
+
+
 def test_corpus_size():
     """The issue asks for at least 60 distinct cases across the paths; count them here."""
     from test_bad_input import test_bad_indices, test_bad_shapes, test_bad_values_keep_the_old_value
@@ -722,5 +751,5 @@ def test_corpus_size():
     parametrized = sum(len(m.args[1]) for f in (test_bad_shapes, test_bad_indices, test_bad_values_keep_the_old_value)
                        for m in f.pytestmark if m.name == "parametrize")
     here = len(CAPSULES) + len(INTERFACES) + len(EXPORTS) + len(PYTHON_API) + len(IMPOSTORS) + len(PICKLES) + 4
-    here += len(BUFFERS) + len(NUMPY_ODDITIES) + len(OPS)
+    here += len(BUFFERS) + len(NUMPY_ODDITIES) + len(OPS) + len(NEW_ARRAYS)
     assert here + parametrized >= 60, (here, parametrized)

@@ -455,7 +455,8 @@ def test_typed_arguments_from_every_host_protocol_across_threads():
 def test_new_element_kinds_and_conversions_across_threads():
     """16 threads pass shared records, object arrays, timedeltas, lists for ArrayLike and
     misaligned arrays (read through a staged copy) while each writes records and timedeltas of
-    its own, and makes, adopts and reads amso record arrays: every result right, every borrow
+    its own, builds and resizes results from nested lists (NewArray), and makes, adopts and reads
+    amso record arrays: every result right, every borrow
     released, no descriptor cache confused."""
     peers = pytest.importorskip("amso_peers")
     particle = np.dtype([("pos", "<f4", (3,)), ("vel", "<f4", (3,)), ("mass", "<f8"), ("id", "<i8")])
@@ -483,6 +484,11 @@ def test_new_element_kinds_and_conversions_across_threads():
                 assert peers.like_i32([index, i, 3])[1] == [index, i, 3]
                 assert peers.like_f64(misaligned)[1][63] == 63.0
                 peers.record_kick(own, 1.0)
+                # Results built in the caller's framework (NewArray): filled and resized per call.
+                rows = [[float(index), float(i)], [1.0, 2.0]]
+                assert peers.from_vec2_like(misaligned, rows).tolist() == rows
+                grown = peers.resized_like(records[:1]["mass"], rows, [3, 2])
+                assert grown.tolist() == rows + [[0.0, 0.0]]
                 # amso's own record arrays: made, adopted from the shared NumPy array (the
                 # layout caches under contention), read by a Rust function, exported as bytes.
                 mine = amso.MemArray(4, "particle")

@@ -158,6 +158,7 @@ def package_crates() -> Path:
         for file in unpacked.rglob("*"):  # packaged files carry old times; cargo must see them as new
             os.utime(file)
         patches.append(f'{name} = {{ path = "{unpacked.as_posix()}" }}')
+    shutil.rmtree(build, ignore_errors=True)  # cargo's verifying builds, begun afresh on every run (1.2 GB)
     crate = OUTSIDE / "crate"
     shutil.copytree(ROOT / "tests" / "outside-crate", crate, ignore=shutil.ignore_patterns("target", "__pycache__"))
     manifest = crate / "Cargo.toml"
@@ -235,11 +236,20 @@ def main_job() -> None:
 
 
 def test_job() -> None:
+    # CI's disk may be small (a run once stopped with "No space left on device" in `cargo test`, at
+    # 3 GB of debug build): there, no incremental state or pip cache, debug builds with line tables
+    # only (backtraces keep their files and lines), and each build folder goes once done.
+    lean = bool(os.environ.get("CI"))
+    if lean:
+        os.environ.update(CARGO_INCREMENTAL="0", CARGO_PROFILE_DEV_DEBUG="line-tables-only", PIP_NO_CACHE_DIR="1")
     ensure_venv()
     cargo("fmt", "--all", "--", "--check")
     generate(check=True)
     cargo("clippy", "--workspace", "--all-targets", "--", "-D", "warnings")
     cargo("test", "--workspace")
+    if lean:  # the later steps build with the release profile
+        for done in ("debug", "tests"):  # the workspace's debug build, and trybuild's
+            shutil.rmtree(ROOT / "target" / done, ignore_errors=True)
     build_extensions()
     quickstart()
     stubtest()

@@ -6,13 +6,22 @@
 from a literal dtype and the shape's length; other calls give `MemArray`."""
 
 from collections.abc import Sequence
-from typing import Literal, Never, SupportsIndex, TypeAlias, overload
+from typing import Literal, Never, Protocol, SupportsIndex, TypeAlias, TypeVar, overload, type_check_only
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _amso
 from ._amso import MemArrayBase
+
+_T_co = TypeVar("_T_co", bound=str, covariant=True)
+
+@type_check_only
+class NotAKeyword(Protocol[_T_co]):
+    """The type of a keyword `MemArray(...)` and `empty(...)` do not take: no value fits it, so a
+    misspelt keyword is one error naming it."""
+
+    def __repr__(self) -> _T_co: ...
 
 _bool: TypeAlias = Literal["bool"] | type[np.bool_] | np.dtype[np.bool_] | type[bool]
 _int8: TypeAlias = Literal["int8"] | type[np.int8] | np.dtype[np.int8]
@@ -489,6 +498,8 @@ class MemArray(MemArrayBase):
     def __new__(cls, shape: SupportsIndex | tuple[SupportsIndex], dtype: _particle, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False, managed: bool = False, shareable: bool = False) -> _amso.MemArray1DParticle: ...
     @overload
     def __new__(cls, shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False, managed: bool = False, shareable: bool = False) -> MemArray: ...
+    @overload
+    def __new__(cls, shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, device_id: int = 0, *, readonly: bool = False, pinned: bool = False, on_device: bool = False, managed: bool = False, shareable: bool = False, **unknown: NotAKeyword[Never]) -> MemArray: ...
 
 @overload
 def empty(shape: tuple[Never, ...], dtype: npt.DTypeLike | None = None, device_id: int = 0, *, on_device: bool = False, managed: bool = False, shareable: bool = False) -> MemArray: ...
@@ -930,3 +941,5 @@ def empty(shape: SupportsIndex | tuple[SupportsIndex], dtype: _float32x4, device
 def empty(shape: SupportsIndex | tuple[SupportsIndex], dtype: _particle, device_id: int = 0, *, on_device: bool = False, managed: bool = False, shareable: bool = False) -> _amso.MemArray1DParticle: ...
 @overload
 def empty(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, device_id: int = 0, *, on_device: bool = False, managed: bool = False, shareable: bool = False) -> MemArray: ...
+@overload
+def empty(shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, device_id: int = 0, *, on_device: bool = False, managed: bool = False, shareable: bool = False, **unknown: NotAKeyword[Never]) -> MemArray: ...

@@ -183,6 +183,18 @@ fn shape_forms(ndim: u8) -> String {
     element_index(ndim)
 }
 
+/// The type of a keyword `MemArray(...)` and `empty(...)` do not take, in their last overload.
+/// With no overload taking a keyword, mypy lists every overload (220 lines) after its "did you
+/// mean"; this one takes any keyword, so mypy checks the call against it alone and says
+/// `Argument "device" to "MemArray" has incompatible type "int"; expected "NotAKeyword[Never]"`
+/// (pyright names the keyword likewise). Every value fits `NotAKeyword[Any]`, which is how mypy
+/// picks that overload, and none fits `NotAKeyword[Never]`: every `__repr__` returns a `str`.
+const NOT_A_KEYWORD: &str = "_T_co = TypeVar(\"_T_co\", bound=str, covariant=True)\n\n\
+     @type_check_only\nclass NotAKeyword(Protocol[_T_co]):\n    \
+     \"\"\"The type of a keyword `MemArray(...)` and `empty(...)` do not take: no value fits it, so a\n    \
+     misspelt keyword is one error naming it.\"\"\"\n\n    \
+     def __repr__(self) -> _T_co: ...\n\n";
+
 /// Keyword arguments of `MemArray(...)` and of `empty(...)` after `device_id`.
 const MEMARRAY_KEYWORDS: &str = "readonly: bool = False, pinned: bool = False, on_device: bool = False, \
                                  managed: bool = False, shareable: bool = False";
@@ -195,9 +207,11 @@ pub(crate) fn memarray_stub(spec: &Spec, header_note: &str) -> String {
          # (The first overload that matches wins: bool's before int64's, as `type[bool]` is also a\n\
          # `type[int]`.)\n\"\"\"The typed face of `amso.MemArray` and `amso.empty`: the class a \
          call returns, known\nfrom a literal dtype and the shape's length; other calls give `MemArray`.\"\"\"\n\n\
-         from collections.abc import Sequence\nfrom typing import Literal, Never, SupportsIndex, TypeAlias, overload\n\n\
+         from collections.abc import Sequence\nfrom typing import Literal, Never, Protocol, SupportsIndex, TypeAlias, \
+         TypeVar, overload, type_check_only\n\n\
          import numpy as np\nimport numpy.typing as npt\n\nfrom . import _amso\nfrom ._amso import MemArrayBase\n\n"
     );
+    out.push_str(NOT_A_KEYWORD);
     for dtype in &spec.dtypes {
         let _ = writeln!(out, "_{}: TypeAlias = {}", dtype.name, dtype_forms(dtype));
     }
@@ -222,7 +236,8 @@ pub(crate) fn memarray_stub(spec: &Spec, header_note: &str) -> String {
 }
 
 /// One `@overload` of `{indent}{head}shape, dtype, device_id, *, keywords)` per instantiation,
-/// returning its class, then the fallback returning `MemArray`.
+/// returning its class, then the fallback returning `MemArray`, then the one that takes any other
+/// keyword, as `NotAKeyword[Never]`.
 fn overloads(out: &mut String, calls: &[(String, String, u8)], indent: &str, head: &str, keywords: &str) {
     // First, a shape whose length a checker cannot know but whose items are `Any` (NumPy's
     // `NDArray[Any].shape`, `tuple[Any, ...]`): both checkers would let it match the 1-D overload
@@ -241,9 +256,11 @@ fn overloads(out: &mut String, calls: &[(String, String, u8)], indent: &str, hea
             shape_forms(*ndim),
         );
     }
-    let _ = writeln!(
-        out,
-        "{indent}@overload\n{indent}{head}shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, \
-         device_id: int = 0, *, {keywords}) -> MemArray: ..."
-    );
+    for unknown in ["", ", **unknown: NotAKeyword[Never]"] {
+        let _ = writeln!(
+            out,
+            "{indent}@overload\n{indent}{head}shape: Sequence[SupportsIndex] | SupportsIndex, dtype: npt.DTypeLike | None = None, \
+             device_id: int = 0, *, {keywords}{unknown}) -> MemArray: ..."
+        );
+    }
 }

@@ -114,3 +114,28 @@ def test_the_held_out_scripts_are_correct_code(script):
     """What the checkers must pass also runs: the scripts are correct, not merely typed."""
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
+
+
+WRONG_KEYWORDS = 'import amso\n\namso.MemArray((2, 2), "float32", device=0)\namso.empty((2,), "float32", pinnned=True)\n'
+
+
+@pytest.mark.parametrize("checker", CHECKERS)
+def test_a_wrong_keyword_is_one_short_error_naming_it(checker, tmp_path):
+    """Not every one of the 220 overloads listed (mypy did, after its "did you mean"): one error per
+    call, naming the keyword, in a few lines."""
+    source = tmp_path / "wrong_keywords.py"
+    source.write_text(WRONG_KEYWORDS)
+    MESSAGES.clear()
+    errors = CHECKERS[checker]([source], tmp_path)
+    assert errors == {source.name: {3, 4}}, shown(errors, tmp_path)
+    assert len(MESSAGES) == 2, MESSAGES
+    for message, keyword in zip(MESSAGES, ["device", "pinnned"]):
+        assert f'"{keyword}"' in message and "NotAKeyword" in message, message
+        assert len(message.splitlines()) <= 6, message
+    if checker == "mypy":  # docs/python.md's wording, and the whole output: the two errors, no notes
+        assert 'Argument "device" to "MemArray" has incompatible type "int"; expected "NotAKeyword[Never]"' in MESSAGES[0]
+        result = subprocess.run(
+            [sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir", str(tmp_path / ".mypy"), "--no-error-summary",
+             str(source)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        )
+        assert len(result.stdout.splitlines()) == 2, result.stdout

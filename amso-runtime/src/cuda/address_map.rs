@@ -59,6 +59,7 @@ impl<V> AddressMap<V> {
     }
 
     /// Insert `value` at `key` (non-zero) unless the key is present: whether it was inserted.
+    #[inline(always)]
     pub(crate) fn insert(&mut self, key: u64, value: V) -> bool {
         if key == 0 {
             return false; // address 0 is never lent; 0 marks an empty slot
@@ -101,6 +102,7 @@ impl<V> AddressMap<V> {
 
     /// Remove the record at `key` if `decide`, shown it, agrees (`Ok`; an error leaves the record
     /// where it is); None when `key` is absent. One lookup.
+    #[inline(always)]
     pub(crate) fn remove_if<D, E>(
         &mut self,
         key: u64,
@@ -113,6 +115,7 @@ impl<V> AddressMap<V> {
 
     /// Empty `slot` and shift back every following entry of its run that may move there (one
     /// whose home is not between the hole and its slot), so that no lookup meets a gap early.
+    #[inline(always)]
     fn remove_slot(&mut self, mut hole: usize) -> V {
         let mask = self.mask();
         let removed = self.values[hole].take().expect("an occupied slot holds a record");

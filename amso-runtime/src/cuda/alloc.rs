@@ -328,6 +328,7 @@ impl PendingFree {
 /// Whether `stream` outlives memory `client` frees on it, so that amso's pool may later record
 /// an event on it: the default streams, amso's own, and PyTorch's (which PyTorch never
 /// destroys). A CuPy, RMM or user stream may be destroyed while its blocks are cached.
+#[inline]
 pub(crate) fn lasting(client: Client, stream: StreamHandle) -> bool {
     client == Client::Torch || stream == StreamHandle::LEGACY || super::stream::is_amso_stream(stream)
 }

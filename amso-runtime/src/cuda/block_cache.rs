@@ -178,12 +178,14 @@ impl<F> Shelves<F> {
         Some(at)
     }
 
+    #[inline(always)]
     fn get_mut(&mut self, stream: u64) -> Option<&mut Shelf<F>> {
         let at = self.position(stream)?;
         Some(&mut self.list[at].1)
     }
 
     /// `stream`'s shelf, made (`lasting` as given) if it has none.
+    #[inline(always)]
     fn get_or_insert(&mut self, stream: u64, lasting: bool) -> &mut Shelf<F> {
         let at = match self.position(stream) {
             Some(at) => at,
@@ -222,7 +224,7 @@ pub(crate) struct BlockCache<F> {
     /// Free large blocks by address (for merging neighbours).
     large: SortedMap<u64, LargeFree>,
     /// Large driver allocations, by base address: their sizes.
-    segments: BTreeMap<u64, usize>,
+    segments: SortedMap<u64, usize>,
     bytes: usize,
     limit: usize,
     serial: u64,
@@ -235,7 +237,7 @@ impl<F> BlockCache<F> {
         BlockCache {
             shelves: Shelves::new(),
             large: SortedMap::default(),
-            segments: BTreeMap::new(),
+            segments: SortedMap::default(),
             bytes: 0,
             limit,
             serial: 0,
@@ -260,19 +262,26 @@ impl<F> BlockCache<F> {
 
     /// A block of `size` (from `block_size`) for work on `stream`, from that stream's own free
     /// blocks: no driver call. Counts a hit; a miss is counted by `count_miss`.
+    #[inline(always)]
     pub(crate) fn take_own(&mut self, size: usize, stream: u64) -> Option<u64> {
         let shelf = self.shelves.get_mut(stream)?;
         let ptr = if size <= SMALL_BLOCK {
             shelf.small[class_slot(size)].pop_back()?.0
         } else {
-            let (&(found, ptr), ()) = shelf.large.range((size, 0)..).next()?;
-            shelf.large.remove(&(found, ptr));
-            let free = self.large.remove(&ptr).expect("a shelved large block is in the address map");
-            self.split(ptr, found, size, free);
-            ptr
+            self.take_own_large(size, stream)?
         };
         self.bytes -= size;
         self.counts.hits += 1;
+        Some(ptr)
+    }
+
+    /// `take_own`'s best fit among `stream`'s large blocks, split to `size`.
+    fn take_own_large(&mut self, size: usize, stream: u64) -> Option<u64> {
+        let shelf = self.shelves.get_mut(stream)?;
+        let (&(found, ptr), ()) = shelf.large.range((size, 0)..).next()?;
+        shelf.large.remove(&(found, ptr));
+        let free = self.large.remove(&ptr).expect("a shelved large block is in the address map");
+        self.split(ptr, found, size, free);
         Some(ptr)
     }
 
@@ -357,21 +366,28 @@ impl<F> BlockCache<F> {
     /// File the block at `ptr` (of `size`, from `block_size`) freed after the work queued on
     /// `stream` (`lasting`: the stream outlives its blocks). What the cache cannot hold comes
     /// back, for the caller to return to the driver.
+    #[inline(always)]
     pub(crate) fn give(&mut self, ptr: u64, size: usize, stream: u64, lasting: bool) -> Option<Returned> {
         self.serial += 1;
         let serial = self.serial;
-        let returned = Returned { ptr, stream, lasting };
-        if size <= SMALL_BLOCK {
-            if self.bytes + size > self.limit {
-                self.counts.evictions += 1;
-                return Some(returned);
-            }
-            let shelf = self.shelves.get_or_insert(stream, lasting);
-            shelf.small[class_slot(size)].push_back((ptr, serial));
-            shelf.newest = serial;
-            self.bytes += size;
-            return None;
+        if size > SMALL_BLOCK {
+            return self.give_large(ptr, size, stream, lasting);
         }
+        if self.bytes + size > self.limit {
+            self.counts.evictions += 1;
+            return Some(Returned { ptr, stream, lasting });
+        }
+        let shelf = self.shelves.get_or_insert(stream, lasting);
+        shelf.small[class_slot(size)].push_back((ptr, serial));
+        shelf.newest = serial;
+        self.bytes += size;
+        None
+    }
+
+    /// `give` of a large block (its serial counted): merged with free neighbours of its segment
+    /// freed on the same stream.
+    fn give_large(&mut self, ptr: u64, size: usize, stream: u64, lasting: bool) -> Option<Returned> {
+        let serial = self.serial;
         let (mut start, mut merged) = (ptr, LargeFree { size, stream, serial });
         let segment = self.segment_of(ptr);
         let same =

@@ -48,6 +48,7 @@ impl Ledger {
 
     /// Record the loan of `ptr` (`bytes` for `client`, on `stream`): its serial; None when the
     /// address is lent already (nothing is recorded).
+    #[inline(always)]
     pub(crate) fn lend(&mut self, ptr: u64, bytes: usize, client: Client, stream: Stream) -> Option<u64> {
         self.next_serial += 1;
         let serial = SERIAL_TAG | self.next_serial;
@@ -61,6 +62,7 @@ impl Ledger {
 
     /// Take the loan of `ptr` out of the ledger with one lookup, unless `decide`, shown the
     /// loan, refuses (an error; the loan stays); None when `ptr` is not lent.
+    #[inline(always)]
     pub(crate) fn take_if<D, E>(
         &mut self,
         ptr: u64,

@@ -70,6 +70,7 @@ fn with_loans<R>(body: impl FnOnce(&mut Ledger) -> R) -> R {
 
 /// Lend `bytes` on `device_id` to `client`, usable in order on `stream` (a protocol value):
 /// the address (0 for zero bytes) and the loan's serial.
+#[inline]
 pub(crate) fn lend(
     request: Request,
     device_id: DeviceId,
@@ -198,6 +199,7 @@ pub(crate) struct GiveBack {
 }
 
 /// Take back the loan of `ptr` on `device_id` from `client`.
+#[inline]
 pub(crate) fn reclaim(
     device_id: DeviceId,
     ptr: u64,

@@ -371,6 +371,7 @@ impl PoolAllocator {
     /// Lend `bytes` to `client` from `stream`'s own blocks, taking the device's lock once: the
     /// address and the loan's serial; None when the stream has no block of the size (nothing
     /// was taken), an error when the block is lent already.
+    #[inline(always)]
     pub(crate) fn lend_own(
         &self,
         device_id: DeviceId,
@@ -410,6 +411,7 @@ impl PoolAllocator {
     /// (the loan stays), `Some((stream, lasting))` returns the block to the cache at once, after
     /// the work queued on that stream, and `None` hands the loan back, still counted in use,
     /// for the deferred frees (`pool::release` with `Grant::own_pool`).
+    #[inline(always)]
     pub(crate) fn reclaim<E>(
         &self,
         device_id: DeviceId,
@@ -470,6 +472,7 @@ impl PoolAllocator {
 
 impl DeviceCache {
     /// A block of `size` (for `bytes`) from `stream`'s own blocks, counted for `client`.
+    #[inline(always)]
     fn take_own(&mut self, size: usize, bytes: usize, stream: StreamHandle, client: Client) -> Option<u64> {
         let ptr = self.cache.take_own(size, stream.raw() as u64)?;
         self.ledger.allocated(client, bytes);

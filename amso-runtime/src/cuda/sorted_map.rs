@@ -1,4 +1,4 @@
-//! An ordered map over one sorted vector, for the block cache's large free blocks
+//! An ordered map over one sorted vector, for the block cache's large free blocks and segments
 //! (`block_cache.rs`). In steady state a stream's cache holds a handful of large blocks, and a
 //! pair of allocate and free takes one out and puts it back: a `BTreeMap` then allocates a node
 //! whenever it goes from empty to one entry and frees it when it goes back, which cost more than
@@ -46,7 +46,10 @@ impl<K: Ord + Copy, V> SortedMap<K, V> {
     }
 
     pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
-        self.search(key).ok().map(|i| self.entries.remove(i).1)
+        let i = self.search(key).ok()?;
+        // The last entry (a cache of one block per stream, the common case) without a move.
+        let (_, value) = if i + 1 == self.entries.len() { self.entries.pop()? } else { self.entries.remove(i) };
+        Some(value)
     }
 
     /// The entries with keys in `range`, in order.

@@ -77,10 +77,16 @@ impl StreamHandle {
     /// which refuses a destroyed handle it can tell; a capturing stream is noted for deferred
     /// frees. The driver answers for the stream's own context: a stream of another device than
     /// `device_id` is not told apart.
+    #[inline]
     pub(crate) fn check(self, device_id: DeviceId) -> Result<Checked> {
         if self == StreamHandle::LEGACY {
             return Ok(Checked { handle: self, capture: Capture::Idle });
         }
+        self.check_capture(device_id)
+    }
+
+    /// `check` of a stream the driver is asked about.
+    fn check_capture(self, device_id: DeviceId) -> Result<Checked> {
         // The query never blocks (a capture allows it), so it runs as the caller is: holding
         // the GIL where CuPy's allocator holds it, with no release and retake per lend. A
         // stream handle names its own context, and the driver answers for it whatever context

@@ -3,8 +3,10 @@ and `amso_torch_free`, called from a C loop as PyTorch calls them), counted by c
 stand-in CUDA driver (`stand_in_driver.c`), so that the pool's own cost in the plug-in path is
 measured on a machine without a GPU. Each case runs twice, with 2,000 and 12,000 pairs after 100
 of warm-up; the difference over 10,000 is one pair in steady state (the first allocation's trip
-to the driver excluded). The counts are amso's alone: the real driver's cuStreamIsCapturing (on a
-non-default stream) and the hook around the functions are not in them.
+to the driver excluded). The counts are amso's, plus about 15 instructions of the harness that
+are the same in every build (the C loop's return into `amso_peers`, the stand-in's own calls); the
+real driver's cuStreamIsCapturing (on a non-default stream, about 200 with driver 580) and the
+hook around the functions are not in them.
 
     python3 benchmarks/pool_instructions.py     # needs valgrind, a C compiler, amso and amso_peers
 """

@@ -237,9 +237,10 @@ def main_job() -> None:
 
 def test_job() -> None:
     # CI's disk may be small (a run once stopped with "No space left on device" in `cargo test`, at
-    # 3 GB of debug build): there, no incremental state or pip cache, debug builds with line tables
-    # only (backtraces keep their files and lines), and each build folder goes once done.
-    lean = bool(os.environ.get("CI"))
+    # 3 GB of debug build): there (`.ci/run` sets AMSO_LEAN=1; without it, a CI variable set true),
+    # no incremental state or pip cache, debug builds with line tables only (backtraces keep their
+    # files and lines), and each build folder goes once done.
+    lean = os.environ.get("AMSO_LEAN", os.environ.get("CI", "")).lower() not in ("", "0", "false")
     if lean:
         os.environ.update(CARGO_INCREMENTAL="0", CARGO_PROFILE_DEV_DEBUG="line-tables-only", PIP_NO_CACHE_DIR="1")
     ensure_venv()

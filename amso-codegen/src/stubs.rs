@@ -187,8 +187,11 @@ fn shape_forms(ndim: u8) -> String {
 /// With no overload taking a keyword, mypy lists every overload (220 lines) after its "did you
 /// mean"; this one takes any keyword, so mypy checks the call against it alone and says
 /// `Argument "device" to "MemArray" has incompatible type "int"; expected "NotAKeyword[Never]"`
-/// (pyright names the keyword likewise). Every value fits `NotAKeyword[Any]`, which is how mypy
-/// picks that overload, and none fits `NotAKeyword[Never]`: every `__repr__` returns a `str`.
+/// (pyright names the keyword likewise). Every value but `None` fits `NotAKeyword[Any]`, which is
+/// how mypy picks that overload, and none fits `NotAKeyword[Never]`: every `__repr__` returns a
+/// `str`. The limits (docs/python.md): a value typed `Any` fits anything, so such a keyword is
+/// not caught; with `None` (which mypy lets fit a protocol only by its name) or beside another
+/// mistake in the call, mypy lists the overloads as before.
 const NOT_A_KEYWORD: &str = "_T_co = TypeVar(\"_T_co\", bound=str, covariant=True)\n\n\
      @type_check_only\nclass NotAKeyword(Protocol[_T_co]):\n    \
      \"\"\"The type of a keyword `MemArray(...)` and `empty(...)` do not take: no value fits it, so a\n    \

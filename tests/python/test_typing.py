@@ -139,3 +139,25 @@ def test_a_wrong_keyword_is_one_short_error_naming_it(checker, tmp_path):
              str(source)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
         )
         assert len(result.stdout.splitlines()) == 2, result.stdout
+
+
+LIMITS = ('from typing import Any\n\nimport amso\n\nvalue: Any = 0\n'
+          'amso.MemArray((2, 2), "float32", devce=value)\n'  # line 6: fits (Any fits any parameter)
+          'amso.MemArray((2, 2), "float32", devce=None)\n')  # line 7: mypy lists the overloads
+
+
+@pytest.mark.parametrize("checker", CHECKERS)
+def test_the_wrong_keyword_limits_docs_python_states(checker, tmp_path):
+    """docs/python.md's limits, as they are: a keyword whose value is typed `Any` is not caught by
+    either checker; with `None`, mypy still lists the overloads (one error, many notes)."""
+    source = tmp_path / "limits.py"
+    source.write_text(LIMITS)
+    MESSAGES.clear()
+    errors = CHECKERS[checker]([source], tmp_path)
+    assert errors == {source.name: {7}}, shown(errors, tmp_path)
+    if checker == "mypy":
+        result = subprocess.run(
+            [sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir", str(tmp_path / ".mypy"), "--no-error-summary",
+             str(source)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        )
+        assert "Possible overload variants" in result.stdout and len(result.stdout.splitlines()) > 100, result.stdout[:2000]

@@ -384,7 +384,7 @@ impl<F> BlockCache<F> {
         None
     }
 
-    /// `give` of a large block (its serial counted): merged with free neighbours of its segment
+    /// `give` of a large block (`give` advanced `self.serial` for it): merged with free neighbours of its segment
     /// freed on the same stream.
     fn give_large(&mut self, ptr: u64, size: usize, stream: u64, lasting: bool) -> Option<Returned> {
         let serial = self.serial;

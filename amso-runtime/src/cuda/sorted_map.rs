@@ -47,7 +47,7 @@ impl<K: Ord + Copy, V> SortedMap<K, V> {
 
     pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
         let i = self.search(key).ok()?;
-        // The last entry (a cache of one block per stream, the common case) without a move.
+        // The last entry (a cache of one block per stream, the common case) by a pop.
         let (_, value) = if i + 1 == self.entries.len() { self.entries.pop()? } else { self.entries.remove(i) };
         Some(value)
     }

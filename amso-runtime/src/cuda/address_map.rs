@@ -178,11 +178,9 @@ mod tests {
     #[test]
     fn agrees_with_a_hash_map_over_a_million_random_operations() {
         let (mut map, mut reference) = (AddressMap::default(), HashMap::new());
-        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = crate::cuda::xorshift(0x2545_f491_4f6c_dd1d);
         for step in 0..1_000_000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = next();
             // Aligned addresses over a few pages, so that runs collide and wrap the table.
             let key = (x % 3000 + 1) * 512;
             match x >> 62 {

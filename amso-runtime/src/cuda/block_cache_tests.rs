@@ -205,20 +205,14 @@ fn a_fence_that_cannot_be_recorded_keeps_the_block_home() {
 fn random_work_never_hands_out_overlapping_blocks() {
     let mut clock = Clock::default();
     let mut cache = BlockCache::new(usize::MAX);
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = crate::cuda::xorshift(0x2545_f491_4f6c_dd1d);
     let mut live: BTreeMap<u64, usize> = BTreeMap::new();
     let mut driver_next = BASE;
     for _ in 0..5000 {
-        if live.is_empty() || next() % 2 == 0 {
+        if live.is_empty() || next().is_multiple_of(2) {
             let bytes = 1 + (next() % (40 * MIB as u64)) as usize;
             let size = block_size(bytes).unwrap();
-            let stream = if next() % 3 == 0 { B } else { A };
+            let stream = if next().is_multiple_of(3) { B } else { A };
             let ptr = cache
                 .take_own(size, stream)
                 .or_else(|| cache.take_other(size, stream, &mut clock))
@@ -239,8 +233,8 @@ fn random_work_never_hands_out_overlapping_blocks() {
         } else {
             let &ptr = live.keys().nth((next() % live.len() as u64) as usize).unwrap();
             let size = live.remove(&ptr).unwrap();
-            cache.give(ptr, size, if next() % 3 == 0 { B } else { A }, true);
-            if next() % 50 == 0 {
+            cache.give(ptr, size, if next().is_multiple_of(3) { B } else { A }, true);
+            if next().is_multiple_of(50) {
                 clock.finish(A);
                 clock.finish(B);
             }

@@ -56,3 +56,15 @@ pub use driver::{device_count, is_available};
 pub use kernel::{
     order_streams, with_stream, CudaFunction, CudaStream, DriverError, Kernel, LaunchConfig, PushKernelArg,
 };
+
+/// A seeded xorshift sequence, for the randomised tests of the pool's structures (the address
+/// map, the sorted map, the block cache).
+#[cfg(test)]
+pub(crate) fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}

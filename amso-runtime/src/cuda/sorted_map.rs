@@ -92,13 +92,7 @@ mod tests {
     #[test]
     fn agrees_with_btreemap() {
         let (mut ours, mut reference) = (SortedMap::default(), BTreeMap::new());
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::cuda::xorshift(0x9E37_79B9_7F4A_7C15);
         for step in 0..20_000u64 {
             let key = next() % 64;
             match next() % 4 {

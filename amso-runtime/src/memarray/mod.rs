@@ -21,7 +21,7 @@ mod guard;
 pub(crate) mod options;
 mod owned;
 #[cfg(feature = "python")]
-pub(crate) use owned::{planes_shape, rows_shape};
+pub(crate) use owned::{planes_shape, rows_shape, write_rows};
 pub(crate) mod rebuild;
 
 use std::marker::PhantomData;

@@ -42,6 +42,27 @@ pub(crate) fn planes_shape<T>(planes: &[Vec<Vec<T>>]) -> Result<[usize; 3]> {
     Ok([planes.len(), rows, columns])
 }
 
+/// Write `rows`, each `columns` elements long, one after another from `data`: the C-order
+/// elements of an array whose shape `rows_shape` or `planes_shape` checked.
+///
+/// # Safety
+/// `data` is valid for writes of every row's elements and reached by nothing else meanwhile;
+/// each row has `columns` elements.
+pub(crate) unsafe fn write_rows<'a, T: Copy + 'a>(
+    data: *mut T,
+    rows: impl Iterator<Item = &'a Vec<T>>,
+    columns: usize,
+) {
+    if columns == 0 {
+        return; // nothing to write (and an empty array's address need not be one to write at)
+    }
+    for (index, row) in rows.enumerate() {
+        debug_assert_eq!(row.len(), columns);
+        // SAFETY: row `index` of the caller's memory, from a row of `columns` elements.
+        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), data.add(index * columns), columns) };
+    }
+}
+
 impl<T: Element> MemArray<T, 2> {
     /// A host array of the rows `rows` (every row the same length; ragged rows are an
     /// `Error::InvalidShape` naming the first row that differs).
@@ -49,11 +70,8 @@ impl<T: Element> MemArray<T, 2> {
         let [count, columns] = rows_shape(rows)?;
         let mut array = Self::new([count, columns])?;
         let data = array.as_mut_ptr()?;
-        for (index, row) in rows.iter().enumerate() {
-            // SAFETY: row `index` of a new host array of `columns` columns, written once from a
-            // row of that length (checked above); nothing else refers to the array yet.
-            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), data.add(index * columns), columns) };
-        }
+        // SAFETY: a new host array of the rows' checked shape, which nothing else refers to yet.
+        unsafe { write_rows(data, rows.iter(), columns) };
         Ok(array)
     }
 }
@@ -63,8 +81,11 @@ impl<T: Element> MemArray<T, 3> {
     /// the same shape; ragged input is an `Error::InvalidShape` naming where it differs).
     pub fn from_vec3(planes: &[Vec<Vec<T>>]) -> Result<Self> {
         let shape = planes_shape(planes)?;
-        let values: Vec<T> = planes.iter().flatten().flatten().copied().collect();
-        Self::from_slice(shape, &values)
+        let mut array = Self::new(shape)?;
+        let data = array.as_mut_ptr()?;
+        // SAFETY: as in `from_vec2`, the planes' rows in C order.
+        unsafe { write_rows(data, planes.iter().flatten(), shape[2]) };
+        Ok(array)
     }
 }
 

@@ -275,9 +275,10 @@ const FROM_NUMPY: [&str; 25] = [
 ];
 
 /// `a.<name>` for a public name of NumPy's arrays the class lacks (`NumpyAttribute`): NumPy's
-/// attribute of the host view for the names of `FROM_NUMPY`; `fill`, written under the write rules of `a[...] = v`; any other
-/// name NumPy arrays have is an `AttributeError` naming `np.asarray(a).<name>`. Always an
-/// `AttributeError` when the answer is no (`hasattr` probes stay safe), device data included.
+/// attribute of the host view for the names of `FROM_NUMPY`; `fill`, written under the write
+/// rules of `a[...] = v`; any other name NumPy arrays have is an `AttributeError` naming
+/// `np.asarray(a).<name>`. Always an `AttributeError` when the answer is no (`hasattr` probes
+/// stay safe), device data included.
 fn numpy_attribute<'py>(
     slf: &Bound<'py, MemArrayBase>,
     name: &Bound<'py, pyo3::types::PyString>,

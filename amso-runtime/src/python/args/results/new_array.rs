@@ -385,11 +385,8 @@ impl<'py, T: Element> NewArray<'py, T, 2> {
         let shape = crate::memarray::rows_shape(rows)?;
         let array = Self::host_to_fill(py, framework, shape)?;
         let data = array.host_ptr()?;
-        for (index, row) in rows.iter().enumerate() {
-            // SAFETY: row `index` of the new host array of `shape[1]` columns, written once from
-            // a row of that length (checked); nothing else reaches the array yet.
-            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), data.add(index * shape[1]), shape[1]) };
-        }
+        // SAFETY: the new host array of the rows' checked shape; nothing else reaches it yet.
+        unsafe { crate::memarray::write_rows(data, rows.iter(), shape[1]) };
         Ok(array)
     }
 }
@@ -402,10 +399,8 @@ impl<'py, T: Element> NewArray<'py, T, 3> {
         let shape = crate::memarray::planes_shape(planes)?;
         let array = Self::host_to_fill(py, framework, shape)?;
         let data = array.host_ptr()?;
-        for (index, row) in planes.iter().flatten().enumerate() {
-            // SAFETY: as in `from_vec2`, row `index` of the planes' rows in C order.
-            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), data.add(index * shape[2]), shape[2]) };
-        }
+        // SAFETY: as in `from_vec2`, the planes' rows in C order.
+        unsafe { crate::memarray::write_rows(data, planes.iter().flatten(), shape[2]) };
         Ok(array)
     }
 }

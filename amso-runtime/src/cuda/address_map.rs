@@ -11,12 +11,18 @@
 /// The smallest table.
 const SMALLEST_TABLE: usize = 16;
 
+/// One slot of the table: an address (0: empty) and its record, side by side, so that a lookup
+/// reads one place (a cache line, mostly: `switches.rs` says why lines count).
+#[derive(Debug)]
+struct Slot<V> {
+    key: u64,
+    value: Option<V>,
+}
+
 /// Records of `V` by address.
 #[derive(Debug)]
 pub(crate) struct AddressMap<V> {
-    /// The addresses, 0 for an empty slot.
-    keys: Vec<u64>,
-    values: Vec<Option<V>>,
+    slots: Vec<Slot<V>>,
     /// 64 minus log2 of the table's size: a hash's top bits index it.
     shift: u32,
     len: usize,
@@ -24,7 +30,7 @@ pub(crate) struct AddressMap<V> {
 
 impl<V> Default for AddressMap<V> {
     fn default() -> AddressMap<V> {
-        AddressMap { keys: Vec::new(), values: Vec::new(), shift: 64, len: 0 }
+        AddressMap { slots: Vec::new(), shift: 64, len: 0 }
     }
 }
 
@@ -38,7 +44,7 @@ impl<V> AddressMap<V> {
 
     #[inline]
     fn mask(&self) -> usize {
-        self.keys.len().wrapping_sub(1)
+        self.slots.len().wrapping_sub(1)
     }
 
     /// The slot holding `key`.
@@ -50,7 +56,7 @@ impl<V> AddressMap<V> {
         let mask = self.mask();
         let mut slot = self.home(key);
         loop {
-            match self.keys[slot] {
+            match self.slots[slot].key {
                 k if k == key => return Some(slot),
                 0 => return None,
                 _ => slot = (slot + 1) & mask,
@@ -64,16 +70,16 @@ impl<V> AddressMap<V> {
         if key == 0 {
             return false; // address 0 is never lent; 0 marks an empty slot
         }
-        if (self.len + 1) * 4 > self.keys.len() {
+        if (self.len + 1) * 4 > self.slots.len() {
             self.grow();
         }
         let mask = self.mask();
         let mut slot = self.home(key);
         loop {
-            match self.keys[slot] {
+            let entry = &mut self.slots[slot];
+            match entry.key {
                 0 => {
-                    self.keys[slot] = key;
-                    self.values[slot] = Some(value);
+                    *entry = Slot { key, value: Some(value) };
                     self.len += 1;
                     return true;
                 }
@@ -86,7 +92,7 @@ impl<V> AddressMap<V> {
     /// The record at `key`.
     #[cfg(test)]
     pub(crate) fn get(&self, key: u64) -> Option<&V> {
-        self.find(key).and_then(|slot| self.values[slot].as_ref())
+        self.find(key).and_then(|slot| self.slots[slot].value.as_ref())
     }
 
     /// Whether `key` is present.
@@ -109,7 +115,7 @@ impl<V> AddressMap<V> {
         decide: impl FnOnce(&V) -> Result<D, E>,
     ) -> Option<Result<(V, D), E>> {
         let slot = self.find(key)?;
-        let decided = decide(self.values[slot].as_ref().expect("an occupied slot holds a record"));
+        let decided = decide(self.slots[slot].value.as_ref().expect("an occupied slot holds a record"));
         Some(decided.map(|decided| (self.remove_slot(slot), decided)))
     }
 
@@ -118,11 +124,11 @@ impl<V> AddressMap<V> {
     #[inline(always)]
     fn remove_slot(&mut self, mut hole: usize) -> V {
         let mask = self.mask();
-        let removed = self.values[hole].take().expect("an occupied slot holds a record");
+        let removed = self.slots[hole].value.take().expect("an occupied slot holds a record");
         let mut next = hole;
         loop {
             next = (next + 1) & mask;
-            let key = self.keys[next];
+            let key = self.slots[next].key;
             if key == 0 {
                 break;
             }
@@ -130,22 +136,20 @@ impl<V> AddressMap<V> {
             // Distances back from `next`: its home's, and the hole's. The entry may fill the
             // hole when its home is no nearer to it than the hole is.
             if next.wrapping_sub(home) & mask >= next.wrapping_sub(hole) & mask {
-                self.keys[hole] = key;
-                self.values[hole] = self.values[next].take();
+                let value = self.slots[next].value.take();
+                self.slots[hole] = Slot { key, value };
                 hole = next;
             }
         }
-        self.keys[hole] = 0;
+        self.slots[hole].key = 0;
         self.len -= 1;
         removed
     }
 
     /// The addresses whose records `pick` selects, removed with their records.
     pub(crate) fn remove_where(&mut self, mut pick: impl FnMut(&V) -> bool) -> Vec<(u64, V)> {
-        let keys: Vec<u64> = (0..self.keys.len())
-            .filter(|&slot| self.values[slot].as_ref().is_some_and(&mut pick))
-            .map(|slot| self.keys[slot])
-            .collect();
+        let keys: Vec<u64> =
+            self.slots.iter().filter(|slot| slot.value.as_ref().is_some_and(&mut pick)).map(|slot| slot.key).collect();
         keys.into_iter().filter_map(|key| Some((key, self.remove(key)?))).collect()
     }
 
@@ -156,14 +160,16 @@ impl<V> AddressMap<V> {
     }
 
     fn grow(&mut self) {
-        let size = (self.keys.len() * 2).max(SMALLEST_TABLE);
-        let keys = std::mem::replace(&mut self.keys, vec![0; size]);
-        let values = std::mem::replace(&mut self.values, std::iter::repeat_with(|| None).take(size).collect());
+        let size = (self.slots.len() * 2).max(SMALLEST_TABLE);
+        let slots = std::mem::replace(
+            &mut self.slots,
+            std::iter::repeat_with(|| Slot { key: 0, value: None }).take(size).collect(),
+        );
         self.shift = 64 - size.trailing_zeros();
         self.len = 0;
-        for (key, value) in keys.into_iter().zip(values) {
-            if let Some(value) = value {
-                self.insert(key, value);
+        for slot in slots {
+            if let Some(value) = slot.value {
+                self.insert(slot.key, value);
             }
         }
     }

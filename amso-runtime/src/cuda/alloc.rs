@@ -14,7 +14,7 @@
 // `amso.defer_cleanup`, ...); a Rust-only build keeps them for the pool's own use.
 #![cfg_attr(not(feature = "python"), allow(dead_code))]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use cudarc::driver::{result, sys};
@@ -28,6 +28,7 @@ use super::driver::map_error;
 pub(crate) use super::pool_allocator::default_pool;
 use super::request::{Client, Request, CLIENTS};
 use super::stream::StreamHandle;
+use super::switches::SWITCHES;
 use crate::device::DeviceId;
 use crate::error::{Error, Result};
 
@@ -177,14 +178,14 @@ impl Source {
     }
 }
 
+/// The allocator plugged in, if any; `SWITCHES.plugged` says whether it holds one, so that
+/// while it does not (the common case) an allocation takes neither its lock nor a reference
+/// count.
 static CURRENT: RwLock<Option<Arc<dyn DeviceAllocator>>> = RwLock::new(None);
-/// Whether `CURRENT` holds a plugged-in allocator: while it does not (the common case), an
-/// allocation takes neither its lock nor a reference count.
-static PLUGGED: AtomicBool = AtomicBool::new(false);
 
 /// The allocator new device memory comes from.
 pub(crate) fn current() -> Source {
-    if !PLUGGED.load(Ordering::Acquire) {
+    if !SWITCHES.plugged.load(Ordering::Acquire) {
         return Source::Pool;
     }
     CURRENT.read().unwrap_or_else(|e| e.into_inner()).clone().map_or(Source::Pool, Source::Plugged)
@@ -193,7 +194,7 @@ pub(crate) fn current() -> Source {
 /// Plug in `allocator` (None: amso's pool). Existing allocations keep the allocator that made them.
 pub(crate) fn set_allocator(allocator: Option<Arc<dyn DeviceAllocator>>) {
     let mut current = CURRENT.write().unwrap_or_else(|e| e.into_inner());
-    PLUGGED.store(allocator.is_some(), Ordering::Release);
+    SWITCHES.plugged.store(allocator.is_some(), Ordering::Release);
     *current = allocator;
 }
 
@@ -440,7 +441,7 @@ fn capturing() -> bool {
 }
 
 /// The deferred-free queue.
-pub(crate) static DEFERRED: Deferred<PendingFree> = Deferred::new();
+pub(crate) static DEFERRED: Deferred<PendingFree> = Deferred::new(&SWITCHES.holds);
 
 /// `device_id`'s memory in bytes, asked of the driver until it answers, then kept (every free
 /// reads it: after the first answer, without a lock). Unknown, it counts as unlimited: only
@@ -499,12 +500,7 @@ pub(crate) fn allocate_for(
 /// or capture holds the frees.
 #[inline]
 pub(crate) fn frees_run_now() -> bool {
-    !DEFERRED.holding() && !capturing()
-}
-
-/// Whether new device memory comes from amso's pool (no allocator is plugged in).
-pub(crate) fn pooling() -> bool {
-    !PLUGGED.load(Ordering::Acquire)
+    SWITCHES.frees_unheld() || (!DEFERRED.holding() && !capturing())
 }
 
 /// Return memory to the allocator it came from through the deferred queue (this copy's pool:

@@ -154,27 +154,31 @@ pub(crate) struct Returned {
     pub(crate) lasting: bool,
 }
 
-/// The shelves of a cache by stream: a list, its index, and the shelf used last, which a
-/// stream's run of allocations and frees finds without hashing.
+/// The shelves of a cache by stream: a list, its index, and the shelf used last (its stream
+/// and position), which a stream's run of allocations and frees finds without hashing or
+/// reading the list.
+#[repr(C)]
 struct Shelves<F> {
+    recent: Option<(u64, usize)>,
     list: Vec<(u64, Shelf<F>)>,
     index: HashMap<u64, usize, BuildAddressHasher>,
-    recent: usize,
 }
 
 impl<F> Shelves<F> {
     fn new() -> Shelves<F> {
-        Shelves { list: Vec::new(), index: HashMap::default(), recent: 0 }
+        Shelves { list: Vec::new(), index: HashMap::default(), recent: None }
     }
 
     /// The position of `stream`'s shelf.
     #[inline]
     fn position(&mut self, stream: u64) -> Option<usize> {
-        if self.list.get(self.recent).is_some_and(|(s, _)| *s == stream) {
-            return Some(self.recent);
+        if let Some((recent, at)) = self.recent {
+            if recent == stream {
+                return Some(at);
+            }
         }
         let at = *self.index.get(&stream)?;
-        self.recent = at;
+        self.recent = Some((stream, at));
         Some(at)
     }
 
@@ -193,7 +197,7 @@ impl<F> Shelves<F> {
                 self.list.push((stream, Shelf::new(lasting)));
                 let at = self.list.len() - 1;
                 self.index.insert(stream, at);
-                self.recent = at;
+                self.recent = Some((stream, at));
                 at
             }
         };
@@ -214,21 +218,22 @@ impl<F> Shelves<F> {
     fn retain(&mut self, keep: impl Fn(&Shelf<F>) -> bool) {
         self.list.retain(|(_, shelf)| keep(shelf));
         self.index = self.list.iter().enumerate().map(|(at, (stream, _))| (*stream, at)).collect();
-        self.recent = 0;
+        self.recent = None;
     }
 }
 
-/// The free blocks of one device.
+/// The free blocks of one device (`#[repr(C)]`: what every request and free reads first).
+#[repr(C)]
 pub(crate) struct BlockCache<F> {
+    bytes: usize,
+    limit: usize,
+    serial: u64,
+    counts: Counts,
     shelves: Shelves<F>,
     /// Free large blocks by address (for merging neighbours).
     large: SortedMap<u64, LargeFree>,
     /// Large driver allocations, by base address: their sizes.
     segments: SortedMap<u64, usize>,
-    bytes: usize,
-    limit: usize,
-    serial: u64,
-    counts: Counts,
 }
 
 impl<F> BlockCache<F> {

@@ -26,7 +26,7 @@
 //! stream, its allocations and frees) run in the relaxed mode (`Relaxed`), as PyTorch's
 //! allocator does: they never touch the capturing stream.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use cudarc::driver::sys;
@@ -140,8 +140,6 @@ struct Sentinel {
 }
 
 static SENTINELS: Mutex<Vec<Sentinel>> = Mutex::new(Vec::new());
-/// Sentinels with a capture: lets the common case (no capture) skip the lock.
-static WATCHING: AtomicUsize = AtomicUsize::new(0);
 
 fn sentinels() -> std::sync::MutexGuard<'static, Vec<Sentinel>> {
     SENTINELS.lock().unwrap_or_else(|e| e.into_inner())
@@ -179,7 +177,7 @@ pub(crate) fn note(device_id: DeviceId, stream: StreamHandle, id: u64) -> crate:
     let join = watcher.record_event(None).map_err(super::driver::cuda_error("cuEventRecord"))?;
     capturing.wait(&join).map_err(super::driver::cuda_error("cuStreamWaitEvent"))?;
     if sentinels[slot].capture == 0 {
-        WATCHING.fetch_add(1, Ordering::AcqRel);
+        super::switches::SWITCHES.watch(1);
     }
     sentinels[slot].capture = id;
     Ok(())
@@ -195,7 +193,7 @@ pub(crate) fn in_progress(device_id: Option<DeviceId>) -> bool {
 /// Whether this copy has seen a capture that may still be in progress.
 #[inline]
 pub(crate) fn watching() -> bool {
-    WATCHING.load(Ordering::Acquire) != 0
+    super::switches::SWITCHES.watching.load(Ordering::Acquire) != 0
 }
 
 /// `in_progress` once a capture was seen: asked of the driver.
@@ -211,7 +209,7 @@ fn still_in_progress(device_id: Option<DeviceId>) -> bool {
                 found |= device_id.is_none_or(|d| d == sentinel.device_id);
             } else {
                 sentinel.capture = 0;
-                WATCHING.fetch_sub(1, Ordering::AcqRel);
+                super::switches::SWITCHES.watch(-1);
             }
         }
         found

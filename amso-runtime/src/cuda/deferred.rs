@@ -30,8 +30,9 @@ impl Default for Limits {
 /// A queue of pending frees of type `F` with its policy.
 pub(crate) struct Deferred<F> {
     state: Mutex<State<F>>,
-    /// `State::holds`, readable without the lock (`holding`, on every free's path).
-    holds: AtomicUsize,
+    /// `State::holds`, readable without the lock (`holding`, on every free's path; the process's
+    /// queue keeps it among the pool's switches, `switches.rs`).
+    holds: &'static AtomicUsize,
 }
 
 struct State<F> {
@@ -42,8 +43,8 @@ struct State<F> {
 }
 
 impl<F> Deferred<F> {
-    /// An empty queue with default limits.
-    pub(crate) const fn new() -> Self {
+    /// An empty queue with default limits, counting its holds in `holds` (zero).
+    pub(crate) const fn new(holds: &'static AtomicUsize) -> Self {
         Deferred {
             state: Mutex::new(State {
                 pending: Vec::new(),
@@ -51,7 +52,7 @@ impl<F> Deferred<F> {
                 limits: Limits { count: 10, fraction: 0.2 },
                 holds: 0,
             }),
-            holds: AtomicUsize::new(0),
+            holds,
         }
     }
 
@@ -132,19 +133,13 @@ impl<F> Deferred<F> {
     }
 }
 
-impl<F> Default for Deferred<F> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn flushes_by_count() {
-        let queue = Deferred::new();
+        let queue = Deferred::new(Box::leak(Box::default()));
         for i in 0..9 {
             assert!(queue.push(i, 1, 1 << 30, false).is_empty());
         }
@@ -154,7 +149,7 @@ mod tests {
 
     #[test]
     fn flushes_by_share_of_memory() {
-        let queue = Deferred::new();
+        let queue = Deferred::new(Box::leak(Box::default()));
         assert!(queue.push("a", 100, 1000, false).is_empty());
         assert_eq!(queue.push("b", 100, 1000, false), vec!["a", "b"], "200 bytes is 20% of 1000");
         queue.set_limits(Limits { count: 100, fraction: 0.5 });
@@ -164,7 +159,7 @@ mod tests {
 
     #[test]
     fn defer_cleanup_holds_everything_until_the_outermost_block_ends() {
-        let queue = Deferred::new();
+        let queue = Deferred::new(Box::leak(Box::default()));
         queue.hold();
         queue.hold();
         for i in 0..25 {
@@ -177,7 +172,7 @@ mod tests {
 
     #[test]
     fn a_capture_in_progress_holds_every_flush_until_it_ends() {
-        let queue = Deferred::new();
+        let queue = Deferred::new(Box::leak(Box::default()));
         for i in 0..12 {
             assert!(queue.push(i, 1, 1 << 30, true).is_empty(), "over the count limit, but capturing");
         }
@@ -187,7 +182,7 @@ mod tests {
 
     #[test]
     fn memory_pressure_flushes_below_the_limits() {
-        let queue = Deferred::new();
+        let queue = Deferred::new(Box::leak(Box::default()));
         queue.push(1, 1, 1 << 30, false);
         queue.push(2, 1, 1 << 30, false);
         assert_eq!(queue.take_all(false), vec![1, 2]);

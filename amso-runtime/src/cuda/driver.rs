@@ -25,6 +25,7 @@ fn load() -> std::result::Result<Driver, String> {
     }
     result::init().map_err(|e| format!("the CUDA driver failed to initialise: {}", describe(&e)))?;
     let device_count = result::device::get_count().map_err(|e| describe(&e))?;
+    super::switches::SWITCHES.device_count.store(device_count, std::sync::atomic::Ordering::Release);
     Ok(Driver { device_count })
 }
 
@@ -54,7 +55,8 @@ pub(crate) fn require() -> Result<()> {
 /// read, for the paths every allocation takes).
 #[inline]
 pub(crate) fn loaded_device_count() -> Option<i32> {
-    DRIVER.get()?.as_ref().ok().map(|driver| driver.device_count)
+    let count = super::switches::SWITCHES.device_count.load(std::sync::atomic::Ordering::Acquire);
+    (count >= 0).then_some(count)
 }
 
 /// Whether a CUDA driver is loaded and sees at least one device (`DeviceId::new` asks: without

@@ -23,8 +23,9 @@ pub(crate) struct Lent {
 /// loans (`loans.rs`), whose serials count up from 1.
 const SERIAL_TAG: u64 = 1 << 63;
 
-/// One device's figures and loans.
+/// One device's figures and loans (`#[repr(C)]`: in the order a lend reads them).
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct Ledger {
     loans: AddressMap<Lent>,
     next_serial: u64,

@@ -29,6 +29,7 @@ use super::alloc::{self, default_pool, After};
 use super::pool::{self, Grant};
 use super::request::{Client, Request, CLIENTS};
 use super::stream::{Checked, StreamHandle};
+use super::switches::SWITCHES;
 use crate::device::DeviceId;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
@@ -68,9 +69,54 @@ fn with_loans<R>(body: impl FnOnce(&mut Ledger) -> R) -> R {
     body(loans.get_or_insert_with(Ledger::default))
 }
 
+/// The common lend, in few instructions and cache lines (a plug-in's allocation finds amso's
+/// data evicted by its library's own work: `switches.rs`): a block of `stream`'s own, lent to
+/// `client` on `device` (a raw id) under one lock, when the driver is loaded and lists the
+/// device, this copy's own pool serves with no allocator plugged in, and the stream is the
+/// legacy default one or a handle that is not capturing. None: `lend` serves the request, and
+/// says why it cannot. An error: the block is lent already (a bug, reported as `lend` would).
+#[inline]
+pub(crate) fn lend_cached(device: i32, bytes: usize, stream: Stream, client: Client) -> Option<Result<(u64, u64)>> {
+    let device_id = SWITCHES.device(device)?;
+    if bytes == 0 || !SWITCHES.own_pool_serves() {
+        return None;
+    }
+    let handle = StreamHandle::of_value(stream)?;
+    let idle = handle == StreamHandle::LEGACY
+        || (handle != StreamHandle::PER_THREAD
+            && matches!(super::capture::state(handle), Ok(super::capture::Capture::Idle)));
+    if !idle {
+        return None;
+    }
+    default_pool().lend_own(device_id, bytes, handle, client)
+}
+
+/// The common give-back (`lend_cached`'s other half): a loan of amso's pool returned by its
+/// client on `device` (a raw id) to the cache, after the work on its stream, under one lock,
+/// when nothing holds the frees. Whether it was; false: nothing was done, and `reclaim` takes it
+/// (and refuses it, if it must be).
+#[inline]
+pub(crate) fn reclaim_cached(device: i32, ptr: u64, client: Client, back: GiveBack) -> bool {
+    let Some(device_id) = SWITCHES.device(device) else { return false };
+    if ptr == 0 || client == Client::Numba || !SWITCHES.frees_unheld() {
+        return false;
+    }
+    let returned = default_pool().reclaim(device_id, ptr, |lent| {
+        if refusal(client, back, lent.serial, lent.client, lent.bytes).is_some() {
+            return Err(());
+        }
+        match after(lent.client, back.stream, lent.stream) {
+            After::Stream(stream) if stream != StreamHandle::PER_THREAD => {
+                Ok(Some((stream, alloc::lasting(lent.client, stream))))
+            }
+            _ => Err(()),
+        }
+    });
+    matches!(returned, Some(Ok(None)))
+}
+
 /// Lend `bytes` on `device_id` to `client`, usable in order on `stream` (a protocol value):
 /// the address (0 for zero bytes) and the loan's serial.
-#[inline]
 pub(crate) fn lend(
     request: Request,
     device_id: DeviceId,
@@ -87,7 +133,7 @@ pub(crate) fn lend(
     super::driver::require()?;
     let handle = StreamHandle::of(stream)?;
     let checked = handle.check(device_id)?;
-    let pooled = request == Request::Current && pool::is_own() && alloc::pooling();
+    let pooled = request == Request::Current && SWITCHES.own_pool_serves();
     if pooled && !checked.capturing() {
         // The common case: a block of the stream's own, lent and recorded under one lock. No
         // allocator is plugged in, so no other library is asked and no cycle can form.
@@ -199,7 +245,6 @@ pub(crate) struct GiveBack {
 }
 
 /// Take back the loan of `ptr` on `device_id` from `client`.
-#[inline]
 pub(crate) fn reclaim(
     device_id: DeviceId,
     ptr: u64,

@@ -50,6 +50,7 @@ pub(crate) mod pool_allocator;
 pub(crate) mod pool_stats;
 pub(crate) mod request;
 pub(crate) mod stream;
+mod switches;
 pub(crate) mod transfer;
 
 pub use driver::{device_count, is_available};

@@ -14,7 +14,7 @@
 #![cfg_attr(not(feature = "python"), allow(dead_code))]
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::alloc::{self, After, DeviceAllocator, Source};
@@ -23,6 +23,7 @@ use super::deferred::Limits;
 use super::pool_stats::PoolStats;
 use super::request::{Client, Request};
 use super::stream::StreamHandle;
+use super::switches::SWITCHES;
 use crate::device::DeviceId;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
@@ -89,7 +90,7 @@ pub(crate) struct ForeignAllocator {
 /// The pool table's layout version: a copy meeting a table of another version refuses to join
 /// (`join`). Raise it whenever `PoolTable`, `PoolStats`, `Failure`, `ForeignAllocator` or
 /// `Shelved` change.
-const TABLE_VERSION: u32 = 2;
+const TABLE_VERSION: u32 = 3;
 /// Where the table is published in the interpreter's dict (the key of version 1, which had no
 /// version field, is refused by name).
 const TABLE_KEY: &str = "_amso_pool";
@@ -129,6 +130,9 @@ pub(crate) struct PoolTable {
     set_cache_limit: extern "C" fn(u64) -> u64,
     /// Write up to `capacity` lines of a device's cache report; how many there are.
     shelves: unsafe extern "C" fn(DeviceId, *mut Shelved, usize) -> usize,
+    /// The pool's count of captures seen that may be in progress, to which every copy that
+    /// joins adds its own (`switches.rs`): while it is zero, a free asks no copy's probe.
+    watching: &'static AtomicUsize,
 }
 
 /// This copy's pool, offered to the others.
@@ -148,15 +152,14 @@ static OWN: PoolTable = PoolTable {
     empty_cache: own_empty_cache,
     set_cache_limit: own_set_cache_limit,
     shelves: own_shelves,
+    watching: &SWITCHES.watching,
 };
-
-/// The process's pool, when it is another copy's (`join`).
-static HOME: AtomicPtr<PoolTable> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The pool this copy allocates from: the process's, once joined, else its own.
 fn pool() -> &'static PoolTable {
-    // SAFETY: HOME is null or a static table of another copy, which stays loaded for the process.
-    unsafe { HOME.load(Ordering::Acquire).as_ref() }.unwrap_or(&OWN)
+    // SAFETY: `home` is null or a static table of another copy (`join`), which stays loaded for
+    // the process.
+    unsafe { SWITCHES.home.load(Ordering::Acquire).as_ref() }.unwrap_or(&OWN)
 }
 
 /// Use the process's pool: another copy's, found under `anchor.rs`, or this copy's,
@@ -165,7 +168,9 @@ fn pool() -> &'static PoolTable {
 pub(crate) fn join(py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
     let refuse = |found: String| {
         pyo3::exceptions::PyImportError::new_err(format!(
-            "another amso runtime in this process shares device memory through a pool table of {found}; this module              was built with version {TABLE_VERSION}, and the two cannot share one pool: rebuild every amso-based              extension module against one amso version"
+            "another amso runtime in this process shares device memory through a pool table of {found}; this module \
+             was built with version {TABLE_VERSION}, and the two cannot share one pool: rebuild every amso-based \
+             extension module against one amso version"
         ))
     };
     if crate::anchor::published(py, VERSION_1_KEY)? {
@@ -184,7 +189,10 @@ pub(crate) fn join(py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
         let home = published.cast_mut().cast::<PoolTable>();
         // SAFETY: a static table of another copy (above), and this copy's static function.
         unsafe { ((*home).add_capture_probe)(capture_probe) };
-        HOME.store(home, Ordering::Release);
+        // SAFETY: as above; no capture was seen yet (this copy is being imported).
+        let watching = unsafe { (*home).watching };
+        SWITCHES.joined_watching.store(std::ptr::from_ref(watching).cast_mut(), Ordering::Release);
+        SWITCHES.home.store(home, Ordering::Release);
     }
     Ok(())
 }
@@ -209,11 +217,6 @@ impl Grant {
     pub(crate) fn is_own_pool(&self) -> bool {
         std::ptr::eq(self.table, &OWN) && self.token == Source::Pool.into_token()
     }
-}
-
-/// Whether this copy's pool is the process's (it has joined no other copy's).
-pub(crate) fn is_own() -> bool {
-    std::ptr::eq(pool(), &OWN)
 }
 
 impl std::fmt::Debug for PoolTable {

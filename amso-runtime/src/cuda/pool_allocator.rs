@@ -32,14 +32,16 @@ pub(crate) struct Event(sys::CUevent);
 // SAFETY: a CUDA event handle may be used from any thread; the pool's lock serialises its use.
 unsafe impl Send for Event {}
 
-/// One device's cache and its spare events.
+/// One device's cache and its spare events, in the order a lend and a give-back read them
+/// (`#[repr(C)]`: the fields they read share few cache lines, `switches.rs` says why).
+#[repr(C)]
 struct DeviceCache {
-    cache: BlockCache<Event>,
-    spare_events: Vec<Event>,
     /// Whether the cache's bound was set from the device's memory.
     bounded: bool,
     /// What the pool has out on the device.
     ledger: Ledger,
+    cache: BlockCache<Event>,
+    spare_events: Vec<Event>,
 }
 
 /// The driver's side of `Fences`: events of one device, recorded and queried with its context
@@ -85,8 +87,9 @@ impl Fences for DriverFences<'_> {
 /// By default the cache of a device holds at most this share of its memory.
 const DEFAULT_LIMIT_SHARE: usize = 2;
 
-/// amso's default allocator.
-#[derive(Default)]
+/// amso's default allocator. `devices` first, in a line of its own: every lend and give-back
+/// reads it (`switches.rs` says why lines count).
+#[repr(C, align(64))]
 pub(crate) struct PoolAllocator {
     devices: OnceLock<Vec<Mutex<DeviceCache>>>,
     /// The cache bound in bytes (0: half of each device's memory).
@@ -525,9 +528,15 @@ impl DeviceAllocator for PoolAllocator {
 }
 
 /// amso's pool, for the process.
+#[inline]
 pub(crate) fn default_pool() -> &'static PoolAllocator {
-    static POOL: OnceLock<PoolAllocator> = OnceLock::new();
-    POOL.get_or_init(PoolAllocator::default)
+    static POOL: PoolAllocator = PoolAllocator {
+        devices: OnceLock::new(),
+        limit: AtomicUsize::new(0),
+        release_threshold: AtomicU64::new(0),
+        configured: Mutex::new(Vec::new()),
+    };
+    &POOL
 }
 
 #[cfg(test)]

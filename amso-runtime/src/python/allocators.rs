@@ -258,7 +258,27 @@ static REPORTED: AtomicU32 = AtomicU32::new(0);
 pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, stream: *mut c_void) -> *mut c_void {
     // SAFETY: PyTorch's stream of `device` (NULL: the legacy default stream), alive for the call.
     let stream = unsafe { Stream::from_handle(stream as usize) };
-    let lent = std::panic::catch_unwind(|| loans::lend(Request::Current, DeviceId::new(device)?, size, stream, TORCH));
+    match std::panic::catch_unwind(|| loans::lend_cached(device, size, stream, TORCH)) {
+        Ok(Some(Ok((ptr, _)))) => ptr as usize as *mut c_void,
+        cached => torch_alloc(size, device, stream, cached),
+    }
+}
+
+/// What `loans::lend_cached` answered, from behind `catch_unwind`.
+type Cached = std::thread::Result<Option<crate::error::Result<(u64, u64)>>>;
+
+/// `amso_torch_alloc` beyond the common case, given what `lend_cached` answered (out of line:
+/// the common case stays in few cache lines).
+#[cold]
+#[inline(never)]
+fn torch_alloc(size: usize, device: c_int, stream: Stream, cached: Cached) -> *mut c_void {
+    let lent = match cached {
+        Ok(None) => {
+            std::panic::catch_unwind(|| loans::lend(Request::Current, DeviceId::new(device)?, size, stream, TORCH))
+        }
+        Ok(Some(answer)) => Ok(answer),
+        Err(panic) => Err(panic),
+    };
     match lent {
         Ok(Ok((ptr, _))) => ptr as usize as *mut c_void,
         Ok(Err(error)) => {
@@ -312,6 +332,16 @@ pub(crate) unsafe extern "C" fn amso_torch_free(ptr: *mut c_void, size: usize, d
     // SAFETY: as in `amso_torch_alloc`.
     let stream = unsafe { Stream::from_handle(stream as usize) };
     let back = loans::GiveBack { bytes: Some(size), stream: Some(stream), serial: None };
+    if let Ok(true) = std::panic::catch_unwind(|| loans::reclaim_cached(device, ptr as usize as u64, TORCH, back)) {
+        return;
+    }
+    torch_free(ptr, device, back);
+}
+
+/// `amso_torch_free` beyond the common case (out of line, as `torch_alloc`).
+#[cold]
+#[inline(never)]
+fn torch_free(ptr: *mut c_void, device: c_int, back: loans::GiveBack) {
     let outcome = std::panic::catch_unwind(|| match DeviceId::new(device) {
         Ok(id) => loans::reclaim(id, ptr as usize as u64, TORCH, back).map_err(|r| r.message(ptr as usize as u64, id)),
         Err(error) => {
@@ -337,9 +367,15 @@ fn report(message: &str) {
 /// `cupy_backends.cuda.stream`'s `get_stream_ptr(device)` where CuPy has it (one thread-local
 /// read: `CFunctionAllocator` passes the device), else `cupy.cuda.stream`'s
 /// `get_current_stream_ptr()`, the one CuPy's own pool calls per allocation (two thread-local
-/// reads and `cudaGetDevice`). `CUPY_STREAM_BY_DEVICE` says which is stored.
-static CUPY_STREAM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-static CUPY_STREAM_BY_DEVICE: AtomicBool = AtomicBool::new(false);
+/// reads and `cudaGetDevice`), and which of the two it is, side by side (every allocation reads
+/// both).
+#[repr(C, align(16))]
+struct CupyStream {
+    function: AtomicPtr<c_void>,
+    by_device: AtomicBool,
+}
+static CUPY_STREAM: CupyStream =
+    CupyStream { function: AtomicPtr::new(std::ptr::null_mut()), by_device: AtomicBool::new(false) };
 static CUPY_OUT_OF_MEMORY: OnceLock<Py<PyAny>> = OnceLock::new();
 /// The C signatures Cython gives the two, its capsules' names.
 const CUPY_STREAM_OF_DEVICE: &[u8] = b"intptr_t (int)";
@@ -383,8 +419,8 @@ pub(super) fn cupy_hooks(stream_function: &Bound<'_, PyAny>, out_of_memory: Py<P
     if function.is_null() {
         return Err(PyErr::take(stream_function.py()).unwrap_or_else(refused));
     }
-    CUPY_STREAM_BY_DEVICE.store(by_device, Ordering::Relaxed);
-    CUPY_STREAM.store(function, Ordering::Release);
+    CUPY_STREAM.by_device.store(by_device, Ordering::Relaxed);
+    CUPY_STREAM.function.store(function, Ordering::Release);
     let _ = CUPY_OUT_OF_MEMORY.set(out_of_memory);
     Ok((amso_cupy_malloc as *const () as usize, amso_cupy_free as *const () as usize))
 }
@@ -395,7 +431,7 @@ pub(super) fn cupy_hooks(stream_function: &Bound<'_, PyAny>, out_of_memory: Py<P
 /// # Safety
 /// Holding the GIL, after `function` (non-NULL) was stored with its kind.
 unsafe fn cupy_stream(function: *mut c_void, device: c_int) -> isize {
-    if CUPY_STREAM_BY_DEVICE.load(Ordering::Relaxed) {
+    if CUPY_STREAM.by_device.load(Ordering::Relaxed) {
         // SAFETY: CuPy's `intptr_t get_stream_ptr(int)` (checked by its capsule's name), called
         // holding the GIL, as CuPy calls it.
         unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> isize>(function)(device) }
@@ -418,7 +454,7 @@ const CUPY_FAILED: *mut c_void = usize::MAX as *mut c_void;
 /// `_cupy_hooks` told it CuPy's stream function.
 #[no_mangle]
 pub(crate) unsafe extern "C" fn amso_cupy_malloc(_param: *mut c_void, size: usize, device: c_int) -> *mut c_void {
-    let function = CUPY_STREAM.load(Ordering::Acquire);
+    let function = CUPY_STREAM.function.load(Ordering::Acquire);
     if function.is_null() {
         return cupy_failure(PyRuntimeError::new_err("amso_cupy_malloc was called before amso.allocators set it up"));
     }
@@ -430,8 +466,23 @@ pub(crate) unsafe extern "C" fn amso_cupy_malloc(_param: *mut c_void, size: usiz
     }
     // SAFETY: CuPy's current stream of `device` (0: the legacy default stream).
     let stream = unsafe { Stream::from_handle(stream as usize) };
-    let lent =
-        std::panic::catch_unwind(|| loans::lend(Request::Current, DeviceId::new(device)?, size, stream, Client::CuPy));
+    match std::panic::catch_unwind(|| loans::lend_cached(device, size, stream, Client::CuPy)) {
+        Ok(Some(Ok((ptr, _)))) => ptr as usize as *mut c_void,
+        cached => cupy_lend(size, device, stream, cached),
+    }
+}
+
+/// `amso_cupy_malloc` beyond the common case (out of line, as `torch_alloc`).
+#[cold]
+#[inline(never)]
+fn cupy_lend(size: usize, device: c_int, stream: Stream, cached: Cached) -> *mut c_void {
+    let lent = match cached {
+        Ok(None) => std::panic::catch_unwind(|| {
+            loans::lend(Request::Current, DeviceId::new(device)?, size, stream, Client::CuPy)
+        }),
+        Ok(Some(answer)) => Ok(answer),
+        Err(panic) => Err(panic),
+    };
     match lent {
         Ok(Ok((ptr, _))) => ptr as usize as *mut c_void,
         Ok(Err(Error::OutOfMemory { .. })) => Python::attach(|py| {
@@ -463,6 +514,17 @@ fn cupy_failure(error: PyErr) -> *mut c_void {
 #[no_mangle]
 pub(crate) unsafe extern "C" fn amso_cupy_free(_param: *mut c_void, ptr: *mut c_void, device: c_int) {
     let ptr = ptr as usize as u64;
+    let back = loans::GiveBack::default();
+    if let Ok(true) = std::panic::catch_unwind(|| loans::reclaim_cached(device, ptr, Client::CuPy, back)) {
+        return;
+    }
+    cupy_free(ptr, device);
+}
+
+/// `amso_cupy_free` beyond the common case (out of line, as `torch_alloc`).
+#[cold]
+#[inline(never)]
+fn cupy_free(ptr: u64, device: c_int) {
     let outcome = std::panic::catch_unwind(|| match DeviceId::new(device) {
         Ok(id) => loans::reclaim(id, ptr, Client::CuPy, loans::GiveBack::default()).map_err(|r| r.message(ptr, id)),
         Err(error) => {

@@ -136,6 +136,41 @@ pub(crate) fn time_torch_pairs(
     }
 }
 
+/// `time_torch_pairs_cold(alloc, free, size, stream, count, evict)`: as `time_torch_pairs`
+/// (GIL held), but with `evict` bytes of other memory written between pairs, as a library's own
+/// work between two allocations would, so that the pair finds its data out of the caches: the
+/// mean nanoseconds of the pairs alone (each timed by itself), and the eviction's cost is not in
+/// it. A diagnostic of how many cache lines a plug-in touches, which a hot loop hides.
+#[pyfunction]
+pub(crate) fn time_torch_pairs_cold(
+    alloc: usize,
+    free: usize,
+    size: usize,
+    stream: usize,
+    count: u32,
+    evict: usize,
+) -> f64 {
+    // SAFETY: the caller passes the addresses of two C functions of these signatures.
+    let (alloc, free) =
+        unsafe { (std::mem::transmute::<usize, TorchAlloc>(alloc), std::mem::transmute::<usize, TorchFree>(free)) };
+    let mut other = vec![0u8; evict.max(64)];
+    let mut total = std::time::Duration::ZERO;
+    for round in 0..count {
+        for line in other.chunks_mut(64) {
+            line[0] = line[0].wrapping_add(round as u8);
+        }
+        std::hint::black_box(&mut other);
+        let start = std::time::Instant::now();
+        // SAFETY: a pair of PyTorch allocator functions, called as PyTorch calls them.
+        unsafe {
+            let ptr = alloc(size, 0, stream as *mut c_void);
+            free(ptr, size, 0, stream as *mut c_void);
+        }
+        total += start.elapsed();
+    }
+    total.as_nanos() as f64 / f64::from(count.max(1))
+}
+
 /// The pair of functions the forwarding plug-in calls, whether it times them, and what the timed
 /// calls cost so far.
 static TARGET: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];

@@ -125,6 +125,7 @@ fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(hook_floor::floor_cupy_functions, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::floor_cupy_stream_functions, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::time_torch_pairs, module)?)?;
+    module.add_function(wrap_pyfunction!(hook_floor::time_torch_pairs_cold, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::forward_torch_to, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::torch_floor_functions, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::timed_torch_total, module)?)?;

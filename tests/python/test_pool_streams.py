@@ -452,6 +452,39 @@ def test_eight_threads_on_their_own_streams_lose_no_block():
 
 
 @gpu
+@needs("cupy", "torch", "amso_user_example")
+def test_a_capture_another_copy_saw_holds_the_pools_frees():
+    """Frees wait while a capture any copy of the runtime saw may run (docs/memory.md): a capture
+    seen only by another extension module's copy (the user crate's kernel, launched on the
+    stream PyTorch captures; PyTorch is not plugged into amso) holds a CuPy free of a block lent
+    on the legacy stream, which amso's own copy saw nothing of; the free runs at the next flush
+    once the capture has ended."""
+    out = run(script(SPIN, """
+        import torch
+        import amso_user_example as ue
+        from test_typed_args import BOX, particles
+        from test_typed_args import SHAPE as GRID
+        cp.cuda.set_allocator(amso.allocators.cupy_malloc)
+        positions = torch.from_numpy(particles(1000)).cuda()
+        density = torch.zeros(GRID, dtype=torch.float64, device="cuda")
+        ue.deposit(positions, density, BOX)  # its kernel loaded outside the capture
+        torch.cuda.synchronize()
+        held = cp.empty(4096, cp.uint8)  # lent to CuPy on the legacy stream
+        before = amso.memory_info()["pending_frees"]
+        graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+        with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+            ue.deposit(positions, density, BOX)  # the user crate's copy sees the capture
+            del held
+        during = amso.memory_info()["pending_frees"]
+        amso.flush_frees()
+        print(before, during, amso.memory_info()["pending_frees"])
+    """))
+    before, during, after = map(int, out.split())
+    assert during == before + 1, f"a free ran during a capture the user crate's copy saw: {out}"
+    assert after == 0, f"the held free did not run once the capture ended: {out}"
+
+
+@gpu
 @needs("cupy")
 def test_a_streams_capture_is_seen_from_a_thread_with_no_current_context():
     """A lend asks the driver whether its stream is being captured without making a context

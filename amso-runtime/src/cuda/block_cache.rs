@@ -35,6 +35,7 @@ fn class_slot(size: usize) -> usize {
 }
 
 /// The size of the block that serves `bytes` (> 0), or None if it overflows.
+#[inline(always)]
 pub(crate) fn block_size(bytes: usize) -> Option<usize> {
     if bytes <= SMALL_BLOCK {
         Some(bytes.next_power_of_two().max(SMALLEST))
@@ -170,7 +171,7 @@ impl<F> Shelves<F> {
     }
 
     /// The position of `stream`'s shelf.
-    #[inline]
+    #[inline(always)]
     fn position(&mut self, stream: u64) -> Option<usize> {
         if let Some((recent, at)) = self.recent {
             if recent == stream {
@@ -190,11 +191,11 @@ impl<F> Shelves<F> {
 
     /// `stream`'s shelf, made (`lasting` as given) if it has none.
     #[inline(always)]
-    fn get_or_insert(&mut self, stream: u64, lasting: bool) -> &mut Shelf<F> {
+    fn get_or_insert(&mut self, stream: u64, lasting: impl Fn() -> bool) -> &mut Shelf<F> {
         let at = match self.position(stream) {
             Some(at) => at,
             None => {
-                self.list.push((stream, Shelf::new(lasting)));
+                self.list.push((stream, Shelf::new(lasting())));
                 let at = self.list.len() - 1;
                 self.index.insert(stream, at);
                 self.recent = Some((stream, at));
@@ -369,10 +370,11 @@ impl<F> BlockCache<F> {
     }
 
     /// File the block at `ptr` (of `size`, from `block_size`) freed after the work queued on
-    /// `stream` (`lasting`: the stream outlives its blocks). What the cache cannot hold comes
-    /// back, for the caller to return to the driver.
+    /// `stream` (`lasting`: whether the stream outlives its blocks, asked only when the stream's
+    /// shelf is made or the block comes back). What the cache cannot hold comes back, for the
+    /// caller to return to the driver.
     #[inline(always)]
-    pub(crate) fn give(&mut self, ptr: u64, size: usize, stream: u64, lasting: bool) -> Option<Returned> {
+    pub(crate) fn give(&mut self, ptr: u64, size: usize, stream: u64, lasting: impl Fn() -> bool) -> Option<Returned> {
         self.serial += 1;
         let serial = self.serial;
         if size > SMALL_BLOCK {
@@ -380,7 +382,7 @@ impl<F> BlockCache<F> {
         }
         if self.bytes + size > self.limit {
             self.counts.evictions += 1;
-            return Some(Returned { ptr, stream, lasting });
+            return Some(Returned { ptr, stream, lasting: lasting() });
         }
         let shelf = self.shelves.get_or_insert(stream, lasting);
         shelf.small[class_slot(size)].push_back((ptr, serial));
@@ -391,7 +393,7 @@ impl<F> BlockCache<F> {
 
     /// `give` of a large block (`give` advanced `self.serial` for it): merged with free neighbours of its segment
     /// freed on the same stream.
-    fn give_large(&mut self, ptr: u64, size: usize, stream: u64, lasting: bool) -> Option<Returned> {
+    fn give_large(&mut self, ptr: u64, size: usize, stream: u64, lasting: impl Fn() -> bool) -> Option<Returned> {
         let serial = self.serial;
         let (mut start, mut merged) = (ptr, LargeFree { size, stream, serial });
         let segment = self.segment_of(ptr);
@@ -416,7 +418,7 @@ impl<F> BlockCache<F> {
                 }
             }
         }
-        let shelf = self.shelves.get_or_insert(stream, lasting);
+        let shelf = self.shelves.get_or_insert(stream, &lasting);
         for (removed_size, removed_ptr) in shelf_removals {
             shelf.large.remove(&(removed_size, removed_ptr));
             self.large.remove(&removed_ptr);
@@ -428,7 +430,7 @@ impl<F> BlockCache<F> {
             self.bytes -= merged.size;
             self.segments.remove(&start);
             self.counts.evictions += 1;
-            return Some(Returned { ptr: start, stream, lasting });
+            return Some(Returned { ptr: start, stream, lasting: lasting() });
         }
         self.large.insert(start, merged);
         shelf.large.insert((merged.size, start), ());

@@ -55,7 +55,7 @@ fn sizes_are_classes_then_multiples_of_two_mib() {
 #[test]
 fn a_block_is_reused_on_its_own_stream_at_once() {
     let mut cache = BlockCache::<(u64, u64)>::new(usize::MAX);
-    assert_eq!(cache.give(BASE, 4096, A, false), None);
+    assert_eq!(cache.give(BASE, 4096, A, || false), None);
     assert_eq!(cache.bytes(), 4096);
     assert_eq!(cache.take_own(4096, B), None, "not on another stream's own path");
     assert_eq!(cache.take_own(2048, A), None, "not another class");
@@ -68,7 +68,7 @@ fn a_block_is_reused_on_its_own_stream_at_once() {
 fn another_stream_waits_for_the_fence_recorded_after_the_free() {
     let mut clock = Clock::default();
     let mut cache = BlockCache::new(usize::MAX);
-    cache.give(BASE, 4096, A, true);
+    cache.give(BASE, 4096, A, || true);
     assert_eq!(cache.take_other(4096, B, &mut clock), None, "A's work may still use it");
     assert_eq!(clock.recorded.len(), 1, "a fence was recorded on A");
     assert_eq!(cache.report()[0].waiting, 1);
@@ -83,9 +83,9 @@ fn another_stream_waits_for_the_fence_recorded_after_the_free() {
 fn a_block_freed_after_the_fence_waits_for_the_next_one() {
     let mut clock = Clock::default();
     let mut cache = BlockCache::new(usize::MAX);
-    cache.give(BASE, 4096, A, true);
+    cache.give(BASE, 4096, A, || true);
     cache.take_other(4096, B, &mut clock); // records a fence covering the first block
-    cache.give(BASE + 4096, 4096, A, true);
+    cache.give(BASE + 4096, 4096, A, || true);
     clock.finish(A);
     assert_eq!(cache.take_other(4096, B, &mut clock), Some(BASE), "the oldest, covered by the fence");
     assert_eq!(cache.take_other(4096, B, &mut clock), None, "the second came after the fence");
@@ -97,7 +97,7 @@ fn a_block_freed_after_the_fence_waits_for_the_next_one() {
 fn streams_that_may_be_destroyed_are_never_fenced() {
     let mut clock = Clock::default();
     let mut cache = BlockCache::new(usize::MAX);
-    cache.give(BASE, 4096, A, false);
+    cache.give(BASE, 4096, A, || false);
     clock.finish(A);
     assert_eq!(cache.take_other(4096, B, &mut clock), None);
     assert!(clock.recorded.is_empty(), "nothing was queued on A after its free");
@@ -109,8 +109,8 @@ fn large_blocks_take_the_best_fit_and_split() {
     let mut cache = BlockCache::<(u64, u64)>::new(usize::MAX);
     cache.add_segment(BASE, 64 * MIB);
     cache.add_segment(BASE + (1 << 30), 8 * MIB);
-    cache.give(BASE, 64 * MIB, A, true);
-    cache.give(BASE + (1 << 30), 8 * MIB, A, true);
+    cache.give(BASE, 64 * MIB, A, || true);
+    cache.give(BASE + (1 << 30), 8 * MIB, A, || true);
     assert_eq!(cache.take_own(6 * MIB, A), Some(BASE + (1 << 30)), "the 8 MiB block fits best");
     assert_eq!(cache.counts().splits, 1);
     assert_eq!(cache.bytes(), 66 * MIB);
@@ -125,14 +125,14 @@ fn neighbours_freed_on_one_stream_merge_into_their_segment() {
     let mut clock = Clock::default();
     let mut cache = BlockCache::new(usize::MAX);
     cache.add_segment(BASE, 8 * MIB);
-    cache.give(BASE, 8 * MIB, A, true);
+    cache.give(BASE, 8 * MIB, A, || true);
     let first = cache.take_own(4 * MIB, A).unwrap();
     let second = cache.take_own(4 * MIB, A).unwrap();
-    cache.give(second, 4 * MIB, A, true);
-    cache.give(first, 4 * MIB, A, true);
+    cache.give(second, 4 * MIB, A, || true);
+    cache.give(first, 4 * MIB, A, || true);
     assert_eq!(cache.report().len(), 1, "one block again: {:?}", cache.report());
     assert_eq!(cache.take_own(8 * MIB, A), Some(BASE));
-    cache.give(BASE, 8 * MIB, A, true);
+    cache.give(BASE, 8 * MIB, A, || true);
     assert_eq!(cache.drain(cache.serial(), &mut clock), vec![BASE], "the whole segment goes back");
     assert_eq!(cache.bytes(), 0);
 }
@@ -142,13 +142,13 @@ fn neighbours_of_two_streams_or_two_segments_stay_apart() {
     let mut cache = BlockCache::<(u64, u64)>::new(usize::MAX);
     cache.add_segment(BASE, 4 * MIB);
     cache.add_segment(BASE + 4 * MIB as u64, 4 * MIB);
-    cache.give(BASE, 4 * MIB, A, true);
-    cache.give(BASE + 4 * MIB as u64, 4 * MIB, A, true);
+    cache.give(BASE, 4 * MIB, A, || true);
+    cache.give(BASE + 4 * MIB as u64, 4 * MIB, A, || true);
     assert_eq!(cache.take_own(8 * MIB, A), None, "adjacent segments are two driver allocations");
     cache.add_segment(BASE + (1 << 30), 8 * MIB);
-    cache.give(BASE + (1 << 30), 8 * MIB, B, true);
+    cache.give(BASE + (1 << 30), 8 * MIB, B, || true);
     let ptr = cache.take_own(4 * MIB, B).unwrap();
-    cache.give(ptr, 4 * MIB, A, true);
+    cache.give(ptr, 4 * MIB, A, || true);
     assert_eq!(cache.report().iter().map(|r| r.blocks).sum::<usize>(), 4);
 }
 
@@ -157,16 +157,16 @@ fn drain_returns_whole_segments_and_keeps_parts_in_use() {
     let mut clock = Clock::default();
     let mut cache = BlockCache::new(usize::MAX);
     cache.add_segment(BASE, 8 * MIB);
-    cache.give(BASE, 8 * MIB, A, true);
+    cache.give(BASE, 8 * MIB, A, || true);
     let held = cache.take_own(2 * MIB, A).unwrap();
-    cache.give(BASE + (1 << 30), 4096, B, false);
+    cache.give(BASE + (1 << 30), 4096, B, || false);
     assert_eq!(
         cache.drain(cache.serial(), &mut clock),
         vec![BASE + (1 << 30)],
         "the small block; the segment is in use"
     );
     assert_eq!(cache.bytes(), 6 * MIB);
-    cache.give(held, 2 * MIB, B, true);
+    cache.give(held, 2 * MIB, B, || true);
     assert_eq!(
         cache.drain(cache.serial(), &mut clock),
         vec![BASE],
@@ -178,23 +178,23 @@ fn drain_returns_whole_segments_and_keeps_parts_in_use() {
 #[test]
 fn the_bound_hands_blocks_back() {
     let mut cache = BlockCache::<(u64, u64)>::new(4 * MIB);
-    assert_eq!(cache.give(BASE, 512, A, true), None);
+    assert_eq!(cache.give(BASE, 512, A, || true), None);
     cache.add_segment(BASE + (1 << 30), 8 * MIB);
     assert_eq!(
-        cache.give(BASE + (1 << 30), 8 * MIB, A, false),
+        cache.give(BASE + (1 << 30), 8 * MIB, A, || false),
         Some(Returned { ptr: BASE + (1 << 30), stream: A, lasting: false })
     );
     assert_eq!(cache.bytes(), 512);
     assert_eq!(cache.counts().evictions, 1);
     cache.set_limit(512);
-    assert!(cache.give(BASE + 512, 512, A, true).is_some());
+    assert!(cache.give(BASE + 512, 512, A, || true).is_some());
 }
 
 #[test]
 fn a_fence_that_cannot_be_recorded_keeps_the_block_home() {
     let mut clock = Clock { refuse: true, ..Clock::default() };
     let mut cache = BlockCache::new(usize::MAX);
-    cache.give(BASE, 4096, A, true);
+    cache.give(BASE, 4096, A, || true);
     assert_eq!(cache.take_other(4096, B, &mut clock), None);
     assert_eq!(cache.take_own(4096, A), Some(BASE));
 }
@@ -233,7 +233,7 @@ fn random_work_never_hands_out_overlapping_blocks() {
         } else {
             let &ptr = live.keys().nth((next() % live.len() as u64) as usize).unwrap();
             let size = live.remove(&ptr).unwrap();
-            cache.give(ptr, size, if next().is_multiple_of(3) { B } else { A }, true);
+            cache.give(ptr, size, if next().is_multiple_of(3) { B } else { A }, || true);
             if next().is_multiple_of(50) {
                 clock.finish(A);
                 clock.finish(B);
@@ -248,13 +248,13 @@ fn random_work_never_hands_out_overlapping_blocks() {
 fn drain_keeps_blocks_freed_after_the_synchronisation_began() {
     let mut clock = Clock::default();
     let mut cache = BlockCache::new(usize::MAX);
-    cache.give(BASE, 4096, A, true);
+    cache.give(BASE, 4096, A, || true);
     cache.add_segment(BASE + (1 << 30), 8 * MIB);
-    cache.give(BASE + (1 << 30), 8 * MIB, A, true);
+    cache.give(BASE + (1 << 30), 8 * MIB, A, || true);
     let synchronised = cache.serial(); // read, then the device synchronises
-    cache.give(BASE + 4096, 4096, A, true); // another thread's free meanwhile: its work may run on
+    cache.give(BASE + 4096, 4096, A, || true); // another thread's free meanwhile: its work may run on
     cache.add_segment(BASE + (2 << 30), 4 * MIB);
-    cache.give(BASE + (2 << 30), 4 * MIB, A, true);
+    cache.give(BASE + (2 << 30), 4 * MIB, A, || true);
     let mut returned = cache.drain(synchronised, &mut clock);
     returned.sort_unstable();
     assert_eq!(returned, vec![BASE, BASE + (1 << 30)]);

@@ -75,7 +75,7 @@ fn with_loans<R>(body: impl FnOnce(&mut Ledger) -> R) -> R {
 /// device, this copy's own pool serves with no allocator plugged in, and the stream is the
 /// legacy default one or a handle that is not capturing. None: `lend` serves the request, and
 /// says why it cannot. An error: the block is lent already (a bug, reported as `lend` would).
-#[inline]
+#[inline(always)]
 pub(crate) fn lend_cached(device: i32, bytes: usize, stream: Stream, client: Client) -> Option<Result<(u64, u64)>> {
     let device_id = SWITCHES.device(device)?;
     if bytes == 0 || !SWITCHES.own_pool_serves() {
@@ -95,7 +95,7 @@ pub(crate) fn lend_cached(device: i32, bytes: usize, stream: Stream, client: Cli
 /// client on `device` (a raw id) to the cache, after the work on its stream, under one lock,
 /// when nothing holds the frees. Whether it was; false: nothing was done, and `reclaim` takes it
 /// (and refuses it, if it must be).
-#[inline]
+#[inline(always)]
 pub(crate) fn reclaim_cached(device: i32, ptr: u64, client: Client, back: GiveBack) -> bool {
     let Some(device_id) = SWITCHES.device(device) else { return false };
     if ptr == 0 || client == Client::Numba || !SWITCHES.frees_unheld() {
@@ -106,9 +106,7 @@ pub(crate) fn reclaim_cached(device: i32, ptr: u64, client: Client, back: GiveBa
             return Err(());
         }
         match after(lent.client, back.stream, lent.stream) {
-            After::Stream(stream) if stream != StreamHandle::PER_THREAD => {
-                Ok(Some((stream, alloc::lasting(lent.client, stream))))
-            }
+            After::Stream(stream) if stream != StreamHandle::PER_THREAD => Ok(Some(stream)),
             _ => Err(()),
         }
     });
@@ -263,10 +261,8 @@ pub(crate) fn reclaim(
     let from_pool = default_pool().reclaim(device_id, ptr, |lent| {
         refusal(client, back, lent.serial, lent.client, lent.bytes).map_or(Ok(()), Err)?;
         Ok(match after(lent.client, back.stream, lent.stream) {
-            After::Stream(stream) if now && stream != StreamHandle::PER_THREAD => {
-                Some((stream, alloc::lasting(lent.client, stream)))
-            }
-            After::Barrier if barrier => Some((StreamHandle::LEGACY, true)),
+            After::Stream(stream) if now && stream != StreamHandle::PER_THREAD => Some(stream),
+            After::Barrier if barrier => Some(StreamHandle::LEGACY),
             _ => None,
         })
     });

@@ -108,7 +108,7 @@ pub(crate) struct PoolReport {
 impl PoolAllocator {
     /// The cache of `device_id`, locked; None for a device the driver does not list. Every
     /// allocation and free comes here: once the cache is bounded, a read and the lock.
-    #[inline]
+    #[inline(always)]
     fn device(&self, device_id: DeviceId) -> Option<MutexGuard<'_, DeviceCache>> {
         let devices = self.devices.get().map_or_else(|| self.made_devices(), Vec::as_slice);
         let slot = devices.get(device_id.index())?;
@@ -362,7 +362,7 @@ impl PoolAllocator {
         let returned = match self.device(device_id) {
             Some(mut device) => {
                 device.ledger.freed(client, bytes);
-                device.cache.give(ptr, size, stream.raw() as u64, lasting)
+                device.cache.give(ptr, size, stream.raw() as u64, || lasting)
             }
             None => return,
         };
@@ -411,25 +411,25 @@ impl PoolAllocator {
 
     /// Take back the loan of `ptr` on `device_id`, taking the device's lock once; None when
     /// this pool did not lend it there. `decide` sees the loan: an error refuses the give-back
-    /// (the loan stays), `Some((stream, lasting))` returns the block to the cache at once, after
-    /// the work queued on that stream, and `None` hands the loan back, still counted in use,
-    /// for the deferred frees (`pool::release` with `Grant::own_pool`).
+    /// (the loan stays), `Some(stream)` returns the block to the cache at once, after the work
+    /// queued on that stream, and `None` hands the loan back, still counted in use, for the
+    /// deferred frees (`pool::release` with `Grant::own_pool`).
     #[inline(always)]
     pub(crate) fn reclaim<E>(
         &self,
         device_id: DeviceId,
         ptr: u64,
-        decide: impl FnOnce(&Lent) -> std::result::Result<Option<(StreamHandle, bool)>, E>,
+        decide: impl FnOnce(&Lent) -> std::result::Result<Option<StreamHandle>, E>,
     ) -> Option<std::result::Result<Option<Lent>, E>> {
         let mut device = self.device(device_id)?;
         let (lent, decided) = match device.ledger.take_if(ptr, decide)? {
             Ok(taken) => taken,
             Err(refusal) => return Some(Err(refusal)),
         };
-        let Some((stream, lasting)) = decided else { return Some(Ok(Some(lent))) };
+        let Some(stream) = decided else { return Some(Ok(Some(lent))) };
         let returned = block_cache::block_size(lent.bytes).and_then(|size| {
             device.ledger.freed(lent.client, lent.bytes);
-            device.cache.give(ptr, size, stream.raw() as u64, lasting)
+            device.cache.give(ptr, size, stream.raw() as u64, || super::alloc::lasting(lent.client, stream))
         });
         drop(device);
         if let Some(returned) = returned {
@@ -552,13 +552,13 @@ mod locked_cost {
         let (lent, ()) =
             ledger.take_if(ptr, |lent| if lent.serial == serial { Ok(()) } else { Err(()) }).unwrap().unwrap();
         ledger.freed(lent.client, lent.bytes);
-        assert!(cache.give(ptr, size, stream, true).is_none());
+        assert!(cache.give(ptr, size, stream, || true).is_none());
     }
 
     #[inline(never)]
     fn cache_pair(cache: &mut BlockCache<()>, size: usize, stream: u64) {
         let ptr = cache.take_own(size, stream).unwrap();
-        assert!(cache.give(ptr, size, stream, true).is_none());
+        assert!(cache.give(ptr, size, stream, || true).is_none());
     }
 
     #[inline(never)]
@@ -579,7 +579,7 @@ mod locked_cost {
             let mut ledger = Ledger::default();
             let size = block_size(bytes).unwrap();
             cache.add_segment(0x7000_0000_0000, size);
-            assert!(cache.give(0x7000_0000_0000, size, stream, true).is_none());
+            assert!(cache.give(0x7000_0000_0000, size, stream, || true).is_none());
             for i in 0..64u64 {
                 let _ = ledger.lend(0x1000_0000 + i * 4096, 512, Client::Torch, Stream::reported(9));
             }

@@ -97,8 +97,10 @@ if library == "torch":
                        for name in ("amso_torch_alloc", "amso_torch_free"))
         # "least": the least pool that checks its frees (hook_floor.rs), a diagnostic of what any
         # such pool adds to the hook.
+        # "floor + capture query": the floor that also asks the driver whether the stream is
+        # capturing, as a stream-ordered pool must before it reuses a block on it.
         targets = {"floor": amso_peers.torch_floor_functions(), "least": amso_peers.least_torch_functions(),
-                   "amso": (alloc, free)}
+                   "floor + capture query": amso_peers.torch_floor_capture_functions(), "amso": (alloc, free)}
     side = torch.cuda.Stream()
     make = lambda size: torch.empty(size, dtype=torch.uint8, device="cuda")
     if mode == "own":
@@ -125,10 +127,13 @@ elif library == "cupy":
     own_pool = cp.get_default_memory_pool().malloc
     malloc, free = amso_peers.floor_cupy_functions()
     floor = cp.cuda.memory.CFunctionAllocator(0, malloc, free, None).malloc
-    malloc, free = amso_peers.floor_cupy_stream_functions(
-        importlib.import_module("amso.allocators.cupy")._stream_function(cp))
+    lookup = importlib.import_module("amso.allocators.cupy")._stream_function(cp)
+    malloc, free = amso_peers.floor_cupy_stream_functions(lookup)
     floor_stream = cp.cuda.memory.CFunctionAllocator(0, malloc, free, None).malloc
-    targets = {"own": own_pool, "floor": floor, "floor + stream": floor_stream, "amso": amso.allocators.cupy_malloc}
+    malloc, free = amso_peers.floor_cupy_stream_capture_functions(lookup)
+    floor_asked = cp.cuda.memory.CFunctionAllocator(0, malloc, free, None).malloc
+    targets = {"own": own_pool, "floor": floor, "floor + stream": floor_stream,
+               "floor + stream + capture query": floor_asked, "amso": amso.allocators.cupy_malloc}
     out |= best_of(targets, cp.cuda.set_allocator, make, lambda: side)
     out["amso's part (ns)"] = {stream: {label: amso._amso._pool_pair_ns(size, handle, 2, 20000) for label, size in SIZES.items()}
                                for stream, handle in (("default", 1), ("own stream", side.ptr))}
@@ -358,6 +363,14 @@ def markdown(report: dict) -> str:
                      "file the block under the current stream, and the floor does not) through the same hook: the floor "
                      "that also asks CuPy for its stream, over the floor, and amso over it (median and spread):")
         lines += ["", *lookups, ""]
+    asked = _asked_rows(report)
+    if asked:
+        lines.append("What every stream-ordered plug-in asks per allocation, which the floor does not: the library's "
+                     "current stream (CuPy's `get_stream_ptr`) and, on a stream of the library's own, whether the driver "
+                     "is capturing it (`cuStreamIsCapturing`; a block cached on a stream may not go to captured work, "
+                     "which does not follow the stream's earlier work when the graph is launched): the floor that asks "
+                     "them, over the floor, and amso over it (median and spread over every size and round):")
+        lines += ["", *asked, ""]
     if parts:
         lines.append("amso's own part of a pair, outside the library (its ledger and pool in Rust; torch: its two C "
                      "functions from a C loop; CuPy: `_amso._pool_pair_ns`), over every size, stream and round:")
@@ -412,6 +425,32 @@ def _cupy_stream_rows(report: dict) -> list[str]:
             lines.append(f"- cupy, {stream}: floor + stream lookup / floor {_median_spread(lookup)}; amso / (floor + "
                          f"stream lookup) {_median_spread(beyond)}, over every size and round")
     return lines
+
+
+def _asked_rows(report: dict) -> list[str]:
+    """The floor that asks what every stream-ordered plug-in asks (`ASKED`), over the floor, and
+    amso over it, per library and stream: one line each."""
+    lines = []
+    for library, key in ASKED.items():
+        for stream in STREAMS:
+            asked, beyond = [], []
+            for found in report["rounds"]:
+                modes = found.get(library, {})
+                for label in SIZES:
+                    try:
+                        floor_asked = modes[key][stream][label]
+                        asked.append(floor_asked / modes["floor"][stream][label])
+                        beyond.append(modes["amso"][stream][label] / floor_asked)
+                    except (KeyError, ZeroDivisionError):
+                        pass
+            if asked:
+                lines.append(f"- {library}, {stream}: ({key}) / floor {_median_spread(asked)}; amso / ({key}) "
+                             f"{_median_spread(beyond)}")
+    return lines
+
+
+# The floor of each library that asks what a stream-ordered plug-in must (`_asked_rows`).
+ASKED = {"torch": "floor + capture query", "cupy": "floor + stream + capture query"}
 
 
 GOALS_BEFORE_FLOORS = {"torch": 1.2, "cupy": 1.0, "rmm": 1.0}

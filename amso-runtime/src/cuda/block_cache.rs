@@ -284,8 +284,7 @@ impl<F> BlockCache<F> {
     /// `take_own`'s best fit among `stream`'s large blocks, split to `size`.
     fn take_own_large(&mut self, size: usize, stream: u64) -> Option<u64> {
         let shelf = self.shelves.get_mut(stream)?;
-        let (&(found, ptr), ()) = shelf.large.range((size, 0)..).next()?;
-        shelf.large.remove(&(found, ptr));
+        let ((found, ptr), ()) = shelf.large.remove_first_from(&(size, 0))?;
         let free = self.large.remove(&ptr).expect("a shelved large block is in the address map");
         self.split(ptr, found, size, free);
         Some(ptr)

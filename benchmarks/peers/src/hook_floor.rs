@@ -82,18 +82,74 @@ pub(crate) fn floor_cupy_stream_functions(stream_function: &Bound<'_, PyAny>) ->
 /// CuPy's malloc that reads CuPy's current stream and does nothing else.
 #[no_mangle]
 pub(crate) extern "C" fn floor_cupy_stream_malloc(_param: *mut c_void, _size: usize, device: c_int) -> *mut c_void {
-    let function = CUPY_STREAM.load(Ordering::Relaxed);
-    if function != 0 {
-        let stream = if CUPY_STREAM_BY_DEVICE.load(Ordering::Relaxed) {
-            // SAFETY: CuPy's `intptr_t get_stream_ptr(int)`, called holding the GIL.
-            unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int) -> isize>(function)(device) }
-        } else {
-            // SAFETY: CuPy's `intptr_t get_current_stream_ptr(void)`, called holding the GIL.
-            unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> isize>(function)() }
-        };
-        std::hint::black_box(stream);
-    }
+    std::hint::black_box(cupy_current_stream(device));
     BLOCK.load(Ordering::Relaxed) as *mut c_void
+}
+
+/// CuPy's current stream on `device`, through the lookup `floor_cupy_stream_functions` stored
+/// (0 before).
+fn cupy_current_stream(device: c_int) -> isize {
+    let function = CUPY_STREAM.load(Ordering::Relaxed);
+    if function == 0 {
+        0
+    } else if CUPY_STREAM_BY_DEVICE.load(Ordering::Relaxed) {
+        // SAFETY: CuPy's `intptr_t get_stream_ptr(int)`, called holding the GIL.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int) -> isize>(function)(device) }
+    } else {
+        // SAFETY: CuPy's `intptr_t get_current_stream_ptr(void)`, called holding the GIL.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> isize>(function)() }
+    }
+}
+
+/// Whether work on `stream` is being captured into a CUDA graph, asked of the driver (NULL and
+/// the legacy stream, which no capture takes, are not asked): what a stream-ordered pool asks
+/// before it hands a block cached on the stream to work there (captured work does not follow
+/// the stream's earlier work when the graph is launched; amso's pool asks at every lend on a
+/// stream of the library's own).
+fn capture_query(stream: usize) -> bool {
+    if stream <= 1 {
+        return false;
+    }
+    // SAFETY: a live stream the library passed to its hook.
+    let status = unsafe { cudarc::driver::result::stream::is_capturing(stream as cudarc::driver::sys::CUstream) };
+    std::hint::black_box(status).is_ok()
+}
+
+/// PyTorch's allocation function that asks whether the stream is capturing, and does nothing
+/// else.
+#[no_mangle]
+pub(crate) extern "C" fn floor_capture_torch_alloc(_size: usize, _device: c_int, stream: *mut c_void) -> *mut c_void {
+    capture_query(stream as usize);
+    BLOCK.load(Ordering::Relaxed) as *mut c_void
+}
+
+/// `torch_floor_capture_functions()`: the addresses of a PyTorch allocation function that asks
+/// the driver whether its stream is capturing (`capture_query`) and does nothing else, and of
+/// the floor's free: the floor plus what a stream-ordered pool must ask.
+#[pyfunction]
+pub(crate) fn torch_floor_capture_functions() -> (usize, usize) {
+    (floor_capture_torch_alloc as *const () as usize, floor_torch_free as *const () as usize)
+}
+
+/// CuPy's malloc that reads CuPy's current stream, asks whether it is capturing, and does
+/// nothing else.
+#[no_mangle]
+pub(crate) extern "C" fn floor_cupy_stream_capture_malloc(
+    param: *mut c_void,
+    size: usize,
+    device: c_int,
+) -> *mut c_void {
+    let stream = cupy_current_stream(device);
+    capture_query(stream as usize);
+    floor_cupy_malloc(param, size, device)
+}
+
+/// `floor_cupy_stream_capture_functions(capsule)`: as `floor_cupy_stream_functions`, with a
+/// malloc that also asks whether the stream is capturing (`capture_query`).
+#[pyfunction]
+pub(crate) fn floor_cupy_stream_capture_functions(stream_function: &Bound<'_, PyAny>) -> PyResult<(usize, usize)> {
+    floor_cupy_stream_functions(stream_function)?;
+    Ok((floor_cupy_stream_capture_malloc as *const () as usize, floor_cupy_free as *const () as usize))
 }
 
 /// PyTorch's pair of allocator functions (`CUDAPluggableAllocator`'s C signatures).

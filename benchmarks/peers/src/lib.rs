@@ -128,6 +128,8 @@ fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(hook_floor::time_torch_pairs_cold, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::forward_torch_to, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::torch_floor_functions, module)?)?;
+    module.add_function(wrap_pyfunction!(hook_floor::torch_floor_capture_functions, module)?)?;
+    module.add_function(wrap_pyfunction!(hook_floor::floor_cupy_stream_capture_functions, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::timed_torch_total, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::set_floor_rmw, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::least_torch_functions, module)?)?;

@@ -208,11 +208,13 @@ def test_the_rust_guide_states_the_reports_range_against_rust_numpy():
     assert (float(stated.group(1)), float(stated.group(2))) == (min(ratios), max(ratios))
     # The rows it names at the top are the report's two costliest.
     names = {"`from_vec2`": "from_vec2: 8 rows of 8 float64",
-             "misaligned sum": "misaligned sum: 1000 float64 at an odd byte offset"}
+             "misaligned sum": "misaligned sum: 1000 float64 at an odd byte offset",
+             "getter view": "getter view of a frozen class's 8x8 float64"}
     top = re.search(r"\(at the top: (.*?)\)", " ".join((ROOT / "docs" / "rust.md").read_text().split()))
-    assert top and all(phrase in top.group(1) for phrase in names)
+    assert top, "docs/rust.md no longer names the costliest rows"
     rows = {row.split("|")[1].strip(): float(row.split("|")[4]) for row in table.splitlines()[2:] if row.startswith("|")}
-    assert set(sorted(rows, key=rows.get)[-2:]) == set(names.values())
+    named = {row for phrase, row in names.items() if phrase in top.group(1)}
+    assert set(sorted(rows, key=rows.get)[-2:]) == named, f"docs/rust.md names {named} at the top"
     # The no-op's ratio of executed instructions is the report's callgrind counts.
     instructions = json.loads((ROOT / "benchmarks" / "results" / "h200" / "instructions.json").read_text())
     noop = instructions["no-op, 1 argument"]

@@ -94,7 +94,7 @@ def instruction_lines(out: Path, pairs: int) -> int:
                 binary = names.get(found.group(1), "")
         elif line.startswith("calls="):
             call_cost = True  # the next cost line is a call's inclusive cost
-        elif line[:1].isdigit() or line[:1] in "+-*":
+        elif line and (line[0].isdigit() or line[0] in "+-*"):
             fields = line.split()
             position = fields[0]
             if position[0] in "+-":

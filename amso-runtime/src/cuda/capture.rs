@@ -190,7 +190,8 @@ pub(crate) fn in_progress(device_id: Option<DeviceId>) -> bool {
     watching() && still_in_progress(device_id)
 }
 
-/// Whether this copy has seen a capture that may still be in progress.
+/// Whether a capture this copy saw, or (when its pool is the process's) one that a copy which
+/// joined it saw, may still be in progress.
 #[inline]
 pub(crate) fn watching() -> bool {
     super::switches::SWITCHES.watching.load(Ordering::Acquire) != 0
@@ -214,6 +215,17 @@ fn still_in_progress(device_id: Option<DeviceId>) -> bool {
         }
         found
     })
+}
+
+/// Count the captures this copy saw, and every later one, in `home` too: the `watching` of the
+/// pool this copy joins (`pool::join`). Under the sentinels' lock, which every change of the
+/// count takes, and so with the GIL released.
+pub(crate) fn share_watching(home: &'static std::sync::atomic::AtomicUsize) {
+    crate::gil::released(|| {
+        let sentinels = sentinels();
+        let seen = sentinels.iter().filter(|s| s.capture != 0).count();
+        super::switches::SWITCHES.join_watching(home, seen);
+    });
 }
 
 /// The error for `what`, refused on capturing `stream` before anything was queued.

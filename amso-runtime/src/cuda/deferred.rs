@@ -43,7 +43,8 @@ struct State<F> {
 }
 
 impl<F> Deferred<F> {
-    /// An empty queue with default limits, counting its holds in `holds` (zero).
+    /// An empty queue with default limits, counting its holds in `holds` (zero; a counter of its
+    /// own: the queue stores its count there).
     pub(crate) const fn new(holds: &'static AtomicUsize) -> Self {
         Deferred {
             state: Mutex::new(State {

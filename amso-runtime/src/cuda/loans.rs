@@ -93,12 +93,12 @@ pub(crate) fn lend_cached(device: i32, bytes: usize, stream: Stream, client: Cli
 
 /// The common give-back (`lend_cached`'s other half): a loan of amso's pool returned by its
 /// client on `device` (a raw id) to the cache, after the work on its stream, under one lock,
-/// when nothing holds the frees. Whether it was; false: nothing was done, and `reclaim` takes it
-/// (and refuses it, if it must be).
+/// when nothing holds the frees and this copy's pool is the process's. Whether it was; false:
+/// nothing was done, and `reclaim` takes it (and refuses it, if it must be).
 #[inline(always)]
 pub(crate) fn reclaim_cached(device: i32, ptr: u64, client: Client, back: GiveBack) -> bool {
     let Some(device_id) = SWITCHES.device(device) else { return false };
-    if ptr == 0 || client == Client::Numba || !SWITCHES.frees_unheld() {
+    if ptr == 0 || client == Client::Numba || !SWITCHES.frees_unheld() || SWITCHES.joined() {
         return false;
     }
     let returned = default_pool().reclaim(device_id, ptr, |lent| {

@@ -189,9 +189,8 @@ pub(crate) fn join(py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
         let home = published.cast_mut().cast::<PoolTable>();
         // SAFETY: a static table of another copy (above), and this copy's static function.
         unsafe { ((*home).add_capture_probe)(capture_probe) };
-        // SAFETY: as above; no capture was seen yet (this copy is being imported).
-        let watching = unsafe { (*home).watching };
-        SWITCHES.joined_watching.store(std::ptr::from_ref(watching).cast_mut(), Ordering::Release);
+        // SAFETY: as above.
+        super::capture::share_watching(unsafe { (*home).watching });
         SWITCHES.home.store(home, Ordering::Release);
     }
     Ok(())

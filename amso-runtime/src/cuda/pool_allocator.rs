@@ -87,8 +87,9 @@ impl Fences for DriverFences<'_> {
 /// By default the cache of a device holds at most this share of its memory.
 const DEFAULT_LIMIT_SHARE: usize = 2;
 
-/// amso's default allocator. `devices` first, in a line of its own: every lend and give-back
-/// reads it (`switches.rs` says why lines count).
+/// amso's default allocator. `devices` first, at the start of a cache line: every lend and
+/// give-back reads it, and the fields after it are rarely written (`switches.rs` says why lines
+/// count).
 #[repr(C, align(64))]
 pub(crate) struct PoolAllocator {
     devices: OnceLock<Vec<Mutex<DeviceCache>>>,

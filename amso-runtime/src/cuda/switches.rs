@@ -53,25 +53,41 @@ impl Switches {
         (0 <= device && device < count).then_some(DeviceId::from_driver(device))
     }
 
-    /// Whether nothing holds the frees at all: no `defer_cleanup` block, and no capture seen by
-    /// any copy that uses this pool (the common case, one line read; `alloc::frees_run_now`
-    /// asks further when this says no).
+    /// Whether this copy joined another copy's pool (its own pool then lends nothing).
+    #[inline]
+    pub(crate) fn joined(&self) -> bool {
+        !self.home.load(Ordering::Acquire).is_null()
+    }
+
+    /// Whether nothing holds the frees at all: no `defer_cleanup` block, and no capture counted
+    /// in `watching` (of the process's pool: every copy's; of a copy that joined another's: its
+    /// own). The common case, one line read; `alloc::frees_run_now` asks further when this says
+    /// no.
     #[inline]
     pub(crate) fn frees_unheld(&self) -> bool {
         (self.holds.load(Ordering::Acquire) | self.watching.load(Ordering::Acquire)) == 0
     }
 
     /// Count a capture seen (`delta` 1) or found ended (`delta` -1) in `watching`, and in the
-    /// joined pool's.
+    /// joined pool's. Called under `capture.rs`'s sentinels' lock, as `join_watching` is.
     pub(crate) fn watch(&self, delta: isize) {
         let counters = [Some(&self.watching), self.joined_watching()];
         for counter in counters.into_iter().flatten() {
             if delta > 0 {
                 counter.fetch_add(delta.unsigned_abs(), Ordering::AcqRel);
             } else {
-                counter.fetch_sub(delta.unsigned_abs(), Ordering::AcqRel);
+                let before = counter.fetch_sub(delta.unsigned_abs(), Ordering::AcqRel);
+                debug_assert!(before >= delta.unsigned_abs(), "a capture counted ended more often than seen");
             }
         }
+    }
+
+    /// Count the captures this copy saw so far (`seen`) in `home`, the `watching` of the pool it
+    /// joins, and every later one there too. Called under `capture.rs`'s sentinels' lock, as
+    /// `watch` is, so that no capture is counted in one and not the other.
+    pub(crate) fn join_watching(&self, home: &'static AtomicUsize, seen: usize) {
+        home.fetch_add(seen, Ordering::AcqRel);
+        self.joined_watching.store(std::ptr::from_ref(home).cast_mut(), Ordering::Release);
     }
 
     fn joined_watching(&self) -> Option<&'static AtomicUsize> {

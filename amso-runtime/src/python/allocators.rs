@@ -49,8 +49,9 @@ fn lend_to(
 }
 
 /// `loans::lend` as a caller holding the GIL makes it: a block the stream's own cache serves is
-/// lent without releasing the GIL (no driver call, one lock held for a lookup), and every path
-/// that calls the driver or waits releases it on its own (`gil::released`).
+/// lent without releasing the GIL (`loans::lend_cached`: one lock held for a lookup, and no
+/// driver call but the capture query, which never blocks), and every path that calls the driver
+/// or waits releases it on its own (`gil::released`).
 fn lend_holding_gil(
     _py: Python<'_>,
     request: Request,
@@ -59,7 +60,26 @@ fn lend_holding_gil(
     stream: Stream,
     client: Client,
 ) -> PyResult<(u64, u64)> {
-    loans::lend(request, device_id, size, stream, client).map_err(lend_error)
+    let cached = match request {
+        Request::Current => loans::lend_cached(device_id.ordinal(), size, stream, client),
+        _ => None,
+    };
+    cached.unwrap_or_else(|| loans::lend(request, device_id, size, stream, client)).map_err(lend_error)
+}
+
+/// `loans::reclaim` as a caller holding the GIL makes it: a give-back the cache takes at once
+/// (`loans::reclaim_cached`) holding it, any other with it released.
+fn reclaim_holding_gil(
+    py: Python<'_>,
+    device_id: DeviceId,
+    ptr: u64,
+    client: Client,
+    back: loans::GiveBack,
+) -> Result<(), loans::Refusal> {
+    if loans::reclaim_cached(device_id.ordinal(), ptr, client, back) {
+        return Ok(());
+    }
+    py.detach(|| loans::reclaim(device_id, ptr, client, back))
 }
 
 /// `_lend(size, device_id, stream, client, shareable=False)`: `size` bytes of device memory
@@ -95,7 +115,7 @@ pub(super) fn reclaim(
     let client = client(client_number)?;
     let device_id = DeviceId::new(device_id).inspect_err(|_| loans::count_refused())?;
     let back = loans::GiveBack { bytes: size, stream: stream.map(|StreamValue(stream)| stream), serial: None };
-    py.detach(|| loans::reclaim(device_id, ptr, client, back))
+    reclaim_holding_gil(py, device_id, ptr, client, back)
         .map_err(|refusal| PyValueError::new_err(refusal.message(ptr, device_id)))
 }
 
@@ -157,7 +177,7 @@ impl Loan {
             return Ok(());
         }
         let (ptr, device_id, client) = (self.ptr, self.device_id, self.client);
-        py.detach(|| loans::reclaim(device_id, ptr, client, self.give_back()))
+        reclaim_holding_gil(py, device_id, ptr, client, self.give_back())
             .map_err(|refusal| PyValueError::new_err(refusal.message(ptr, device_id)))
     }
 }
@@ -208,7 +228,10 @@ impl Drop for Loan {
             // ledger's lock is held for a lookup only; a Numba free's barrier is queued without
             // waiting, as a launch is, and every driver call that waits runs with the GIL
             // released inside the pool.)
-            let _ = loans::reclaim(self.device_id, self.ptr, self.client, self.give_back());
+            let (device_id, ptr, client, back) = (self.device_id, self.ptr, self.client, self.give_back());
+            if !loans::reclaim_cached(device_id.ordinal(), ptr, client, back) {
+                let _ = loans::reclaim(device_id, ptr, client, back);
+            }
         }
     }
 }
@@ -332,10 +355,11 @@ pub(crate) unsafe extern "C" fn amso_torch_free(ptr: *mut c_void, size: usize, d
     // SAFETY: as in `amso_torch_alloc`.
     let stream = unsafe { Stream::from_handle(stream as usize) };
     let back = loans::GiveBack { bytes: Some(size), stream: Some(stream), serial: None };
-    if let Ok(true) = std::panic::catch_unwind(|| loans::reclaim_cached(device, ptr as usize as u64, TORCH, back)) {
-        return;
+    match std::panic::catch_unwind(|| loans::reclaim_cached(device, ptr as usize as u64, TORCH, back)) {
+        Ok(true) => {}
+        Ok(false) => torch_free(ptr, device, back),
+        Err(_) => report("amso_torch_free: internal error (panic); please report it"),
     }
-    torch_free(ptr, device, back);
 }
 
 /// `amso_torch_free` beyond the common case (out of line, as `torch_alloc`).
@@ -515,10 +539,11 @@ fn cupy_failure(error: PyErr) -> *mut c_void {
 pub(crate) unsafe extern "C" fn amso_cupy_free(_param: *mut c_void, ptr: *mut c_void, device: c_int) {
     let ptr = ptr as usize as u64;
     let back = loans::GiveBack::default();
-    if let Ok(true) = std::panic::catch_unwind(|| loans::reclaim_cached(device, ptr, Client::CuPy, back)) {
-        return;
+    match std::panic::catch_unwind(|| loans::reclaim_cached(device, ptr, Client::CuPy, back)) {
+        Ok(true) => {}
+        Ok(false) => cupy_free(ptr, device),
+        Err(_) => report("amso_cupy_free: internal error (panic); please report it"),
     }
-    cupy_free(ptr, device);
 }
 
 /// `amso_cupy_free` beyond the common case (out of line, as `torch_alloc`).
@@ -576,7 +601,7 @@ impl RmmHooks {
     fn deallocate(&self, py: Python<'_>, ptr: u64, size: usize, stream: &Bound<'_, PyAny>) -> PyResult<()> {
         let back = loans::GiveBack { bytes: Some(size), stream: Some(rmm_stream(stream)?), serial: None };
         let device_id = self.device_id;
-        if let Err(refusal) = py.detach(|| loans::reclaim(device_id, ptr, Client::Rmm, back)) {
+        if let Err(refusal) = reclaim_holding_gil(py, device_id, ptr, Client::Rmm, back) {
             PyErr::warn(
                 py,
                 &py.get_type::<pyo3::exceptions::PyRuntimeWarning>(),

@@ -220,6 +220,7 @@ fn still_in_progress(device_id: Option<DeviceId>) -> bool {
 /// Count the captures this copy saw, and every later one, in `home` too: the `watching` of the
 /// pool this copy joins (`pool::join`). Under the sentinels' lock, which every change of the
 /// count takes, and so with the GIL released.
+#[cfg(feature = "python")]
 pub(crate) fn share_watching(home: &'static std::sync::atomic::AtomicUsize) {
     crate::gil::released(|| {
         let sentinels = sentinels();

@@ -3,6 +3,8 @@
 //! evicts amso's data: each line read is a miss (`benchmarks/pool_instructions.py --cold`
 //! counts them), so the switches that the common path asks live together here, each owned and
 //! written by the module its comment names.
+// The plug-ins that read most of them are driven from Python; a Rust-only build keeps them.
+#![cfg_attr(not(feature = "python"), allow(dead_code))]
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
@@ -85,6 +87,7 @@ impl Switches {
     /// Count the captures this copy saw so far (`seen`) in `home`, the `watching` of the pool it
     /// joins, and every later one there too. Called under `capture.rs`'s sentinels' lock, as
     /// `watch` is, so that no capture is counted in one and not the other.
+    #[cfg(feature = "python")]
     pub(crate) fn join_watching(&self, home: &'static AtomicUsize, seen: usize) {
         home.fetch_add(seen, Ordering::AcqRel);
         self.joined_watching.store(std::ptr::from_ref(home).cast_mut(), Ordering::Release);

@@ -405,22 +405,29 @@ def _least_rows(report: dict) -> list[str]:
     return lines
 
 
+def _over_floor(report: dict, library: str, key: str, stream: str) -> tuple[list[float], list[float]]:
+    """Over every size and round: the `key` floor of `library` over its plain floor, and amso
+    over the `key` floor."""
+    over, beyond = [], []
+    for found in report["rounds"]:
+        modes = found.get(library, {})
+        for label in SIZES:
+            try:
+                floor_with = modes[key][stream][label]
+                over.append(floor_with / modes["floor"][stream][label])
+                beyond.append(modes["amso"][stream][label] / floor_with)
+            except (KeyError, ZeroDivisionError):
+                pass
+    return over, beyond
+
+
 def _cupy_stream_rows(report: dict) -> list[str]:
     """CuPy's own stream lookup over its floor, and amso over the floor that makes it, per
     stream: one line each (the lookup is what CuPy's pool and amso must both do per allocation,
     and the floor does not)."""
     lines = []
     for stream in STREAMS:
-        lookup, beyond = [], []
-        for found in report["rounds"]:
-            modes = found.get("cupy", {})
-            for label in SIZES:
-                try:
-                    with_stream = modes["floor + stream"][stream][label]
-                    lookup.append(with_stream / modes["floor"][stream][label])
-                    beyond.append(modes["amso"][stream][label] / with_stream)
-                except (KeyError, ZeroDivisionError):
-                    pass
+        lookup, beyond = _over_floor(report, "cupy", "floor + stream", stream)
         if lookup:
             lines.append(f"- cupy, {stream}: floor + stream lookup / floor {_median_spread(lookup)}; amso / (floor + "
                          f"stream lookup) {_median_spread(beyond)}, over every size and round")
@@ -433,16 +440,7 @@ def _asked_rows(report: dict) -> list[str]:
     lines = []
     for library, key in ASKED.items():
         for stream in STREAMS:
-            asked, beyond = [], []
-            for found in report["rounds"]:
-                modes = found.get(library, {})
-                for label in SIZES:
-                    try:
-                        floor_asked = modes[key][stream][label]
-                        asked.append(floor_asked / modes["floor"][stream][label])
-                        beyond.append(modes["amso"][stream][label] / floor_asked)
-                    except (KeyError, ZeroDivisionError):
-                        pass
+            asked, beyond = _over_floor(report, library, key, stream)
             if asked:
                 lines.append(f"- {library}, {stream}: ({key}) / floor {_median_spread(asked)}; amso / ({key}) "
                              f"{_median_spread(beyond)}")

@@ -156,6 +156,16 @@ pub(crate) fn floor_cupy_stream_capture_functions(stream_function: &Bound<'_, Py
 type TorchAlloc = unsafe extern "C" fn(usize, c_int, *mut c_void) -> *mut c_void;
 type TorchFree = unsafe extern "C" fn(*mut c_void, usize, c_int, *mut c_void);
 
+/// PyTorch's pair of allocator functions at two addresses.
+///
+/// # Safety
+/// `alloc` and `free` are the addresses of C functions of `TorchAlloc`'s and `TorchFree`'s
+/// signatures.
+unsafe fn torch_functions(alloc: usize, free: usize) -> (TorchAlloc, TorchFree) {
+    // SAFETY: the caller's promise.
+    unsafe { (std::mem::transmute::<usize, TorchAlloc>(alloc), std::mem::transmute::<usize, TorchFree>(free)) }
+}
+
 /// `time_torch_pairs(alloc, free, size, stream, count, detached)`: the mean nanoseconds of one
 /// call of PyTorch's allocation function at `alloc` and its free at `free` (addresses of C
 /// functions of those signatures), `count` times on device 0 and `stream`, from a C loop, with
@@ -172,8 +182,7 @@ pub(crate) fn time_torch_pairs(
     detached: bool,
 ) -> f64 {
     // SAFETY: the caller passes the addresses of two C functions of these signatures.
-    let (alloc, free) =
-        unsafe { (std::mem::transmute::<usize, TorchAlloc>(alloc), std::mem::transmute::<usize, TorchFree>(free)) };
+    let (alloc, free) = unsafe { torch_functions(alloc, free) };
     let run = || {
         let start = std::time::Instant::now();
         for _ in 0..count {
@@ -207,8 +216,7 @@ pub(crate) fn time_torch_pairs_cold(
     evict: usize,
 ) -> f64 {
     // SAFETY: the caller passes the addresses of two C functions of these signatures.
-    let (alloc, free) =
-        unsafe { (std::mem::transmute::<usize, TorchAlloc>(alloc), std::mem::transmute::<usize, TorchFree>(free)) };
+    let (alloc, free) = unsafe { torch_functions(alloc, free) };
     let mut other = vec![0u8; evict.max(64)];
     let mut total = std::time::Duration::ZERO;
     for round in 0..count {

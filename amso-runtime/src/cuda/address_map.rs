@@ -3,7 +3,7 @@
 //! Open addressing with linear probing over a power-of-two table kept at most a quarter full, and
 //! removal by shifting the following entries back (no tombstones, so a table churned by
 //! millions of lends stays as short to probe as a fresh one). A general hash map (hashbrown)
-//! costs about twice as much per insert and remove here (`locked_cost` in `pool_allocator.rs`).
+//! costs about twice as much per insert and remove here (`locked_cost`, `pool_allocator_tests.rs`).
 //! The keys come from the driver and from amso, not from a caller who could choose them to
 //! collide. The table never shrinks: it keeps four slots per loan of the most ever out at once.
 //! Address 0 is never a key (it is never lent): it is never found and never inserted.

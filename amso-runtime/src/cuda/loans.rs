@@ -77,7 +77,10 @@ fn with_loans<R>(body: impl FnOnce(&mut Ledger) -> R) -> R {
 /// says why it cannot. An error: the block is lent already (a bug, reported as `lend` would).
 #[inline(always)]
 pub(crate) fn lend_cached(device: i32, bytes: usize, stream: Stream, client: Client) -> Option<Result<(u64, u64)>> {
-    let device_id = SWITCHES.device(device)?;
+    if !SWITCHES.lists(device) {
+        return None;
+    }
+    let device_id = DeviceId::from_driver(device);
     if bytes == 0 || !SWITCHES.own_pool_serves() {
         return None;
     }
@@ -97,7 +100,10 @@ pub(crate) fn lend_cached(device: i32, bytes: usize, stream: Stream, client: Cli
 /// nothing was done, and `reclaim` takes it (and refuses it, if it must be).
 #[inline(always)]
 pub(crate) fn reclaim_cached(device: i32, ptr: u64, client: Client, back: GiveBack) -> bool {
-    let Some(device_id) = SWITCHES.device(device) else { return false };
+    if !SWITCHES.lists(device) {
+        return false;
+    }
+    let device_id = DeviceId::from_driver(device);
     if ptr == 0 || client == Client::Numba || !SWITCHES.frees_unheld() || SWITCHES.joined() {
         return false;
     }

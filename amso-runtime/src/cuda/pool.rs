@@ -159,7 +159,7 @@ static OWN: PoolTable = PoolTable {
 fn pool() -> &'static PoolTable {
     // SAFETY: `home` is null or a static table of another copy (`join`), which stays loaded for
     // the process.
-    unsafe { SWITCHES.home.load(Ordering::Acquire).as_ref() }.unwrap_or(&OWN)
+    unsafe { SWITCHES.home.load(Ordering::Acquire).cast::<PoolTable>().as_ref() }.unwrap_or(&OWN)
 }
 
 /// Use the process's pool: another copy's, found under `anchor.rs`, or this copy's,
@@ -191,7 +191,7 @@ pub(crate) fn join(py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
         unsafe { ((*home).add_capture_probe)(capture_probe) };
         // SAFETY: as above.
         super::capture::share_watching(unsafe { (*home).watching });
-        SWITCHES.home.store(home, Ordering::Release);
+        SWITCHES.home.store(home.cast(), Ordering::Release);
     }
     Ok(())
 }

@@ -8,9 +8,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
-use super::pool::PoolTable;
-use crate::device::DeviceId;
-
 /// The switches (one cache line).
 #[repr(C, align(64))]
 pub(crate) struct Switches {
@@ -18,8 +15,10 @@ pub(crate) struct Switches {
     pub(crate) device_count: AtomicI32,
     /// Whether an allocator is plugged into amso (`alloc.rs`).
     pub(crate) plugged: AtomicBool,
-    /// The process's pool when it is another copy's, else null (`pool.rs`).
-    pub(crate) home: AtomicPtr<PoolTable>,
+    /// The process's pool table when it is another copy's, else null (`pool.rs`, whose
+    /// `PoolTable` it is: this file imports nothing of amso's, so that the driver's floor may
+    /// read it).
+    pub(crate) home: AtomicPtr<()>,
     /// `defer_cleanup` blocks holding the frees (`deferred.rs`, for `alloc::DEFERRED`).
     pub(crate) holds: AtomicUsize,
     /// Captures seen that may still be in progress (`capture.rs`): this copy's, and, when its
@@ -47,12 +46,11 @@ impl Switches {
         !self.plugged.load(Ordering::Acquire) && self.home.load(Ordering::Acquire).is_null()
     }
 
-    /// `device` as a device of the loaded driver; None before the driver is loaded, or for an
-    /// id it does not list (`DeviceId::new` says why).
+    /// Whether `device` (a raw id) is a device of the loaded driver: false before the driver is
+    /// loaded, or for an id it does not list (`DeviceId::new` says why).
     #[inline]
-    pub(crate) fn device(&self, device: i32) -> Option<DeviceId> {
-        let count = self.device_count.load(Ordering::Acquire);
-        (0 <= device && device < count).then_some(DeviceId::from_driver(device))
+    pub(crate) fn lists(&self, device: i32) -> bool {
+        (0..self.device_count.load(Ordering::Acquire)).contains(&device)
     }
 
     /// Whether this copy joined another copy's pool (its own pool then lends nothing).

@@ -9,6 +9,8 @@
 mod allocators;
 mod args;
 pub(crate) mod base;
+#[cfg(feature = "cuda")]
+mod c_allocators;
 pub(crate) mod capi;
 pub(crate) mod export;
 mod factory;
@@ -154,7 +156,7 @@ pub fn register_runtime(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.add_function(pyo3::wrap_pyfunction!(allocators::reclaim, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(allocators::reset_loans, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(allocators::refused_frees, module)?)?;
-        module.add_function(pyo3::wrap_pyfunction!(allocators::cupy_hooks, module)?)?;
+        module.add_function(pyo3::wrap_pyfunction!(c_allocators::cupy_hooks, module)?)?;
         module.add_function(pyo3::wrap_pyfunction!(allocators::clients, module)?)?;
         module.add_class::<allocators::RmmHooks>()?;
         module.add_function(pyo3::wrap_pyfunction!(allocators::pool_pair_ns, module)?)?;

@@ -8,13 +8,11 @@ use cudarc::driver::{result, sys, DriverError};
 use crate::device::DeviceId;
 use crate::error::{Error, Result};
 
-struct Driver {
-    device_count: i32,
-}
+/// Whether the driver loaded, or why not; its device count is kept in the pool's switches
+/// (`SWITCHES.device_count`), which every allocation reads.
+static DRIVER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 
-static DRIVER: OnceLock<std::result::Result<Driver, String>> = OnceLock::new();
-
-fn load() -> std::result::Result<Driver, String> {
+fn load() -> std::result::Result<(), String> {
     // SAFETY: only probes whether the library can be opened; catch_unwind guards against
     // cudarc's own panics on exotic loader failures.
     let present = std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false);
@@ -26,19 +24,21 @@ fn load() -> std::result::Result<Driver, String> {
     result::init().map_err(|e| format!("the CUDA driver failed to initialise: {}", describe(&e)))?;
     let device_count = result::device::get_count().map_err(|e| describe(&e))?;
     super::switches::SWITCHES.device_count.store(device_count, std::sync::atomic::Ordering::Release);
-    Ok(Driver { device_count })
+    Ok(())
 }
 
 /// The driver, loaded on first use with the GIL released (`cuInit` takes up to seconds).
-fn loaded() -> &'static std::result::Result<Driver, String> {
+fn loaded() -> &'static std::result::Result<(), String> {
     match DRIVER.get() {
         Some(driver) => driver,
         None => crate::gil::released(|| DRIVER.get_or_init(load)),
     }
 }
 
-fn driver() -> Result<&'static Driver> {
-    loaded().as_ref().map_err(|message| Error::Unavailable(message.clone()))
+/// The loaded driver's device count, or the error saying why there is no driver.
+fn driver() -> Result<i32> {
+    loaded().as_ref().map_err(|message| Error::Unavailable(message.clone()))?;
+    Ok(loaded_device_count().unwrap_or(0)) // set by `load` before it answered
 }
 
 /// The driver is loaded, or the error saying why not: what a path into cudarc checks first
@@ -62,12 +62,12 @@ pub(crate) fn loaded_device_count() -> Option<i32> {
 /// Whether a CUDA driver is loaded and sees at least one device (`DeviceId::new` asks: without
 /// building the error `driver` would).
 pub fn is_available() -> bool {
-    loaded().as_ref().is_ok_and(|d| d.device_count > 0)
+    loaded().is_ok() && loaded_device_count().is_some_and(|count| count > 0)
 }
 
 /// Number of CUDA devices (an error when no driver is present).
 pub fn device_count() -> Result<i32> {
-    Ok(driver()?.device_count)
+    driver()
 }
 
 /// The CUDA device holding device memory at `address`; anything the driver does not know as

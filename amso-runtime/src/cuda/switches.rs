@@ -43,7 +43,7 @@ impl Switches {
     /// plugged in and no other copy's pool was joined.
     #[inline]
     pub(crate) fn own_pool_serves(&self) -> bool {
-        !self.plugged.load(Ordering::Acquire) && self.home.load(Ordering::Acquire).is_null()
+        !self.plugged.load(Ordering::Acquire) && !self.joined()
     }
 
     /// Whether `device` (a raw id) is a device of the loaded driver: false before the driver is

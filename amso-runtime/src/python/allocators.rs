@@ -319,22 +319,22 @@ impl RmmHooks {
 /// diagnostic of the benchmark report: what amso adds to a library's hook).
 #[pyfunction]
 #[pyo3(name = "_pool_pair_ns")]
-pub(super) fn pool_pair_ns(size: usize, stream: StreamValue, client_number: u32, count: u32) -> PyResult<f64> {
+pub(super) fn pool_pair_ns(
+    py: Python<'_>,
+    size: usize,
+    stream: StreamValue,
+    client_number: u32,
+    count: u32,
+) -> PyResult<f64> {
     let client = client(client_number)?;
     let device_id = DeviceId::ZERO;
     let back = loans::GiveBack { bytes: Some(size), stream: None, serial: None };
     let start = std::time::Instant::now();
     for _ in 0..count {
-        // As the plug-ins' C functions call them: the common case first.
-        let (ptr, _) = match loans::lend_cached(device_id.ordinal(), size, stream.0, client) {
-            Some(lent) => lent,
-            None => loans::lend(Request::Current, device_id, size, stream.0, client),
-        }
-        .map_err(lend_error)?;
-        if !loans::reclaim_cached(device_id.ordinal(), ptr, client, back) {
-            loans::reclaim(device_id, ptr, client, back)
-                .map_err(|refusal| PyValueError::new_err(refusal.message(ptr, device_id)))?;
-        }
+        // As the plug-ins call them: the common case first.
+        let (ptr, _) = lend_holding_gil(py, Request::Current, device_id, size, stream.0, client)?;
+        reclaim_holding_gil(py, device_id, ptr, client, back)
+            .map_err(|refusal| PyValueError::new_err(refusal.message(ptr, device_id)))?;
     }
     Ok(start.elapsed().as_nanos() as f64 / f64::from(count.max(1)))
 }

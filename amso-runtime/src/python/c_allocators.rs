@@ -41,19 +41,29 @@ pub(crate) unsafe extern "C" fn amso_torch_alloc(size: usize, device: c_int, str
 /// What `loans::lend_cached` answered, from behind `catch_unwind`.
 type Cached = std::thread::Result<Option<crate::error::Result<(u64, u64)>>>;
 
+/// A hook's lend beyond the common case: what `lend_cached` answered, or, where it could not
+/// serve the request, `loans::lend`'s answer (a panic caught in either).
+fn lend_beyond_cache(
+    cached: Cached,
+    (size, device): (usize, c_int),
+    stream: Stream,
+    client: Client,
+) -> std::thread::Result<crate::error::Result<(u64, u64)>> {
+    match cached {
+        Ok(None) => {
+            std::panic::catch_unwind(|| loans::lend(Request::Current, DeviceId::new(device)?, size, stream, client))
+        }
+        Ok(Some(answer)) => Ok(answer),
+        Err(panic) => Err(panic),
+    }
+}
+
 /// `amso_torch_alloc` beyond the common case, given what `lend_cached` answered (out of line:
 /// the common case stays in few cache lines).
 #[cold]
 #[inline(never)]
 fn torch_alloc(size: usize, device: c_int, stream: Stream, cached: Cached) -> *mut c_void {
-    let lent = match cached {
-        Ok(None) => {
-            std::panic::catch_unwind(|| loans::lend(Request::Current, DeviceId::new(device)?, size, stream, TORCH))
-        }
-        Ok(Some(answer)) => Ok(answer),
-        Err(panic) => Err(panic),
-    };
-    match lent {
+    match lend_beyond_cache(cached, (size, device), stream, TORCH) {
         Ok(Ok((ptr, _))) => ptr as usize as *mut c_void,
         Ok(Err(error)) => {
             report(&format!("amso_torch_alloc: cannot lend {size} bytes on device {device}: {error}"));
@@ -251,14 +261,7 @@ pub(crate) unsafe extern "C" fn amso_cupy_malloc(_param: *mut c_void, size: usiz
 #[cold]
 #[inline(never)]
 fn cupy_lend(size: usize, device: c_int, stream: Stream, cached: Cached) -> *mut c_void {
-    let lent = match cached {
-        Ok(None) => std::panic::catch_unwind(|| {
-            loans::lend(Request::Current, DeviceId::new(device)?, size, stream, Client::CuPy)
-        }),
-        Ok(Some(answer)) => Ok(answer),
-        Err(panic) => Err(panic),
-    };
-    match lent {
+    match lend_beyond_cache(cached, (size, device), stream, Client::CuPy) {
         Ok(Ok((ptr, _))) => ptr as usize as *mut c_void,
         Ok(Err(Error::OutOfMemory { .. })) => Python::attach(|py| {
             let error = match CUPY_OUT_OF_MEMORY.get().map(|class| class.bind(py).call1((size, 0, 0))) {

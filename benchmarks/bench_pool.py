@@ -98,9 +98,11 @@ if library == "torch":
         # "least": the least pool that checks its frees (hook_floor.rs), a diagnostic of what any
         # such pool adds to the hook.
         # "floor + capture query": the floor that also asks the driver whether the stream is
-        # capturing, as a stream-ordered pool must before it reuses a block on it.
+        # capturing, as a stream-ordered pool must before it reuses a block on it; "least +
+        # capture query", the least pool that asks it.
         targets = {"floor": amso_peers.torch_floor_functions(), "least": amso_peers.least_torch_functions(),
-                   "floor + capture query": amso_peers.torch_floor_capture_functions(), "amso": (alloc, free)}
+                   "floor + capture query": amso_peers.torch_floor_capture_functions(),
+                   "least + capture query": amso_peers.least_torch_capture_functions(), "amso": (alloc, free)}
     side = torch.cuda.Stream()
     make = lambda size: torch.empty(size, dtype=torch.uint8, device="cuda")
     if mode == "own":
@@ -132,8 +134,11 @@ elif library == "cupy":
     floor_stream = cp.cuda.memory.CFunctionAllocator(0, malloc, free, None).malloc
     malloc, free = amso_peers.floor_cupy_stream_capture_functions(lookup)
     floor_asked = cp.cuda.memory.CFunctionAllocator(0, malloc, free, None).malloc
+    malloc, free = amso_peers.least_cupy_functions(lookup)
+    least_asked = cp.cuda.memory.CFunctionAllocator(0, malloc, free, None).malloc
     targets = {"own": own_pool, "floor": floor, "floor + stream": floor_stream,
-               "floor + stream + capture query": floor_asked, "amso": amso.allocators.cupy_malloc}
+               "floor + stream + capture query": floor_asked, "least + stream + capture query": least_asked,
+               "amso": amso.allocators.cupy_malloc}
     out |= best_of(targets, cp.cuda.set_allocator, make, lambda: side)
     out["amso's part (ns)"] = {stream: {label: amso._amso._pool_pair_ns(size, handle, 2, 20000) for label, size in SIZES.items()}
                                for stream, handle in (("default", 1), ("own stream", side.ptr))}
@@ -363,7 +368,7 @@ def markdown(report: dict) -> str:
                      "file the block under the current stream, and the floor does not) through the same hook: the floor "
                      "that also asks CuPy for its stream, over the floor, and amso over it (median and spread):")
         lines += ["", *lookups, ""]
-    asked = _asked_rows(report)
+    asked = _asked_rows(report, ASKED)
     if asked:
         lines.append("What every stream-ordered plug-in asks per allocation, which the floor does not: the library's "
                      "current stream (CuPy's `get_stream_ptr`) and, on a stream of the library's own, whether the driver "
@@ -371,6 +376,12 @@ def markdown(report: dict) -> str:
                      "which does not follow the stream's earlier work when the graph is launched): the floor that asks "
                      "them, over the floor, and amso over it (median and spread over every size and round):")
         lines += ["", *asked, ""]
+    least_asked = _asked_rows(report, LEAST_ASKED)
+    if least_asked:
+        lines.append("The least pool that checks its frees and asks what every stream-ordered plug-in asks, through each "
+                     "library's hook: the least any such pool costs, over the floor (rows of the pool table at or below "
+                     "1.1x are counted over every size and round), and amso over it:")
+        lines += ["", *least_asked, ""]
     if parts:
         lines.append("amso's own part of a pair, outside the library (its ledger and pool in Rust; torch: its two C "
                      "functions from a C loop; CuPy: `_amso._pool_pair_ns`), over every size, stream and round:")
@@ -434,21 +445,24 @@ def _cupy_stream_rows(report: dict) -> list[str]:
     return lines
 
 
-def _asked_rows(report: dict) -> list[str]:
-    """The floor that asks what every stream-ordered plug-in asks (`ASKED`), over the floor, and
-    amso over it, per library and stream: one line each."""
+def _asked_rows(report: dict, keys: dict[str, str]) -> list[str]:
+    """The target that asks what every stream-ordered plug-in asks (`keys`: `ASKED` or
+    `LEAST_ASKED`), over the floor, and amso over it, per library and stream: one line each."""
     lines = []
-    for library, key in ASKED.items():
+    for library, key in keys.items():
         for stream in STREAMS:
             asked, beyond = _over_floor(report, library, key, stream)
             if asked:
-                lines.append(f"- {library}, {stream}: ({key}) / floor {_median_spread(asked)}; amso / ({key}) "
-                             f"{_median_spread(beyond)}")
+                within = sum(ratio <= 1.1 for ratio in asked)
+                lines.append(f"- {library}, {stream}: ({key}) / floor {_median_spread(asked)}, at most 1.1 in {within} "
+                             f"of {len(asked)}; amso / ({key}) {_median_spread(beyond)}")
     return lines
 
 
-# The floor of each library that asks what a stream-ordered plug-in must (`_asked_rows`).
+# The floor of each library that asks what a stream-ordered plug-in must (`_asked_rows`), and
+# the least pool that asks it.
 ASKED = {"torch": "floor + capture query", "cupy": "floor + stream + capture query"}
+LEAST_ASKED = {"torch": "least + capture query", "cupy": "least + stream + capture query"}
 
 
 GOALS_BEFORE_FLOORS = {"torch": 1.2, "cupy": 1.0, "rmm": 1.0}

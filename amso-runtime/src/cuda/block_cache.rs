@@ -57,36 +57,94 @@ pub(crate) trait Fences {
     fn recycle(&mut self, fence: Self::Fence);
 }
 
-/// The free blocks filed under one stream.
+/// The free small blocks of one stream, by class (`class_slot`): (address, free serial), the
+/// newest of each class apart from the older ones, which are oldest first. A stream's run of
+/// allocations and frees of one size takes and returns the newest, one slot of one cache line,
+/// without reading the queue (`switches.rs` says why lines count); another stream takes the
+/// oldest, the likeliest to be ready.
+struct SmallBlocks {
+    /// Address 0 (never a block's): none.
+    newest: [(u64, u64); CLASSES],
+    older: [VecDeque<(u64, u64)>; CLASSES],
+}
+
+impl SmallBlocks {
+    fn new() -> SmallBlocks {
+        SmallBlocks { newest: [(0, 0); CLASSES], older: std::array::from_fn(|_| VecDeque::new()) }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.newest.iter().all(|&(ptr, _)| ptr == 0) && self.older.iter().all(VecDeque::is_empty)
+    }
+
+    /// File a block of class `slot` freed with `serial` (newer than every block filed before).
+    #[inline(always)]
+    fn push(&mut self, slot: usize, block: (u64, u64)) {
+        let previous = std::mem::replace(&mut self.newest[slot], block);
+        if previous.0 != 0 {
+            self.older[slot].push_back(previous);
+        }
+    }
+
+    /// The newest block of class `slot`, taken.
+    #[inline(always)]
+    fn pop_newest(&mut self, slot: usize) -> Option<u64> {
+        match std::mem::take(&mut self.newest[slot]) {
+            (0, _) => self.older[slot].pop_back().map(|(ptr, _)| ptr),
+            (ptr, _) => Some(ptr),
+        }
+    }
+
+    /// The oldest block of class `slot`.
+    fn oldest(&self, slot: usize) -> Option<(u64, u64)> {
+        self.older[slot].front().copied().or(Some(self.newest[slot]).filter(|&(ptr, _)| ptr != 0))
+    }
+
+    /// The oldest block of class `slot`, taken.
+    fn pop_oldest(&mut self, slot: usize) -> Option<(u64, u64)> {
+        match self.older[slot].pop_front() {
+            Some(block) => Some(block),
+            None => Some(std::mem::take(&mut self.newest[slot])).filter(|&(ptr, _)| ptr != 0),
+        }
+    }
+
+    /// The serial of the newest block filed (0: none).
+    fn newest_serial(&self) -> u64 {
+        (0..CLASSES).filter_map(|slot| self.iter(slot).last().map(|&(_, serial)| serial)).max().unwrap_or(0)
+    }
+
+    /// The blocks of class `slot`, oldest first.
+    fn iter(&self, slot: usize) -> impl Iterator<Item = &(u64, u64)> {
+        self.older[slot].iter().chain(Some(&self.newest[slot]).filter(|(ptr, _)| *ptr != 0))
+    }
+}
+
+/// The free blocks filed under one stream (`#[repr(C)]`: what a run of one stream reads first).
+#[repr(C)]
 struct Shelf<F> {
     /// Whether the stream outlives its blocks, so that a fence may be recorded on it later.
     lasting: bool,
-    /// Small blocks by class (`class_slot`), oldest first: (address, free serial).
-    small: [VecDeque<(u64, u64)>; CLASSES],
-    /// Large blocks by (size, address); their serials are in `BlockCache::large`.
-    large: SortedMap<(usize, u64), ()>,
     /// Blocks freed with a serial up to this are ready on every stream.
     ready_upto: u64,
     /// A fence recorded but not yet passed, and the serial it covers.
     pending: Option<(F, u64)>,
-    /// The newest free serial filed here.
-    newest: u64,
+    /// Large blocks by (size, address): their free serials.
+    large: SortedMap<(usize, u64), u64>,
+    small: SmallBlocks,
 }
 
 impl<F> Shelf<F> {
     fn new(lasting: bool) -> Shelf<F> {
-        Shelf {
-            lasting,
-            small: std::array::from_fn(|_| VecDeque::new()),
-            large: SortedMap::default(),
-            ready_upto: 0,
-            pending: None,
-            newest: 0,
-        }
+        Shelf { lasting, small: SmallBlocks::new(), large: SortedMap::default(), ready_upto: 0, pending: None }
     }
 
     fn is_empty(&self) -> bool {
-        self.large.is_empty() && self.small.iter().all(VecDeque::is_empty)
+        self.large.is_empty() && self.small.is_empty()
+    }
+
+    /// The newest free serial filed here (0: none).
+    fn newest(&self) -> u64 {
+        self.large.iter().map(|(_, &serial)| serial).max().unwrap_or(0).max(self.small.newest_serial())
     }
 
     /// Learn whether the pending fence passed, and record one if some blocks are not yet known
@@ -100,8 +158,9 @@ impl<F> Shelf<F> {
                 self.pending = Some((fence, covers));
             }
         }
-        if self.pending.is_none() && self.ready_upto < self.newest {
-            self.pending = fences.record(stream).map(|fence| (fence, self.newest));
+        let newest = self.newest();
+        if self.pending.is_none() && self.ready_upto < newest {
+            self.pending = fences.record(stream).map(|fence| (fence, newest));
         }
         self.ready_upto
     }
@@ -272,7 +331,7 @@ impl<F> BlockCache<F> {
     pub(crate) fn take_own(&mut self, size: usize, stream: u64) -> Option<u64> {
         let shelf = self.shelves.get_mut(stream)?;
         let ptr = if size <= SMALL_BLOCK {
-            shelf.small[class_slot(size)].pop_back()?.0
+            shelf.small.pop_newest(class_slot(size))?
         } else {
             self.take_own_large(size, stream)?
         };
@@ -284,7 +343,7 @@ impl<F> BlockCache<F> {
     /// `take_own`'s best fit among `stream`'s large blocks, split to `size`.
     fn take_own_large(&mut self, size: usize, stream: u64) -> Option<u64> {
         let shelf = self.shelves.get_mut(stream)?;
-        let ((found, ptr), ()) = shelf.large.remove_first_from(&(size, 0))?;
+        let ((found, ptr), _) = shelf.large.remove_first_from(&(size, 0))?;
         let free = self.large.remove(&ptr).expect("a shelved large block is in the address map");
         self.split(ptr, found, size, free);
         Some(ptr)
@@ -296,7 +355,7 @@ impl<F> BlockCache<F> {
         let mut best: Option<(usize, u64, u64)> = None; // (size, address, its stream)
         for (other, shelf) in self.shelves.iter_mut().filter(|(s, shelf)| *s != stream && shelf.lasting) {
             let has_fit = if size <= SMALL_BLOCK {
-                !shelf.small[class_slot(size)].is_empty()
+                shelf.small.oldest(class_slot(size)).is_some()
             } else {
                 shelf.large.range((size, 0)..).next().is_some()
             };
@@ -305,12 +364,9 @@ impl<F> BlockCache<F> {
             }
             let ready = shelf.refresh(other, fences);
             let candidate = if size <= SMALL_BLOCK {
-                shelf.small[class_slot(size)]
-                    .front()
-                    .filter(|(_, serial)| *serial <= ready)
-                    .map(|&(ptr, _)| (size, ptr))
+                shelf.small.oldest(class_slot(size)).filter(|(_, serial)| *serial <= ready).map(|(ptr, _)| (size, ptr))
             } else {
-                shelf.large.range((size, 0)..).map(|(&key, ())| key).find(|(_, ptr)| self.large[ptr].serial <= ready)
+                shelf.large.range((size, 0)..).find(|(_, &serial)| serial <= ready).map(|(&key, _)| key)
             };
             if let Some((found, ptr)) = candidate {
                 if best.is_none_or(|(best_size, ..)| found < best_size) {
@@ -321,7 +377,7 @@ impl<F> BlockCache<F> {
         let (found, ptr, other) = best?;
         let shelf = self.shelves.get_mut(other).expect("found above");
         if size <= SMALL_BLOCK {
-            shelf.small[class_slot(size)].pop_front();
+            shelf.small.pop_oldest(class_slot(size));
         } else {
             shelf.large.remove(&(found, ptr));
             let free = self.large.remove(&ptr).expect("a shelved large block is in the address map");
@@ -341,7 +397,7 @@ impl<F> BlockCache<F> {
             let rest_ptr = ptr + size as u64;
             self.large.insert(rest_ptr, rest);
             if let Some(shelf) = self.shelves.get_mut(free.stream) {
-                shelf.large.insert((rest.size, rest_ptr), ());
+                shelf.large.insert((rest.size, rest_ptr), rest.serial);
             }
             self.counts.splits += 1;
         }
@@ -384,8 +440,7 @@ impl<F> BlockCache<F> {
             return Some(Returned { ptr, stream, lasting: lasting() });
         }
         let shelf = self.shelves.get_or_insert(stream, lasting);
-        shelf.small[class_slot(size)].push_back((ptr, serial));
-        shelf.newest = serial;
+        shelf.small.push(class_slot(size), (ptr, serial));
         self.bytes += size;
         None
     }
@@ -422,7 +477,6 @@ impl<F> BlockCache<F> {
             shelf.large.remove(&(removed_size, removed_ptr));
             self.large.remove(&removed_ptr);
         }
-        shelf.newest = serial;
         self.bytes += size;
         let whole = segment == Some((start, merged.size));
         if whole && self.bytes > self.limit {
@@ -432,7 +486,7 @@ impl<F> BlockCache<F> {
             return Some(Returned { ptr: start, stream, lasting: lasting() });
         }
         self.large.insert(start, merged);
-        shelf.large.insert((merged.size, start), ());
+        shelf.large.insert((merged.size, start), merged.serial);
         None
     }
 
@@ -450,14 +504,15 @@ impl<F> BlockCache<F> {
     pub(crate) fn drain(&mut self, synchronised: u64, fences: &mut impl Fences<Fence = F>) -> Vec<u64> {
         let mut returned = Vec::new();
         for (_, shelf) in self.shelves.iter_mut() {
-            for (slot, blocks) in shelf.small.iter_mut().enumerate() {
-                while blocks.front().is_some_and(|&(_, serial)| serial <= synchronised) {
-                    let (ptr, _) = blocks.pop_front().expect("checked above");
+            let newest = shelf.newest();
+            for slot in 0..CLASSES {
+                while shelf.small.oldest(slot).is_some_and(|(_, serial)| serial <= synchronised) {
+                    let (ptr, _) = shelf.small.pop_oldest(slot).expect("checked above");
                     self.bytes -= SMALLEST << slot;
                     returned.push(ptr);
                 }
             }
-            shelf.ready_upto = shelf.ready_upto.max(synchronised.min(shelf.newest));
+            shelf.ready_upto = shelf.ready_upto.max(synchronised.min(newest));
             if shelf.pending.as_ref().is_some_and(|&(_, covers)| covers <= shelf.ready_upto) {
                 let (fence, _) = shelf.pending.take().expect("checked above");
                 fences.recycle(fence);
@@ -499,13 +554,13 @@ impl<F> BlockCache<F> {
                 row.bytes += size;
                 row.waiting += usize::from(waiting(serial));
             };
-            for (slot, blocks) in shelf.small.iter().enumerate() {
-                for &(_, serial) in blocks {
+            for slot in 0..CLASSES {
+                for &(_, serial) in shelf.small.iter(slot) {
                     add(SMALLEST << slot, SMALLEST << slot, serial);
                 }
             }
-            for (&(size, ptr), ()) in shelf.large.iter() {
-                add(size.next_power_of_two(), size, self.large[&ptr].serial);
+            for (&(size, _), &serial) in shelf.large.iter() {
+                add(size.next_power_of_two(), size, serial);
             }
         }
         rows.into_values().filter(|row| row.blocks > 0).collect()

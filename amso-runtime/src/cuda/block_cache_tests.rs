@@ -80,6 +80,31 @@ fn another_stream_waits_for_the_fence_recorded_after_the_free() {
 }
 
 #[test]
+fn its_own_stream_takes_the_newest_block_back_another_the_oldest() {
+    let mut clock = Clock::default();
+    let mut cache = BlockCache::new(usize::MAX);
+    for at in 0..4 {
+        cache.give(BASE + at * 4096, 4096, A, || true);
+    }
+    assert_eq!(cache.take_own(4096, A), Some(BASE + 3 * 4096), "the newest, whose work ended last on A");
+    assert_eq!(cache.take_own(4096, A), Some(BASE + 2 * 4096), "then the newest of the older ones");
+    cache.give(BASE + 2 * 4096, 4096, A, || true);
+    assert_eq!(cache.report()[0].blocks, 3);
+    cache.take_other(4096, B, &mut clock);
+    clock.finish(A);
+    let others: Vec<_> = (0..3).map(|_| cache.take_other(4096, B, &mut clock)).collect();
+    assert_eq!(others, [Some(BASE), Some(BASE + 4096), Some(BASE + 2 * 4096)], "oldest first");
+    assert_eq!((cache.take_own(4096, A), cache.bytes()), (None, 0));
+    for at in 0..3 {
+        cache.give(BASE + at * 4096, 4096, A, || true);
+    }
+    let synchronised = cache.serial();
+    cache.give(BASE + 3 * 4096, 4096, A, || true);
+    assert_eq!(cache.drain(synchronised, &mut clock), [BASE, BASE + 4096, BASE + 2 * 4096]);
+    assert_eq!(cache.take_own(4096, A), Some(BASE + 3 * 4096), "freed after the synchronisation began");
+}
+
+#[test]
 fn a_block_freed_after_the_fence_waits_for_the_next_one() {
     let mut clock = Clock::default();
     let mut cache = BlockCache::new(usize::MAX);

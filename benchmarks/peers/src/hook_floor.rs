@@ -409,3 +409,43 @@ mod least {
 pub(crate) fn least_torch_functions() -> (usize, usize) {
     (least::least_torch_alloc as *const () as usize, least::least_torch_free as *const () as usize)
 }
+
+/// PyTorch's allocation function of the least pool that also asks what a stream-ordered pool
+/// must (`capture_query`).
+#[no_mangle]
+pub(crate) extern "C" fn least_capture_torch_alloc(size: usize, device: c_int, stream: *mut c_void) -> *mut c_void {
+    capture_query(stream as usize);
+    least::least_torch_alloc(size, device, stream)
+}
+
+/// `least_torch_capture_functions()`: the least pool through PyTorch's hook, asking the driver
+/// whether the stream is capturing at each allocation: the least that a pool which checks its
+/// frees and keeps its cached blocks out of captured work adds to the hook.
+#[pyfunction]
+pub(crate) fn least_torch_capture_functions() -> (usize, usize) {
+    (least_capture_torch_alloc as *const () as usize, least::least_torch_free as *const () as usize)
+}
+
+/// CuPy's malloc of the least pool that asks CuPy for its current stream and the driver whether
+/// it is capturing, as amso's plug-in must.
+#[no_mangle]
+pub(crate) extern "C" fn least_cupy_malloc(_param: *mut c_void, size: usize, device: c_int) -> *mut c_void {
+    let stream = cupy_current_stream(device);
+    capture_query(stream as usize);
+    least::least_torch_alloc(size, device, stream as *mut c_void)
+}
+
+/// CuPy's free of the least pool.
+#[no_mangle]
+pub(crate) extern "C" fn least_cupy_free(_param: *mut c_void, ptr: *mut c_void, device: c_int) {
+    least::least_torch_free(ptr, 0, device, std::ptr::null_mut());
+}
+
+/// `least_cupy_functions(capsule)`: the least pool through CuPy's `CFunctionAllocator`, asking
+/// what a stream-ordered pool must (CuPy's stream, given the capsule as
+/// `floor_cupy_stream_functions` is, and whether it is capturing).
+#[pyfunction]
+pub(crate) fn least_cupy_functions(stream_function: &Bound<'_, PyAny>) -> PyResult<(usize, usize)> {
+    floor_cupy_stream_functions(stream_function)?;
+    Ok((least_cupy_malloc as *const () as usize, least_cupy_free as *const () as usize))
+}

@@ -133,6 +133,8 @@ fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(hook_floor::timed_torch_total, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::set_floor_rmw, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::least_torch_functions, module)?)?;
+    module.add_function(wrap_pyfunction!(hook_floor::least_torch_capture_functions, module)?)?;
+    module.add_function(wrap_pyfunction!(hook_floor::least_cupy_functions, module)?)?;
     module.add_function(wrap_pyfunction!(pyo3_noop3, module)?)?;
     module.add_function(wrap_pyfunction!(amso_noop1, module)?)?;
     module.add_function(wrap_pyfunction!(amso_noop3, module)?)?;

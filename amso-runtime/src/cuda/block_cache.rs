@@ -128,8 +128,8 @@ struct Shelf<F> {
     ready_upto: u64,
     /// A fence recorded but not yet passed, and the serial it covers.
     pending: Option<(F, u64)>,
-    /// Large blocks by (size, address): their free serials.
-    large: SortedMap<(usize, u64), u64>,
+    /// Large blocks by (size, address).
+    large: SortedMap<(usize, u64), Filed>,
     small: SmallBlocks,
 }
 
@@ -144,7 +144,7 @@ impl<F> Shelf<F> {
 
     /// The newest free serial filed here (0: none).
     fn newest(&self) -> u64 {
-        self.large.iter().map(|(_, &serial)| serial).max().unwrap_or(0).max(self.small.newest_serial())
+        self.large.iter().map(|(_, filed)| filed.serial).max().unwrap_or(0).max(self.small.newest_serial())
     }
 
     /// Learn whether the pending fence passed, and record one if some blocks are not yet known
@@ -166,7 +166,17 @@ impl<F> Shelf<F> {
     }
 }
 
-/// A free large block.
+/// A free large block on its shelf: its free serial, and whether it is a whole segment (which
+/// has no neighbour to merge with, so that it is on its shelf alone, not in
+/// `BlockCache::parts`: a request the driver served, given back whole and taken again whole,
+/// touches one map).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Filed {
+    serial: u64,
+    whole: bool,
+}
+
+/// A free large block that is part of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct LargeFree {
     size: usize,
@@ -290,8 +300,8 @@ pub(crate) struct BlockCache<F> {
     serial: u64,
     counts: Counts,
     shelves: Shelves<F>,
-    /// Free large blocks by address (for merging neighbours).
-    large: SortedMap<u64, LargeFree>,
+    /// Free large blocks that are parts of a segment, by address (for merging neighbours).
+    parts: SortedMap<u64, LargeFree>,
     /// Large driver allocations, by base address: their sizes.
     segments: SortedMap<u64, usize>,
 }
@@ -301,7 +311,7 @@ impl<F> BlockCache<F> {
     pub(crate) fn new(limit: usize) -> BlockCache<F> {
         BlockCache {
             shelves: Shelves::new(),
-            large: SortedMap::default(),
+            parts: SortedMap::default(),
             segments: SortedMap::default(),
             bytes: 0,
             limit,
@@ -343,9 +353,8 @@ impl<F> BlockCache<F> {
     /// `take_own`'s best fit among `stream`'s large blocks, split to `size`.
     fn take_own_large(&mut self, size: usize, stream: u64) -> Option<u64> {
         let shelf = self.shelves.get_mut(stream)?;
-        let ((found, ptr), _) = shelf.large.remove_first_from(&(size, 0))?;
-        let free = self.large.remove(&ptr).expect("a shelved large block is in the address map");
-        self.split(ptr, found, size, free);
+        let ((found, ptr), filed) = shelf.large.remove_first_from(&(size, 0))?;
+        self.take_large(ptr, (found, size), stream, filed);
         Some(ptr)
     }
 
@@ -366,7 +375,7 @@ impl<F> BlockCache<F> {
             let candidate = if size <= SMALL_BLOCK {
                 shelf.small.oldest(class_slot(size)).filter(|(_, serial)| *serial <= ready).map(|(ptr, _)| (size, ptr))
             } else {
-                shelf.large.range((size, 0)..).find(|(_, &serial)| serial <= ready).map(|(&key, _)| key)
+                shelf.large.range((size, 0)..).find(|(_, filed)| filed.serial <= ready).map(|(&key, _)| key)
             };
             if let Some((found, ptr)) = candidate {
                 if best.is_none_or(|(best_size, ..)| found < best_size) {
@@ -379,9 +388,8 @@ impl<F> BlockCache<F> {
         if size <= SMALL_BLOCK {
             shelf.small.pop_oldest(class_slot(size));
         } else {
-            shelf.large.remove(&(found, ptr));
-            let free = self.large.remove(&ptr).expect("a shelved large block is in the address map");
-            self.split(ptr, found, size, free);
+            let filed = shelf.large.remove(&(found, ptr)).expect("found above");
+            self.take_large(ptr, (found, size), other, filed);
         }
         self.bytes -= size;
         self.counts.hits += 1;
@@ -389,15 +397,19 @@ impl<F> BlockCache<F> {
         Some(ptr)
     }
 
-    /// Serve `size` of the free block `free` at `ptr` (of `found` bytes): the rest stays free
-    /// where the block was.
-    fn split(&mut self, ptr: u64, found: usize, size: usize, free: LargeFree) {
+    /// Serve `size` of the free large block at `ptr` (of `found` bytes), just taken off
+    /// `stream`'s shelf, where it was `filed`: the rest stays free there, a part.
+    #[inline(always)]
+    fn take_large(&mut self, ptr: u64, (found, size): (usize, usize), stream: u64, filed: Filed) {
+        if !filed.whole {
+            self.parts.remove(&ptr).expect("a shelved part is in the address map");
+        }
         if found > size {
-            let rest = LargeFree { size: found - size, ..free };
+            let rest = LargeFree { size: found - size, stream, serial: filed.serial };
             let rest_ptr = ptr + size as u64;
-            self.large.insert(rest_ptr, rest);
-            if let Some(shelf) = self.shelves.get_mut(free.stream) {
-                shelf.large.insert((rest.size, rest_ptr), rest.serial);
+            self.parts.insert(rest_ptr, rest);
+            if let Some(shelf) = self.shelves.get_mut(stream) {
+                shelf.large.insert((rest.size, rest_ptr), Filed { serial: rest.serial, whole: false });
             }
             self.counts.splits += 1;
         }
@@ -457,13 +469,13 @@ impl<F> BlockCache<F> {
         // A whole segment has no neighbours to merge with (the common case: a request the
         // driver served, given back whole): its neighbours are not looked for.
         if segment != Some((ptr, size)) {
-            if let Some(&next) = self.large.get(&(ptr + size as u64)) {
+            if let Some(&next) = self.parts.get(&(ptr + size as u64)) {
                 if same(&next, ptr + size as u64, self) {
                     shelf_removals.push((next.size, ptr + size as u64));
                     merged.size += next.size;
                 }
             }
-            if let Some((&prev_ptr, &prev)) = self.large.range(..ptr).next_back() {
+            if let Some((&prev_ptr, &prev)) = self.parts.range(..ptr).next_back() {
                 if prev_ptr + prev.size as u64 == ptr && same(&prev, prev_ptr, self) {
                     shelf_removals.push((prev.size, prev_ptr));
                     merged.size += prev.size;
@@ -475,7 +487,7 @@ impl<F> BlockCache<F> {
         let shelf = self.shelves.get_or_insert(stream, &lasting);
         for (removed_size, removed_ptr) in shelf_removals {
             shelf.large.remove(&(removed_size, removed_ptr));
-            self.large.remove(&removed_ptr);
+            self.parts.remove(&removed_ptr);
         }
         self.bytes += size;
         let whole = segment == Some((start, merged.size));
@@ -485,8 +497,10 @@ impl<F> BlockCache<F> {
             self.counts.evictions += 1;
             return Some(Returned { ptr: start, stream, lasting: lasting() });
         }
-        self.large.insert(start, merged);
-        shelf.large.insert((merged.size, start), merged.serial);
+        if !whole {
+            self.parts.insert(start, merged);
+        }
+        shelf.large.insert((merged.size, start), Filed { serial: merged.serial, whole });
         None
     }
 
@@ -512,6 +526,18 @@ impl<F> BlockCache<F> {
                     returned.push(ptr);
                 }
             }
+            let whole: Vec<(usize, u64)> = shelf
+                .large
+                .iter()
+                .filter(|(_, filed)| filed.whole && filed.serial <= synchronised)
+                .map(|(&key, _)| key)
+                .collect();
+            for (size, base) in whole {
+                shelf.large.remove(&(size, base));
+                self.segments.remove(&base);
+                self.bytes -= size;
+                returned.push(base);
+            }
             shelf.ready_upto = shelf.ready_upto.max(synchronised.min(newest));
             if shelf.pending.as_ref().is_some_and(|&(_, covers)| covers <= shelf.ready_upto) {
                 let (fence, _) = shelf.pending.take().expect("checked above");
@@ -521,13 +547,13 @@ impl<F> BlockCache<F> {
         let segments: Vec<(u64, usize)> = self.segments.iter().map(|(&b, &s)| (b, s)).collect();
         for (base, size) in segments {
             let end = base + size as u64;
-            let parts: Vec<(u64, LargeFree)> = self.large.range(base..end).map(|(&p, &f)| (p, f)).collect();
+            let parts: Vec<(u64, LargeFree)> = self.parts.range(base..end).map(|(&p, &f)| (p, f)).collect();
             let free: usize = parts.iter().map(|(_, f)| f.size).sum();
             if free != size || parts.iter().any(|(_, f)| f.serial > synchronised) {
                 continue;
             }
             for (part, block) in parts {
-                self.large.remove(&part);
+                self.parts.remove(&part);
                 if let Some(shelf) = self.shelves.get_mut(block.stream) {
                     shelf.large.remove(&(block.size, part));
                 }
@@ -559,8 +585,8 @@ impl<F> BlockCache<F> {
                     add(SMALLEST << slot, SMALLEST << slot, serial);
                 }
             }
-            for (&(size, _), &serial) in shelf.large.iter() {
-                add(size.next_power_of_two(), size, serial);
+            for (&(size, _), filed) in shelf.large.iter() {
+                add(size.next_power_of_two(), size, filed.serial);
             }
         }
         rows.into_values().filter(|row| row.blocks > 0).collect()

@@ -379,8 +379,8 @@ def markdown(report: dict) -> str:
     least_asked = _asked_rows(report, LEAST_ASKED)
     if least_asked:
         lines.append("The least pool that checks its frees and asks what every stream-ordered plug-in asks, through each "
-                     "library's hook: the least any such pool costs, over the floor (rows of the pool table at or below "
-                     "1.1x are counted over every size and round), and amso over it:")
+                     "library's hook: the least any such pool costs, over the floor (its cells at or below 1.1x, unrounded, "
+                     "are counted over every size and round), and amso over it:")
         lines += ["", *least_asked, ""]
     if parts:
         lines.append("amso's own part of a pair, outside the library (its ledger and pool in Rust; torch: its two C "
@@ -417,8 +417,8 @@ def _least_rows(report: dict) -> list[str]:
 
 
 def _over_floor(report: dict, library: str, key: str, stream: str) -> tuple[list[float], list[float]]:
-    """Over every size and round: the `key` floor of `library` over its plain floor, and amso
-    over the `key` floor."""
+    """Over every size and round: the `key` target of `library` (a floor, or the least pool, that
+    asks more) over its plain floor, and amso over that target."""
     over, beyond = [], []
     for found in report["rounds"]:
         modes = found.get(library, {})
@@ -454,7 +454,7 @@ def _asked_rows(report: dict, keys: dict[str, str]) -> list[str]:
             asked, beyond = _over_floor(report, library, key, stream)
             if asked:
                 within = sum(ratio <= 1.1 for ratio in asked)
-                lines.append(f"- {library}, {stream}: ({key}) / floor {_median_spread(asked)}, at most 1.1 in {within} "
+                lines.append(f"- {library}, {stream}: ({key}) / floor {_median_spread(asked)}, at most 1.1 (unrounded) in {within} "
                              f"of {len(asked)}; amso / ({key}) {_median_spread(beyond)}")
     return lines
 

@@ -97,10 +97,12 @@ def instruction_lines(out: Path, pairs: int) -> int:
         elif line and (line[0].isdigit() or line[0] in "+-*"):
             fields = line.split()
             position = fields[0]
+            # Callgrind's positions: "0x..." is hexadecimal, a bare number decimal, and one
+            # after a sign is relative to the position before.
             if position[0] in "+-":
-                address += int(position[0] + str(int(position[1:], 16)))
+                address += int(position, 0)
             elif position != "*":
-                address = int(position, 16)
+                address = int(position, 0)
             if call_cost:
                 call_cost = False
                 continue

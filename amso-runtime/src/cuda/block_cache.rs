@@ -59,9 +59,10 @@ pub(crate) trait Fences {
 
 /// The free small blocks of one stream, by class (`class_slot`): (address, free serial), the
 /// newest of each class apart from the older ones, which are oldest first. A stream's run of
-/// allocations and frees of one size takes and returns the newest, one slot of one cache line,
-/// without reading the queue (`switches.rs` says why lines count); another stream takes the
-/// oldest, the likeliest to be ready.
+/// allocations and frees of one size takes and returns the newest, one 16-byte slot of a
+/// 64-byte aligned array (so within one cache line), without reading the queue (`switches.rs`
+/// says why lines count); another stream takes the oldest, the likeliest to be ready.
+#[repr(C, align(64))]
 struct SmallBlocks {
     /// Address 0 (never a block's): none.
     newest: [(u64, u64); CLASSES],
@@ -80,6 +81,7 @@ impl SmallBlocks {
     /// File a block of class `slot` freed with `serial` (newer than every block filed before).
     #[inline(always)]
     fn push(&mut self, slot: usize, block: (u64, u64)) {
+        debug_assert_ne!(block.0, 0, "address 0 marks an empty slot");
         let previous = std::mem::replace(&mut self.newest[slot], block);
         if previous.0 != 0 {
             self.older[slot].push_back(previous);
@@ -119,8 +121,7 @@ impl SmallBlocks {
     }
 }
 
-/// The free blocks filed under one stream (`#[repr(C)]`: what a run of one stream reads first).
-#[repr(C)]
+/// The free blocks filed under one stream.
 struct Shelf<F> {
     /// Whether the stream outlives its blocks, so that a fence may be recorded on it later.
     lasting: bool,
@@ -158,9 +159,11 @@ impl<F> Shelf<F> {
                 self.pending = Some((fence, covers));
             }
         }
-        let newest = self.newest();
-        if self.pending.is_none() && self.ready_upto < newest {
-            self.pending = fences.record(stream).map(|fence| (fence, newest));
+        if self.pending.is_none() {
+            let newest = self.newest();
+            if self.ready_upto < newest {
+                self.pending = fences.record(stream).map(|fence| (fence, newest));
+            }
         }
         self.ready_upto
     }

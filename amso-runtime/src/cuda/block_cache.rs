@@ -16,169 +16,12 @@
 //! - **Bound.** The cache holds at most `limit` bytes: a block that would exceed it is handed
 //!   back (`give`'s answer) for the caller to return to the driver.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 
-use super::address_hash::BuildAddressHasher;
+use super::shelf::{class_slot, Filed, Shelves, Whole, CLASSES, SMALLEST, SMALL_BLOCK};
 use super::sorted_map::SortedMap;
 
-/// Blocks up to this size come in power-of-two classes (from 512 bytes) and are never split.
-pub(crate) const SMALL_BLOCK: usize = 1 << 20;
-/// Larger blocks are rounded up to a multiple of this.
-pub(crate) const LARGE_ROUND: usize = 2 << 20;
-/// The smallest class, and how many classes there are (512 bytes to `SMALL_BLOCK`).
-const SMALLEST: usize = 512;
-const CLASSES: usize = (SMALL_BLOCK / SMALLEST).trailing_zeros() as usize + 1;
-
-/// The slot of small class `size` (a power of two from `SMALLEST` to `SMALL_BLOCK`).
-fn class_slot(size: usize) -> usize {
-    (size / SMALLEST).trailing_zeros() as usize
-}
-
-/// The size of the block that serves `bytes` (> 0), or None if it overflows.
-#[inline(always)]
-pub(crate) fn block_size(bytes: usize) -> Option<usize> {
-    if bytes <= SMALL_BLOCK {
-        Some(bytes.next_power_of_two().max(SMALLEST))
-    } else {
-        bytes.checked_next_multiple_of(LARGE_ROUND)
-    }
-}
-
-/// How the cache learns that another stream's free block is ready: a fence recorded on that
-/// stream, queried later. The pool implements it with CUDA events; the tests with counters.
-pub(crate) trait Fences {
-    /// A recorded fence.
-    type Fence;
-    /// Record a fence on `stream` now (None: it could not be recorded).
-    fn record(&mut self, stream: u64) -> Option<Self::Fence>;
-    /// Whether the work queued on its stream before `fence` has finished.
-    fn passed(&mut self, fence: &Self::Fence) -> bool;
-    /// A fence the cache no longer needs.
-    fn recycle(&mut self, fence: Self::Fence);
-}
-
-/// The free small blocks of one stream, by class (`class_slot`): (address, free serial), the
-/// newest of each class apart from the older ones, which are oldest first. A stream's run of
-/// allocations and frees of one size takes and returns the newest, one 16-byte slot of a
-/// 64-byte aligned array (so within one cache line), without reading the queue (`switches.rs`
-/// says why lines count); another stream takes the oldest, the likeliest to be ready.
-#[repr(C, align(64))]
-struct SmallBlocks {
-    /// Address 0 (never a block's): none.
-    newest: [(u64, u64); CLASSES],
-    older: [VecDeque<(u64, u64)>; CLASSES],
-}
-
-impl SmallBlocks {
-    fn new() -> SmallBlocks {
-        SmallBlocks { newest: [(0, 0); CLASSES], older: std::array::from_fn(|_| VecDeque::new()) }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.newest.iter().all(|&(ptr, _)| ptr == 0) && self.older.iter().all(VecDeque::is_empty)
-    }
-
-    /// File a block of class `slot` freed with `serial` (newer than every block filed before).
-    #[inline(always)]
-    fn push(&mut self, slot: usize, block: (u64, u64)) {
-        debug_assert_ne!(block.0, 0, "address 0 marks an empty slot");
-        let previous = std::mem::replace(&mut self.newest[slot], block);
-        if previous.0 != 0 {
-            self.older[slot].push_back(previous);
-        }
-    }
-
-    /// The newest block of class `slot`, taken.
-    #[inline(always)]
-    fn pop_newest(&mut self, slot: usize) -> Option<u64> {
-        match std::mem::take(&mut self.newest[slot]) {
-            (0, _) => self.older[slot].pop_back().map(|(ptr, _)| ptr),
-            (ptr, _) => Some(ptr),
-        }
-    }
-
-    /// The oldest block of class `slot`.
-    fn oldest(&self, slot: usize) -> Option<(u64, u64)> {
-        self.older[slot].front().copied().or(Some(self.newest[slot]).filter(|&(ptr, _)| ptr != 0))
-    }
-
-    /// The oldest block of class `slot`, taken.
-    fn pop_oldest(&mut self, slot: usize) -> Option<(u64, u64)> {
-        match self.older[slot].pop_front() {
-            Some(block) => Some(block),
-            None => Some(std::mem::take(&mut self.newest[slot])).filter(|&(ptr, _)| ptr != 0),
-        }
-    }
-
-    /// The serial of the newest block filed (0: none).
-    fn newest_serial(&self) -> u64 {
-        (0..CLASSES).filter_map(|slot| self.iter(slot).last().map(|&(_, serial)| serial)).max().unwrap_or(0)
-    }
-
-    /// The blocks of class `slot`, oldest first.
-    fn iter(&self, slot: usize) -> impl Iterator<Item = &(u64, u64)> {
-        self.older[slot].iter().chain(Some(&self.newest[slot]).filter(|(ptr, _)| *ptr != 0))
-    }
-}
-
-/// The free blocks filed under one stream.
-struct Shelf<F> {
-    /// Whether the stream outlives its blocks, so that a fence may be recorded on it later.
-    lasting: bool,
-    /// Blocks freed with a serial up to this are ready on every stream.
-    ready_upto: u64,
-    /// A fence recorded but not yet passed, and the serial it covers.
-    pending: Option<(F, u64)>,
-    /// Large blocks by (size, address).
-    large: SortedMap<(usize, u64), Filed>,
-    small: SmallBlocks,
-}
-
-impl<F> Shelf<F> {
-    fn new(lasting: bool) -> Shelf<F> {
-        Shelf { lasting, small: SmallBlocks::new(), large: SortedMap::default(), ready_upto: 0, pending: None }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.large.is_empty() && self.small.is_empty()
-    }
-
-    /// The newest free serial filed here (0: none).
-    fn newest(&self) -> u64 {
-        self.large.iter().map(|(_, filed)| filed.serial).max().unwrap_or(0).max(self.small.newest_serial())
-    }
-
-    /// Learn whether the pending fence passed, and record one if some blocks are not yet known
-    /// ready; the serial up to which blocks are ready.
-    fn refresh(&mut self, stream: u64, fences: &mut impl Fences<Fence = F>) -> u64 {
-        if let Some((fence, covers)) = self.pending.take() {
-            if fences.passed(&fence) {
-                self.ready_upto = self.ready_upto.max(covers);
-                fences.recycle(fence);
-            } else {
-                self.pending = Some((fence, covers));
-            }
-        }
-        if self.pending.is_none() {
-            let newest = self.newest();
-            if self.ready_upto < newest {
-                self.pending = fences.record(stream).map(|fence| (fence, newest));
-            }
-        }
-        self.ready_upto
-    }
-}
-
-/// A free large block on its shelf: its free serial, and whether it is a whole segment (which
-/// has no neighbour to merge with, so that it is on its shelf alone, not in
-/// `BlockCache::parts`: a request the driver served, given back whole and taken again whole,
-/// touches one map).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Filed {
-    serial: u64,
-    whole: bool,
-}
-
+pub(crate) use super::shelf::{block_size, Fences};
 /// A free large block that is part of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct LargeFree {
@@ -225,74 +68,6 @@ pub(crate) struct Returned {
     /// go back only after a device-wide synchronisation).
     pub(crate) stream: u64,
     pub(crate) lasting: bool,
-}
-
-/// The shelves of a cache by stream: a list, its index, and the shelf used last (its stream
-/// and position), which a stream's run of allocations and frees finds without hashing or
-/// reading the list.
-#[repr(C)]
-struct Shelves<F> {
-    recent: Option<(u64, usize)>,
-    list: Vec<(u64, Shelf<F>)>,
-    index: HashMap<u64, usize, BuildAddressHasher>,
-}
-
-impl<F> Shelves<F> {
-    fn new() -> Shelves<F> {
-        Shelves { list: Vec::new(), index: HashMap::default(), recent: None }
-    }
-
-    /// The position of `stream`'s shelf.
-    #[inline(always)]
-    fn position(&mut self, stream: u64) -> Option<usize> {
-        if let Some((recent, at)) = self.recent {
-            if recent == stream {
-                return Some(at);
-            }
-        }
-        let at = *self.index.get(&stream)?;
-        self.recent = Some((stream, at));
-        Some(at)
-    }
-
-    #[inline(always)]
-    fn get_mut(&mut self, stream: u64) -> Option<&mut Shelf<F>> {
-        let at = self.position(stream)?;
-        Some(&mut self.list[at].1)
-    }
-
-    /// `stream`'s shelf, made (`lasting` as given) if it has none.
-    #[inline(always)]
-    fn get_or_insert(&mut self, stream: u64, lasting: impl Fn() -> bool) -> &mut Shelf<F> {
-        let at = match self.position(stream) {
-            Some(at) => at,
-            None => {
-                self.list.push((stream, Shelf::new(lasting())));
-                let at = self.list.len() - 1;
-                self.index.insert(stream, at);
-                self.recent = Some((stream, at));
-                at
-            }
-        };
-        &mut self.list[at].1
-    }
-
-    /// Each stream's shelf, in the order the streams first gave a block back.
-    fn iter(&self) -> impl Iterator<Item = (u64, &Shelf<F>)> {
-        self.list.iter().map(|(stream, shelf)| (*stream, shelf))
-    }
-
-    /// `iter`, writable.
-    fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Shelf<F>)> {
-        self.list.iter_mut().map(|(stream, shelf)| (*stream, shelf))
-    }
-
-    /// Keep the shelves `keep` selects.
-    fn retain(&mut self, keep: impl Fn(&Shelf<F>) -> bool) {
-        self.list.retain(|(_, shelf)| keep(shelf));
-        self.index = self.list.iter().enumerate().map(|(at, (stream, _))| (*stream, at)).collect();
-        self.recent = None;
-    }
 }
 
 /// The free blocks of one device (`#[repr(C)]`: what every request and free reads first).
@@ -345,6 +120,8 @@ impl<F> BlockCache<F> {
         let shelf = self.shelves.get_mut(stream)?;
         let ptr = if size <= SMALL_BLOCK {
             shelf.small.pop_newest(class_slot(size))?
+        } else if let Some(ptr) = shelf.take_whole(size) {
+            ptr
         } else {
             self.take_own_large(size, stream)?
         };
@@ -356,6 +133,7 @@ impl<F> BlockCache<F> {
     /// `take_own`'s best fit among `stream`'s large blocks, split to `size`.
     fn take_own_large(&mut self, size: usize, stream: u64) -> Option<u64> {
         let shelf = self.shelves.get_mut(stream)?;
+        shelf.settle();
         let ((found, ptr), filed) = shelf.large.remove_first_from(&(size, 0))?;
         self.take_large(ptr, (found, size), stream, filed);
         Some(ptr)
@@ -366,6 +144,7 @@ impl<F> BlockCache<F> {
     pub(crate) fn take_other(&mut self, size: usize, stream: u64, fences: &mut impl Fences<Fence = F>) -> Option<u64> {
         let mut best: Option<(usize, u64, u64)> = None; // (size, address, its stream)
         for (other, shelf) in self.shelves.iter_mut().filter(|(s, shelf)| *s != stream && shelf.lasting) {
+            shelf.settle();
             let has_fit = if size <= SMALL_BLOCK {
                 shelf.small.oldest(class_slot(size)).is_some()
             } else {
@@ -448,6 +227,13 @@ impl<F> BlockCache<F> {
         self.serial += 1;
         let serial = self.serial;
         if size > SMALL_BLOCK {
+            // A whole segment (a request the driver served, given back whole) has no neighbour
+            // to merge with: it is kept apart on its shelf, to be taken back without a search.
+            if self.segments.get(&ptr) == Some(&size) && self.bytes + size <= self.limit {
+                self.shelves.get_or_insert(stream, lasting).keep_whole(Whole { ptr, size, serial });
+                self.bytes += size;
+                return None;
+            }
             return self.give_large(ptr, size, stream, lasting);
         }
         if self.bytes + size > self.limit {
@@ -521,6 +307,7 @@ impl<F> BlockCache<F> {
     pub(crate) fn drain(&mut self, synchronised: u64, fences: &mut impl Fences<Fence = F>) -> Vec<u64> {
         let mut returned = Vec::new();
         for (_, shelf) in self.shelves.iter_mut() {
+            shelf.settle();
             let newest = shelf.newest();
             for slot in 0..CLASSES {
                 while shelf.small.oldest(slot).is_some_and(|(_, serial)| serial <= synchronised) {
@@ -590,6 +377,9 @@ impl<F> BlockCache<F> {
             }
             for (&(size, _), filed) in shelf.large.iter() {
                 add(size.next_power_of_two(), size, filed.serial);
+            }
+            if shelf.whole.ptr != 0 {
+                add(shelf.whole.size.next_power_of_two(), shelf.whole.size, shelf.whole.serial);
             }
         }
         rows.into_values().filter(|row| row.blocks > 0).collect()

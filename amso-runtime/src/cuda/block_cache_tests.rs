@@ -1,6 +1,10 @@
 //! The block cache's rules (`block_cache.rs`), without a GPU: fences are counters.
 
 use super::*;
+use std::collections::HashMap;
+
+#[path = "block_cache_model_tests.rs"]
+mod model;
 
 /// Fences as counters: `record` notes the stream's progress, `passed` asks whether the
 /// test has let that stream run past it.

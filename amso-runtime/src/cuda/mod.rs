@@ -49,6 +49,7 @@ pub(crate) mod pool;
 pub(crate) mod pool_allocator;
 pub(crate) mod pool_stats;
 pub(crate) mod request;
+mod shelf;
 pub(crate) mod stream;
 mod switches;
 pub(crate) mod transfer;

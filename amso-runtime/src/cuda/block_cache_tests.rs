@@ -150,6 +150,24 @@ fn large_blocks_take_the_best_fit_and_split() {
 }
 
 #[test]
+fn a_whole_segment_comes_back_for_its_size_and_the_best_fit_is_split_for_a_smaller_one() {
+    let mut cache = BlockCache::<(u64, u64)>::new(usize::MAX);
+    let (big, small) = (BASE, BASE + (1 << 30));
+    cache.add_segment(big, 8 * MIB);
+    cache.add_segment(small, 4 * MIB);
+    cache.give(big, 8 * MIB, A, || true);
+    cache.give(small, 4 * MIB, A, || true);
+    assert_eq!(cache.take_own(4 * MIB, A), Some(small), "the segment freed last, of the size asked");
+    cache.give(small, 4 * MIB, A, || true);
+    assert_eq!(cache.counts().splits, 0);
+    assert_eq!(cache.take_own(2 * MIB, A), Some(small), "the best fit of the two, split");
+    assert_eq!(cache.counts().splits, 1);
+    assert_eq!(cache.take_own(8 * MIB, A), Some(big));
+    assert_eq!(cache.take_own(2 * MIB, A), Some(small + 2 * MIB as u64), "the rest of the split one");
+    assert_eq!(cache.bytes(), 0);
+}
+
+#[test]
 fn neighbours_freed_on_one_stream_merge_into_their_segment() {
     let mut clock = Clock::default();
     let mut cache = BlockCache::new(usize::MAX);

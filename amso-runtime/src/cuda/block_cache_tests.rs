@@ -292,61 +292,6 @@ fn random_work_never_hands_out_overlapping_blocks() {
 }
 
 #[test]
-fn random_work_with_drains_gives_each_driver_allocation_back_once() {
-    let mut clock = Clock::default();
-    let mut cache = BlockCache::new(usize::MAX);
-    let mut next = crate::cuda::xorshift(0x9e37_79b9_7f4a_7c15);
-    // What the driver has out (base: size) and the blocks lent from it (address: size).
-    let (mut driver, mut live) = (BTreeMap::<u64, usize>::new(), BTreeMap::<u64, usize>::new());
-    let mut driver_next = BASE;
-    let within = |driver: &BTreeMap<u64, usize>, ptr: u64, size: usize| {
-        driver.range(..=ptr).next_back().is_some_and(|(&base, &len)| ptr + size as u64 <= base + len as u64)
-    };
-    for step in 0..6000 {
-        if live.is_empty() || next().is_multiple_of(2) {
-            let bytes = 1 + (next() % (if next().is_multiple_of(2) { 40 * MIB } else { 64 << 10 }) as u64) as usize;
-            let size = block_size(bytes).unwrap();
-            let stream = if next().is_multiple_of(3) { B } else { A };
-            let ptr = match cache.take_own(size, stream).or_else(|| cache.take_other(size, stream, &mut clock)) {
-                Some(ptr) => ptr,
-                None => {
-                    let ptr = driver_next;
-                    driver_next += size as u64 + 4096;
-                    cache.add_segment(ptr, size);
-                    driver.insert(ptr, size);
-                    ptr
-                }
-            };
-            assert!(within(&driver, ptr, size), "a block of memory the driver has out");
-            assert!(live.range(..ptr + size as u64).next_back().is_none_or(|(&at, &len)| at + len as u64 <= ptr));
-            live.insert(ptr, size);
-        } else {
-            let &ptr = live.keys().nth((next() % live.len() as u64) as usize).unwrap();
-            let size = live.remove(&ptr).unwrap();
-            cache.give(ptr, size, if next().is_multiple_of(3) { B } else { A }, || true);
-            if next().is_multiple_of(50) {
-                clock.finish(A);
-                clock.finish(B);
-            }
-        }
-        if step % 700 == 699 || step == 5999 {
-            if step == 5999 {
-                for (ptr, size) in std::mem::take(&mut live) {
-                    cache.give(ptr, size, A, || true);
-                }
-            }
-            for base in cache.drain(cache.serial(), &mut clock) {
-                let size = driver.remove(&base).expect("a driver allocation, given back once");
-                assert!(live.range(base..base + size as u64).next().is_none(), "none of it lent");
-            }
-        }
-        let shelved: usize = cache.report().iter().map(|r| r.bytes).sum();
-        assert_eq!(shelved, cache.bytes());
-    }
-    assert_eq!((cache.bytes(), driver.len()), (0, 0), "everything given back once the work is done");
-}
-
-#[test]
 fn drain_keeps_blocks_freed_after_the_synchronisation_began() {
     let mut clock = Clock::default();
     let mut cache = BlockCache::new(usize::MAX);

@@ -13,6 +13,8 @@
 //!   Larger ones are rounded up to `LARGE_ROUND`; a request takes the smallest free block that
 //!   fits (best fit) and splits off the rest, which stays free; neighbours freed on one stream
 //!   merge again. Each large driver allocation (a segment) goes back to the driver only whole.
+//!   The newest small block of each class and the whole segment a stream freed last are kept
+//!   apart on its shelf (`shelf.rs`): a request of their size takes them without a search.
 //! - **Bound.** The cache holds at most `limit` bytes: a block that would exceed it is handed
 //!   back (`give`'s answer) for the caller to return to the driver.
 

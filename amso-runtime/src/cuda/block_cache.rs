@@ -24,6 +24,7 @@ use super::shelf::{class_slot, Filed, Shelves, Whole, CLASSES, SMALLEST, SMALL_B
 use super::sorted_map::SortedMap;
 
 pub(crate) use super::shelf::{block_size, Fences};
+
 /// A free large block that is part of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct LargeFree {

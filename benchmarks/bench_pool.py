@@ -355,37 +355,31 @@ def markdown(report: dict) -> str:
         if figures:
             values = [ns for figure in figures for stream in figure.values() for ns in stream.values()]
             parts.append(f"- {library}: {min(values):.0f}-{max(values):.0f} ns per allocate+free pair")
-    least = _least_rows(report)
-    if least:
-        lines.append("The least pool that checks its frees (one lock, a free list per size class and a map of the blocks "
-                     "out, nothing else: `least` in `benchmarks/peers/src/hook_floor.rs`), through PyTorch's hook in the "
-                     "same processes, over the same floor (median over every size and round, and spread), and its own part from "
-                     "a C loop:")
-        lines += ["", *least, ""]
-    lookups = _cupy_stream_rows(report)
-    if lookups:
-        lines.append("CuPy's stream lookup (`get_stream_ptr`, which CuPy's own pool and amso call at every allocation to "
-                     "file the block under the current stream, and the floor does not) through the same hook: the floor "
-                     "that also asks CuPy for its stream, over the floor, and amso over it (median and spread):")
-        lines += ["", *lookups, ""]
-    asked = _asked_rows(report, ASKED)
-    if asked:
-        lines.append("What every stream-ordered plug-in asks per allocation, which the floor does not: the library's "
-                     "current stream (CuPy's `get_stream_ptr`) and, on a stream of the library's own, whether the driver "
-                     "is capturing it (`cuStreamIsCapturing`; a block cached on a stream may not go to captured work, "
-                     "which does not follow the stream's earlier work when the graph is launched): the floor that asks "
-                     "them, over the floor, and amso over it (median and spread over every size and round):")
-        lines += ["", *asked, ""]
-    least_asked = _asked_rows(report, LEAST_ASKED)
-    if least_asked:
-        lines.append("The least pool that checks its frees and asks what every stream-ordered plug-in asks, through each "
-                     "library's hook: the least any such pool costs, over the floor (its cells at or below 1.1x, unrounded, "
-                     "are counted over every size and round), and amso over it:")
-        lines += ["", *least_asked, ""]
-    if parts:
-        lines.append("amso's own part of a pair, outside the library (its ledger and pool in Rust; torch: its two C "
-                     "functions from a C loop; CuPy: `_amso._pool_pair_ns`), over every size, stream and round:")
-        lines += ["", *parts, ""]
+    # Each section: its introduction and its lines, left out when it has none.
+    sections = [
+        ("The least pool that checks its frees (one lock, a free list per size class and a map of the blocks "
+         "out, nothing else: `least` in `benchmarks/peers/src/hook_floor.rs`), through PyTorch's hook in the "
+         "same processes, over the same floor (median over every size and round, and spread), and its own part from "
+         "a C loop:", _least_rows(report)),
+        ("CuPy's stream lookup (`get_stream_ptr`, which CuPy's own pool and amso call at every allocation to "
+         "file the block under the current stream, and the floor does not) through the same hook: the floor "
+         "that also asks CuPy for its stream, over the floor, and amso over it (median and spread):",
+         _cupy_stream_rows(report)),
+        ("What every stream-ordered plug-in asks per allocation, which the floor does not: the library's "
+         "current stream (CuPy's `get_stream_ptr`) and, on a stream of the library's own, whether the driver "
+         "is capturing it (`cuStreamIsCapturing`; a block cached on a stream may not go to captured work, "
+         "which does not follow the stream's earlier work when the graph is launched): the floor that asks "
+         "them, over the floor, and amso over it (median and spread over every size and round):",
+         _asked_rows(report, ASKED)),
+        ("The least pool that checks its frees and asks what every stream-ordered plug-in asks, through each "
+         "library's hook: the least any such pool costs, over the floor (its cells at or below 1.1x, unrounded, "
+         "are counted over every size and round), and amso over it:", _asked_rows(report, LEAST_ASKED)),
+        ("amso's own part of a pair, outside the library (its ledger and pool in Rust; torch: its two C "
+         "functions from a C loop; CuPy: `_amso._pool_pair_ns`), over every size, stream and round:", parts),
+    ]
+    for intro, rows in sections:
+        if rows:
+            lines += [intro, "", *rows, ""]
     intro = ("GPU memory held after every free (`cuMemGetInfo`), PyTorch, CuPy, Numba and RMM each allocating and "
              "freeing 256 MiB blocks, 4 rounds, no explicit flush:")
     return "\n".join(lines) + "\n" + textwrap.fill(intro, 100) + "\n\n" + "\n".join(held) + "\n"

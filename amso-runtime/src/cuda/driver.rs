@@ -35,12 +35,6 @@ fn loaded() -> &'static std::result::Result<(), String> {
     }
 }
 
-/// The loaded driver's device count, or the error saying why there is no driver.
-fn driver() -> Result<i32> {
-    loaded().as_ref().map_err(|message| Error::Unavailable(message.clone()))?;
-    Ok(loaded_device_count().unwrap_or(0)) // set by `load` before it answered
-}
-
 /// The driver is loaded, or the error saying why not: what a path into cudarc checks first
 /// (device ids were checked where they entered, `DeviceId::new`).
 #[inline]
@@ -48,7 +42,7 @@ pub(crate) fn require() -> Result<()> {
     if loaded_device_count().is_some() {
         return Ok(()); // every allocation and free comes here: a read, once the driver is loaded
     }
-    driver().map(drop)
+    device_count().map(drop)
 }
 
 /// The number of devices, once the driver is loaded; None before, or without a driver (a
@@ -60,14 +54,15 @@ pub(crate) fn loaded_device_count() -> Option<i32> {
 }
 
 /// Whether a CUDA driver is loaded and sees at least one device (`DeviceId::new` asks: without
-/// building the error `driver` would).
+/// building the error `device_count` would).
 pub fn is_available() -> bool {
     loaded().is_ok() && loaded_device_count().is_some_and(|count| count > 0)
 }
 
 /// Number of CUDA devices (an error when no driver is present).
 pub fn device_count() -> Result<i32> {
-    driver()
+    loaded().as_ref().map_err(|message| Error::Unavailable(message.clone()))?;
+    Ok(loaded_device_count().unwrap_or(0)) // set by `load` before it answered
 }
 
 /// The CUDA device holding device memory at `address`; anything the driver does not know as

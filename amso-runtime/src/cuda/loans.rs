@@ -77,10 +77,7 @@ fn with_loans<R>(body: impl FnOnce(&mut Ledger) -> R) -> R {
 /// says why it cannot. An error: the block is lent already (a bug, reported as `lend` would).
 #[inline(always)]
 pub(crate) fn lend_cached(device: i32, bytes: usize, stream: Stream, client: Client) -> Option<Result<(u64, u64)>> {
-    if !SWITCHES.lists(device) {
-        return None;
-    }
-    let device_id = DeviceId::from_driver(device);
+    let device_id = listed(device)?;
     if bytes == 0 || !SWITCHES.own_pool_serves() {
         return None;
     }
@@ -100,10 +97,7 @@ pub(crate) fn lend_cached(device: i32, bytes: usize, stream: Stream, client: Cli
 /// nothing was done, and `reclaim` takes it (and refuses it, if it must be).
 #[inline(always)]
 pub(crate) fn reclaim_cached(device: i32, ptr: u64, client: Client, back: GiveBack) -> bool {
-    if !SWITCHES.lists(device) {
-        return false;
-    }
-    let device_id = DeviceId::from_driver(device);
+    let Some(device_id) = listed(device) else { return false };
     if ptr == 0 || client == Client::Numba || !SWITCHES.frees_unheld() || SWITCHES.joined() {
         return false;
     }
@@ -117,6 +111,13 @@ pub(crate) fn reclaim_cached(device: i32, ptr: u64, client: Client, back: GiveBa
         }
     });
     matches!(returned, Some(Ok(None)))
+}
+
+/// `device` (a raw id) as a device of the loaded driver, if it lists it (the common paths' check:
+/// `DeviceId::new` says why not).
+#[inline(always)]
+fn listed(device: i32) -> Option<DeviceId> {
+    SWITCHES.lists(device).then(|| DeviceId::from_driver(device))
 }
 
 /// Lend `bytes` on `device_id` to `client`, usable in order on `stream` (a protocol value):

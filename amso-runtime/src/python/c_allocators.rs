@@ -127,16 +127,22 @@ pub(crate) unsafe extern "C" fn amso_torch_free(ptr: *mut c_void, size: usize, d
 #[cold]
 #[inline(never)]
 fn torch_free(ptr: *mut c_void, device: c_int, back: loans::GiveBack) {
+    if let Some(message) = reclaim_beyond_cache(ptr as usize as u64, device, TORCH, back) {
+        report(&format!("amso_torch_free: {message}"));
+    }
+}
+
+/// A hook's give-back beyond the common case (`loans::reclaim` of `ptr` on `device`, a raw id):
+/// why it was refused, if it was (a panic caught in it is not reported: nothing was freed).
+fn reclaim_beyond_cache(ptr: u64, device: c_int, client: Client, back: loans::GiveBack) -> Option<String> {
     let outcome = std::panic::catch_unwind(|| match DeviceId::new(device) {
-        Ok(id) => loans::reclaim(id, ptr as usize as u64, TORCH, back).map_err(|r| r.message(ptr as usize as u64, id)),
+        Ok(id) => loans::reclaim(id, ptr, client, back).map_err(|refusal| refusal.message(ptr, id)),
         Err(error) => {
             loans::count_refused();
             Err(error.to_string())
         }
     });
-    if let Ok(Err(message)) = outcome {
-        report(&format!("amso_torch_free: {message}"));
-    }
+    outcome.ok()?.err()
 }
 
 /// Say `message` on stderr, for the first 10 refusals of a process (PyTorch's allocator
@@ -304,14 +310,7 @@ pub(crate) unsafe extern "C" fn amso_cupy_free(_param: *mut c_void, ptr: *mut c_
 #[cold]
 #[inline(never)]
 fn cupy_free(ptr: u64, device: c_int) {
-    let outcome = std::panic::catch_unwind(|| match DeviceId::new(device) {
-        Ok(id) => loans::reclaim(id, ptr, Client::CuPy, loans::GiveBack::default()).map_err(|r| r.message(ptr, id)),
-        Err(error) => {
-            loans::count_refused();
-            Err(error.to_string())
-        }
-    });
-    if let Ok(Err(message)) = outcome {
+    if let Some(message) = reclaim_beyond_cache(ptr, device, Client::CuPy, loans::GiveBack::default()) {
         report(&format!("amso_cupy_free: {message}"));
     }
 }

@@ -147,11 +147,31 @@ elif library == "numba":
     if mode == "plug":
         # One manager for the process, whose `memalloc` is the floor's or amso's in turn (an
         # instance attribute: no frame of its own), timed in one process as PyTorch's are.
+        # "floor + barrier" and "least + barrier": the floor's block and the least pool's, each
+        # given back behind the barrier a Numba free must queue (`NumbaLoan` in hook_floor.rs),
+        # their pointers owning the loan as amso's do.
+        import amso_peers
         from cuda.bindings.driver import CUdeviceptr
         from numba.cuda import HostOnlyCUDAMemoryManager, MemoryInfo, MemoryPointer
         import weakref
-        keep = amso.empty(%(block)d, np.uint8, on_device=True)
+        keep = floor_block()
         address = keep.__cuda_array_interface__["data"][0]
+        def lending(lend):
+            class Lending(HostOnlyCUDAMemoryManager):
+                def initialize(self):
+                    context = weakref.proxy(self.context)
+                    def memalloc(size):
+                        loan = lend(size)
+                        pointer = MemoryPointer(context, CUdeviceptr(loan.ptr), size)
+                        pointer._loan = loan
+                        return pointer
+                    self.memalloc = memalloc
+                def memalloc(self, size): raise AssertionError("replaced in initialize")
+                def get_ipc_handle(self, memory): raise NotImplementedError
+                def get_memory_info(self): return MemoryInfo(free=0, total=0)
+                @property
+                def interface_version(self): return 1
+            return Lending
         class Floor(HostOnlyCUDAMemoryManager):
             def initialize(self): pass
             def memalloc(self, size):
@@ -163,7 +183,10 @@ elif library == "numba":
         class Forward(HostOnlyCUDAMemoryManager):
             def __init__(self, *args, **kwargs):
                 super().__init__(*args, **kwargs)
-                self.targets = {"floor": Floor(*args, **kwargs), "amso": amso.allocators.NumbaManager(*args, **kwargs)}
+                self.targets = {"floor": Floor(*args, **kwargs),
+                                "floor + barrier": lending(amso_peers.floor_numba_lend)(*args, **kwargs),
+                                "least + barrier": lending(amso_peers.least_numba_lend)(*args, **kwargs),
+                                "amso": amso.allocators.NumbaManager(*args, **kwargs)}
                 self.memalloc = self.targets["floor"].memalloc
             def initialize(self):
                 for target in self.targets.values():
@@ -355,7 +378,10 @@ def markdown(report: dict) -> str:
         if figures:
             values = [ns for figure in figures for stream in figure.values() for ns in stream.values()]
             parts.append(f"- {library}: {min(values):.0f}-{max(values):.0f} ns per allocate+free pair")
-    # Each section: its introduction and its lines, left out when it has none.
+    # Each section: its introduction and its lines, left out when it has none (Numba's barrier rows
+    # are in reports since 095bc06).
+    asked = _asked_rows(report, ASKED)
+    numba = any(line.startswith("- numba") for line in asked)
     sections = [
         ("The least pool that checks its frees (one lock, a free list per size class and a map of the blocks "
          "out, nothing else: `least` in `benchmarks/peers/src/hook_floor.rs`), through PyTorch's hook in the "
@@ -368,11 +394,14 @@ def markdown(report: dict) -> str:
         ("What every stream-ordered plug-in asks per allocation, which the floor does not: the library's "
          "current stream (CuPy's `get_stream_ptr`) and, on a stream of the library's own, whether the driver "
          "is capturing it (`cuStreamIsCapturing`; a block cached on a stream may not go to captured work, "
-         "which does not follow the stream's earlier work when the graph is launched): the floor that asks "
-         "them, over the floor, and amso over it (median and spread over every size and round):",
-         _asked_rows(report, ASKED)),
-        ("The least pool that checks its frees and asks what every stream-ordered plug-in asks, through each "
-         "library's hook: the least any such pool costs, over the floor (its cells at or below 1.1x, unrounded, "
+         "which does not follow the stream's earlier work when the graph is launched)" + (
+             "; for Numba, whose frees name no stream, what each free must queue instead: a barrier on the legacy "
+             "stream (`cuEventRecord`), behind which a freed block may go to its next owner at once. The floor "
+             "that asks them or queues it" if numba else ": the floor that asks them") +
+         ", over the floor, and amso over it (median and spread over every size and round):", asked),
+        ("The least pool that checks its frees and asks " + ("(or, for Numba, queues) what every stream-ordered "
+         "plug-in must" if numba else "what every stream-ordered plug-in asks") + ", through each library's hook: "
+         "the least any such pool costs, over the floor (its cells at or below 1.1x, unrounded, "
          "are counted over every size and round), and amso over it:", _asked_rows(report, LEAST_ASKED)),
         ("amso's own part of a pair, outside the library (its ledger and pool in Rust; torch: its two C "
          "functions from a C loop; CuPy: `_amso._pool_pair_ns`), over every size, stream and round:", parts),
@@ -455,8 +484,8 @@ def _asked_rows(report: dict, keys: dict[str, str]) -> list[str]:
 
 # The floor of each library that asks what a stream-ordered plug-in must (`_asked_rows`), and
 # the least pool that asks it.
-ASKED = {"torch": "floor + capture query", "cupy": "floor + stream + capture query"}
-LEAST_ASKED = {"torch": "least + capture query", "cupy": "least + stream + capture query"}
+ASKED = {"torch": "floor + capture query", "cupy": "floor + stream + capture query", "numba": "floor + barrier"}
+LEAST_ASKED = {"torch": "least + capture query", "cupy": "least + stream + capture query", "numba": "least + barrier"}
 
 
 GOALS_BEFORE_FLOORS = {"torch": 1.2, "cupy": 1.0, "rmm": 1.0}

@@ -449,3 +449,56 @@ pub(crate) fn least_cupy_functions(stream_function: &Bound<'_, PyAny>) -> PyResu
     floor_cupy_stream_functions(stream_function)?;
     Ok((least_cupy_malloc as *const () as usize, least_cupy_free as *const () as usize))
 }
+
+/// Numba's barrier: an event recorded on the legacy default stream of the current context (one
+/// event, made at the first barrier and kept for the process). A pool that hands a block Numba
+/// freed to its next owner at once must queue it at the free, as amso's does
+/// (`alloc::legacy_barrier`): Numba's frees name no stream, and work on Numba's streams (all
+/// blocking) that still uses the block is ordered before the next owner's only through the
+/// legacy stream.
+fn legacy_barrier() {
+    use cudarc::driver::{result, sys};
+    static EVENT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let event = *EVENT.get_or_init(|| {
+        result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_or(0, |event| event as usize)
+    });
+    if event != 0 {
+        // SAFETY: an event of the current context, never destroyed, recorded on its legacy stream.
+        let status = unsafe { result::event::record(event as sys::CUevent, 0x1 as sys::CUstream) };
+        std::hint::black_box(status).ok();
+    }
+}
+
+/// A block lent through Numba's plug-in point by the floor (its preallocated block) or by the
+/// least pool (`least`), given back when the object goes, behind Numba's barrier: what any
+/// plug-in that reuses Numba's blocks at once must do at each free, and nothing else.
+#[pyclass(frozen, module = "amso_peers", name = "NumbaLoan")]
+pub(crate) struct NumbaLoan {
+    /// The device address.
+    #[pyo3(get)]
+    ptr: u64,
+    /// Whether the block is the least pool's (else the floor's).
+    pooled: bool,
+}
+
+impl Drop for NumbaLoan {
+    fn drop(&mut self) {
+        legacy_barrier();
+        if self.pooled {
+            least::least_torch_free(self.ptr as usize as *mut c_void, 0, 0, std::ptr::null_mut());
+        }
+    }
+}
+
+/// `floor_numba_lend(size)`: the floor's block, given back behind Numba's barrier (`NumbaLoan`).
+#[pyfunction]
+pub(crate) fn floor_numba_lend(_size: usize) -> NumbaLoan {
+    NumbaLoan { ptr: BLOCK.load(Ordering::Relaxed) as u64, pooled: false }
+}
+
+/// `least_numba_lend(size)`: a block of the least pool, given back to it behind Numba's barrier
+/// (`NumbaLoan`).
+#[pyfunction]
+pub(crate) fn least_numba_lend(size: usize) -> NumbaLoan {
+    NumbaLoan { ptr: least::least_torch_alloc(size, 0, std::ptr::null_mut()) as usize as u64, pooled: true }
+}

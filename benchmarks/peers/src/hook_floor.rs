@@ -451,27 +451,40 @@ pub(crate) fn least_cupy_functions(stream_function: &Bound<'_, PyAny>) -> PyResu
 }
 
 /// Numba's barrier: an event recorded on the legacy default stream of the current context (one
-/// event, made at the first barrier and kept for the process). A pool that hands a block Numba
-/// freed to its next owner at once must queue it at the free, as amso's does
-/// (`alloc::legacy_barrier`): Numba's frees name no stream, and work on Numba's streams (all
+/// event, made in the context current at the first barrier and kept for the process). A pool
+/// that hands a block Numba freed to its next owner at once must queue it at the free, as amso's
+/// does (`alloc::legacy_barrier`): Numba's frees name no stream, and work on Numba's streams (all
 /// blocking) that still uses the block is ordered before the next owner's only through the
-/// legacy stream.
+/// legacy stream. Unlike amso's, it neither enters the device's context nor checks for a
+/// capture first: a lower bound. A barrier that could not be queued is counted
+/// (`numba_barrier_failures`), so that a table timed without its barriers is refused.
 fn legacy_barrier() {
     use cudarc::driver::{result, sys};
     static EVENT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let event = *EVENT.get_or_init(|| {
         result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_or(0, |event| event as usize)
     });
-    if event != 0 {
-        // SAFETY: an event of the current context, never destroyed, recorded on its legacy stream.
-        let status = unsafe { result::event::record(event as sys::CUevent, 0x1 as sys::CUstream) };
-        std::hint::black_box(status).ok();
+    // SAFETY: an event of the context current at the first barrier (the benchmark's one
+    // context), never destroyed, recorded on the current context's legacy stream; from another
+    // context the driver refuses the record, which is counted.
+    let queued = event != 0 && unsafe { result::event::record(event as sys::CUevent, 0x1 as sys::CUstream) }.is_ok();
+    if !queued {
+        BARRIER_FAILURES.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Numba barriers that could not be queued (`legacy_barrier`).
+static BARRIER_FAILURES: AtomicUsize = AtomicUsize::new(0);
+
+/// `numba_barrier_failures()`: how many of the Numba loans' barriers could not be queued.
+#[pyfunction]
+pub(crate) fn numba_barrier_failures() -> usize {
+    BARRIER_FAILURES.load(Ordering::Relaxed)
 }
 
 /// A block lent through Numba's plug-in point by the floor (its preallocated block) or by the
 /// least pool (`least`), given back when the object goes, behind Numba's barrier: what any
-/// plug-in that reuses Numba's blocks at once must do at each free, and nothing else.
+/// plug-in that reuses Numba's blocks at once must do at each free.
 #[pyclass(frozen, module = "amso_peers", name = "NumbaLoan")]
 pub(crate) struct NumbaLoan {
     /// The device address.

@@ -137,6 +137,7 @@ fn amso_peers(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(hook_floor::least_cupy_functions, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::floor_numba_lend, module)?)?;
     module.add_function(wrap_pyfunction!(hook_floor::least_numba_lend, module)?)?;
+    module.add_function(wrap_pyfunction!(hook_floor::numba_barrier_failures, module)?)?;
     module.add_class::<hook_floor::NumbaLoan>()?;
     module.add_function(wrap_pyfunction!(pyo3_noop3, module)?)?;
     module.add_function(wrap_pyfunction!(amso_noop1, module)?)?;

@@ -156,8 +156,15 @@ elif library == "numba":
         import weakref
         keep = floor_block()
         address = keep.__cuda_array_interface__["data"][0]
+        class Plug(HostOnlyCUDAMemoryManager):
+            # What each plug-in below shares: no IPC, no memory figures, Numba's interface 1.
+            def initialize(self): pass
+            def get_ipc_handle(self, memory): raise NotImplementedError
+            def get_memory_info(self): return MemoryInfo(free=0, total=0)
+            @property
+            def interface_version(self): return 1
         def lending(lend):
-            class Lending(HostOnlyCUDAMemoryManager):
+            class Lending(Plug):
                 def initialize(self):
                     context = weakref.proxy(self.context)
                     def memalloc(size):
@@ -167,20 +174,11 @@ elif library == "numba":
                         return pointer
                     self.memalloc = memalloc
                 def memalloc(self, size): raise AssertionError("replaced in initialize")
-                def get_ipc_handle(self, memory): raise NotImplementedError
-                def get_memory_info(self): return MemoryInfo(free=0, total=0)
-                @property
-                def interface_version(self): return 1
             return Lending
-        class Floor(HostOnlyCUDAMemoryManager):
-            def initialize(self): pass
+        class Floor(Plug):
             def memalloc(self, size):
                 return MemoryPointer(weakref.proxy(self.context), CUdeviceptr(address), size)
-            def get_ipc_handle(self, memory): raise NotImplementedError
-            def get_memory_info(self): return MemoryInfo(free=0, total=0)
-            @property
-            def interface_version(self): return 1
-        class Forward(HostOnlyCUDAMemoryManager):
+        class Forward(Plug):
             def __init__(self, *args, **kwargs):
                 super().__init__(*args, **kwargs)
                 self.targets = {"floor": Floor(*args, **kwargs),
@@ -192,10 +190,7 @@ elif library == "numba":
                 for target in self.targets.values():
                     target.initialize()
             def memalloc(self, size): raise AssertionError("replaced in __init__")
-            def get_ipc_handle(self, memory): raise NotImplementedError
             def get_memory_info(self): return self.targets["amso"].get_memory_info()
-            @property
-            def interface_version(self): return 1
         cuda.set_memory_manager(Forward)
     side = cuda.stream()
     import contextlib

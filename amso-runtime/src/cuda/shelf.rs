@@ -8,9 +8,9 @@ use super::address_hash::BuildAddressHasher;
 use super::sorted_map::SortedMap;
 
 /// Blocks up to this size come in power-of-two classes (from 512 bytes) and are never split.
-pub(crate) const SMALL_BLOCK: usize = 1 << 20;
+pub(super) const SMALL_BLOCK: usize = 1 << 20;
 /// Larger blocks are rounded up to a multiple of this.
-pub(crate) const LARGE_ROUND: usize = 2 << 20;
+pub(super) const LARGE_ROUND: usize = 2 << 20;
 /// The smallest class, and how many classes there are (512 bytes to `SMALL_BLOCK`).
 pub(super) const SMALLEST: usize = 512;
 pub(super) const CLASSES: usize = (SMALL_BLOCK / SMALLEST).trailing_zeros() as usize + 1;
